@@ -1,0 +1,1 @@
+"""ccbench benchmarks: the common harness and one thin script per variant."""

@@ -1,0 +1,110 @@
+"""What a result row records about where and how it was measured."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from mpi4py import MPI
+
+from benchmarks.results import write_json_atomic
+
+_ENV_PREFIXES = re.compile(r"^(CCBENCH_|MPIR_|MPICH_|FI_|UCX_|OMPI_|PMIX_|SLURM_|CUDA_VISIBLE)")
+_REPO = Path(__file__).resolve().parent.parent
+
+
+def git_sha() -> str:
+    """The checkout's commit (CCBENCH_GIT_SHA overrides, for installed copies)."""
+    if os.environ.get("CCBENCH_GIT_SHA"):
+        return os.environ["CCBENCH_GIT_SHA"]
+    try:
+        out = subprocess.run(["git", "-C", str(_REPO), "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def mpi_library() -> str:
+    return MPI.Get_library_version().strip().splitlines()[0].strip()
+
+
+def link_gbps():
+    """The emulated link rate in Gbit/s, set by `ccbench cluster run`; None on real links."""
+    value = os.environ.get("CCBENCH_LINK_GBPS", "")
+    return float(value) if value else None
+
+
+def run_info(comm, variant: str) -> dict:
+    """Columns shared by every row of one run; collective over `comm`."""
+    hosts = comm.mpi.allgather(MPI.Get_processor_name())
+    info = None
+    if comm.rank == 0:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        info = {
+            "run_id": f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}",
+            "timestamp": now.isoformat(timespec="seconds"),
+            "variant": variant,
+            "nodes": len(set(hosts)),
+            "link_gbps": link_gbps(),
+            "mpi_library": mpi_library(),
+            "hostname": hosts[0],
+            "git_sha": git_sha(),
+        }
+    return comm.mpi.bcast(info, root=0)
+
+
+def _versions() -> dict:
+    versions = {"python": platform.python_version()}
+    for name in ("mpi4py", "numpy", "torch", "cupy", "zfpy", "numcodecs", "zstandard"):
+        module = sys.modules.get(name)
+        if module is not None:
+            versions[name] = getattr(module, "__version__", "")
+    return versions
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def describe(info: dict, argv, ranks: int) -> dict:
+    """The full environment of a run: the JSON sidecar's content."""
+    return {
+        **info,
+        "argv": list(argv),
+        "ranks": ranks,
+        "mpi_library_full": MPI.Get_library_version().strip(),
+        "mpi_version": "%d.%d" % MPI.Get_version(),
+        "versions": _versions(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "environment": {k: v for k, v in sorted(os.environ.items()) if _ENV_PREFIXES.match(k)},
+    }
+
+
+def write_sidecar(csv_path, info: dict, argv, ranks: int) -> None:
+    """Add this run's environment to `<csv>.json`, keyed by run id (atomic rewrite)."""
+    import json
+
+    path = Path(f"{csv_path}.json")
+    runs = {}
+    if path.exists():
+        try:
+            runs = json.loads(path.read_text()).get("runs", {})
+        except (ValueError, AttributeError):
+            runs = {}
+    runs[info["run_id"]] = describe(info, argv, ranks)
+    write_json_atomic(path, {"runs": runs})

@@ -1,0 +1,488 @@
+"""The common driver of every ccbench variant (nccl-tests style).
+
+A variant script says which collective it runs and how (a `Variant` with a few hooks);
+this module does the rest: options, the message-size sweep, warm-up, timing, statistics
+across ranks, validation, OSU-format output and CSV/JSON results.
+
+Timing follows OSU's C benchmarks: a barrier outside the timed region, `MPI.Wtime()`
+around one blocking collective, the per-rank average, then min/avg/max across ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from mpi4py import MPI
+
+from benchmarks import environment, osu_format
+from benchmarks.errors import DataError, UsageError
+from benchmarks.options import build_parser, iterations_for, message_sizes, parse_message_sizes
+from benchmarks.results import COMMON_COLUMNS, append_rows, read_rows, write_json_atomic
+from collectives.comm import Communicator
+from kernels import arrays
+
+COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
+# nccl-tests' bus-bandwidth factors: busbw = algbw * factor(n)
+BUSBW_FACTOR = {
+    "allgather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "allreduce": lambda n: 2 * (n - 1) / n,
+}
+
+
+@dataclass
+class Case:
+    """One collective call's shape on this rank, for one message size and configuration."""
+
+    collective: str
+    dtype: str
+    buffer: str
+    ranks: int
+    rank: int
+    size_bytes: int  # OSU convention: allgather per-rank send; others the whole send buffer
+    count: int  # elements in that OSU size
+    send_count: int
+    recv_count: int
+    bytes_per_rank: int
+    total_bytes: int  # nccl-tests' size: the whole gathered / reduced buffer
+    seed: int = 0
+    config: dict = field(default_factory=dict)
+
+
+@dataclass
+class Op:
+    """What a variant hands the harness: one blocking collective and its buffers."""
+
+    run: Callable[[], None]
+    send: object
+    recv: object
+    stats: Callable[[], dict] | None = None
+    # False when the bytes leave through the MPI library, where Python cannot count them
+    measures_wire: bool = True
+
+
+@dataclass
+class Context:
+    comm: Communicator
+    opts: object
+    variant: "Variant"
+
+
+class Variant:
+    """Hooks a variant fills in; the defaults suit an uncompressed dense collective."""
+
+    name = "variant"
+    description = ""
+    collectives: tuple[str, ...] = COLLECTIVES
+    # Lossy variants measure the error on every size, not only with -c.
+    always_measure_error = False
+
+    def add_options(self, parser) -> None:
+        """Add the variant's own options to the argparse parser."""
+
+    def check_options(self, opts, ranks: int) -> None:
+        """Raise UsageError for option values the variant cannot run."""
+
+    def columns(self, opts) -> dict:
+        """Constant CSV columns of this run: algorithm, codec, variant parameters."""
+        return {}
+
+    def configurations(self, opts) -> list[dict]:
+        """An extra sweep axis (e.g. densities); each dict becomes CSV columns."""
+        return [{}]
+
+    def make_op(self, ctx: Context, case: Case) -> Op:
+        raise NotImplementedError
+
+    def make_input(self, case: Case, rank: int) -> np.ndarray:
+        return exact_input(case, rank)
+
+    def reference(self, case: Case, inputs: list[np.ndarray]) -> np.ndarray:
+        return dense_reference(case, inputs)
+
+    def error_bound(self, case: Case, reference: np.ndarray) -> float | None:
+        """The absolute error the result may have; None means it must be exact."""
+        return None
+
+    def stdout_columns(self, opts) -> list[tuple[str, str, str]]:
+        """Extra stdout columns after OSU's: (header, row key, format)."""
+        return []
+
+
+# Inputs and references -------------------------------------------------------------------
+
+
+def exact_input(case: Case, rank: int) -> np.ndarray:
+    """Seeded small integers: sums over all ranks are exact in every dtype, any order.
+
+    With P ranks the values lie in [-a, a], a = max(1, min(8, 128 // P)), so every
+    partial sum is an integer of magnitude at most 128 (bfloat16 holds integers to 256).
+    """
+    amplitude = max(1, min(8, 128 // case.ranks))
+    rng = np.random.default_rng([case.seed, rank, case.send_count])
+    return rng.integers(-amplitude, amplitude + 1, case.send_count).astype(np.float64)
+
+
+def gradient_like_input(case: Case, rank: int) -> np.ndarray:
+    """Seeded normal values with a per-block scale, like a layer's gradients."""
+    rng = np.random.default_rng([case.seed, rank, case.send_count])
+    scale = np.exp(rng.normal(-6.0, 1.0, size=max(1, case.send_count // 4096 + 1)))
+    values = rng.standard_normal(case.send_count)
+    return values * np.repeat(scale, 4096)[: case.send_count]
+
+
+def dense_reference(case: Case, inputs: list[np.ndarray]) -> np.ndarray:
+    """The uncompressed result on this rank, in float64."""
+    if case.collective == "allgather":
+        return np.concatenate(inputs)
+    total = np.sum(inputs, axis=0)
+    if case.collective == "allreduce":
+        return total
+    start = case.rank * case.recv_count
+    return total[start : start + case.recv_count]
+
+
+def case_shape(collective: str, size: int, ranks: int, dtype: str):
+    """(count, send_count, recv_count, bytes_per_rank, total_bytes), or None if too small.
+
+    Raises UsageError when the size cannot be split as the collective needs.
+    """
+    item = arrays.itemsize(dtype)
+    if size % item:
+        if size < item:
+            return None
+        raise UsageError(f"{collective}: {size} B is not a whole number of {dtype} elements")
+    count = size // item
+    if collective == "allgather":
+        return count, count, count * ranks, size, size * ranks
+    if collective == "reduce_scatter":
+        if count < ranks:
+            return None
+        if count % ranks:
+            raise UsageError(
+                f"reduce_scatter: {size} B of {dtype} cannot be split over {ranks} ranks; "
+                f"use sizes that are multiples of {ranks * item} B"
+            )
+        return count, count, count // ranks, size // ranks, size
+    if collective == "allreduce":
+        return count, count, count, size, size
+    raise UsageError(f"unknown collective {collective!r}")
+
+
+# Agreement on errors ----------------------------------------------------------------------
+
+
+class _AgreedError(Exception):
+    """Every rank knows the phase failed; `message` is the lowest failing rank's."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def agreed(comm: Communicator, phase: Callable):
+    """Run `phase` on every rank; if it raises on any rank, raise on all (no hang).
+
+    Used around everything outside the timed collectives (parsing, set-up, checks),
+    where an error on one rank would otherwise leave the others waiting.
+    """
+    result, message, status = None, None, 0
+    try:
+        result = phase()
+    except UsageError as exc:
+        message, status = str(exc), 2
+    except DataError as exc:
+        message, status = f"rank {comm.rank}: {exc}", 3
+    failures = comm.mpi.allgather((message, status) if status else None)
+    failed = [f for f in failures if f is not None]
+    if failed:
+        raise _AgreedError(*failed[0])
+    return result
+
+
+# Timing -------------------------------------------------------------------------------------
+
+
+def _timed_per_call(run, barrier, iterations: int, warmup: int) -> np.ndarray:
+    wtime = MPI.Wtime
+    for _ in range(warmup):
+        run()
+        barrier()
+    times = np.empty(iterations)
+    for i in range(iterations):
+        t0 = wtime()
+        run()
+        t1 = wtime()
+        times[i] = t1 - t0
+        barrier()
+    return times
+
+
+def _timed_batch(run, barrier, iterations: int, warmup: int) -> np.ndarray:
+    wtime = MPI.Wtime
+    for _ in range(warmup):
+        run()
+    barrier()
+    t0 = wtime()
+    for _ in range(iterations):
+        run()
+    t1 = wtime()
+    barrier()
+    return np.array([(t1 - t0) / iterations])
+
+
+def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str) -> dict:
+    """Time `run` on every rank; return the statistics across ranks (on every rank)."""
+    timer = _timed_batch if timing == "batch" else _timed_per_call
+    comm.barrier()
+    times = timer(run, comm.mpi.Barrier, iterations, warmup)
+    mine = float(times.mean())
+    lo = comm.mpi.allreduce(mine, op=MPI.MIN)
+    hi = comm.mpi.allreduce(mine, op=MPI.MAX)
+    avg = comm.mpi.allreduce(mine, op=MPI.SUM) / comm.size
+    stats = {"avg_us": avg * 1e6, "min_us": lo * 1e6, "max_us": hi * 1e6,
+             "p50_us": None, "p99_us": None}  # fmt: skip
+    if timing == "per-call":
+        # a call finishes when its slowest rank does: percentiles of the per-call maximum
+        slowest = np.empty_like(times)
+        comm.mpi.Allreduce(times, slowest, op=MPI.MAX)
+        stats["p50_us"] = float(np.percentile(slowest, 50)) * 1e6
+        stats["p99_us"] = float(np.percentile(slowest, 99)) * 1e6
+    return stats
+
+
+# Validation ---------------------------------------------------------------------------------
+
+
+def fill(buffer_array, values: np.ndarray, case: Case) -> None:
+    """Copy float64 host values into a benchmark buffer of any backend, cast to its dtype."""
+    staged = arrays.from_numpy(case.buffer, values, case.dtype)
+    if isinstance(buffer_array, np.ndarray):
+        buffer_array[...] = staged
+    else:
+        buffer_array.copy_(staged) if hasattr(buffer_array, "copy_") else buffer_array.set(staged)
+
+
+def check_result(variant: Variant, case: Case, got, inputs: list[np.ndarray]) -> dict:
+    """Compare this rank's result with the uncompressed reference (float64)."""
+    reference = variant.reference(case, inputs)
+    # the reference as the dtype holds it: what an exact collective of these inputs gives
+    expected = arrays.to_numpy(arrays.from_numpy("torch" if case.dtype == "bfloat16" else
+                                                 "numpy", reference, case.dtype))
+    result = arrays.to_numpy(got).astype(np.float64)
+    bound = variant.error_bound(case, reference)
+    if result.shape != reference.shape:
+        return {"max_abs_err": float("inf"), "max_rel_err": float("inf"), "wrong": 1,
+                "error_bound": bound, "passed": False}
+    err = np.abs(result - expected.astype(np.float64))
+    finite = bool(np.isfinite(result).all())
+    max_abs = float(err.max()) if err.size else 0.0
+    scale = float(np.abs(reference).max()) if reference.size else 0.0
+    max_rel = max_abs / scale if scale > 0 else max_abs
+    if bound is None:
+        wrong = int(np.count_nonzero(err)) + (0 if finite else 1)
+        passed = wrong == 0
+    else:
+        wrong = int(np.count_nonzero(err > bound)) + (0 if finite else 1)
+        passed = wrong == 0
+    return {"max_abs_err": max_abs, "max_rel_err": max_rel, "wrong": wrong,
+            "error_bound": bound, "passed": passed}  # fmt: skip
+
+
+# The driver ---------------------------------------------------------------------------------
+
+
+def _parse(variant: Variant, argv, comm: Communicator):
+    prog = f"python -m benchmarks.{variant.name}"
+    parser = build_parser(prog, variant.description, variant.collectives, quiet=comm.rank != 0)
+    variant.add_options(parser)
+    opts = parser.parse_args(argv)
+    opts.sizes = message_sizes(*parse_message_sizes(opts.message_size))
+    arrays.check_supported(opts.buffer, opts.dtype)
+    if opts.collective not in variant.collectives:
+        raise UsageError(f"{variant.name} does not run {opts.collective}")
+    variant.check_options(opts, comm.size)
+    return opts
+
+
+def _plan_cases(variant: Variant, opts, comm: Communicator) -> list[tuple[Case, list[int]]]:
+    cases, skipped = [], []
+    for size in opts.sizes:
+        shape = case_shape(opts.collective, size, comm.size, opts.dtype)
+        if shape is None:
+            skipped.append(size)
+            continue
+        count, send_count, recv_count, per_rank, total = shape
+        for config in variant.configurations(opts):
+            cases.append(Case(opts.collective, opts.dtype, opts.buffer, comm.size, comm.rank,
+                              size, count, send_count, recv_count, per_rank, total,
+                              opts.seed, dict(config)))  # fmt: skip
+    if not cases:
+        raise UsageError(
+            f"no size in -m {opts.message_size} holds one {opts.dtype} element per rank "
+            f"for {opts.collective} on {comm.size} ranks"
+        )
+    return cases, skipped
+
+
+def _check_csv(path, columns: list[str]) -> None:
+    if path and os.path.exists(path) and os.path.getsize(path) > 0:
+        header, _ = read_rows(path)
+        if header != columns:
+            raise UsageError(
+                f"{path} holds results with other columns; write to a new file "
+                "(ccbench merge combines files of one schema)"
+            )
+
+
+def _row(run_info: dict, variant_columns: dict, case: Case, iters: int, warmup: int,
+         timing: dict, check: dict | None, stats: dict, opts) -> dict:
+    seconds = timing["avg_us"] * 1e-6
+    algbw = case.total_bytes / seconds / 1e9 if seconds > 0 else 0.0
+    row = dict(run_info)
+    row.update({
+        "collective": case.collective, "dtype": case.dtype, "buffer": case.buffer,
+        "ranks": case.ranks, "size_bytes": case.size_bytes,
+        "bytes_per_rank": case.bytes_per_rank, "total_bytes": case.total_bytes,
+        "count": case.count, "iterations": iters, "warmup": warmup, "timing": opts.timing,
+        **timing,
+        "algbw_gbps": algbw,
+        "busbw_gbps": algbw * BUSBW_FACTOR[case.collective](case.ranks),
+        "validation": "",
+    })  # fmt: skip
+    row.setdefault("codec", "none")
+    row.update(variant_columns)
+    if check is not None:
+        row["max_abs_err"] = check["max_abs_err"]
+        row["max_rel_err"] = check["max_rel_err"]
+        row["error_bound"] = check["error_bound"]
+        if opts.validate:
+            row["validation"] = "Pass" if check["passed"] else "Fail"
+    row.update(stats)
+    row.update(case.config)
+    return row
+
+
+def _run_case(variant: Variant, ctx: Context, case: Case, measure_error: bool):
+    comm = ctx.comm
+    op = agreed(comm, lambda: variant.make_op(ctx, case))
+    inputs = agreed(comm, lambda: _inputs(variant, case, measure_error))
+    agreed(comm, lambda: fill(op.send, inputs[case.rank] if measure_error else inputs, case))
+    iters, warmup = iterations_for(case.size_bytes, ctx.opts)
+    run = op.run
+    if arrays.is_gpu(case.buffer):
+        call = op.run
+
+        def run():
+            call()
+            arrays.synchronize(case.buffer)
+
+    timing = measure(comm, run, iters, warmup, ctx.opts.timing)
+    # one more call, on the same inputs, for the wire volume and the check
+    comm.reset_wire_bytes()
+    run()
+    wire = comm.mpi.allreduce(comm.wire_bytes, op=MPI.SUM) / comm.size
+    check = None
+    if measure_error:
+        mine = agreed(comm, lambda: check_result(variant, case, op.recv, inputs))
+        check = _combine_checks(comm, mine)
+    stats = {"wire_bytes_per_rank": int(round(wire)) if op.measures_wire else None}
+    if op.stats is not None:
+        stats.update(agreed(comm, op.stats))
+    return iters, warmup, timing, check, stats
+
+
+def _inputs(variant: Variant, case: Case, all_ranks: bool):
+    if all_ranks:  # the check needs every rank's input to build the reference
+        return [variant.make_input(case, r) for r in range(case.ranks)]
+    return variant.make_input(case, case.rank)
+
+
+def _combine_checks(comm: Communicator, mine: dict) -> dict:
+    return {
+        "max_abs_err": comm.mpi.allreduce(mine["max_abs_err"], op=MPI.MAX),
+        "max_rel_err": comm.mpi.allreduce(mine["max_rel_err"], op=MPI.MAX),
+        "error_bound": mine["error_bound"],
+        "passed": bool(comm.mpi.allreduce(int(mine["passed"]), op=MPI.MIN)),
+    }
+
+
+def _run(variant: Variant, argv, comm: Communicator) -> int:
+    opts = agreed(comm, lambda: _parse(variant, argv, comm))
+    cases, skipped = agreed(comm, lambda: _plan_cases(variant, opts, comm))
+    ctx = Context(comm, opts, variant)
+    variant_columns = variant.columns(opts)
+    config_keys = list(dict.fromkeys(k for c in cases for k in c.config))
+    extra = [k for k in [*variant_columns, *config_keys] if k not in COMMON_COLUMNS]
+    columns = [*COMMON_COLUMNS, *extra]
+    root = comm.rank == 0
+    agreed(comm, lambda: _check_csv(opts.csv, columns) if root else None)
+    run_info = environment.run_info(comm, variant.name)
+    measure_error = opts.validate or variant.always_measure_error
+    printer = osu_format.Printer(opts, variant, run_info) if root else None
+    if printer:
+        printer.header(skipped)
+    rows, failures = [], 0
+    for case in cases:
+        iters, warmup, timing, check, stats = _run_case(variant, ctx, case, measure_error)
+        row = _row(run_info, variant_columns, case, iters, warmup, timing, check, stats, opts)
+        if check is not None and opts.validate and not check["passed"]:
+            failures += 1
+        if root:
+            printer.row(row)
+            rows.append(row)
+            if opts.csv:
+                append_rows(opts.csv, [row], columns)
+    if root:
+        if opts.csv:
+            environment.write_sidecar(opts.csv, run_info, argv, comm.size)
+        if opts.json:
+            write_json_atomic(opts.json, {"environment": environment.describe(run_info, argv, comm.size),
+                                          "results": rows})
+        if failures:
+            print(f"# Validation failed at {failures} of {len(rows)} sizes", flush=True)
+    return 1 if failures else 0
+
+
+def run_variant(variant: Variant, argv: list[str] | None = None,
+                comm: Communicator | None = None) -> int:
+    """Entry point of every variant script; returns the process exit status.
+
+    Exit status: 0 success, 1 validation failure, 2 bad input (one line from rank 0),
+    3 bad data. An unexpected error on one rank aborts the whole job instead of hanging.
+    """
+    comm = comm or Communicator(MPI.COMM_WORLD)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _run(variant, argv, comm)
+    except _AgreedError as exc:
+        if comm.rank == 0:
+            print(f"ccbench: error: {exc}", file=sys.stderr, flush=True)
+        return exc.status
+    except SystemExit:  # --help
+        raise
+    except BaseException as exc:  # noqa: BLE001 - any rank-local failure ends the job
+        _abort(comm, exc)
+        return 1
+
+
+def _abort(comm: Communicator, exc: BaseException) -> None:
+    if isinstance(exc, DataError | UsageError):
+        message = str(exc)
+        status = 3 if isinstance(exc, DataError) else 2
+    elif isinstance(exc, KeyboardInterrupt):
+        message, status = "interrupted", 130
+    else:
+        message, status = f"{type(exc).__name__}: {exc}", 1
+    print(f"ccbench: error: rank {comm.rank}: {message}", file=sys.stderr, flush=True)
+    if os.environ.get("CCBENCH_DEBUG"):
+        traceback.print_exception(exc)
+    sys.stderr.flush()
+    time.sleep(0.05)  # let the line reach the launcher before the job is torn down
+    comm.mpi.Abort(status)

@@ -1,0 +1,128 @@
+"""Command-line options, spelled as OSU Micro-Benchmarks 7.x spells them."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from benchmarks.errors import UsageError
+from kernels.arrays import BUFFERS, DTYPES
+
+LARGE_MESSAGE_SIZE = 8192  # OSU: above this, fewer iterations and warm-ups
+ITERATIONS, ITERATIONS_LARGE = 1000, 100
+WARMUP, WARMUP_LARGE = 100, 10
+TIMINGS = ("per-call", "batch")
+
+_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """'4096', '4K', '1M', '2GiB' -> bytes (binary multiples, as OSU's -m)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise UsageError(f"bad message size {text!r}: use a number with an optional K, M or G")
+    return int(match.group(1)) * _SUFFIX[match.group(2).upper()]
+
+
+def parse_message_sizes(text: str) -> tuple[int, int]:
+    """'-m [MIN:]MAX' -> (MIN, MAX); MIN defaults to 1 byte."""
+    lo, sep, hi = text.partition(":")
+    low, high = (parse_size(lo), parse_size(hi)) if sep else (1, parse_size(lo))
+    if low < 1:
+        raise UsageError(f"-m {text}: the minimum message size is 1 byte")
+    if low > high:
+        raise UsageError(f"-m {text}: MIN ({low}) is greater than MAX ({high})")
+    return low, high
+
+
+def message_sizes(low: int, high: int) -> list[int]:
+    """OSU's sweep: MIN, 2 MIN, 4 MIN, ... up to MAX."""
+    sizes, size = [], low
+    while size <= high:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def iterations_for(size: int, opts) -> tuple[int, int]:
+    """(iterations, warm-ups) for one message size: the user's, or OSU's defaults."""
+    large = size > LARGE_MESSAGE_SIZE
+    iters = opts.iterations if opts.iterations is not None else (
+        ITERATIONS_LARGE if large else ITERATIONS
+    )
+    warmup = opts.warmup if opts.warmup is not None else (WARMUP_LARGE if large else WARMUP)
+    return iters, warmup
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+class RankAwareParser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of exiting, and prints help from one rank."""
+
+    def __init__(self, *args, quiet: bool = False, **kwargs):
+        self.quiet = quiet
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        raise UsageError(message)
+
+    def _print_message(self, message, file=None):
+        if not self.quiet:
+            super()._print_message(message, file)
+
+
+def build_parser(prog: str, description: str, collectives, quiet: bool) -> RankAwareParser:
+    parser = RankAwareParser(
+        prog=prog,
+        description=description,
+        quiet=quiet,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    osu = parser.add_argument_group("OSU options")
+    osu.add_argument("-m", "--message-size", default="1:1M", metavar="[MIN:]MAX",
+                     help="message sizes, OSU convention (default 1:1M; K, M, G suffixes)")
+    osu.add_argument("-i", "--iterations", type=positive_int, default=None,
+                     help=f"timed iterations per size (default {ITERATIONS}, "
+                          f"{ITERATIONS_LARGE} above {LARGE_MESSAGE_SIZE} B)")
+    osu.add_argument("-x", "--warmup", type=non_negative_int, default=None,
+                     help=f"warm-up iterations per size (default {WARMUP}, "
+                          f"{WARMUP_LARGE} above {LARGE_MESSAGE_SIZE} B)")
+    osu.add_argument("-f", "--full", action="store_true",
+                     help="print min, max, iterations, p50 and p99 too")
+    osu.add_argument("-c", "--validate", action="store_true",
+                     help="check results against a reference; exit 1 on any failure")
+    osu.add_argument("-d", "--buffer", choices=BUFFERS, default="numpy",
+                     help="buffer backend (default numpy)")
+    osu.add_argument("-T", "--dtype", choices=DTYPES, default="float32",
+                     help="element type (default float32)")
+    common = parser.add_argument_group("ccbench options")
+    common.add_argument("--collective", choices=collectives, default=collectives[0],
+                        help=f"collective to run (default {collectives[0]})")
+    common.add_argument("--timing", choices=TIMINGS, default="per-call",
+                        help="per-call: barrier, then Wtime around each call (OSU's C "
+                             "benchmarks); batch: Wtime around the back-to-back loop "
+                             "(OMB-Py), for small messages")
+    common.add_argument("--csv", metavar="PATH", help="append one row per size to this CSV")
+    common.add_argument("--json", metavar="PATH", help="write this run's rows and environment")
+    common.add_argument("--seed", type=non_negative_int, default=0,
+                        help="seed of the generated input data (default 0)")
+    return parser

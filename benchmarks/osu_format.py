@@ -1,0 +1,82 @@
+"""stdout in OSU Micro-Benchmarks 7.4's own format, so OSU parsers keep working.
+
+OSU prints the size left-aligned in 10 characters and each number right-aligned in 18
+with two decimals, iterations in 12; ccbench's extra columns come only after OSU's.
+"""
+
+from __future__ import annotations
+
+OSU_VERSION = "7.4"
+SIZE_WIDTH, FIELD_WIDTH, ITER_WIDTH, PRECISION = 10, 18, 12, 2
+
+TITLES = {
+    "allgather": "Allgather",
+    "reduce_scatter": "Reduce_scatter",
+    "allreduce": "Allreduce",
+}
+MPI_DATATYPES = {
+    "float32": "MPI_FLOAT",
+    "float64": "MPI_DOUBLE",
+    "float16": "MPIX_C_FLOAT16",
+    "bfloat16": "bfloat16 (no MPI type)",
+}
+SIZE_CONVENTION = {
+    "allgather": "Size = bytes each rank sends (OSU); the gathered buffer is ranks x Size",
+    "reduce_scatter": "Size = the whole send buffer (OSU); each rank receives Size / ranks",
+    "allreduce": "Size = the whole buffer (OSU and nccl-tests agree)",
+}
+
+
+def title(collective: str) -> str:
+    return f"# OSU MPI {TITLES[collective]} Latency Test v{OSU_VERSION}"
+
+
+def _fmt(value, spec: str, width: int) -> str:
+    if value is None or value == "":
+        return f"{'-':>{width}}"
+    return f"{value:>{width}{spec}}"
+
+
+class Printer:
+    """Prints the header and one line per size on rank 0."""
+
+    def __init__(self, opts, variant, info: dict):
+        self.opts, self.variant, self.info = opts, variant, info
+        self.extra = list(variant.stdout_columns(opts))
+        if opts.full:
+            self.extra = [("P50 Latency(us)", "p50_us", ".2f"),
+                          ("P99 Latency(us)", "p99_us", ".2f"),
+                          ("Busbw(GB/s)", "busbw_gbps", ".3f"), *self.extra]  # fmt: skip
+
+    def header(self, skipped: list[int]) -> None:
+        opts, columns = self.opts, self.variant.columns(self.opts)
+        lines = [title(opts.collective), f"# Datatype: {MPI_DATATYPES[opts.dtype]}."]
+        described = ", ".join(f"{k} {v}" for k, v in columns.items())
+        lines.append(f"# ccbench {self.variant.name}" + (f": {described}" if described else ""))
+        lines.append(f"# {self.info['mpi_library']}; buffer {opts.buffer}; "
+                     f"timing {opts.timing}; {SIZE_CONVENTION[opts.collective]}")
+        if skipped:
+            lines.append(f"# Skipped sizes too small for one element per rank: "
+                         f"{', '.join(map(str, skipped))}")
+        head = f"{'# Size':<{SIZE_WIDTH}}{'Avg Latency(us)':>{FIELD_WIDTH}}"
+        if opts.full:
+            head += f"{'Min Latency(us)':>{FIELD_WIDTH}}{'Max Latency(us)':>{FIELD_WIDTH}}"
+            head += f"{'Iterations':>{ITER_WIDTH}}"
+        if opts.validate:
+            head += f"{'Validation':>{FIELD_WIDTH}}"
+        for name, _, _ in self.extra:
+            head += f"{name:>{FIELD_WIDTH}}"
+        lines.append(head)
+        print("\n".join(lines), flush=True)
+
+    def row(self, row: dict) -> None:
+        line = f"{row['size_bytes']:<{SIZE_WIDTH}d}{row['avg_us']:>{FIELD_WIDTH}.{PRECISION}f}"
+        if self.opts.full:
+            line += f"{row['min_us']:>{FIELD_WIDTH}.{PRECISION}f}"
+            line += f"{row['max_us']:>{FIELD_WIDTH}.{PRECISION}f}"
+            line += f"{row['iterations']:>{ITER_WIDTH}d}"
+        if self.opts.validate:
+            line += f"{row['validation']:>{FIELD_WIDTH}}"
+        for _, key, spec in self.extra:
+            line += _fmt(row.get(key), spec, FIELD_WIDTH)
+        print(line, flush=True)

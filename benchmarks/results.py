@@ -1,0 +1,110 @@
+"""Result rows: the CSV schema, atomic writes and reading result sets back."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from benchmarks.errors import UsageError
+
+# The columns every micro-benchmark row carries, in this order; a variant's own columns
+# and its configuration columns (density, block size, ...) follow.
+COMMON_COLUMNS = (
+    "run_id", "timestamp", "variant", "algorithm", "collective", "codec", "dtype", "buffer",
+    "ranks", "nodes", "size_bytes", "bytes_per_rank", "total_bytes", "count", "iterations",
+    "warmup", "timing", "avg_us", "min_us", "max_us", "p50_us", "p99_us", "algbw_gbps",
+    "busbw_gbps", "wire_bytes_per_rank", "compression_ratio", "max_abs_err", "max_rel_err",
+    "error_bound", "validation", "link_gbps", "mpi_library", "hostname", "git_sha",
+)  # fmt: skip
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _format(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value) if value == value else "nan"
+    return str(value)
+
+
+def write_csv_atomic(path, rows: Sequence[dict], columns: Sequence[str] | None = None) -> None:
+    """Write rows to `path` through a temporary file and a rename: never a torn file."""
+    path = Path(path)
+    if columns is None:
+        columns = list(rows[0]) if rows else list(COMMON_COLUMNS)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_format(row.get(c)) for c in columns])
+    _atomic_write_text(path, out.getvalue())
+
+
+def read_rows(path) -> tuple[list[str], list[dict]]:
+    """(header, rows as dicts of strings) of a CSV written by write_csv_atomic."""
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return [], []
+        return header, [dict(zip(header, values)) for values in reader]
+
+
+def append_rows(path, rows: Sequence[dict], columns: Sequence[str]) -> None:
+    """Add rows to a CSV atomically; refuse a file whose columns differ (no mixed schemas)."""
+    path = Path(path)
+    existing: list[dict] = []
+    if path.exists() and path.stat().st_size > 0:
+        header, existing = read_rows(path)
+        if list(header) != list(columns):
+            raise UsageError(
+                f"{path} holds results with other columns; write to a new file "
+                "(ccbench merge combines files of one schema)"
+            )
+    write_csv_atomic(path, [*existing, *rows], columns)
+
+
+def write_json_atomic(path, payload: dict) -> None:
+    _atomic_write_text(Path(path), json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def csv_files(paths: Iterable) -> list[Path]:
+    """The CSV files named, or found (recursively) in the folders named, sorted."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found.extend(sorted(p.rglob("*.csv")))
+        elif p.exists():
+            found.append(p)
+        else:
+            raise UsageError(f"{p}: no such file or folder")
+    return found
+
+
+def read_results(paths):
+    """All rows of the CSV files (or folders of them) as one pandas DataFrame."""
+    import pandas as pd
+
+    frames = [pd.read_csv(p) for p in csv_files(paths)]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame(columns=list(COMMON_COLUMNS))
+    return pd.concat(frames, ignore_index=True, sort=False)

@@ -1,0 +1,1 @@
+"""ccbench collectives: communicator, ring schedules and one module per variant."""

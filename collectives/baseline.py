@@ -1,0 +1,46 @@
+"""The uncompressed baseline: the MPI library's collectives and the same ring by hand."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from collectives.ring import (
+    RingScratch,
+    block_bounds,
+    ring_allgather,
+    ring_allreduce,
+    ring_reduce_scatter,
+)
+
+ALGORITHMS = ("mpi", "ring")
+COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
+
+
+def mpi_allgather(comm, sendbuf, recvbuf) -> None:
+    comm.library_call("allgather", sendbuf, recvbuf)()
+
+
+def mpi_reduce_scatter(comm, sendbuf, recvbuf) -> None:
+    comm.library_call("reduce_scatter", sendbuf, recvbuf)()
+
+
+def mpi_allreduce(comm, sendbuf, recvbuf) -> None:
+    comm.library_call("allreduce", sendbuf, recvbuf)()
+
+
+def bind_collective(comm, algorithm: str, collective: str, sendbuf, recvbuf):
+    """A zero-argument callable running one collective; set-up (views, scratch) done here."""
+    if algorithm == "mpi":
+        return comm.library_call(collective, sendbuf, recvbuf)
+    if algorithm != "ring":
+        raise ValueError(f"unknown algorithm {algorithm!r}")
+    if collective == "allgather":
+        return partial(ring_allgather, comm, sendbuf, recvbuf)
+    if collective == "reduce_scatter":
+        scratch = RingScratch(sendbuf, recvbuf.shape[0])
+        return partial(ring_reduce_scatter, comm, sendbuf, recvbuf, scratch)
+    if collective == "allreduce":
+        longest = max(stop - start for start, stop in block_bounds(sendbuf.shape[0], comm.size))
+        scratch = RingScratch(sendbuf, longest)
+        return partial(ring_allreduce, comm, sendbuf, recvbuf, scratch)
+    raise ValueError(f"unknown collective {collective!r}")

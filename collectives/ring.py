@@ -1,0 +1,116 @@
+"""The ring algorithm, written once: schedules, block layout and the uncompressed rings.
+
+Rank r sends to r+1 and receives from r-1. The schedules say which block moves at each
+of the P-1 steps; the compressed variants walk the same schedules with codecs in the
+loop instead of copying these loops.
+
+Reduce-scatter ends with rank r holding the reduced block r, as MPI_Reduce_scatter_block.
+Block b is summed in ring order starting at rank b+1 and ending at rank b, so results
+equal the library's only where the sum is exact (the validation inputs are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from array_api_compat import array_namespace, device
+
+from kernels.reduce import add_into, copy_into
+
+
+def ring_neighbors(rank: int, size: int) -> tuple[int, int]:
+    """(left, right): the rank this one receives from, and the one it sends to."""
+    return (rank - 1) % size, (rank + 1) % size
+
+
+def block_bounds(count: int, size: int) -> list[tuple[int, int]]:
+    """Split `count` elements into `size` contiguous blocks, the first count % size longer."""
+    base, extra = divmod(count, size)
+    bounds, start = [], 0
+    for b in range(size):
+        stop = start + base + (1 if b < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def allgather_schedule(rank: int, size: int) -> Iterator[tuple[int, int, int]]:
+    """(step, send_block, recv_block): forward the block received at the previous step."""
+    for step in range(size - 1):
+        yield step, (rank - step) % size, (rank - step - 1) % size
+
+
+def reduce_scatter_schedule(rank: int, size: int) -> Iterator[tuple[int, int, int]]:
+    """(step, send_block, recv_block): send a partial sum, receive the next one to add to."""
+    for step in range(size - 1):
+        yield step, (rank - step - 1) % size, (rank - step - 2) % size
+
+
+def empty_like_block(x, count: int):
+    """An uninitialised 1-D array of `count` elements with x's backend, dtype and device."""
+    xp = array_namespace(x)
+    return xp.empty(count, dtype=x.dtype, device=device(x))
+
+
+class RingScratch:
+    """Two block-sized work buffers for the reducing ring, allocated once per size."""
+
+    def __init__(self, like, block_count: int):
+        self.incoming = empty_like_block(like, block_count)
+        self.partial = empty_like_block(like, block_count)
+
+
+def ring_allgather_inplace(comm, buf, bounds) -> None:
+    """Allgather in place: on entry buf[bounds[rank]] holds this rank's block."""
+    left, right = ring_neighbors(comm.rank, comm.size)
+    for _, send_block, recv_block in allgather_schedule(comm.rank, comm.size):
+        s0, s1 = bounds[send_block]
+        r0, r1 = bounds[recv_block]
+        comm.sendrecv(buf[s0:s1], right, buf[r0:r1], left)
+
+
+def ring_allgather(comm, sendbuf, recvbuf) -> None:
+    """recvbuf = concatenation of every rank's sendbuf (equal counts)."""
+    n = sendbuf.shape[0]
+    bounds = [(b * n, (b + 1) * n) for b in range(comm.size)]
+    start, stop = bounds[comm.rank]
+    copy_into(recvbuf[start:stop], sendbuf)
+    ring_allgather_inplace(comm, recvbuf, bounds)
+
+
+def ring_reduce_scatter_blocks(comm, sendbuf, bounds, out, scratch: RingScratch | None = None):
+    """out = sum over ranks of sendbuf[bounds[rank]]; blocks may differ in length by one."""
+    left, right = ring_neighbors(comm.rank, comm.size)
+    if comm.size == 1:
+        start, stop = bounds[0]
+        copy_into(out, sendbuf[start:stop])
+        return
+    if scratch is None:
+        scratch = RingScratch(sendbuf, max(stop - start for start, stop in bounds))
+    outgoing = None
+    for step, send_block, recv_block in reduce_scatter_schedule(comm.rank, comm.size):
+        s0, s1 = bounds[send_block]
+        r0, r1 = bounds[recv_block]
+        if outgoing is None:  # the first hop sends this rank's own contribution
+            outgoing = sendbuf[s0:s1]
+        incoming = scratch.incoming[: r1 - r0]
+        comm.sendrecv(outgoing, right, incoming, left)
+        last = step == comm.size - 2
+        target = out if last else scratch.partial[: r1 - r0]
+        add_into(target, incoming, sendbuf[r0:r1])
+        outgoing = target
+
+
+def ring_reduce_scatter(comm, sendbuf, recvbuf, scratch: RingScratch | None = None) -> None:
+    """recvbuf = block `rank` of the element-wise sum of every rank's sendbuf (equal blocks)."""
+    n = recvbuf.shape[0]
+    bounds = [(b * n, (b + 1) * n) for b in range(comm.size)]
+    ring_reduce_scatter_blocks(comm, sendbuf, bounds, recvbuf, scratch)
+
+
+def ring_allreduce(comm, sendbuf, recvbuf, scratch: RingScratch | None = None) -> None:
+    """recvbuf = element-wise sum of every rank's sendbuf: reduce-scatter, then allgather."""
+    bounds = block_bounds(sendbuf.shape[0], comm.size)
+    start, stop = bounds[comm.rank]
+    ring_reduce_scatter_blocks(comm, sendbuf, bounds, recvbuf[start:stop], scratch)
+    ring_allgather_inplace(comm, recvbuf, bounds)

@@ -1,0 +1,1 @@
+"""ccbench kernels: array backends, compression and sparsity kernels."""

@@ -1,0 +1,41 @@
+"""Launch real MPI ranks from tests: `mpiexec -n N python ARGS` from the repository root."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def mpiexec_path() -> str:
+    """The mpiexec beside this Python (the mpich wheel's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("mpiexec")
+    if found is None:
+        raise RuntimeError("no mpiexec: install the 'local' extra (the mpich wheel)")
+    return found
+
+
+def mpirun(nranks: int, args: list[str], timeout: float = 120, env: dict | None = None,
+           cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `args` under `mpiexec -n nranks` with this Python; output captured as text.
+
+    A run that outlives `timeout` is killed and raises subprocess.TimeoutExpired, so a
+    deadlock fails the test instead of hanging it.
+    """
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO), *filter(None, [full_env.get("PYTHONPATH")])]
+    )
+    full_env.setdefault("OMP_NUM_THREADS", "1")
+    if env:
+        full_env.update(env)
+    command = [mpiexec_path(), "-n", str(nranks), sys.executable, *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env=full_env, cwd=cwd or REPO, stdin=subprocess.DEVNULL)
