@@ -86,7 +86,7 @@ def describe(info: dict, argv, ranks: int) -> dict:
         "argv": list(argv),
         "ranks": ranks,
         "mpi_library_full": MPI.Get_library_version().strip(),
-        "mpi_version": "%d.%d" % MPI.Get_version(),
+        "mpi_version": "{}.{}".format(*MPI.Get_version()),
         "versions": _versions(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),

@@ -14,8 +14,8 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -71,7 +71,7 @@ class Op:
 class Context:
     comm: Communicator
     opts: object
-    variant: "Variant"
+    variant: Variant
 
 
 class Variant:
@@ -121,10 +121,11 @@ class Variant:
 def exact_input(case: Case, rank: int) -> np.ndarray:
     """Seeded small integers: sums over all ranks are exact in every dtype, any order.
 
-    With P ranks the values lie in [-a, a], a = max(1, min(8, 128 // P)), so every
-    partial sum is an integer of magnitude at most 128 (bfloat16 holds integers to 256).
+    With P ranks the values lie in [-a, a], a = max(1, min(8, 127 // P)), so every
+    partial sum is an integer of magnitude at most 127: int8 holds it, and so does
+    bfloat16 (integers to 256), up to 127 ranks.
     """
-    amplitude = max(1, min(8, 128 // case.ranks))
+    amplitude = max(1, min(8, 127 // case.ranks))
     rng = np.random.default_rng([case.seed, rank, case.send_count])
     return rng.integers(-amplitude, amplitude + 1, case.send_count).astype(np.float64)
 
@@ -443,8 +444,8 @@ def _run(variant: Variant, argv, comm: Communicator) -> int:
         if opts.csv:
             environment.write_sidecar(opts.csv, run_info, argv, comm.size)
         if opts.json:
-            write_json_atomic(opts.json, {"environment": environment.describe(run_info, argv, comm.size),
-                                          "results": rows})
+            described = environment.describe(run_info, argv, comm.size)
+            write_json_atomic(opts.json, {"environment": described, "results": rows})
         if failures:
             print(f"# Validation failed at {failures} of {len(rows)} sizes", flush=True)
     return 1 if failures else 0

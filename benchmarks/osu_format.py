@@ -19,6 +19,7 @@ MPI_DATATYPES = {
     "float64": "MPI_DOUBLE",
     "float16": "MPIX_C_FLOAT16",
     "bfloat16": "bfloat16 (no MPI type)",
+    "int8": "MPI_SIGNED_CHAR",
 }
 SIZE_CONVENTION = {
     "allgather": "Size = bytes each rank sends (OSU); the gathered buffer is ranks x Size",

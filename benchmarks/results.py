@@ -65,7 +65,7 @@ def read_rows(path) -> tuple[list[str], list[dict]]:
         header = next(reader, None)
         if header is None:
             return [], []
-        return header, [dict(zip(header, values)) for values in reader]
+        return header, [dict(zip(header, values, strict=False)) for values in reader]
 
 
 def append_rows(path, rows: Sequence[dict], columns: Sequence[str]) -> None:
@@ -83,7 +83,8 @@ def append_rows(path, rows: Sequence[dict], columns: Sequence[str]) -> None:
 
 
 def write_json_atomic(path, payload: dict) -> None:
-    _atomic_write_text(Path(path), json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+    text = json.dumps(payload, indent=2, sort_keys=True, default=str)
+    _atomic_write_text(Path(path), text + "\n")
 
 
 def csv_files(paths: Iterable) -> list[Path]:

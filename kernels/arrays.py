@@ -12,9 +12,9 @@ import numpy as np
 from benchmarks.errors import UsageError
 
 BUFFERS = ("numpy", "torch", "cupy", "torch-cuda")
-DTYPES = ("float32", "float16", "bfloat16", "float64")
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int8")
 
-_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1}
 # Backends whose arrays cannot hold a dtype (numpy and cupy have no bfloat16).
 _UNSUPPORTED = {("numpy", "bfloat16"), ("cupy", "bfloat16")}
 

@@ -1,0 +1,47 @@
+"""Option parsing and the size conventions, without MPI ranks."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.errors import UsageError
+from benchmarks.harness import case_shape
+from benchmarks.options import message_sizes, parse_message_sizes, parse_size
+
+
+@pytest.mark.parametrize(("text", "value"), [("1", 1), ("4K", 4096), ("4k", 4096),
+                                             ("1M", 1 << 20), ("2G", 2 << 30), ("8KiB", 8192)])
+def test_parse_size(text, value):
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "K", "1.5M", "-4", "4T", "1:2"])
+def test_parse_size_rejects(text):
+    with pytest.raises(UsageError):
+        parse_size(text)
+
+
+def test_message_size_range_is_osu_sweep():
+    assert parse_message_sizes("1M") == (1, 1 << 20)
+    assert parse_message_sizes("4:64") == (4, 64)
+    assert message_sizes(4, 64) == [4, 8, 16, 32, 64]
+    assert message_sizes(3, 20) == [3, 6, 12]
+    with pytest.raises(UsageError, match="greater than MAX"):
+        parse_message_sizes("64:4")
+    with pytest.raises(UsageError, match="minimum"):
+        parse_message_sizes("0:4")
+
+
+def test_case_shapes_follow_osu_and_nccl_tests():
+    # allgather: size is what each rank sends; nccl-tests' size is the gathered buffer
+    assert case_shape("allgather", 4096, 4, "float32") == (1024, 1024, 4096, 4096, 16384)
+    # reduce_scatter: size is the whole send buffer; each rank receives size / ranks
+    assert case_shape("reduce_scatter", 4096, 4, "float32") == (1024, 1024, 256, 1024, 4096)
+    assert case_shape("allreduce", 4096, 4, "float16") == (2048, 2048, 2048, 4096, 4096)
+    assert case_shape("allreduce", 12, 4, "float32") == (3, 3, 3, 12, 12)  # fewer than ranks
+    assert case_shape("allgather", 2, 4, "float32") is None  # below one element
+    assert case_shape("reduce_scatter", 8, 4, "float32") is None
+    with pytest.raises(UsageError, match="cannot be split over 3 ranks"):
+        case_shape("reduce_scatter", 4096, 3, "float32")
+    with pytest.raises(UsageError, match="whole number"):
+        case_shape("allgather", 6, 2, "float32")
