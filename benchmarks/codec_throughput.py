@@ -1,0 +1,207 @@
+"""Codec throughput on one core: encode and decode rate against a plain copy.
+
+    python -m benchmarks.codec_throughput -m 16M --data random,gradient --csv results/codecs.csv
+
+For each codec and data kind, times encode (into a preallocated payload), decode (into a
+preallocated array) and a plain copy of the same buffer, interleaved round by round so
+that background load hits all three alike, and reports the best round of each in GB/s
+of uncompressed data, the ratio to the copy, the achieved compression ratio and the
+round-trip error. torch runs on one thread; numpy's kernels are single-threaded.
+Goals: casts (fp16, bf16) >= 0.5x and bfp >= 0.25x the copy rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from benchmarks.errors import UsageError
+from benchmarks.options import RankAwareParser, parse_size, positive_int
+from kernels import arrays
+from kernels.codecs import describe_codecs, empty_payload, parse_codec
+
+DEFAULT_CODECS = ("fp16", "bf16", "bfp:rate=16", "bfp:rate=8", "bfp:rate=4", "zfp:rate=16",
+                  "zfp:rate=8", "zfp:tol=1e-3", "zstd")
+DATA = ("random", "gradient")
+COLUMNS = ("run_id", "timestamp", "codec", "data", "dtype", "buffer", "size_bytes",
+           "repeats", "clock", "encode_gbps", "decode_gbps", "copy_gbps", "encode_vs_copy",
+           "decode_vs_copy", "ratio", "max_abs_err", "max_rel_err", "error_bound",
+           "hostname", "git_sha")  # fmt: skip
+
+
+def make_data(kind: str, count: int, seed: int) -> np.ndarray:
+    """float64 values: 'random' standard normal; 'gradient' normal with per-4096 scales."""
+    rng = np.random.default_rng([seed, count])
+    values = rng.standard_normal(count)
+    if kind == "gradient":
+        scale = np.exp(rng.normal(-6.0, 1.0, size=count // 4096 + 1))
+        values *= np.repeat(scale, 4096)[:count]
+    return values
+
+
+def _copy_fn(buffer: str, src, dst):
+    if buffer == "numpy":
+        return lambda: np.copyto(dst, src)
+    return lambda: dst.copy_(src)
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+def measure_codec(spec: str, kind: str, buffer: str, dtype: str, count: int,
+                  repeats: int, seed: int = 0, clock: str = "wall") -> dict:
+    """One row: best-of-`repeats` encode, decode and copy rates, ratio and error.
+
+    clock 'cpu' times this thread's CPU time instead of wall time: on a loaded host it
+    leaves out the time other processes hold the core (not for GPU buffers).
+    """
+    now = CLOCKS[clock]
+    codec = parse_codec(spec)
+    codec.check_supported(buffer, dtype)
+    x = arrays.from_numpy(buffer, make_data(kind, count, seed), dtype)
+    out = arrays.empty(buffer, count, dtype)
+    copy_dst = arrays.empty(buffer, count, dtype)
+    payload = empty_payload(x, codec.max_encoded_nbytes(count, dtype))
+    nbytes = count * arrays.itemsize(dtype)
+    copy = _copy_fn(buffer, x, copy_dst)
+    state = {}
+
+    def encode():
+        state["payload"] = codec.encode(x, out=payload)
+
+    def decode():
+        codec.decode(state["payload"], out)
+
+    best = {"encode": float("inf"), "decode": float("inf"), "copy": float("inf")}
+    encode()
+    decode()
+    copy()
+    for _ in range(repeats):
+        for name, fn in (("copy", copy), ("encode", encode), ("decode", decode)):
+            t0 = now()
+            fn()
+            arrays.synchronize(buffer)
+            best[name] = min(best[name], now() - t0)
+    got = arrays.to_numpy(out).astype(np.float64)
+    ref = arrays.to_numpy(x).astype(np.float64)
+    err = float(np.abs(got - ref).max())
+    scale = float(np.abs(ref).max())
+    rate = {name: nbytes / t / 1e9 for name, t in best.items()}
+    return {
+        "codec": codec.spec, "data": kind, "dtype": dtype, "buffer": buffer,
+        "size_bytes": nbytes, "repeats": repeats, "clock": clock,
+        "encode_gbps": rate["encode"], "decode_gbps": rate["decode"],
+        "copy_gbps": rate["copy"],
+        "encode_vs_copy": rate["encode"] / rate["copy"],
+        "decode_vs_copy": rate["decode"] / rate["copy"],
+        "ratio": nbytes / state["payload"].shape[0],
+        "max_abs_err": err, "max_rel_err": err / scale if scale else err,
+        "error_bound": codec.error_bound(scale, dtype),
+    }  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = RankAwareParser(prog="python -m benchmarks.codec_throughput",
+                             description=__doc__ + "\nCodecs:\n" + describe_codecs(),
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--codec", action="append", metavar="SPEC",
+                        help="codec to measure (repeat for several; default: "
+                             + ", ".join(DEFAULT_CODECS) + ")")
+    parser.add_argument("-m", "--message-size", default="16M", metavar="BYTES",
+                        help="buffer size in bytes, K/M/G suffixes (default 16M)")
+    parser.add_argument("-T", "--dtype", choices=arrays.DTYPES, default="float32")
+    parser.add_argument("-d", "--buffer", choices=("numpy", "torch", "cupy", "torch-cuda"),
+                        default="numpy")
+    parser.add_argument("--data", default=",".join(DATA),
+                        help="data kinds, comma-separated: random, gradient (default both)")
+    parser.add_argument("-i", "--iterations", type=positive_int, default=20,
+                        help="timed rounds; the best is kept (default 20)")
+    parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                        help="wall: elapsed time (default); cpu: this thread's CPU time, "
+                             "for hosts where other jobs compete for the cores")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--csv", metavar="PATH", help="append one row per codec and data kind")
+    return parser
+
+
+def _set_one_thread() -> None:
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(1)
+
+
+HEADER = (f"{'# codec':<16}{'data':>10}{'encode GB/s':>13}{'decode GB/s':>13}"
+          f"{'copy GB/s':>11}{'enc/copy':>10}{'dec/copy':>10}{'ratio':>9}{'max rel err':>13}")
+
+
+def _print_row(r: dict) -> None:
+    print(f"{r['codec']:<16}{r['data']:>10}{r['encode_gbps']:>13.3f}{r['decode_gbps']:>13.3f}"
+          f"{r['copy_gbps']:>11.3f}{r['encode_vs_copy']:>10.3f}{r['decode_vs_copy']:>10.3f}"
+          f"{r['ratio']:>9.3f}{r['max_rel_err']:>13.3e}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    opts = build_parser().parse_args(argv)
+    kinds = [k.strip() for k in opts.data.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in DATA]
+    if unknown or not kinds:
+        raise UsageError(f"--data: unknown kind(s) {', '.join(unknown) or '(none)'}; "
+                         f"use {', '.join(DATA)}")
+    arrays.check_supported(opts.buffer, opts.dtype)
+    if opts.clock == "cpu" and arrays.is_gpu(opts.buffer):
+        raise UsageError("--clock cpu does not see GPU time; use --clock wall")
+    size = parse_size(opts.message_size)
+    count = size // arrays.itemsize(opts.dtype)
+    if count < 1:
+        raise UsageError(f"-m {opts.message_size}: smaller than one {opts.dtype} element")
+    specs = opts.codec or list(DEFAULT_CODECS)
+    codecs = [parse_codec(spec) for spec in specs]  # bad specs fail before any timing
+    for codec in codecs:
+        codec.check_supported(opts.buffer, opts.dtype)
+    _set_one_thread()
+    info = _run_info() if opts.csv else {}
+    print(f"# ccbench codec throughput: {count} {opts.dtype} values ({size} B), buffer "
+          f"{opts.buffer}, best of {opts.iterations} rounds, {opts.clock} clock, one thread",
+          flush=True)
+    print(HEADER, flush=True)
+    rows = []
+    for codec in codecs:
+        for kind in kinds:
+            row = measure_codec(codec.spec, kind, opts.buffer, opts.dtype, count,
+                                opts.iterations, opts.seed, opts.clock)
+            rows.append({**info, **row})
+            _print_row(row)
+    if opts.csv:
+        from benchmarks import environment
+        from benchmarks.results import append_rows
+
+        append_rows(opts.csv, rows, list(COLUMNS))
+        environment.write_sidecar(opts.csv, info, argv, 1)
+    return 0
+
+
+def _run_info() -> dict:
+    from mpi4py import MPI
+
+    from benchmarks import environment
+    from collectives.comm import Communicator
+
+    return environment.run_info(Communicator(MPI.COMM_WORLD), "codec_throughput")
+
+
+def _entry() -> int:
+    try:
+        return main()
+    except UsageError as exc:
+        print(f"ccbench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(_entry())

@@ -1,0 +1,238 @@
+"""A compact FSDP / ZeRO-3-style trainer over ccbench's collectives.
+
+Every parameter of the model is a view of one flat buffer, padded so that P equal
+shards cover it; gradients are views of a second flat buffer of the same layout. Rank r
+owns shard r: the master copy of those parameters and their optimizer state. One step:
+
+1. allgather the parameter shards into the flat parameter buffer (communication),
+2. forward and backward on this rank's slice of the global batch (compute; autograd
+   accumulates straight into the flat gradient buffer),
+3. reduce-scatter the flat gradients into this rank's gradient shard, divided by P
+   (communication), optionally after adding the error-feedback residual,
+4. optimizer step on the shard (compute).
+
+The two collectives are ccbench's: the baseline (MPI library or hand-written ring), the
+point-to-point compressed ring or the collective-level compressed ring, with any codec.
+
+What it leaves out of PyTorch FSDP, on purpose: one flat unit instead of one per
+module, so no prefetch of the next unit's allgather behind compute, and the gathered
+parameters stay allocated (these models are small). The communication volume per step
+is FSDP's (one allgather of the parameters, one reduce-scatter of the gradients).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from benchmarks.errors import UsageError
+from collectives.baseline import bind_collective
+
+VARIANTS = ("baseline", "p2p_compressed", "coll_compressed")
+COMPRESS = ("both", "grads", "params")
+
+
+# ----------------------------------------------------------------------- flat layout
+
+
+class FlatParameters:
+    """The model's parameters and gradients as views of two flat float32 buffers.
+
+    The length is padded up to a multiple of ``size * align`` so every rank's shard has
+    the same number of elements, a multiple of ``align`` (codec block sizes divide it).
+    """
+
+    def __init__(self, model: nn.Module, size: int, align: int = 256):
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.numel = sum(p.numel() for p in params)
+        quantum = size * align
+        self.padded = -(-self.numel // quantum) * quantum
+        self.shard_numel = self.padded // size
+        self.params = torch.zeros(self.padded, dtype=torch.float32)
+        self.grads = torch.zeros(self.padded, dtype=torch.float32)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            self.params[offset : offset + n].copy_(p.detach().reshape(-1))
+            p.data = self.params[offset : offset + n].view_as(p)
+            # A .grad that already exists is accumulated into in place by autograd.
+            p.grad = self.grads[offset : offset + n].view_as(p)
+            offset += n
+        self._model_params = params
+
+    def shard(self, buffer: torch.Tensor, rank: int) -> torch.Tensor:
+        return buffer[rank * self.shard_numel : (rank + 1) * self.shard_numel]
+
+    def check_grad_views(self) -> None:
+        """Autograd must have accumulated into the views, not replaced them."""
+        for p in self._model_params:
+            if p.grad is None or p.grad.untyped_storage().data_ptr() != (
+                self.grads.untyped_storage().data_ptr()
+            ):
+                raise RuntimeError("a gradient left the flat buffer (was zero_grad called?)")
+
+
+# ----------------------------------------------------------------------- collectives
+
+
+@dataclass
+class ShardCollectives:
+    """The two bound collectives of a step, plus what a lossy gradient codec does locally.
+
+    ``allgather()`` fills the flat parameters from the shards; ``reduce_scatter()`` sums
+    the flat gradients into the gradient shard. ``gradient_roundtrip(x, out)`` writes
+    decode(encode(x)) for error feedback; None when gradients travel losslessly.
+    """
+
+    variant: str
+    algorithm: str
+    codec: str
+    allgather: Callable[[], None]
+    reduce_scatter: Callable[[], None]
+    gradient_roundtrip: Callable[[torch.Tensor, torch.Tensor], None] | None = None
+
+
+def make_shard_collectives(
+    comm, flat: FlatParameters, variant: str, algorithm: str, codec: str, compress: str,
+    param_shard: torch.Tensor, grad_shard: torch.Tensor, chunk_bytes: int | None = None,
+) -> ShardCollectives:
+    """Bind the step's allgather and reduce-scatter to the trainer's fixed buffers."""
+    if variant not in VARIANTS:
+        raise UsageError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+    if compress not in COMPRESS:
+        raise UsageError(f"--compress must be one of {', '.join(COMPRESS)}")
+    if variant == "baseline":
+        if codec != "none":
+            raise UsageError("the baseline variant sends uncompressed data: use --codec none")
+        if algorithm not in ("mpi", "ring"):
+            raise UsageError("the baseline variant's --algorithm is mpi or ring")
+        return ShardCollectives(
+            variant, algorithm, "none",
+            bind_collective(comm, algorithm, "allgather", param_shard, flat.params),
+            bind_collective(comm, algorithm, "reduce_scatter", flat.grads, grad_shard),
+        )
+    from collectives.compressed import DEFAULT_CHUNK_BYTES, bind_compressed
+    from kernels.codecs import empty_payload, parse_codec
+
+    chosen = parse_codec(codec)
+    kind = {"p2p_compressed": "p2p", "coll_compressed": "coll"}[variant]
+    options = {"chunk_bytes": chunk_bytes or DEFAULT_CHUNK_BYTES} if kind == "coll" else {}
+
+    def bind(collective, compressed, send, recv):
+        # The collective left uncompressed runs over the same ring, uncompressed.
+        if not compressed:
+            return bind_collective(comm, "ring", collective, send, recv)
+        return bind_compressed(comm, kind, collective, chosen, send, recv, **options)
+
+    on_grads = compress in ("both", "grads")
+    shards = [(b * flat.shard_numel, (b + 1) * flat.shard_numel) for b in range(comm.size)]
+    payload = empty_payload(flat.grads, chosen.max_encoded_nbytes(flat.shard_numel))
+
+    def gradient_roundtrip(x, out):
+        # Shard by shard, as the ring encodes them, so codec blocks fall where they do there.
+        for start, stop in shards:
+            chosen.decode(chosen.encode(x[start:stop], out=payload), out[start:stop])
+
+    return ShardCollectives(
+        variant, "ring", chosen.spec,
+        bind("allgather", compress in ("both", "params"), param_shard, flat.params),
+        bind("reduce_scatter", on_grads, flat.grads, grad_shard),
+        gradient_roundtrip if on_grads and chosen.lossy else None,
+    )
+
+
+# ----------------------------------------------------------------------- trainer
+
+
+@dataclass
+class StepRecord:
+    loss: float
+    step_us: float
+    allgather_us: float
+    compute_us: float
+    reduce_scatter_us: float
+    wire_bytes: int
+
+
+class ShardedTrainer:
+    """ZeRO-3-style data parallelism with flat parameter shards over ccbench collectives."""
+
+    def __init__(
+        self, model: nn.Module, comm, *, variant: str = "baseline", algorithm: str = "mpi",
+        codec: str = "none", compress: str = "both", lr: float = 1e-3,
+        error_feedback: bool = False, clip: float = 0.0, chunk_bytes: int | None = None,
+    ):
+        self.model, self.comm, self.clip = model, comm, clip
+        self.flat = FlatParameters(model, comm.size)
+        own = self.flat.shard(self.flat.params, comm.rank)
+        # The master shard: optimizer state lives only for these elements.
+        self.shard = nn.Parameter(own.clone())
+        self.shard.grad = torch.zeros_like(self.shard)
+        self.optimizer = torch.optim.Adam([self.shard], lr=lr)
+        self.collectives = make_shard_collectives(
+            comm, self.flat, variant, algorithm, codec, compress,
+            self.shard.data, self.shard.grad, chunk_bytes,
+        )
+        self.residual = None
+        if error_feedback:
+            if self.collectives.gradient_roundtrip is None:
+                raise UsageError(
+                    "--error-feedback needs a lossy codec on the gradients "
+                    "(a compressed variant with --compress both or grads)"
+                )
+            self.residual = torch.zeros_like(self.flat.grads)
+
+    def step(self, loss_fn: Callable[[nn.Module], torch.Tensor]) -> StepRecord:
+        """One training step; ``loss_fn(model)`` is this rank's mean loss on its batch."""
+        comm, flat = self.comm, self.flat
+        comm.reset_wire_bytes()
+        t0 = time.perf_counter()
+        self.collectives.allgather()
+        t1 = time.perf_counter()
+        flat.grads.zero_()
+        loss = loss_fn(self.model)
+        loss.backward()
+        if self.residual is not None:
+            self._add_error_feedback()
+        t2 = time.perf_counter()
+        self.collectives.reduce_scatter()
+        t3 = time.perf_counter()
+        self.shard.grad.div_(comm.size)
+        clip_us = self._clip_gradients() if self.clip > 0 else 0.0
+        self.optimizer.step()
+        t4 = time.perf_counter()
+        ag, rs = (t1 - t0) * 1e6, (t3 - t2) * 1e6 + clip_us
+        total = (t4 - t0) * 1e6
+        return StepRecord(float(loss.detach()), total, ag, total - ag - rs, rs, comm.wire_bytes)
+
+    def _add_error_feedback(self) -> None:
+        """g += residual; residual = g - decode(encode(g)) (GRACE's residual memory).
+
+        The residual is the codec's error on this rank's own compensated gradient; the
+        compressed ring also recompresses partial sums, whose error is not fed back.
+        """
+        grads, residual = self.flat.grads, self.residual
+        grads.add_(residual)
+        self.collectives.gradient_roundtrip(grads, residual)
+        torch.sub(grads, residual, out=residual)
+
+    def _clip_gradients(self) -> float:
+        """Clip the global gradient norm; the tiny allreduce is counted as communication."""
+        t0 = time.perf_counter()
+        local = np.array([float(self.shard.grad.double().square().sum())])
+        total = np.empty(1)
+        self.comm.mpi.Allreduce(local, total)
+        elapsed = (time.perf_counter() - t0) * 1e6
+        norm = float(np.sqrt(total[0]))
+        if norm > self.clip:
+            self.shard.grad.mul_(self.clip / norm)
+        return elapsed
+
+    def gather_exact_parameters(self) -> None:
+        """Fill the model with the exact master shards (uncompressed, for evaluation)."""
+        self.comm.library_call("allgather", self.shard.data, self.flat.params)()

@@ -1,0 +1,419 @@
+"""MG-WFBP execution benchmark: merged-gradient allreduces overlapped with a replayed backward.
+
+    mpiexec -n 4 python -m benchmarks.merged_gradient --model resnet50 --strategy all
+
+1. Cost model: allreduce over a size sweep on this communicator, through the chosen
+   transport; ``alpha + beta * bytes`` is fitted and printed (never assumed).
+2. Plans: every strategy of ``collectives.mgwfbp`` under that fit and the model's
+   profile (``results/profiles/<model>.csv``), with its predicted iteration time.
+3. Execution: iterations replay the profile's forward and backward times on the main
+   thread (it sleeps until each group's last gradient is ready, as a device would be
+   busy computing, leaving the host free) and hand each group, the moment it is
+   complete, to a communication thread that allreduces the groups in order on slices
+   of one flat gradient buffer (one stream, as Horovod's background thread and DDP's
+   reducer). The strategies run round-robin, iteration by iteration, so load drifts hit
+   all of them alike. Measured: barrier, then the iteration until the last allreduce
+   returns; the slowest rank's time per iteration, averaged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+from benchmarks import environment
+from benchmarks.errors import UsageError
+from benchmarks.harness import _abort, _AgreedError, agreed, measure
+from benchmarks.options import RankAwareParser, non_negative_int, parse_size, positive_int
+from benchmarks.profile_layers import DEFAULT_DIR, MODEL_NAMES
+from benchmarks.results import append_rows, write_csv_atomic
+from benchmarks.simulate import COLUMNS, check_csv, plan_columns
+from collectives.baseline import bind_collective
+from collectives.comm import Communicator
+from collectives.costmodel import AlphaBeta, Fit, fit_alpha_beta
+from collectives.mgwfbp import Plan, Profile, parse_strategies, plan, read_profile
+from collectives.simulator import scale_compute
+
+ITEM = 4  # gradients are float32
+
+
+def validation_amplitude(ranks: int) -> int:
+    """Integers in [-a, a]: every partial sum over ranks is exact in float32 (and fp16)."""
+    return max(1, min(8, 128 // ranks))
+
+
+TRANSPORTS = {
+    "mpi": "the MPI library's MPI_Allreduce (default)",
+    "ring": "the ring allreduce of collectives.ring, by hand over point-to-point calls",
+    "coll:CODEC": "collective-level compressed ring allreduce (collectives.compressed), "
+                  "e.g. coll:fp16, coll:zfp:rate=8",
+    "p2p:CODEC": "point-to-point compressed ring allreduce, e.g. p2p:bfp:rate=8",
+}
+
+
+# ---------------------------------------------------------------- transport
+
+
+@dataclass
+class Transport:
+    """How every group is allreduced: ``bind(send, recv) -> run()``, set up in advance."""
+
+    name: str
+    bind: object
+    codec: object = None  # kernels.codecs.Codec of a compressed transport
+    variant: str = ""  # "coll" or "p2p" for a compressed transport
+
+    def error_bound(self, amaxes: list[float]) -> float | None:
+        """Max abs error of a result (None: exact), for inputs of these magnitudes."""
+        if self.codec is None:
+            return None
+        from collectives.compressed import error_bound
+
+        return error_bound(self.codec, self.variant, "allreduce", amaxes, "float32")
+
+
+def make_transport(name: str, comm: Communicator) -> Transport:
+    if name in ("mpi", "ring"):
+        return Transport(name, lambda s, r: bind_collective(comm, name, "allreduce", s, r))
+    variant, sep, spec = name.partition(":")
+    if variant in ("coll", "p2p") and sep:
+        from collectives.compressed import bind_compressed
+        from kernels.codecs import parse_codec
+
+        codec = parse_codec(spec)
+        return Transport(name, lambda s, r: bind_compressed(comm, variant, "allreduce", codec,
+                                                            s, r), codec, variant)
+    raise UsageError(f"unknown transport {name!r}; choose from {', '.join(TRANSPORTS)}")
+
+
+# ---------------------------------------------------------------- cost model
+
+
+def fit_sizes(total_bytes: int, low: int, ranks: int) -> list[int]:
+    """Powers of two from ``low`` up to the whole gradient, plus the whole gradient."""
+    quantum = ITEM * ranks  # whole elements, evenly split for the ring
+    sizes, s = [], max(low, quantum)
+    while s < total_bytes:
+        sizes.append(s // quantum * quantum)
+        s *= 2
+    sizes.append(max(quantum, total_bytes // quantum * quantum))
+    return sorted(set(sizes))
+
+
+def measure_cost_model(comm: Communicator, bind, send: np.ndarray, recv: np.ndarray,
+                       sizes: list[int], seconds_per_size: float) -> tuple[Fit, list[dict]]:
+    """Time one allreduce per size (OSU style) and fit alpha + beta * s."""
+    points = []
+    for size in sizes:
+        n = size // ITEM
+        run = bind(send[:n], recv[:n])
+        run()  # warm-up, and a first estimate of the time per call
+        t0 = MPI.Wtime()
+        run()
+        first = comm.mpi.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+        iters = int(np.clip(seconds_per_size / max(first, 1e-6), 3, 200))
+        stats = measure(comm, run, iters, 1, "per-call")
+        # the slowest rank's mean (OSU's "Max Latency"): an iteration ends with its slowest rank
+        points.append({"size_bytes": size, "measured_us": stats["max_us"], "iterations": iters})
+    fit = fit_alpha_beta([p["size_bytes"] for p in points], [p["measured_us"] for p in points])
+    for p in points:
+        p["fitted_us"] = float(fit.model.time_us(p["size_bytes"]))
+    return fit, points
+
+
+# ---------------------------------------------------------------- replay
+
+
+class CommThread:
+    """Runs submitted allreduces one after another, off the compute (main) thread."""
+
+    def __init__(self):
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="allreduce", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while (call := self._work.get()) is not None:
+            try:
+                start = time.perf_counter()
+                call()
+                self._done.put((start, time.perf_counter()))
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                self._done.put(exc)
+
+    def submit(self, call) -> None:
+        self._work.put(call)
+
+    def wait(self, count: int) -> np.ndarray:
+        """Wait for ``count`` completions; their (start, end) times."""
+        times = np.empty((count, 2))
+        for k in range(count):
+            item = self._done.get()
+            if isinstance(item, BaseException):
+                raise item
+            times[k] = item
+        return times
+
+    def close(self) -> None:
+        self._work.put(None)
+        self._thread.join()
+
+
+def _sleep_until(deadline: float) -> None:
+    delay = deadline - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+
+
+@dataclass
+class Schedule:
+    """One strategy made executable: group ready times and bound allreduce calls."""
+
+    plan: Plan
+    ready_s: np.ndarray  # from backward start
+    calls: list
+
+
+def make_schedule(p: Plan, bind, send: np.ndarray, recv: np.ndarray,
+                  elements: np.ndarray) -> Schedule:
+    """Bind one allreduce per group on its slice of the flat (backward-order) buffers."""
+    edges = np.concatenate(([0], np.cumsum(elements)))
+    calls = [bind(send[edges[a]:edges[b]], recv[edges[a]:edges[b]]) for a, b in p.groups]
+    return Schedule(p, p.ready_us * 1e-6, calls)
+
+
+def replay_iteration(s: Schedule, stream: CommThread) -> tuple[float, float, float, float]:
+    """One iteration, in seconds: forward end and backward end (from the start), end of
+    the last allreduce (from the start) and the time spent inside allreduces."""
+    t0 = time.perf_counter()
+    backward_start = t0 + s.plan.forward_us * 1e-6
+    _sleep_until(backward_start)
+    forward_end = time.perf_counter()
+    for ready, call in zip(s.ready_s, s.calls, strict=True):
+        _sleep_until(backward_start + ready)
+        stream.submit(call)
+    _sleep_until(backward_start + s.plan.backward_us * 1e-6)
+    backward_end = time.perf_counter()
+    comm = stream.wait(len(s.calls))
+    comm_end = max(comm[-1, 1], backward_end)
+    busy = float(np.sum(comm[:, 1] - comm[:, 0]))
+    return forward_end - t0, backward_end - t0, comm_end - t0, busy
+
+
+def run_strategies(comm: Communicator, schedules: list[Schedule], stream: CommThread,
+                   iterations: int, warmup: int) -> np.ndarray:
+    """Round-robin iterations; returns [strategy, iteration, (forward end, backward end,
+    iteration end, time in allreduces)] of the slowest rank, in microseconds."""
+    n = len(schedules)
+    times = np.zeros((n, iterations, 4))
+    for it in range(warmup + iterations):
+        for k in range(n):
+            j = (k + it) % n  # rotate the order so no strategy always follows another
+            comm.barrier()
+            result = replay_iteration(schedules[j], stream)
+            if it >= warmup:
+                times[j, it - warmup] = result
+    slowest = np.empty_like(times)
+    comm.mpi.Allreduce(times, slowest, op=MPI.MAX)
+    return slowest * 1e6
+
+
+def validate(comm: Communicator, schedules: list[Schedule], stream: CommThread,
+             send: np.ndarray, recv: np.ndarray, seed: int, bound: float | None) -> list[bool]:
+    """Check every strategy on integer inputs: each group reduced once, all covered.
+
+    Exact for lossless transports; within ``bound`` (absolute) for lossy ones.
+    """
+    amplitude = validation_amplitude(comm.size)
+
+    def inputs(rank):
+        rng = np.random.default_rng([seed, rank, send.size])
+        return rng.integers(-amplitude, amplitude + 1, send.size).astype(np.float32)
+
+    send[:] = inputs(comm.rank)
+    expected = np.zeros_like(send)
+    for r in range(comm.size):
+        expected += inputs(r)
+    passed = []
+    for s in schedules:
+        recv.fill(np.nan)
+        comm.barrier()
+        replay_iteration(s, stream)
+        if bound is None:
+            ok = bool(np.array_equal(recv, expected))
+        else:
+            ok = bool(np.all(np.abs(recv - expected) <= bound))  # NaN (uncovered) fails
+        passed.append(bool(comm.mpi.allreduce(int(ok), op=MPI.MIN)))
+    return passed
+
+
+# ---------------------------------------------------------------- driver
+
+
+def build_parser(quiet: bool) -> argparse.ArgumentParser:
+    parser = RankAwareParser(
+        prog="python -m benchmarks.merged_gradient", quiet=quiet,
+        description=__doc__.split("\n\n")[0] + "\n\nmodels: " + ", ".join(MODEL_NAMES)
+        + "\ntransports:\n" + "\n".join(f"  {k:11s} {v}" for k, v in TRANSPORTS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="resnet50", choices=MODEL_NAMES,
+                        help="profiled model (default resnet50)")
+    parser.add_argument("--profile", metavar="CSV",
+                        help=f"profile CSV (default {DEFAULT_DIR}/<model>.csv)")
+    parser.add_argument("--strategy", default="all",
+                        help="comma-separated wfbp, single, fixed:BYTES, ddp:BYTES, mgwfbp, "
+                             "optimal, or all (default)")
+    parser.add_argument("--transport", default="mpi", metavar="NAME",
+                        help="allreduce of every group: mpi (default), ring, coll:CODEC, "
+                             "p2p:CODEC (see above)")
+    parser.add_argument("-i", "--iterations", type=positive_int, default=10,
+                        help="timed iterations per strategy (default 10)")
+    parser.add_argument("-x", "--warmup", type=non_negative_int, default=2,
+                        help="warm-up iterations per strategy (default 2)")
+    parser.add_argument("--compute-speedup", type=float, default=1.0,
+                        help="replay the profile's compute this many times faster")
+    parser.add_argument("--fit-min", default="4K",
+                        help="smallest size of the cost-model sweep (default 4K; the sweep "
+                             "doubles up to the whole gradient)")
+    parser.add_argument("--fit-seconds", type=float, default=0.2,
+                        help="time spent per size of the sweep (default 0.2)")
+    parser.add_argument("-c", "--validate", action="store_true",
+                        help="check every strategy's result exactly on integer inputs")
+    parser.add_argument("--csv", metavar="PATH", help="append one row per strategy")
+    parser.add_argument("--fit-csv", metavar="PATH",
+                        help="write the cost-model sweep (size, measured, fitted)")
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    return parser
+
+
+def _parse(argv, comm: Communicator):
+    opts = build_parser(quiet=comm.rank != 0).parse_args(argv)
+    opts.strategies = parse_strategies(opts.strategy)
+    opts.fit_low = parse_size(opts.fit_min)
+    if opts.compute_speedup <= 0 or opts.fit_seconds <= 0:
+        raise UsageError("--compute-speedup and --fit-seconds must be positive")
+    if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
+        raise UsageError("the communication thread needs MPI_THREAD_SERIALIZED or better")
+    return opts
+
+
+def _load_profile(opts) -> Profile:
+    path = Path(opts.profile) if opts.profile else DEFAULT_DIR / f"{opts.model}.csv"
+    profile = scale_compute(read_profile(path), opts.compute_speedup)
+    if np.any(profile.nbytes % ITEM):
+        raise UsageError(f"{path}: gradient sizes must be whole float32 elements")
+    return profile
+
+
+def _report_fit(fit: Fit, points: list[dict], ranks: int, transport: str) -> None:
+    print(f"# allreduce cost model on {ranks} ranks ({transport}): {fit.describe()}")
+    print(f"# {'size_bytes':>12} {'measured_us':>12} {'fitted_us':>12} {'iters':>6}")
+    for p in points:
+        print(f"  {p['size_bytes']:>12} {p['measured_us']:>12.1f} {p['fitted_us']:>12.1f} "
+              f"{p['iterations']:>6}")
+
+
+def _report(rows: list[dict]) -> None:
+    print(f"# {'strategy':<12} {'groups':>6} {'predicted_ms':>12} {'measured_ms':>12} "
+          f"{'+-std':>7} {'err%':>6} {'nonovl_pred':>11} {'nonovl_meas':>11} "
+          f"{'comm_pred':>9} {'comm_meas':>9} {'check':>5}")
+    for r in rows:
+        err = 100 * (r["predicted_us"] - r["measured_us"]) / r["measured_us"]
+        print(f"  {r['strategy']:<12} {r['groups']:>6} {r['predicted_us'] / 1e3:>12.2f} "
+              f"{r['measured_us'] / 1e3:>12.2f} {r['measured_std_us'] / 1e3:>7.2f} {err:>6.1f} "
+              f"{r['nonoverlapped_us'] / 1e3:>11.2f} {r['measured_nonoverlapped_us'] / 1e3:>11.2f}"
+              f" {r['comm_us'] / 1e3:>9.2f} {r['measured_comm_us'] / 1e3:>9.2f}"
+              f" {r.get('validation', ''):>5}", flush=True)
+
+
+def _run(argv, comm: Communicator) -> int:
+    opts = agreed(comm, lambda: _parse(argv, comm))
+    agreed(comm, lambda: check_csv(opts.csv) if comm.rank == 0 else None)
+    profile = agreed(comm, lambda: _load_profile(opts) if comm.rank == 0 else None)
+    profile = comm.mpi.bcast(profile, root=0)
+    root = comm.rank == 0
+    transport = agreed(comm, lambda: make_transport(opts.transport, comm))
+    bind = transport.bind
+    count = profile.total_bytes // ITEM
+    rng = np.random.default_rng([opts.seed, comm.rank])
+    send = rng.standard_normal(count, dtype=np.float32)  # gradient-like values
+    recv = np.zeros_like(send)
+    info = environment.run_info(comm, "merged_gradient")
+
+    sizes = fit_sizes(profile.total_bytes, opts.fit_low, comm.size)
+    fit, points = measure_cost_model(comm, bind, send, recv, sizes, opts.fit_seconds)
+    cost: AlphaBeta = fit.model
+    if root:
+        print(f"# MG-WFBP execution: {profile.model}, {profile.ntensors} tensors, "
+              f"{profile.total_bytes / 2**20:.2f} MiB, forward {profile.forward_us / 1e3:.2f} ms,"
+              f" backward {profile.total_backward_us / 1e3:.2f} ms, {comm.size} ranks")
+        _report_fit(fit, points, comm.size, opts.transport)
+        if opts.fit_csv:
+            write_csv_atomic(opts.fit_csv, [{"model": profile.model, "ranks": comm.size,
+                                             "transport": opts.transport,
+                                             "link_gbps": info["link_gbps"], **p}
+                                            for p in points])
+
+    plans = [plan(s, profile, cost) for s in opts.strategies]
+    elements = profile.nbytes // ITEM
+    schedules = [make_schedule(p, bind, send, recv, elements) for p in plans]
+    stream = CommThread()
+    try:
+        times = run_strategies(comm, schedules, stream, opts.iterations, opts.warmup)
+        checks = [None] * len(schedules)
+        if opts.validate:
+            bound = transport.error_bound([validation_amplitude(comm.size)] * comm.size)
+            checks = validate(comm, schedules, stream, send, recv, opts.seed, bound)
+    finally:
+        stream.close()
+
+    rows = []
+    for p, t, ok in zip(plans, times, checks, strict=True):
+        forward, backward, total, busy = t.T
+        rows.append({
+            **info, "model": profile.model, "ranks": comm.size, "transport": opts.transport,
+            **plan_columns(p, cost), "fit_r2": round(fit.r2, 6),
+            "measured_us": round(float(total.mean()), 3),
+            "measured_std_us": round(float(total.std()), 3),
+            "measured_backward_us": round(float((backward - forward).mean()), 3),
+            "measured_nonoverlapped_us": round(float((total - backward).mean()), 3),
+            "measured_comm_us": round(float(busy.mean()), 3),
+            "scaling_efficiency": None, "iterations": opts.iterations,
+            "compute_speedup": opts.compute_speedup,
+            "validation": "" if ok is None else ("Pass" if ok else "Fail"),
+        })  # fmt: skip
+    if root:
+        _report(rows)
+        if opts.csv:
+            append_rows(opts.csv, rows, COLUMNS)
+            environment.write_sidecar(opts.csv, info, argv, comm.size)
+    return 1 if any(ok is False for ok in checks) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    comm = Communicator(MPI.COMM_WORLD)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _run(argv, comm)
+    except _AgreedError as exc:
+        if comm.rank == 0:
+            print(f"ccbench: error: {exc}", file=sys.stderr, flush=True)
+        return exc.status
+    except SystemExit:  # --help
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a failure on one rank ends the job
+        _abort(comm, exc)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

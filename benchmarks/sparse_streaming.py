@@ -1,0 +1,237 @@
+"""Sparse streaming allreduce (OmniReduce) against its baselines, swept over densities.
+
+    mpiexec -n 4 python -m benchmarks.sparse_streaming -m 1M:64M --density 1,0.1,0.01 -c
+    mpiexec -n 4 python -m benchmarks.sparse_streaming --algorithm dense --density paper
+    mpiexec -n 6 python -m benchmarks.sparse_streaming --aggregators 2 --density 0.1 -c
+
+Inputs have exactly round(density x blocks) non-zero blocks per rank (--overlap random:
+chosen per rank; all: the same on every rank; none: disjoint). Algorithms: omnireduce
+(blocks streamed through aggregators), dense (the MPI library's Allreduce), dense-ring
+(the ring over point-to-point calls), allgather-sparse (every rank gathers everyone's
+non-zero blocks and adds them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from benchmarks.errors import UsageError
+from benchmarks.harness import Op, Variant, dense_reference, run_variant
+from benchmarks.options import non_negative_int, positive_int
+from collectives.baseline import bind_collective
+from collectives.omnireduce import OmniReduce, make_layout, stream_share
+from collectives.sparse_baselines import AllgatherSparse
+from kernels import arrays
+from kernels.sparse import block_mask, dropped_abs_sum
+from kernels.sparse_data import OVERLAP_MODES, sparse_input
+
+ALGORITHMS = ("omnireduce", "dense", "dense-ring", "allgather-sparse")
+SPARSE_ALGORITHMS = ("omnireduce", "allgather-sparse")
+# OmniReduce's micro-benchmark densities (Fei et al. 2021)
+PAPER_DENSITIES = (1.0, 0.8, 0.4, 0.2, 0.1, 0.08, 0.04, 0.02, 0.01)
+INDEX_BYTES = 4  # the int32 position that travels with every block
+STATS_COLUMNS = ("nonzero_density", "union_density", "wire_min_bytes_per_rank", "wire_vs_min",
+                 "dropped_mass", "dropped_mass_rel")
+
+
+def parse_densities(values: list[str]) -> list[float]:
+    """'--density 0.1 0.5', '--density 1,0.1,0.01' or '--density paper' -> floats in [0, 1]."""
+    densities: list[float] = []
+    for value in values:
+        for item in filter(None, (v.strip() for v in value.split(","))):
+            if item == "paper":
+                densities.extend(PAPER_DENSITIES)
+                continue
+            try:
+                density = float(item)
+            except ValueError:
+                raise UsageError(f"--density: {item!r} is not a number") from None
+            if not 0.0 <= density <= 1.0:
+                raise UsageError(f"--density: {item} is outside [0, 1]")
+            densities.append(density)
+    if not densities:
+        raise UsageError("--density needs at least one value")
+    return list(dict.fromkeys(densities))
+
+
+class SparseStreaming(Variant):
+    name = "sparse_streaming"
+    description = __doc__
+    collectives = ("allreduce",)
+
+    def add_options(self, parser) -> None:
+        group = parser.add_argument_group("sparse streaming options")
+        group.add_argument("--algorithm", choices=ALGORITHMS, default="omnireduce",
+                           help="default omnireduce")
+        group.add_argument("--density", nargs="+", default=["0.1"], metavar="D",
+                           help="fractions of non-zero blocks per rank, a sweep axis: "
+                                "'0.1', '1,0.1,0.01' or 'paper' (OmniReduce's nine; "
+                                "default 0.1)")
+        group.add_argument("--block-size", type=positive_int, default=256,
+                           help="elements per block (default 256, as the paper)")
+        group.add_argument("--fusion", type=positive_int, default=256,
+                           help="blocks per message (default 256; 1 = no fusion)")
+        group.add_argument("--window", type=positive_int, default=4,
+                           help="omnireduce messages in flight per stream (default 4)")
+        group.add_argument("--streams", type=positive_int, default=2,
+                           help="omnireduce streams per aggregator (default 2)")
+        group.add_argument("--overlap", choices=OVERLAP_MODES, default="random",
+                           help="which blocks are non-zero: random per rank (default), "
+                                "all the same, or none shared")
+        group.add_argument("--threshold", type=float, default=0.0,
+                           help="a block travels only if some |x| > T (default 0: lossless)")
+        group.add_argument("--aggregators", type=non_negative_int, default=0,
+                           help="omnireduce: the last K ranks only aggregate (default 0: "
+                                "every rank aggregates a share of the streams)")
+
+    def check_options(self, opts, ranks: int) -> None:
+        opts.densities = parse_densities(opts.density)
+        if not opts.threshold >= 0:
+            raise UsageError(f"--threshold must be >= 0, got {opts.threshold}")
+        if opts.aggregators:
+            if opts.algorithm != "omnireduce":
+                raise UsageError("--aggregators applies to --algorithm omnireduce only")
+            if opts.aggregators >= ranks:
+                raise UsageError(f"--aggregators {opts.aggregators} leaves no worker among "
+                                 f"{ranks} ranks")
+        self.opts, self.ranks = opts, ranks
+
+    def columns(self, opts) -> dict:
+        constant = {"algorithm": opts.algorithm, "codec": "none", "block_size": opts.block_size,
+                    "fusion": opts.fusion, "window": opts.window, "streams": opts.streams,
+                    "overlap": opts.overlap, "threshold": opts.threshold,
+                    "aggregators": opts.aggregators}  # fmt: skip
+        # declared here so the CSV has them; each row's values come from `stats`
+        return {**constant, **dict.fromkeys(STATS_COLUMNS)}
+
+    def configurations(self, opts) -> list[dict]:
+        return [{"density": d} for d in opts.densities]
+
+    def stdout_columns(self, opts) -> list[tuple[str, str, str]]:
+        extra = [("Density", "density", ".4f"), ("Union density", "union_density", ".4f"),
+                 ("Wire B/rank", "wire_bytes_per_rank", ".0f"),
+                 ("Wire/minimum", "wire_vs_min", ".4f")]  # fmt: skip
+        if opts.threshold > 0:
+            extra.append(("Dropped mass", "dropped_mass_rel", ".3e"))
+        return extra
+
+    # Who holds data ------------------------------------------------------------------------
+
+    def workers(self, ranks: int) -> int:
+        return ranks - self.opts.aggregators
+
+    def layout(self, case):
+        opts = self.opts
+        return make_layout(case.count, opts.block_size, case.ranks, opts.aggregators,
+                           opts.streams, opts.fusion, opts.window)
+
+    def make_input(self, case, rank: int) -> np.ndarray:
+        opts = self.opts
+        if rank >= self.workers(case.ranks):  # a dedicated aggregator holds no data
+            return np.zeros(case.send_count, dtype=np.float32)
+        return sparse_input(case.send_count, opts.block_size, case.config["density"],
+                            opts.overlap, rank, self.workers(case.ranks), case.seed)
+
+    def reference(self, case, inputs: list[np.ndarray]) -> np.ndarray:
+        total = dense_reference(case, inputs)
+        if case.rank >= self.workers(case.ranks):  # a dedicated aggregator: its streams only
+            share = np.repeat(stream_share(self.layout(case), case.rank), self.opts.block_size)
+            total = np.where(share[: case.count], total, 0.0)
+        return total
+
+    def error_bound(self, case, reference: np.ndarray) -> float | None:
+        opts = self.opts
+        if opts.threshold > 0 and opts.algorithm in SPARSE_ALGORITHMS:
+            # every rank drops at most |x| <= T at any element
+            return self.workers(case.ranks) * opts.threshold
+        return None
+
+    # The op --------------------------------------------------------------------------------
+
+    def make_op(self, ctx, case) -> Op:
+        comm, opts = ctx.comm, ctx.opts
+        send = arrays.empty(case.buffer, case.send_count, case.dtype)
+        recv = arrays.empty(case.buffer, case.recv_count, case.dtype)
+        layout = self.layout(case) if opts.algorithm == "omnireduce" else None
+        if opts.algorithm == "dense":
+            call = comm.library_call("allreduce", send, recv)
+        elif opts.algorithm == "dense-ring":
+            call = bind_collective(comm, "ring", "allreduce", send, recv)
+        elif opts.algorithm == "allgather-sparse":
+            call = AllgatherSparse(comm, send, recv, opts.block_size, opts.threshold)
+        else:
+            call = OmniReduce(comm, send, recv, layout, opts.threshold)
+        measured = opts.algorithm != "dense"
+        last = {"wire": 0}
+        run = call
+        if measured:
+            def run():
+                before = comm.wire_bytes
+                call()
+                last["wire"] = comm.wire_bytes - before
+
+        return Op(run=run, send=send, recv=recv, measures_wire=measured,
+                  stats=lambda: self.stats(comm, case, send, layout,
+                                           last["wire"] if measured else None))
+
+    def stats(self, comm, case, send, layout, wire: int | None) -> dict:
+        """Density, union density, the minimum wire volume and the dropped mass.
+
+        Counted from the input's block bitmaps, independently of the algorithm's code.
+        """
+        opts = self.opts
+        sparse = opts.algorithm in SPARSE_ALGORITHMS
+        threshold = opts.threshold if sparse else 0.0
+        block_bytes = opts.block_size * arrays.itemsize(case.dtype)
+        mask_xp = block_mask(send, opts.block_size, threshold)
+        mask = arrays.to_numpy(mask_xp).astype(np.uint8)
+        union = np.empty_like(mask)
+        comm.mpi.Allreduce(mask, union, op=MPI.MAX)
+        nblocks = mask.shape[0]
+        nnz = int(np.count_nonzero(mask))
+        # bytes one block puts on the wire: its elements (a partial tail block only its
+        # own) and its int32 position
+        per_block = np.full(nblocks, block_bytes + INDEX_BYTES, dtype=np.int64)
+        if case.count % opts.block_size:
+            per_block[-1] = (case.count % opts.block_size) * arrays.itemsize(case.dtype) + 4
+        mine_min = 0
+        if opts.algorithm == "omnireduce" and nblocks:
+            share = stream_share(layout, comm.rank)
+            if comm.rank in layout.workers:  # my blocks for other ranks' streams
+                mine_min += int(per_block[mask.astype(bool) & ~share].sum())
+            remote_workers = len([w for w in layout.workers if w != comm.rank])
+            # every block anyone holds in my streams goes back to every remote worker
+            mine_min += int(per_block[union.astype(bool) & share].sum()) * remote_workers
+        nnz_bytes = int(per_block[mask.astype(bool)].sum())
+        dropped = total_abs = 0.0
+        if threshold > 0:
+            dropped = dropped_abs_sum(send, mask_xp, opts.block_size)
+            total_abs = float(np.abs(arrays.to_numpy(send).astype(np.float64)).sum())
+        sums = np.array([nnz, nnz_bytes, mine_min, dropped, total_abs, wire or 0],
+                        dtype=np.float64)
+        comm.mpi.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+        total_nnz, total_nnz_bytes, total_min, dropped, total_abs, total_wire = sums.tolist()
+        ranks = case.ranks
+        if opts.algorithm == "omnireduce":
+            min_per_rank = total_min / ranks
+        elif opts.algorithm == "allgather-sparse":
+            # each rank's blocks cross P-1 links of the ring
+            min_per_rank = (ranks - 1) * total_nnz_bytes / ranks
+        else:
+            min_per_rank = 2 * (ranks - 1) / ranks * case.count * arrays.itemsize(case.dtype)
+        data_ranks = self.workers(ranks)
+        return {
+            "nonzero_density": total_nnz / (data_ranks * nblocks) if nblocks else 0.0,
+            "union_density": float(np.count_nonzero(union)) / nblocks if nblocks else 0.0,
+            "wire_min_bytes_per_rank": int(round(min_per_rank)),
+            "wire_vs_min": (total_wire / ranks / min_per_rank
+                            if wire is not None and min_per_rank > 0 else None),
+            "dropped_mass": dropped if threshold > 0 else None,
+            "dropped_mass_rel": (dropped / total_abs if total_abs > 0 else 0.0)
+                                if threshold > 0 else None,
+        }  # fmt: skip
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_variant(SparseStreaming()))

@@ -1,0 +1,723 @@
+"""`ccbench sweep SPEC`: run a TOML sweep spec, resumably, on local ranks or under SLURM.
+
+A spec names variants x collectives x codecs x ... x rank counts x link rates. Each
+combination is one *task*: one launch of a variant script over the spec's message-size
+range, writing its own CSV `<output>/<task>.csv` (the harness appends one row per size and
+configuration, atomically). Rerunning the spec skips what is already in the output: a task
+whose sizes are all there is skipped, a task killed half-way restarts at the size it was
+measuring. See docs/sweeps-slurm-regression.md for the spec format.
+
+    ccbench sweep sweeps/local.toml              # run every task on local ranks
+    ccbench sweep sweeps/local.toml --list       # tasks, their state and commands
+    ccbench sweep SPEC --task 3 --launcher srun  # one task, inside a SLURM allocation
+    ccbench sweep SPEC --submit [--dry-run]      # a SLURM job array per rank count
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import itertools
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from benchmarks.cluster import find_mpiexec, package_env
+from benchmarks.errors import UsageError
+from benchmarks.merge import HARNESS, merge_files, schema_groups
+from benchmarks.options import message_sizes, parse_message_sizes
+from benchmarks.results import csv_files, read_rows
+
+REPO = Path(__file__).resolve().parent.parent
+SBATCH_SCRIPT = REPO / "scripts" / "slurm" / "ccbench-array.sbatch"
+BIND_GPU = REPO / "scripts" / "slurm" / "bind-gpu.sh"
+CLUSTER_NAME = "ccbsweep"  # the emulated cluster the sweep brings up for link rates
+
+# Spec keys with a meaning of their own; every other key of a [[points]] table is a
+# variant option (a list: one task per value; a scalar: passed to every task).
+RESERVED = {"variant", "ranks", "link_gbps", "sizes", "iterations", "warmup", "options"}
+SWEEP_KEYS = RESERVED - {"variant"} | {"name", "output", "merge", "timeout"}
+SLURM_KEYS = {"mpi", "tasks_per_node", "gpus_per_node", "partition", "time", "sbatch",
+              "max_parallel"}  # fmt: skip
+# Variants that do not sweep message sizes (no -m; their own CSV schema). A [[points]]
+# table can say the same of any variant with `sizes = false`.
+UNSIZED_VARIANTS = ("merged_gradient", "training")
+# Axes named in the task's file name by value alone; others as key-value.
+PLAIN_AXES = ("collective", "algorithm", "codec", "dtype", "buffer", "model", "strategy")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One launch of one variant: a group of points (its message sizes x configurations)."""
+
+    index: int
+    variant: str
+    ranks: int
+    link_gbps: float | None
+    axes: tuple[tuple[str, str], ...]  # the values this task takes on the spec's lists
+    args: tuple[str, ...]  # the variant's options, without --csv
+    sizes: tuple[int, ...]  # empty: the variant sweeps no sizes; the task is one point
+    slug: str = ""
+
+    @property
+    def points(self) -> int:
+        return len(self.sizes) or 1
+
+
+@dataclass
+class Spec:
+    path: Path
+    name: str
+    output: Path
+    merged: Path
+    timeout: float | None
+    slurm: dict
+    tasks: list[Task] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- the spec
+
+
+def _as_list(value, what: str) -> list:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise UsageError(f"{what}: empty list")
+    return values
+
+
+def option_args(key: str, value) -> list[str]:
+    """A spec key and scalar value as command-line arguments: dtype = "float16" ->
+    --dtype float16; a true boolean is a bare flag, a false one nothing. A quoted key that
+    starts with '-' is the flag itself ("--variant" = ..., for a script option whose name
+    is a reserved key)."""
+    flag = key if key.startswith("-") else "--" + key.replace("_", "-")
+    if isinstance(value, bool):
+        return [flag] if value else []
+    if isinstance(value, dict | list):
+        raise UsageError(f"option {key}: nested values are not supported")
+    return [flag, str(value)]
+
+
+def _sanitize(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-")
+
+
+def _slug(variant: str, axes, ranks: int, link: float | None) -> str:
+    parts = [variant]
+    for key, value in axes:
+        parts.append(_sanitize(value if key in PLAIN_AXES else f"{key}-{value}"))
+    parts.append(f"r{ranks}")
+    if link is not None:
+        parts.append(f"{link:g}gbps")
+    return "_".join(parts)
+
+
+def _expand_table(table: dict, defaults: dict, where: str) -> list[dict]:
+    if "variant" not in table or not isinstance(table["variant"], str):
+        raise UsageError(f"{where}: needs variant = \"NAME\"")
+    variant = table["variant"]
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", variant) or importlib.util.find_spec(
+        f"benchmarks.{variant}"
+    ) is None:
+        raise UsageError(f"{where}: no variant script benchmarks/{variant}.py")
+    get = {**defaults, **table}.get
+    if table.get("sizes", variant not in UNSIZED_VARIANTS) is not False:
+        sizes_text = str(get("sizes", "1:1M"))
+        sizes = tuple(message_sizes(*parse_message_sizes(sizes_text)))
+        base = ["-m", sizes_text]
+        for key, flag in (("iterations", "-i"), ("warmup", "-x")):
+            if get(key) is not None:
+                base += [flag, str(int(get(key)))]
+    else:  # the sweep's sizes, iterations, warm-ups and options are not this script's
+        sizes, base = (), []
+        defaults = {k: v for k, v in defaults.items() if k in ("ranks", "link_gbps")}
+        for key in ("iterations", "warmup"):
+            if key in table:
+                base += option_args(key, table[key])
+    constant, axes = [], []
+    for key, value in table.items():
+        if key in RESERVED:
+            continue
+        if isinstance(value, list):
+            axes.append((key, [str(v) if not isinstance(v, bool) else v for v in
+                               _as_list(value, f"{where}: {key}")]))  # fmt: skip
+        else:
+            constant += option_args(key, value)
+    extra = [str(a) for a in [*defaults.get("options", []), *table.get("options", [])]]
+    ranks = [int(r) for r in _as_list(get("ranks", [2]), f"{where}: ranks")]
+    links = [None if v in ("", None) else float(v)
+             for v in _as_list(get("link_gbps") or [None], f"{where}: link_gbps")]  # fmt: skip
+    if any(r < 1 for r in ranks):
+        raise UsageError(f"{where}: ranks must be at least 1")
+    out = []
+    names = [k for k, _ in axes]
+    for link, nranks, values in itertools.product(links, ranks,
+                                                  itertools.product(*[v for _, v in axes])):
+        chosen = tuple(zip(names, values, strict=True))
+        args = [*base, *constant]
+        for key, value in chosen:
+            args += option_args(key, value)
+        out.append({"variant": variant, "ranks": nranks, "link_gbps": link,
+                    "axes": tuple((k, str(v)) for k, v in chosen),
+                    "args": (*args, *extra), "sizes": sizes})  # fmt: skip
+    return out
+
+
+def _option_pairs(args) -> set[tuple[str, ...]]:
+    """'--codec fp16 -c' -> {('--codec', 'fp16'), ('-c',)}."""
+    pairs, i = set(), 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("-"):
+            pairs.add((args[i], args[i + 1]))
+            i += 2
+        else:
+            pairs.add((args[i],))
+            i += 1
+    return pairs
+
+
+def _unique_slugs(raw: list[dict]) -> list[str]:
+    """File names of the tasks; tasks that differ only in constant options (two tables of
+    one variant) get the options that set them apart appended, else a digest."""
+    slugs = [_slug(t["variant"], t["axes"], t["ranks"], t["link_gbps"]) for t in raw]
+    groups: dict[str, list[int]] = {}
+    for i, slug in enumerate(slugs):
+        groups.setdefault(slug, []).append(i)
+    for slug, members in groups.items():
+        if len(members) == 1:
+            continue
+        options = [_option_pairs(raw[i]["args"]) for i in members]
+        shared = set.intersection(*options)
+        tags = [_sanitize("-".join(p[-1].lstrip("-") for p in sorted(own - shared)))[:40]
+                for own in options]  # fmt: skip
+        for i, tag in zip(members, tags, strict=True):
+            if not tag or tags.count(tag) > 1:
+                tag = hashlib.sha1(" ".join(raw[i]["args"]).encode()).hexdigest()[:8]
+            slugs[i] = f"{slug}_{tag}"
+    return slugs
+
+
+def load_spec(path, output: str | None = None, merged: str | None = None) -> Spec:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such sweep spec") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: not valid TOML ({e})") from None
+    sweep, slurm = data.get("sweep", {}), data.get("slurm", {})
+    for table, allowed, name in ((sweep, SWEEP_KEYS, "[sweep]"), (slurm, SLURM_KEYS, "[slurm]")):
+        unknown = set(table) - allowed
+        if unknown:
+            raise UsageError(f"{path}: {name} has unknown keys {', '.join(sorted(unknown))}")
+    unknown = set(data) - {"sweep", "slurm", "points"}
+    if unknown:
+        raise UsageError(f"{path}: unknown tables {', '.join(sorted(unknown))}")
+    points = data.get("points", [])
+    if not points:
+        raise UsageError(f"{path}: no [[points]] tables")
+    name = str(sweep.get("name", path.stem))
+    out_dir = Path(output or sweep.get("output", f"results/{name}"))
+    merged = Path(merged or sweep.get("merge") or out_dir.with_suffix(".csv"))
+    defaults = {k: v for k, v in sweep.items() if k in RESERVED}
+    timeout = float(sweep["timeout"]) if sweep.get("timeout") else None
+    spec = Spec(path, name, out_dir, merged, timeout, dict(slurm))
+    raw = []
+    for i, table in enumerate(points):
+        raw += _expand_table(table, defaults, f"{path}: [[points]] #{i + 1}")
+    slugs = _unique_slugs(raw)
+    if len(set(slugs)) != len(slugs):
+        raise UsageError(f"{path}: two [[points]] entries describe the same task")
+    spec.tasks = [Task(i, slug=s, **t) for i, (t, s) in enumerate(zip(raw, slugs, strict=True))]
+    return spec
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+def csv_path(spec: Spec, task: Task) -> Path:
+    return spec.output / f"{task.slug}.csv"
+
+
+def remaining_sizes(spec: Spec, task: Task) -> list:
+    """The sizes of `task` still to measure, from what its CSV holds ([None] for a task
+    without sizes that has not finished).
+
+    The harness measures sizes in increasing order and appends each size's rows, and it
+    records a run in `<csv>.json` only once the run has finished. So if the newest rows
+    belong to a finished run, everything up to the largest size present is done; if not,
+    that run was killed and its last size may lack some configurations: measure it again
+    (the newer rows win when results are merged).
+    """
+    todo = list(task.sizes) or [None]
+    path = csv_path(spec, task)
+    if not path.exists():
+        return todo
+    _, rows = read_rows(path)
+    if not rows:
+        return todo
+    last = rows[-1]
+    finished = last.get("run_id") in _finished_runs(path)
+    if not task.sizes:
+        return [] if finished else todo
+    largest = max(int(r["size_bytes"]) for r in rows)
+    if finished:
+        return [s for s in task.sizes if s > largest]
+    return [s for s in task.sizes if s >= int(last["size_bytes"])]
+
+
+def _finished_runs(path: Path) -> set[str]:
+    try:
+        return set(json.loads(Path(f"{path}.json").read_text()).get("runs", {}))
+    except (OSError, ValueError, AttributeError):
+        return set()
+
+
+def resume_args(task: Task, todo: list[int]) -> list[str]:
+    """The task's options with -m narrowed to the sizes still to measure."""
+    args = list(task.args)
+    if task.sizes and len(todo) < len(task.sizes):
+        i = args.index("-m")
+        args[i + 1] = f"{todo[0]}:{task.sizes[-1]}"
+    return args
+
+
+# ----------------------------------------------------------------------------- launching
+
+
+def variant_command(task: Task, args: list[str], csv: Path) -> list[str]:
+    return [sys.executable, "-m", f"benchmarks.{task.variant}", *args, "--csv", str(csv)]
+
+
+def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher: str) -> list[str]:
+    command = variant_command(task, args, csv)
+    if task.link_gbps is not None:
+        return [sys.executable, "-m", "benchmarks.cluster", "run", "--name", CLUSTER_NAME,
+                "-n", str(task.ranks), "--", *command]  # fmt: skip
+    if launcher == "srun":
+        mpi = os.environ.get("CCBENCH_SRUN_MPI") or spec.slurm.get("mpi", "pmix")
+        srun = ["srun", f"--mpi={mpi}", "-n", str(task.ranks),
+                *shlex.split(os.environ.get("CCBENCH_SRUN_ARGS", ""))]  # fmt: skip
+        if int(spec.slurm.get("gpus_per_node", 0)) > 0:
+            srun.append(str(BIND_GPU))
+        return [*srun, *command]
+    mpiexec = os.environ.get("CCBENCH_MPIEXEC") or find_mpiexec()
+    return [mpiexec, "-n", str(task.ranks), *command]
+
+
+def _cluster(action: str, *args: str) -> None:
+    cmd = [sys.executable, "-m", "benchmarks.cluster", action, "--name", CLUSTER_NAME, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=package_env())
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise UsageError(f"`ccbench cluster {action}` failed: {tail[-1] if tail else '?'}")
+
+
+def _osu_size(line: str) -> str | None:
+    """The size of an OSU result line ('65536   12.3 ...'), None for other lines."""
+    first = line.split(maxsplit=1)[0] if line.strip() else ""
+    return first if first.isdigit() else None
+
+
+def run_task(cmd: list[str], log: Path, timeout: float | None, echo: bool, on_row) -> int:
+    """Run one task, its output to `log` (and the terminal with `echo`); call on_row(size)
+    for each OSU result line. Returns the exit status (124 on timeout)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:
+        f.write("$ " + shlex.join(cmd) + "\n")
+        f.flush()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=package_env(), start_new_session=True)  # fmt: skip
+        timed_out = threading.Event()
+
+        def kill_group():
+            timed_out.set()
+            _kill_group(proc)
+
+        timer = threading.Timer(timeout, kill_group) if timeout else None
+        if timer:
+            timer.start()
+        try:
+            for line in proc.stdout:
+                f.write(line)
+                if echo:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+                size = _osu_size(line)
+                if size is not None:
+                    on_row(size)
+            status = proc.wait()
+        except BaseException:
+            _kill_group(proc)  # Ctrl-C or a signal: never leave ranks running
+            raise
+        finally:
+            if timer:
+                timer.cancel()
+        if timed_out.is_set():
+            f.write(f"ccbench sweep: killed after {timeout:g} s\n")
+            return 124
+    return status
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Stop the launcher and its ranks (the process group this sweep started)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """One status line on stderr: points done, tasks done, elapsed and time left."""
+
+    def __init__(self, total_points: int, total_tasks: int, stream=sys.stderr):
+        self.total, self.tasks_total = total_points, total_tasks
+        self.done = self.tasks_done = 0
+        self.measured = 0  # points measured by this process: the rate for the time left
+        self.start = time.monotonic()
+        self.stream, self.tty = stream, stream.isatty()
+        self.label = ""
+
+    def skipped(self, points: int) -> None:
+        """Points found in the output already."""
+        self.done += points
+
+    def point(self) -> None:
+        self.done = min(self.done + 1, self.total)
+        self.measured += 1
+        self.draw()
+
+    def task_done(self, points_not_seen: int = 0) -> None:
+        # sizes a variant skips (too small for the ranks) print no row
+        self.done = min(self.done + points_not_seen, self.total)
+        self.tasks_done += 1
+        self.draw(final=not self.tty)
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.start
+        left = _clock(elapsed / self.measured * (self.total - self.done)) if self.measured else "?"
+        width = 24
+        filled = int(width * self.done / self.total) if self.total else width
+        return (f"sweep [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} points, "
+                f"{self.tasks_done}/{self.tasks_total} tasks, {_clock(elapsed)} elapsed, "
+                f"~{left} left  {self.label}")  # fmt: skip
+
+    def draw(self, final: bool = False) -> None:
+        if self.tty:
+            self.stream.write("\r\033[K" + self.line())
+        elif final:
+            self.stream.write(self.line() + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class RowCounter:
+    """Advances the bar once per new size in the OSU result lines (a variant with
+    configurations prints several lines per size), at most once per size of the task."""
+
+    def __init__(self, progress: Progress, sizes: int):
+        self.progress, self.sizes, self.counted, self.last = progress, sizes, 0, None
+
+    def __call__(self, size: str) -> None:
+        if size != self.last and self.counted < self.sizes:
+            self.last = size
+            self.counted += 1
+            self.progress.point()
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def run_sweep(spec: Spec, selected: list[Task], launcher: str, echo: bool, fail_fast: bool,
+              progress_stream=sys.stderr) -> tuple[list[Task], list[Task]]:  # fmt: skip
+    """Run the tasks that still have sizes to measure. Returns (failed, validation_failed)."""
+    spec.output.mkdir(parents=True, exist_ok=True)
+    todo = {t.index: remaining_sizes(spec, t) for t in selected}
+    # link-rate tasks last, grouped by rate, so the emulated cluster is rebuilt rarely
+    order = sorted(selected, key=lambda t: (t.link_gbps is not None, t.link_gbps or 0, t.index))
+    progress = Progress(sum(t.points for t in selected), len(selected), progress_stream)
+    failed, invalid = [], []
+    cluster_shape = None
+    try:
+        for task in order:
+            sizes = todo[task.index]
+            progress.skipped(task.points - len(sizes))
+            if not sizes:
+                progress.tasks_done += 1
+                continue
+            progress.label = task.slug
+            progress.draw()
+            if task.link_gbps is not None:
+                shape = (task.link_gbps, max(t.ranks for t in order
+                                             if t.link_gbps == task.link_gbps))  # fmt: skip
+                if shape != cluster_shape:
+                    _cluster("up", "--ranks", str(shape[1]), "--rate", f"{shape[0]:g}gbit")
+                    cluster_shape = shape
+            csv = csv_path(spec, task).resolve()
+            cmd = launch_command(spec, task, resume_args(task, sizes), csv, launcher)
+            rows = RowCounter(progress, len(sizes) if task.sizes else 0)
+            status = run_task(cmd, spec.output / "logs" / f"{task.slug}.log", spec.timeout,
+                              echo, rows)  # fmt: skip
+            progress.task_done(len(sizes) - rows.counted)
+            if status == 1 and not remaining_sizes(spec, task):
+                invalid.append(task)  # finished; some sizes failed validation
+            elif status != 0:
+                failed.append(task)
+                if fail_fast:
+                    break
+    finally:
+        progress.close()
+        if cluster_shape is not None:
+            _cluster("down")
+    return failed, invalid
+
+
+def merge_outputs(spec: Spec) -> list[tuple[Path, dict]]:
+    """Merge the task CSVs: micro-benchmark rows into spec.merged; the files of a script
+    with its own schema (merged_gradient, training) into `<merged stem>-<script>.csv`."""
+    files = csv_files([spec.output]) if spec.output.is_dir() else []
+    script = {csv_path(spec, t).resolve(): t.variant for t in spec.tasks}
+    done = []
+    for schema, paths in schema_groups(files).items():
+        if schema == HARNESS:
+            out = spec.merged
+        else:
+            name = script.get(paths[0].resolve(), paths[0].stem)
+            out = spec.merged.with_name(f"{spec.merged.stem}-{name}.csv")
+            if any(out == o for o, _ in done):  # the same script with two schemas
+                out = out.with_name(f"{out.stem}-{len(done)}.csv")
+        done.append((out, merge_files(paths, out)))
+    return done
+
+
+def _select(spec: Spec, text: str | None) -> list[Task]:
+    if text is None:
+        return spec.tasks
+    chosen = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        try:
+            first, last = int(lo), int(hi or lo)
+        except ValueError:
+            raise UsageError(f"--task {text!r}: use indices like 3 or 0-4,7") from None
+        if not 0 <= first <= last < len(spec.tasks):
+            raise UsageError(f"--task {part}: the spec has tasks 0..{len(spec.tasks) - 1}")
+        chosen += spec.tasks[first : last + 1]
+    return chosen
+
+
+def list_tasks(spec: Spec, launcher: str) -> None:
+    for task in spec.tasks:
+        todo = remaining_sizes(spec, task)
+        state = "done" if not todo else ("partial" if len(todo) < task.points else "todo")
+        cmd = launch_command(spec, task, resume_args(task, todo or list(task.sizes)),
+                             csv_path(spec, task), launcher)  # fmt: skip
+        print(f"{task.index:4d}  {state:7s}  {task.slug}\n      {shlex.join(cmd)}")
+
+
+# ----------------------------------------------------------------------------- SLURM
+
+
+def array_ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8' (sbatch --array syntax)."""
+    parts = []
+    for _, run in itertools.groupby(enumerate(sorted(indices)), lambda p: p[1] - p[0]):
+        run = [i for _, i in run]
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def sbatch_commands(spec: Spec, tasks: list[Task], extra: list[str]) -> list[list[str]]:
+    """One job array per rank count (every array task gets the same allocation)."""
+    slurm = spec.slurm
+    per_node = int(slurm.get("tasks_per_node", 0))
+    gpus = int(slurm.get("gpus_per_node", 0))
+    spec_path, out = str(spec.path.resolve()), spec.output.resolve()
+    commands = []
+    for ranks, group in itertools.groupby(sorted(tasks, key=lambda t: t.ranks), lambda t: t.ranks):
+        ids = array_ranges([t.index for t in group])
+        limit = f"%{int(slurm['max_parallel'])}" if slurm.get("max_parallel") else ""
+        cmd = ["sbatch", "--parsable", f"--job-name=ccbench-{spec.name}",
+               f"--array={ids}{limit}", f"--ntasks={ranks}",
+               f"--output={out}/slurm/%x-%A_%a.out"]  # fmt: skip
+        if per_node:
+            cmd += [f"--nodes={math.ceil(ranks / per_node)}",
+                    f"--ntasks-per-node={min(ranks, per_node)}"]
+        if gpus:
+            cmd.append(f"--gpus-per-node={gpus}")
+        if slurm.get("partition"):
+            cmd.append(f"--partition={slurm['partition']}")
+        if slurm.get("time"):
+            cmd.append(f"--time={slurm['time']}")
+        cmd += [str(a) for a in slurm.get("sbatch", [])] + extra
+        cmd += [str(SBATCH_SCRIPT), spec_path, "--output-dir", str(out)]
+        commands.append(cmd)
+    return commands
+
+
+def merge_command(spec: Spec, job_ids: list[str], extra: list[str]) -> list[str]:
+    out = spec.output.resolve()
+    wrap = f"cd {shlex.quote(str(REPO))} && " + shlex.join(
+        [sys.executable, "-m", "benchmarks.sweep", str(spec.path.resolve()), "--output-dir",
+         str(out), "--merged", str(spec.merged.resolve()), "--merge-only"]
+    )
+    cmd = ["sbatch", "--parsable", f"--job-name=ccbench-{spec.name}-merge", "--ntasks=1",
+           f"--output={out}/slurm/%x-%j.out"]  # fmt: skip
+    if job_ids:
+        cmd.append("--dependency=afterany:" + ":".join(job_ids))
+    if spec.slurm.get("partition"):
+        cmd.append(f"--partition={spec.slurm['partition']}")
+    return [*cmd, *extra, f"--wrap={wrap}"]
+
+
+def submit(spec: Spec, tasks: list[Task], extra: list[str], dry_run: bool) -> int:
+    if any(t.link_gbps is not None for t in tasks):
+        raise UsageError("link_gbps points run on the emulated cluster of one host; "
+                         "run them with `ccbench sweep`, not --submit")  # fmt: skip
+    if not SBATCH_SCRIPT.exists():
+        raise UsageError(f"{SBATCH_SCRIPT} not found: submit from a ccbench checkout "
+                         "(pip install -e .), whose scripts/slurm/ the jobs run")  # fmt: skip
+    pending = [t for t in tasks if remaining_sizes(spec, t)]
+    print(f"# {len(pending)} of {len(tasks)} tasks to run; results in {spec.output}/")
+    if not pending:
+        return 0
+    env = {"CCBENCH_PYTHON": sys.executable, "CCBENCH_ROOT": str(REPO)}
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    (spec.output / "slurm").mkdir(parents=True, exist_ok=True)
+    job_ids = []
+    for cmd in [*sbatch_commands(spec, pending, extra), None]:
+        if cmd is None:  # after the arrays: the merge, once they have all ended
+            if dry_run:
+                job_ids = ["JOBID"]
+            cmd = merge_command(spec, job_ids, extra)
+        print(f"{prefix} {shlex.join(cmd)}", flush=True)
+        if dry_run:
+            continue
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
+        if proc.returncode != 0:
+            raise UsageError(f"sbatch failed: {proc.stderr.strip() or proc.returncode}")
+        job_ids.append(proc.stdout.strip().split(";")[0])
+        print(f"# submitted job {job_ids[-1]}", flush=True)
+    return 0
+
+
+# ----------------------------------------------------------------------------- entry
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ccbench sweep",
+        description="Run a sweep spec (TOML): every task once, skipping what the output "
+                    "already holds.",
+    )  # fmt: skip
+    p.add_argument("spec", type=Path, help="sweep spec, e.g. sweeps/local.toml")
+    p.add_argument("-o", "--output-dir", help="folder of per-task CSVs (default: the spec's)")
+    p.add_argument("--merged", metavar="CSV",
+                   help="merged CSV to write (default: the spec's merge, else OUTPUT_DIR.csv)")
+    p.add_argument("--list", action="store_true", help="list tasks, their state and commands")
+    p.add_argument("--dry-run", action="store_true", help="print commands, run nothing")
+    p.add_argument("--task", metavar="I[-J],...", help="run only these task indices")
+    p.add_argument("--launcher", choices=("mpiexec", "srun"), default="mpiexec",
+                   help="mpiexec (local ranks, default) or srun (inside a SLURM allocation; "
+                        "--mpi from [slurm] mpi or CCBENCH_SRUN_MPI)")  # fmt: skip
+    p.add_argument("--rerun", action="store_true",
+                   help="delete the selected tasks' results first and measure them again")
+    p.add_argument("--no-merge", action="store_true",
+                   help="do not write the merged CSV at the end")
+    p.add_argument("--merge-only", action="store_true",
+                   help="only merge what the output folder holds (the SLURM merge job)")
+    p.add_argument("--fail-fast", action="store_true", help="stop at the first failed task")
+    p.add_argument("-v", "--verbose", action="store_true", help="show the variants' output")
+    p.add_argument("--submit", action="store_true",
+                   help="submit the pending tasks to SLURM as job arrays (see --dry-run)")
+    p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
+                   help="extra sbatch argument for --submit, e.g. --sbatch-arg=--account=X")
+    return p
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str]) -> int:
+    opts = build_parser().parse_args(argv)
+    # scancel and kill send SIGTERM: stop the running task's ranks too, keep finished files
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
+    try:
+        spec = load_spec(opts.spec, opts.output_dir, opts.merged)
+        tasks = _select(spec, opts.task)
+        if opts.rerun and not opts.dry_run:
+            for t in tasks:
+                for path in (csv_path(spec, t), Path(f"{csv_path(spec, t)}.json")):
+                    path.unlink(missing_ok=True)
+        if opts.submit:
+            return submit(spec, tasks, opts.sbatch_arg, opts.dry_run)
+        if opts.list or opts.dry_run:
+            list_tasks(spec, opts.launcher)
+            return 0
+        failed = invalid = []
+        if not opts.merge_only:
+            echo = opts.verbose or opts.task is not None  # an array task logs to SLURM's file
+            failed, invalid = run_sweep(spec, tasks, opts.launcher, echo, opts.fail_fast)
+        report(spec, failed, invalid)
+        if opts.task is None and not opts.no_merge:
+            for out, s in merge_outputs(spec):
+                print(f"ccbench sweep: {s['rows_written']} rows in {out}")
+    except UsageError as e:
+        print(f"ccbench sweep: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `--list | head`
+        sys.stdout = open(os.devnull, "w")  # silence the flush at exit
+        return 0
+    except KeyboardInterrupt:
+        print("\nccbench sweep: interrupted; finished tasks are kept, rerun to resume",
+              file=sys.stderr)  # fmt: skip
+        return 130
+    return 1 if failed or invalid else 0
+
+
+def report(spec: Spec, failed: list[Task], invalid: list[Task]) -> None:
+    for task in invalid:
+        print(f"ccbench sweep: validation failed in {task.slug} "
+              f"(see {spec.output}/logs/{task.slug}.log)", file=sys.stderr)  # fmt: skip
+    for task in failed:
+        print(f"ccbench sweep: task {task.index} {task.slug} failed; "
+              f"see {spec.output}/logs/{task.slug}.log", file=sys.stderr)  # fmt: skip
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,391 @@
+"""Training benchmark: sharded data-parallel training over ccbench's collectives.
+
+    mpiexec -n 4 python -m benchmarks.training --model lm-small \\
+        --variant coll_compressed --codec fp16 --steps 100 --csv results/training.csv
+
+Prints the loss and the time per step (compute and communication) as it trains, then a
+summary: time per step, throughput, final training loss, held-out loss and accuracy.
+With --csv, appends one row per step and one summary row (``row`` = step / summary).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from benchmarks.errors import UsageError
+from benchmarks.options import RankAwareParser, non_negative_int, parse_size, positive_int
+
+COLUMNS = (
+    "run_id", "timestamp", "row", "variant", "algorithm", "codec", "compress",
+    "error_feedback", "model", "dataset", "params", "ranks", "nodes", "global_batch", "lr",
+    "seed", "steps", "step", "loss", "step_us", "compute_us", "comm_us", "allgather_us",
+    "reduce_scatter_us", "max_step_us", "wire_bytes_per_rank", "throughput",
+    "throughput_unit", "held_out_loss", "held_out_accuracy", "link_gbps", "mpi_library",
+    "hostname", "git_sha",
+)  # fmt: skip
+
+STEP_FIELDS = ("step_us", "allgather_us", "compute_us", "reduce_scatter_us")
+
+
+@dataclass
+class TrainConfig:
+    model: str = "lm-small"
+    variant: str = "baseline"
+    algorithm: str = "mpi"
+    codec: str = "none"
+    compress: str = "both"
+    error_feedback: bool = False
+    steps: int = 100
+    batch: int | None = None       # global batch; None: the model's default
+    lr: float | None = None        # None: the model's default
+    seed: int = 0
+    warmup: int = 3                # steps left out of the timing averages
+    clip: float = 0.0
+    eval_every: int = 0
+    final_window: int = 10
+    threads: int = 1
+    chunk_bytes: int | None = None  # coll_compressed pipeline chunk; None: the default
+
+
+@dataclass
+class TrainResult:
+    """Per-step arrays (averaged over ranks) and the run's summary; same on every rank."""
+
+    config: TrainConfig
+    model_name: str
+    dataset: str
+    params: int
+    global_batch: int
+    lr: float
+    unit: str
+    units_per_step: int
+    loss: np.ndarray                  # mean over ranks of each rank's batch loss
+    times: dict[str, np.ndarray]      # STEP_FIELDS, microseconds, mean over ranks
+    max_step_us: np.ndarray           # slowest rank per step
+    wire_bytes: np.ndarray            # per rank per step (mean over ranks); 0 = not counted
+    evals: dict[int, tuple[float, float]] = field(default_factory=dict)  # step -> (loss, acc)
+    final_params: np.ndarray | None = None
+
+    def timed(self) -> slice:
+        """The steps the timing averages use: all but the first ``warmup``."""
+        warmup = min(self.config.warmup, max(len(self.loss) - 1, 0))
+        return slice(warmup, None)
+
+    def summary(self) -> dict:
+        t = self.timed()
+        step_us = float(self.times["step_us"][t].mean())
+        comm = self.times["allgather_us"][t] + self.times["reduce_scatter_us"][t]
+        window = min(self.config.final_window, len(self.loss))
+        wire = float(self.wire_bytes[t].mean())
+        held_out = self.evals.get(len(self.loss), (None, None))
+        return {
+            "step_us": step_us,
+            "compute_us": float(self.times["compute_us"][t].mean()),
+            "comm_us": float(comm.mean()),
+            "allgather_us": float(self.times["allgather_us"][t].mean()),
+            "reduce_scatter_us": float(self.times["reduce_scatter_us"][t].mean()),
+            "max_step_us": float(self.max_step_us[t].mean()),
+            "loss": float(self.loss[-window:].mean()),
+            "wire_bytes_per_rank": wire if wire > 0 else None,
+            "throughput": self.units_per_step / (step_us * 1e-6),
+            "held_out_loss": held_out[0],
+            "held_out_accuracy": held_out[1],
+        }
+
+
+# ----------------------------------------------------------------------- training
+
+
+def evaluate(trainer, task, comm) -> tuple[float, float]:
+    """Held-out mean loss and accuracy of the exact (uncompressed) parameters."""
+    from benchmarks.train_models import Metrics
+
+    trainer.gather_exact_parameters()
+    n = task.held_out_size()
+    lo, hi = n * comm.rank // comm.size, n * (comm.rank + 1) // comm.size
+    trainer.model.eval()
+    local: Metrics = task.evaluate(trainer.model, lo, hi)
+    trainer.model.train()
+    total = np.empty(3)
+    comm.mpi.Allreduce(np.array([local.loss_sum, local.correct, local.count], float), total)
+    return float(total[0] / total[2]), float(total[1] / total[2])
+
+
+def build_trainer(comm, config: TrainConfig, task):
+    """The trainer for ``config`` (raises UsageError on values it cannot run)."""
+    import torch
+
+    from benchmarks.fsdp import ShardedTrainer
+    from benchmarks.train_models import build_model
+
+    torch.set_num_threads(config.threads)
+    batch = config.batch or task.default_batch
+    if batch % comm.size:
+        raise UsageError(f"the global batch ({batch}) must divide by the ranks ({comm.size})")
+    model = build_model(task, config.seed)
+    return ShardedTrainer(
+        model, comm, variant=config.variant, algorithm=config.algorithm, codec=config.codec,
+        compress=config.compress, lr=config.lr or task.default_lr,
+        error_feedback=config.error_feedback, clip=config.clip, chunk_bytes=config.chunk_bytes,
+    )
+
+
+def run_training(comm, config: TrainConfig, task=None, trainer=None, keep_params=False):
+    """Train ``config.steps`` steps on ``comm``; collective over all its ranks."""
+    from benchmarks.train_models import make_task, parameter_count
+
+    task = task if task is not None else make_task(config.model)
+    trainer = trainer if trainer is not None else build_trainer(comm, config, task)
+    model = trainer.model
+    batch = config.batch or task.default_batch
+    lr = config.lr or task.default_lr
+    lo, hi = batch * comm.rank // comm.size, batch * (comm.rank + 1) // comm.size
+    records, evals = [], {}
+    for step in range(1, config.steps + 1):
+        inputs = task.batch(config.seed, step, batch, lo, hi)  # the data loader's work
+        records.append(trainer.step(lambda m, b=inputs: task.loss(m, b)))
+        if step == config.steps or (config.eval_every and step % config.eval_every == 0):
+            evals[step] = evaluate(trainer, task, comm)
+    local = np.array(
+        [[r.loss, r.step_us, r.allgather_us, r.compute_us, r.reduce_scatter_us, r.wire_bytes]
+         for r in records]
+    )
+    mean = np.empty_like(local)
+    comm.mpi.Allreduce(local, mean)
+    mean /= comm.size
+    slowest = np.empty(len(records))
+    comm.mpi.Allreduce(np.ascontiguousarray(local[:, 1]), slowest, op=_mpi_max())
+    final = trainer.flat.params[: trainer.flat.numel].numpy().copy() if keep_params else None
+    return TrainResult(
+        config=config, model_name=task.name, dataset=task.dataset,
+        params=parameter_count(model), global_batch=batch, lr=lr, unit=task.unit,
+        units_per_step=batch * task.units_per_sample(), loss=mean[:, 0],
+        times=dict(zip(STEP_FIELDS, mean[:, 1:5].T, strict=True)), max_step_us=slowest,
+        wire_bytes=mean[:, 5], evals=evals, final_params=final,
+    )
+
+
+def _mpi_max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+# ----------------------------------------------------------------------- output
+
+
+def result_rows(result: TrainResult, comm, meta: dict) -> list[dict]:
+    c = result.config
+    constant = {
+        **meta, "variant": c.variant, "algorithm": result_algorithm(c), "codec": c.codec,
+        "compress": c.compress if c.variant != "baseline" else "",
+        "error_feedback": int(c.error_feedback), "model": result.model_name,
+        "dataset": result.dataset, "params": result.params, "ranks": comm.size,
+        "global_batch": result.global_batch, "lr": result.lr, "seed": c.seed,
+        "steps": c.steps, "throughput_unit": f"{result.unit}/s",
+    }
+    rows = []
+    for i in range(len(result.loss)):
+        step = i + 1
+        held_out = result.evals.get(step, (None, None))
+        rows.append({
+            **constant, "row": "step", "step": step, "loss": float(result.loss[i]),
+            **{k: float(v[i]) for k, v in result.times.items()},
+            "comm_us": float(result.times["allgather_us"][i]
+                             + result.times["reduce_scatter_us"][i]),
+            "max_step_us": float(result.max_step_us[i]),
+            "wire_bytes_per_rank": float(result.wire_bytes[i]) or None,
+            "held_out_loss": held_out[0], "held_out_accuracy": held_out[1],
+        })
+    rows.append({**constant, "row": "summary", "step": None, **result.summary()})
+    return rows
+
+
+def result_algorithm(config: TrainConfig) -> str:
+    return config.algorithm if config.variant == "baseline" else "ring"
+
+
+def print_steps(result: TrainResult, every: int) -> None:
+    for i, loss in enumerate(result.loss):
+        step = i + 1
+        if step % every and step != len(result.loss) and step != 1:
+            continue
+        t = result.times
+        comm_ms = (t["allgather_us"][i] + t["reduce_scatter_us"][i]) / 1e3
+        print(f"  {step:>6} {loss:>9.4f} {t['step_us'][i] / 1e3:>10.2f} "
+              f"{t['compute_us'][i] / 1e3:>11.2f} {comm_ms:>9.2f}")
+
+
+def print_summary(result: TrainResult) -> None:
+    s = result.summary()
+    timed = len(result.loss) - result.timed().start
+    print(f"# time per step {s['step_us'] / 1e3:.2f} ms over the last {timed} steps "
+          f"(compute {s['compute_us'] / 1e3:.2f} ms, communication {s['comm_us'] / 1e3:.2f} "
+          f"ms: allgather {s['allgather_us'] / 1e3:.2f}, reduce-scatter "
+          f"{s['reduce_scatter_us'] / 1e3:.2f})")
+    print(f"# throughput {s['throughput']:.1f} {result.unit}/s")
+    if s["wire_bytes_per_rank"]:
+        print(f"# wire bytes per rank per step {s['wire_bytes_per_rank']:.0f}")
+    window = min(result.config.final_window, len(result.loss))
+    print(f"# final training loss {s['loss']:.4f} (mean of the last {window} steps)")
+    if s["held_out_loss"] is not None:
+        print(f"# held-out loss {s['held_out_loss']:.4f}, "
+              f"held-out accuracy {s['held_out_accuracy']:.4f}")
+
+
+# ----------------------------------------------------------------------- command line
+
+
+def build_parser(quiet: bool) -> RankAwareParser:
+    from benchmarks.fsdp import COMPRESS, VARIANTS
+    from benchmarks.train_models import DEFAULT_MODEL, MODELS
+
+    models = "\n".join(f"  {name:<11} {text}" for name, (_, text) in MODELS.items())
+    parser = RankAwareParser(
+        prog="python -m benchmarks.training", quiet=quiet,
+        description="Sharded data-parallel (FSDP/ZeRO-3-style) training whose parameter "
+                    "allgather and gradient reduce-scatter go through ccbench's collectives.",
+        epilog=f"models:\n{models}",
+        formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"default {DEFAULT_MODEL}")
+    parser.add_argument("--variant", choices=VARIANTS, default="baseline",
+                        help="which collectives carry parameters and gradients")
+    parser.add_argument("--algorithm", choices=("mpi", "ring"), default="mpi",
+                        help="baseline only: the MPI library's collectives or ccbench's ring")
+    parser.add_argument("--codec", default="none",
+                        help="codec spec of the compressed variants (fp16, bf16, bfp:rate=8, "
+                             "zfp:rate=8, ...); none with the baseline")
+    parser.add_argument("--compress", choices=COMPRESS, default="both",
+                        help="what the compressed variants compress: parameters (allgather), "
+                             "gradients (reduce-scatter) or both (default)")
+    parser.add_argument("--chunk-bytes", type=parse_size, default=None, metavar="BYTES",
+                        help="coll_compressed: uncompressed bytes per pipelined chunk "
+                             "(default 256K)")
+    parser.add_argument("--error-feedback", action="store_true",
+                        help="carry the gradient codec's error to the next step (lossy codecs)")
+    parser.add_argument("--steps", type=positive_int, default=100, help="default 100")
+    parser.add_argument("--batch", type=positive_int, default=None,
+                        help="global batch over all ranks (default: the model's)")
+    parser.add_argument("--lr", type=float, default=None, help="Adam learning rate")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="seed of the weights and of the batches (default 0)")
+    parser.add_argument("--warmup", type=non_negative_int, default=3,
+                        help="first steps left out of the timing averages (default 3)")
+    parser.add_argument("--clip", type=float, default=0.0,
+                        help="clip the global gradient norm to this (default 0: off)")
+    parser.add_argument("--eval-every", type=non_negative_int, default=0,
+                        help="held-out evaluation every N steps (always after the last)")
+    parser.add_argument("--final-window", type=positive_int, default=10,
+                        help="steps averaged into the final training loss (default 10)")
+    parser.add_argument("--threads", type=positive_int, default=1,
+                        help="torch threads per rank (default 1)")
+    parser.add_argument("--log-every", type=positive_int, default=10,
+                        help="print every N-th step (default 10)")
+    parser.add_argument("--csv", metavar="PATH", help="append per-step and summary rows here")
+    parser.add_argument("--json", metavar="PATH", help="write the summary and environment")
+    return parser
+
+
+def config_from_options(opts) -> TrainConfig:
+    if opts.lr is not None and not opts.lr > 0:
+        raise UsageError("--lr must be positive")
+    if opts.clip < 0:
+        raise UsageError("--clip must not be negative")
+    if opts.variant == "baseline" and opts.codec != "none":
+        raise UsageError("the baseline sends uncompressed data: use a compressed variant "
+                         f"for --codec {opts.codec}")
+    if opts.variant != "baseline" and opts.codec == "none":
+        raise UsageError(f"--variant {opts.variant} needs a codec, e.g. --codec fp16")
+    from kernels.codecs import parse_codec
+
+    opts.codec = parse_codec(opts.codec).spec  # canonical spelling, as in the other CSVs
+    return TrainConfig(
+        model=opts.model, variant=opts.variant, algorithm=opts.algorithm, codec=opts.codec,
+        compress=opts.compress, error_feedback=opts.error_feedback, steps=opts.steps,
+        batch=opts.batch, lr=opts.lr, seed=opts.seed, warmup=opts.warmup, clip=opts.clip,
+        eval_every=opts.eval_every, final_window=opts.final_window, threads=opts.threads,
+        chunk_bytes=opts.chunk_bytes,
+    )
+
+
+def _setup(argv: list[str], comm):
+    from benchmarks.train_models import make_task
+
+    opts = build_parser(quiet=comm.rank != 0).parse_args(argv)
+    config = config_from_options(opts)
+    return opts, config, make_task(config.model)
+
+
+def _train_and_report(argv: list[str], comm) -> int:
+    from benchmarks import environment
+    from benchmarks.harness import agreed
+    from benchmarks.results import append_rows, write_json_atomic
+
+    root = comm.rank == 0
+    opts, config, task = agreed(comm, lambda: _setup(argv, comm))
+    trainer = agreed(comm, lambda: build_trainer(comm, config, task))
+    agreed(comm, lambda: _check_csv(opts.csv) if root and opts.csv else None)
+    info = environment.run_info(comm, config.variant)
+    if root:
+        batch = config.batch or task.default_batch
+        print(f"# ccbench training: model {task.name} on {task.dataset}, variant "
+              f"{config.variant} ({result_algorithm(config)}), codec {config.codec}"
+              f"{', error feedback' if config.error_feedback else ''}, {comm.size} ranks, "
+              f"global batch {batch}, {config.steps} steps", flush=True)
+    result = run_training(comm, config, task=task, trainer=trainer)
+    if root:
+        print(f"# {result.params} parameters")
+        print(f"# {'step':>6} {'loss':>9} {'step_ms':>10} {'compute_ms':>11} {'comm_ms':>9}")
+        print_steps(result, opts.log_every)
+        print_summary(result)
+        rows = result_rows(result, comm, info)
+        if opts.csv:
+            append_rows(opts.csv, rows, COLUMNS)
+            environment.write_sidecar(opts.csv, info, argv, comm.size)
+        if opts.json:
+            write_json_atomic(opts.json, {
+                "environment": environment.describe(info, argv, comm.size),
+                "config": vars(config), "summary": rows[-1], "steps": rows[:-1],
+            })
+    return 0
+
+
+def _check_csv(path) -> None:
+    from benchmarks.results import read_rows
+
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        header, _ = read_rows(path)
+        if list(header) != list(COLUMNS):
+            raise UsageError(f"{path} holds other results; write training runs to a new file")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run on every rank. Exit status 0, or 2 on bad input (one line from rank 0, every
+    rank exits); an unexpected failure on one rank aborts the whole job, never hangs."""
+    from mpi4py import MPI
+
+    from benchmarks.harness import _abort, _AgreedError
+    from collectives.comm import Communicator
+
+    argv = sys.argv[1:] if argv is None else argv
+    comm = Communicator(MPI.COMM_WORLD)
+    try:
+        return _train_and_report(argv, comm)
+    except _AgreedError as exc:
+        if comm.rank == 0:
+            print(f"ccbench: error: {exc}", file=sys.stderr, flush=True)
+        return exc.status
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except BaseException as exc:  # noqa: BLE001 - a failure on one rank must end every rank
+        _abort(comm, exc)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

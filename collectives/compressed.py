@@ -1,0 +1,423 @@
+"""Compressed ring collectives: point-to-point compression and collective-level compression.
+
+Both walk the ring schedules of collectives/ring.py; they differ in where the codec sits.
+
+* Point-to-point (`P2PCompressed`, the earlier design the seed compares against): every
+  message is compressed by its sender and decompressed by its receiver, as if the MPI
+  library compressed each point-to-point message above a size threshold. A ring
+  allgather therefore re-encodes a block at each of the P-1 hops.
+* Collective-level (`CollCompressed`, seed 000, a reconstruction): allgather encodes
+  each rank's block once and forwards the compressed bytes untouched; reduce-scatter
+  decompresses, reduces and recompresses the running partial sums. Blocks are cut into
+  chunks, every chunk travels with non-blocking sends and receives, and the codec works
+  on one chunk while others are on the wire.
+
+Bound objects are built once per buffer set (payload slots, scratch, schedules); calling
+one runs one blocking collective from sendbuf into recvbuf. `raw_bytes` is what the
+uncompressed ring sends per call on this rank; the Communicator counts what was sent.
+"""
+
+from __future__ import annotations
+
+import os
+
+from array_api_compat import is_cupy_array, is_torch_array
+
+from benchmarks.errors import UsageError
+from collectives.ring import (
+    RingScratch,
+    allgather_schedule,
+    block_bounds,
+    reduce_scatter_schedule,
+    ring_neighbors,
+)
+from kernels import arrays
+from kernels.codecs import Codec, dtype_name, empty_payload, rounding_error
+from kernels.reduce import add_into, copy_into
+
+COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
+DEFAULT_CHUNK_BYTES = 256 * 1024  # uncompressed bytes per pipelined chunk
+SLOT_ALIGN = 64                    # payload slots start on cache-line boundaries
+_TAG_P2P = 7100
+_TAG_BASE = 7200                   # collective-level: one tag per (phase, step)
+
+
+# ------------------------------------------------------------------------------- helpers
+
+def _round_up(n: int, align: int = SLOT_ALIGN) -> int:
+    return -(-n // align) * align
+
+
+def _device_sync(x) -> None:
+    """Wait for queued device work before MPI reads a GPU payload; no-op on the host."""
+    if is_torch_array(x) and x.device.type == "cuda":
+        arrays.synchronize("torch-cuda")
+    elif is_cupy_array(x):
+        arrays.synchronize("cupy")
+
+
+def _test(request) -> bool:
+    """Non-blocking completion test; staged (GPU) receives can only be waited for."""
+    test = getattr(request, "Test", None)
+    return bool(test()) if test is not None else False
+
+
+def _wait(request) -> None:
+    """Wait, yielding the core between progress polls instead of spinning in MPI.
+
+    Ranks often outnumber cores (4 ranks on 2 cores on an emulated cluster): a rank
+    spinning in MPI_Wait takes the core from a rank that is encoding. Each Test drives
+    MPI's progress engine; sched_yield returns at once when nobody else wants the core.
+    """
+    test = getattr(request, "Test", None)
+    if test is None:
+        request.Wait()
+        return
+    while not test():
+        os.sched_yield()
+
+
+def _nbytes(x) -> int:
+    return x.shape[0] * arrays.itemsize(dtype_name(x))
+
+
+def collective_bounds(collective: str, count: int, size: int) -> list[tuple[int, int]]:
+    """The ring's blocks: of recvbuf for allgather, of sendbuf for the others."""
+    if collective == "allreduce":
+        return block_bounds(count, size)
+    return [(b * count, (b + 1) * count) for b in range(size)]
+
+
+def ring_raw_bytes(collective: str, bounds, rank: int, size: int, itemsize: int) -> int:
+    """Bytes this rank's uncompressed ring sends per call (the schedules' blocks)."""
+    total = 0
+    if collective in ("reduce_scatter", "allreduce"):
+        total += sum(bounds[sb][1] - bounds[sb][0]
+                     for _, sb, _ in reduce_scatter_schedule(rank, size))
+    if collective in ("allgather", "allreduce"):
+        total += sum(bounds[sb][1] - bounds[sb][0]
+                     for _, sb, _ in allgather_schedule(rank, size))
+    return total * itemsize
+
+
+def compressions_on_path(variant: str, collective: str, size: int) -> int:
+    """How many encode/decode round trips the worst element of the result went through."""
+    hops = size - 1
+    if collective == "allgather":
+        return 1 if variant == "coll" and size > 1 else hops
+    if collective == "reduce_scatter":
+        return hops
+    return hops + (1 if variant == "coll" and size > 1 else hops)
+
+
+def error_bound(codec: Codec, variant: str, collective: str, amaxes: list[float],
+                dtype: str) -> float | None:
+    """Max abs error of the result against the exact one (None: must be exact).
+
+    `amaxes` are max|x| of every rank's input. One round trip adds at most
+    e(a) = codec.error_bound(a, dtype) to values of magnitude a. Allgather: a block is
+    encoded once (collective-level) or at each of up to P-1 hops (point-to-point), each
+    time from the previous decoded values: err_k = err_(k-1) + e(M + err_(k-1)),
+    M = max amax. Reduce-scatter (both variants): each of the P-1 hops recompresses a
+    partial sum, of magnitude at most S = sum of amaxes, and adds in `dtype`:
+    err_k = err_(k-1) + e(S + err_(k-1)) + round(S + err_(k-1)), plus the rounding of
+    the inputs and of the reference to `dtype`. The bound grows linearly with P.
+    Allreduce: the reduce-scatter bound, then the allgather chain on sums.
+    """
+    if not codec.lossy:
+        return None
+    size = len(amaxes)
+
+    def chain(magnitude: float, hops: int, reduce: bool, err: float = 0.0) -> float:
+        for _ in range(hops):
+            err += codec.error_bound(magnitude + err, dtype)
+            if reduce:
+                err += rounding_error(dtype, magnitude + err)
+        return err
+
+    big = max(amaxes) if amaxes else 0.0
+    if collective == "allgather":
+        return chain(big, compressions_on_path(variant, "allgather", size), False)
+    total = sum(amaxes)
+    inputs = sum(rounding_error(dtype, a) for a in amaxes) + rounding_error(dtype, total)
+    rs = chain(total, size - 1, True) + inputs
+    if collective == "reduce_scatter":
+        return rs
+    ag_hops = compressions_on_path(variant, "allreduce", size) - (size - 1)
+    return chain(total + rs, ag_hops, False, rs)
+
+
+class _Bound:
+    """What both variants share: codec, ring neighbours, block layout, byte counts."""
+
+    def __init__(self, comm, codec: Codec, collective: str, sendbuf, recvbuf):
+        if collective not in COLLECTIVES:
+            raise UsageError(f"unknown collective {collective!r}")
+        self.comm, self.codec, self.collective = comm, codec, collective
+        self.sendbuf, self.recvbuf = sendbuf, recvbuf
+        self.rank, self.size = comm.rank, comm.size
+        self.left, self.right = ring_neighbors(self.rank, self.size)
+        self.dtype = dtype_name(sendbuf)
+        count = sendbuf.shape[0] if collective == "allgather" else recvbuf.shape[0]
+        if collective == "allreduce":
+            count = sendbuf.shape[0]
+        self.bounds = collective_bounds(collective, count, self.size)
+        self.raw_bytes = ring_raw_bytes(collective, self.bounds, self.rank, self.size,
+                                        arrays.itemsize(self.dtype))
+
+    def _slot_nbytes(self, count: int) -> int:
+        return _round_up(self.codec.max_encoded_nbytes(count, self.dtype))
+
+    def _payload_len(self, slot, count: int) -> int:
+        return self.codec.payload_nbytes(slot, count, self.dtype)
+
+
+# ------------------------------------------------------------------ point-to-point
+
+class P2PCompressed(_Bound):
+    """Ring collective in which every message above `threshold` bytes is compressed."""
+
+    variant = "p2p"
+
+    def __init__(self, comm, codec: Codec, collective: str, sendbuf, recvbuf,
+                 threshold: int = 0):
+        super().__init__(comm, codec, collective, sendbuf, recvbuf)
+        self.threshold = threshold
+        longest = max(stop - start for start, stop in self.bounds)
+        self.send_payload = empty_payload(sendbuf, self._slot_nbytes(longest))
+        self.recv_payload = empty_payload(sendbuf, self._slot_nbytes(longest))
+        self.scratch = RingScratch(sendbuf, longest)
+
+    def __call__(self) -> None:
+        if self.size == 1:
+            copy_into(self.recvbuf, self.sendbuf)
+            return
+        if self.collective == "allgather":
+            start, stop = self.bounds[self.rank]
+            copy_into(self.recvbuf[start:stop], self.sendbuf)
+            self._allgather(self.recvbuf)
+        elif self.collective == "reduce_scatter":
+            self._reduce_scatter(self.recvbuf)
+        else:
+            start, stop = self.bounds[self.rank]
+            self._reduce_scatter(self.recvbuf[start:stop])
+            self._allgather(self.recvbuf)
+
+    def _hop(self, data, out) -> None:
+        """Send `data` right and receive `out` from the left, each compressed if large
+        enough. Either may be empty (fewer elements than ranks): then it is skipped, as
+        the neighbour's matching side is empty too."""
+        request = None
+        if data.shape[0]:
+            if _nbytes(data) >= self.threshold:
+                data = self.codec.encode(data, out=self.send_payload)
+                _device_sync(data)
+            request = self.comm.isend(data, self.right, _TAG_P2P)
+        if out.shape[0]:
+            if _nbytes(out) >= self.threshold:
+                nbytes = self.codec.max_encoded_nbytes(out.shape[0], self.dtype)
+                incoming = self.recv_payload[:nbytes]
+                self.comm.recv(incoming, self.left, _TAG_P2P)
+                self.codec.decode(incoming, out)
+            else:
+                self.comm.recv(out, self.left, _TAG_P2P)
+        if request is not None:
+            request.Wait()
+
+    def _allgather(self, buf) -> None:
+        for _, send_block, recv_block in allgather_schedule(self.rank, self.size):
+            s0, s1 = self.bounds[send_block]
+            r0, r1 = self.bounds[recv_block]
+            self._hop(buf[s0:s1], buf[r0:r1])
+
+    def _reduce_scatter(self, out) -> None:
+        outgoing = None
+        for step, send_block, recv_block in reduce_scatter_schedule(self.rank, self.size):
+            s0, s1 = self.bounds[send_block]
+            r0, r1 = self.bounds[recv_block]
+            if outgoing is None:  # the first hop sends this rank's own contribution
+                outgoing = self.sendbuf[s0:s1]
+            incoming = self.scratch.incoming[:r1 - r0]
+            self._hop(outgoing, incoming)
+            target = out if step == self.size - 2 else self.scratch.partial[:r1 - r0]
+            add_into(target, incoming, self.sendbuf[r0:r1])
+            outgoing = target
+
+
+# ------------------------------------------------------------------ collective level
+
+def chunk_count_for(codec: Codec, dtype: str, chunk_bytes: int) -> int:
+    """Elements per chunk: chunk_bytes of data, a multiple of the codec's granularity."""
+    if chunk_bytes <= 0:
+        return 0  # one chunk per block
+    grain = codec.granularity
+    per_chunk = chunk_bytes // arrays.itemsize(dtype)
+    return max(grain, per_chunk // grain * grain)
+
+
+def split_chunks(start: int, stop: int, chunk_count: int) -> list[tuple[int, int]]:
+    """[start, stop) in chunks of chunk_count elements (0: one chunk); none if empty."""
+    if stop <= start:
+        return []
+    if chunk_count <= 0:
+        return [(start, stop)]
+    return [(c, min(c + chunk_count, stop)) for c in range(start, stop, chunk_count)]
+
+
+class _Slots:
+    """One payload slot per (key, chunk) in a single preallocated uint8 buffer."""
+
+    def __init__(self, like, sizes: dict):
+        offsets, total = {}, 0
+        for key, nbytes in sizes.items():
+            offsets[key] = (total, nbytes)
+            total += _round_up(nbytes)
+        self.buffer = empty_payload(like, max(total, 1))
+        self.views = {key: self.buffer[start:start + n] for key, (start, n) in offsets.items()}
+
+    def __getitem__(self, key):
+        return self.views[key]
+
+
+class CollCompressed(_Bound):
+    """Collective-level compression with chunked, non-blocking pipelining."""
+
+    variant = "coll"
+
+    def __init__(self, comm, codec: Codec, collective: str, sendbuf, recvbuf,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+        super().__init__(comm, codec, collective, sendbuf, recvbuf)
+        self.chunk_count = chunk_count_for(codec, self.dtype, chunk_bytes)
+        self.chunks = [split_chunks(start, stop, self.chunk_count) for start, stop in self.bounds]
+        sizes = {}
+        if collective in ("reduce_scatter", "allreduce"):
+            # partial sums: one receive and one send slot per (step, chunk)
+            for step, send_block, recv_block in reduce_scatter_schedule(self.rank, self.size):
+                for c, (c0, c1) in enumerate(self.chunks[recv_block]):
+                    sizes["rs-in", step, c] = self._slot_nbytes(c1 - c0)
+                for c, (c0, c1) in enumerate(self.chunks[send_block]):
+                    sizes["rs-out", step, c] = self._slot_nbytes(c1 - c0)
+            longest = max(stop - start for start, stop in self.bounds)
+            self.scratch = RingScratch(sendbuf, min(longest, self.chunk_count or longest))
+        if collective in ("allgather", "allreduce"):
+            # every block's compressed chunks, own block included
+            for b, chunks in enumerate(self.chunks):
+                for c, (c0, c1) in enumerate(chunks):
+                    sizes["ag", b, c] = self._slot_nbytes(c1 - c0)
+        self.slots = _Slots(sendbuf, sizes)
+        self.sends: list = []
+
+    def __call__(self) -> None:
+        if self.size == 1:
+            copy_into(self.recvbuf, self.sendbuf)
+            return
+        self.sends = []
+        if self.collective == "allgather":
+            start, stop = self.bounds[self.rank]
+            self._allgather(self.sendbuf, self.recvbuf, start)
+        elif self.collective == "reduce_scatter":
+            self._reduce_scatter(self.recvbuf, self.bounds[self.rank][0])
+        else:
+            start, stop = self.bounds[self.rank]
+            self._reduce_scatter(self.recvbuf[start:stop], start)
+            self._allgather(self.recvbuf[start:stop], self.recvbuf, start)
+        for request in self.sends:
+            _wait(request)
+
+    def _tag(self, phase: int, step: int) -> int:
+        # per-step tags: a neighbour may send step s+1 chunks before its last step-s chunk
+        return _TAG_BASE + phase * self.size + step
+
+    def _send(self, payload, tag: int) -> None:
+        _device_sync(payload)
+        self.sends.append(self.comm.isend(payload, self.right, tag))
+
+    @staticmethod
+    def _drain(pending, k: int, process, block: bool) -> int:
+        """Process arrivals in posting order; without `block`, stop at the first not here."""
+        while k < len(pending):
+            request = pending[k][0]
+            if block:
+                _wait(request)
+            elif not _test(request):
+                break
+            process(*pending[k][1:])
+            k += 1
+        return k
+
+    # allgather: compress once, forward compressed bytes, decompress off the critical path
+    def _allgather(self, own, buf, own_start: int) -> None:
+        """buf[block b] = decoded block of rank b; `own` is this rank's uncompressed block."""
+        codec, rank, last = self.codec, self.rank, self.size - 2
+        pending = []
+        for step, _, recv_block in allgather_schedule(rank, self.size):
+            for c in range(len(self.chunks[recv_block])):
+                slot = self.slots["ag", recv_block, c]
+                request = self.comm.irecv(slot, self.left, self._tag(1, step))
+                pending.append((request, step, recv_block, c))
+
+        def arrived(step, block, c):
+            c0, c1 = self.chunks[block][c]
+            slot = self.slots["ag", block, c]
+            if step < last:  # forward the compressed bytes untouched, then decode
+                self._send(slot[:self._payload_len(slot, c1 - c0)], self._tag(1, step + 1))
+            codec.decode(slot, buf[c0:c1])
+
+        k = 0
+        encoded = []
+        for c, (c0, c1) in enumerate(self.chunks[rank]):
+            payload = codec.encode(own[c0 - own_start:c1 - own_start],
+                                   out=self.slots["ag", rank, c])
+            self._send(payload, self._tag(1, 0))
+            encoded.append(payload)
+            k = self._drain(pending, k, arrived, block=False)
+        # every rank ends with the same decoded values, its own block included
+        for payload, (c0, c1) in zip(encoded, self.chunks[rank], strict=True):
+            codec.decode(payload, buf[c0:c1])
+            k = self._drain(pending, k, arrived, block=False)
+        self._drain(pending, k, arrived, block=True)
+
+    # reduce-scatter: decompress, reduce, recompress, chunk by chunk
+    def _reduce_scatter(self, out, out_start: int) -> None:
+        """out = block `rank` of the sum; out_start is its offset in the buffer."""
+        codec, rank, last = self.codec, self.rank, self.size - 2
+        send = self.sendbuf
+        pending = []
+        schedule = list(reduce_scatter_schedule(rank, self.size))
+        for step, _, recv_block in schedule:
+            for c in range(len(self.chunks[recv_block])):
+                slot = self.slots["rs-in", step, c]
+                request = self.comm.irecv(slot, self.left, self._tag(0, step))
+                pending.append((request, step, recv_block, c))
+
+        def arrived(step, block, c):
+            c0, c1 = self.chunks[block][c]
+            incoming = self.scratch.incoming[:c1 - c0]
+            codec.decode(self.slots["rs-in", step, c], incoming)
+            if step == last:
+                add_into(out[c0 - out_start:c1 - out_start], incoming, send[c0:c1])
+                return
+            partial = self.scratch.partial[:c1 - c0]
+            add_into(partial, incoming, send[c0:c1])
+            payload = codec.encode(partial, out=self.slots["rs-out", step + 1, c])
+            self._send(payload, self._tag(0, step + 1))
+
+        k = 0
+        first_block = schedule[0][1]
+        for c, (c0, c1) in enumerate(self.chunks[first_block]):
+            payload = codec.encode(send[c0:c1], out=self.slots["rs-out", 0, c])
+            self._send(payload, self._tag(0, 0))
+            k = self._drain(pending, k, arrived, block=False)
+        self._drain(pending, k, arrived, block=True)
+
+
+VARIANTS = {"p2p": P2PCompressed, "coll": CollCompressed}
+
+
+def bind_compressed(comm, variant: str, collective: str, codec: Codec, sendbuf, recvbuf,
+                    **options):
+    """A bound compressed collective (callable) for `variant` 'p2p' or 'coll'."""
+    if variant not in VARIANTS:
+        raise UsageError(f"unknown compressed variant {variant!r}; choose p2p or coll")
+    return VARIANTS[variant](comm, codec, collective, sendbuf, recvbuf, **options)
+

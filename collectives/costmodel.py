@@ -1,0 +1,141 @@
+"""Alpha-beta cost models: fitting measured times, and network models per rank count.
+
+All times are in microseconds and all sizes in bytes. A collective of ``s`` bytes costs
+``alpha + beta * s``. ``fit_alpha_beta`` fits that line to measurements; ``LinkModel``
+predicts alpha and beta of the classic ring (and recursive-halving/doubling) algorithms
+from a per-hop latency and a link rate, so a simulator can extrapolate to any rank count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """Cost of one collective call: ``alpha_us + beta_us_per_byte * nbytes``."""
+
+    alpha_us: float
+    beta_us_per_byte: float
+
+    def time_us(self, nbytes):
+        """Predicted time in microseconds (scalar or numpy array of sizes)."""
+        return self.alpha_us + self.beta_us_per_byte * np.asarray(nbytes, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted alpha-beta model and how well it describes the measurements."""
+
+    model: AlphaBeta
+    r2: float  # coefficient of determination on the measured times
+    max_rel_err: float  # max |predicted - measured| / measured over the points
+    npoints: int
+
+    def describe(self) -> str:
+        return (
+            f"alpha = {self.model.alpha_us:.2f} us, "
+            f"beta = {self.model.beta_us_per_byte * 1e3:.4f} us/KB "
+            f"({bandwidth_gbps(self.model):.3f} Gbit/s), "
+            f"R^2 = {self.r2:.4f}, max rel err = {100 * self.max_rel_err:.1f}% "
+            f"over {self.npoints} sizes"
+        )
+
+
+def bandwidth_gbps(model: AlphaBeta) -> float:
+    """Effective bandwidth 1/beta in Gbit/s (inf when beta is 0)."""
+    if model.beta_us_per_byte <= 0:
+        return float("inf")
+    return 8e-3 / model.beta_us_per_byte
+
+
+def fit_alpha_beta(sizes_bytes, times_us) -> Fit:
+    """Least-squares fit of ``t = alpha + beta * s`` weighted by 1/t.
+
+    The weighting minimises relative error, so the small sizes (which decide alpha)
+    count as much as the large ones (which decide beta); an unweighted fit lets the
+    largest message swamp alpha. Both coefficients are constrained to be >= 0: when the
+    unconstrained optimum is negative, the coefficient is pinned to 0 and the other
+    one refitted (a negative alpha or beta has no physical meaning).
+    """
+    s = np.asarray(sizes_bytes, dtype=np.float64)
+    t = np.asarray(times_us, dtype=np.float64)
+    if s.ndim != 1 or s.shape != t.shape or s.size < 2:
+        raise ValueError("fit_alpha_beta needs two equal-length 1-D sequences of >= 2 points")
+    if np.unique(s).size < 2:
+        raise ValueError("fit_alpha_beta needs at least two distinct sizes")
+    if np.any(t <= 0):
+        raise ValueError("measured times must be positive")
+    w = 1.0 / t
+    design = np.column_stack([np.ones_like(s), s]) * w[:, None]
+    alpha, beta = np.linalg.lstsq(design, t * w, rcond=None)[0]
+    if alpha < 0:
+        alpha, beta = 0.0, float(np.sum(w * w * s * t) / np.sum(w * w * s * s))
+    elif beta < 0:
+        alpha, beta = float(np.sum(w * w * t) / np.sum(w * w)), 0.0
+    model = AlphaBeta(float(alpha), float(beta))
+    pred = model.time_us(s)
+    ss_res = float(np.sum((t - pred) ** 2))
+    ss_tot = float(np.sum((t - t.mean()) ** 2))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+    return Fit(model, r2, float(np.max(np.abs(pred - t) / t)), int(s.size))
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """A homogeneous network: every hop costs ``hop_latency_us`` plus bytes / link rate.
+
+    Alpha-beta parameters of the textbook algorithms on ``p`` ranks (Thakur, Rabenseifner
+    and Gropp, 2005) follow; ``reduce`` arithmetic is not modelled (it overlaps with the
+    wire on every machine this suite targets).
+    """
+
+    link_gbps: float
+    hop_latency_us: float
+
+    @property
+    def us_per_byte(self) -> float:
+        return 8e-3 / self.link_gbps
+
+    def ring_allreduce(self, p: int) -> AlphaBeta:
+        """Reduce-scatter then allgather around a ring: 2(p-1) steps of 1/p of the data."""
+        if p < 2:
+            return AlphaBeta(0.0, 0.0)
+        return AlphaBeta(2 * (p - 1) * self.hop_latency_us,
+                         2 * (p - 1) / p * self.us_per_byte)
+
+    def ring_allgather(self, p: int) -> AlphaBeta:
+        """Ring allgather; size is the total gathered buffer (p blocks)."""
+        if p < 2:
+            return AlphaBeta(0.0, 0.0)
+        return AlphaBeta((p - 1) * self.hop_latency_us, (p - 1) / p * self.us_per_byte)
+
+    def ring_reduce_scatter(self, p: int) -> AlphaBeta:
+        """Ring reduce-scatter; size is the whole send buffer (p blocks)."""
+        return self.ring_allgather(p)
+
+    def rabenseifner_allreduce(self, p: int) -> AlphaBeta:
+        """Recursive-halving reduce-scatter + recursive-doubling allgather (p a power of 2)."""
+        if p < 2:
+            return AlphaBeta(0.0, 0.0)
+        return AlphaBeta(2 * np.log2(p) * self.hop_latency_us,
+                         2 * (p - 1) / p * self.us_per_byte)
+
+    def allreduce(self, p: int, algorithm: str = "ring") -> AlphaBeta:
+        try:
+            return {"ring": self.ring_allreduce,
+                    "rabenseifner": self.rabenseifner_allreduce}[algorithm](p)
+        except KeyError:
+            raise ValueError(f"unknown allreduce algorithm {algorithm!r}") from None
+
+    @classmethod
+    def from_ring_allreduce(cls, model: AlphaBeta, p: int) -> LinkModel:
+        """Invert ``ring_allreduce``: the link that explains a measured fit on ``p`` ranks."""
+        if p < 2:
+            raise ValueError("a measured allreduce on >= 2 ranks is needed to infer a link")
+        if model.beta_us_per_byte <= 0:
+            raise ValueError("beta must be positive to infer a link rate")
+        return cls(link_gbps=8e-3 * 2 * (p - 1) / p / model.beta_us_per_byte,
+                   hop_latency_us=model.alpha_us / (2 * (p - 1)))

@@ -1,0 +1,105 @@
+"""Cast kernels of the fp16 / bf16 codecs: float array <-> 2-byte payload.
+
+torch tensors use torch's own conversion. numpy arrays borrow the same torch kernels
+through a zero-copy `torch.from_numpy` view when torch is installed: numpy's float16
+conversion runs at a fraction of memory speed, and numpy has no bfloat16. Without
+torch (and on cupy) the generic path below runs: numpy/cupy float16 casts, and
+bfloat16 as round-to-nearest-even on the float32 bit pattern.
+"""
+
+from __future__ import annotations
+
+import array_api_compat
+
+from benchmarks.errors import DataError
+
+FLOAT16_MAX = 65504.0
+BFLOAT16_MAX = 3.3895313892515355e38
+
+_torch = None
+
+
+def _torch_or_none():
+    """torch if it can be imported, else None (looked up once)."""
+    global _torch
+    if _torch is None:
+        try:
+            import torch
+        except ImportError:
+            _torch = False
+        else:
+            _torch = torch
+    return _torch or None
+
+
+def _torch_dtype(target: str):
+    import torch  # present: a torch view exists
+
+    return torch.float16 if target == "float16" else torch.bfloat16
+
+
+def _as_torch(x):
+    """A torch view of a numpy array or a torch tensor itself; None if not possible."""
+    if array_api_compat.is_torch_array(x):
+        return x
+    torch = _torch_or_none()
+    if torch is not None and array_api_compat.is_numpy_array(x) and x.flags.writeable:
+        return torch.from_numpy(x)
+    return None
+
+
+def cast_into(x, payload, target: str, spec: str) -> None:
+    """Write `x` cast to `target` ('float16' or 'bfloat16') into the uint8 `payload`.
+
+    Raises DataError for NaN, Inf or values the cast would turn into Inf.
+    """
+    tx, tp = _as_torch(x), _as_torch(payload)
+    if tx is not None and tp is not None:
+        import torch
+
+        low = tp.view(_torch_dtype(target))
+        low.copy_(tx)
+        # overflow, NaN and Inf all leave a non-finite value behind: one pass over the
+        # 2-byte result instead of a range check over the input
+        if low.shape[0] and not bool(torch.isfinite(torch.stack(torch.aminmax(low))).all()):
+            raise DataError(_bad_input(spec, target))
+        return
+    xp = array_api_compat.array_namespace(x)
+    if x.shape[0] and not _in_range(xp, x, FLOAT16_MAX if target == "float16" else BFLOAT16_MAX):
+        raise DataError(_bad_input(spec, target))
+    if target == "float16":
+        payload.view(xp.float16)[...] = x
+        return
+    bits = _f32(xp, x).view(xp.uint32)
+    # round to nearest even on the upper 16 bits (finite inputs: checked above)
+    rounded = bits + (((bits >> 16) & 1) + 0x7FFF)
+    payload.view(xp.uint16)[...] = rounded >> 16
+
+
+def _in_range(xp, x, limit: float) -> bool:
+    # NaN propagates through max / min and fails both comparisons
+    return bool(-limit <= xp.min(x)) and bool(xp.max(x) <= limit)
+
+
+def _bad_input(spec: str, target: str) -> str:
+    limit = FLOAT16_MAX if target == "float16" else BFLOAT16_MAX
+    return (f"codec {spec}: input contains NaN, Inf or |x| > {limit:.6g} "
+            f"(the largest {target}); refusing to send it")
+
+
+def uncast_into(payload, out, target: str) -> None:
+    """Fill `out` from a payload written by `cast_into`."""
+    tp, to = _as_torch(payload), _as_torch(out)
+    if tp is not None and to is not None:
+        to.copy_(tp.view(_torch_dtype(target)))
+        return
+    xp = array_api_compat.array_namespace(out)
+    if target == "float16":
+        out[...] = payload.view(xp.float16)
+        return
+    wide = xp.astype(payload.view(xp.uint16), xp.uint32) << 16
+    out[...] = wide.view(xp.float32)
+
+
+def _f32(xp, x):
+    return x if x.dtype == xp.float32 else xp.astype(x, xp.float32)

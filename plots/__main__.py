@@ -1,0 +1,7 @@
+"""`python -m plots RESULTS... -o OUTDIR`: the same as `ccbench plot`."""
+
+import sys
+
+from plots.cli import main
+
+raise SystemExit(main(sys.argv[1:]))

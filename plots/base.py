@@ -1,0 +1,229 @@
+"""What every figure module shares: the figure record, skipping, harness-row helpers.
+
+A figure function takes the loaded `Data` and the report's `Style` and returns one or
+more `Figure`s, or raises `Skip` with the reason it cannot be drawn from this data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from plots.data import Data
+from plots.style import Style, codec_sort_key
+
+
+@dataclass
+class Figure:
+    name: str  # file stem of the PNG and PDF
+    fig: object  # matplotlib Figure
+    caption: str
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One row of the headline table: a measured number next to the paper's."""
+
+    paper: str
+    claim: str
+    measured: str
+    published: str
+    where: str = ""
+
+
+class Skip(Exception):
+    """This figure cannot be drawn from the data given; the message says why."""
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    name: str
+    paper: str  # "seed 000", "seed 001", "seed 002", "general"
+    title: str
+    needs: tuple[str, ...]  # CSV kinds (plots.data.KINDS) the figure cannot do without
+    draw: Callable[[Data, Style], list[Figure]]
+    alternatives: str = ""  # what it reads when `needs` is empty: several ways to draw it
+
+
+def finite(values) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    return values[np.isfinite(values)]
+
+
+def rows(data: Data, kind: str, **equal) -> pd.DataFrame:
+    """Rows of one kind whose columns equal the given values (a value may be a tuple)."""
+    frame = data.get(kind)
+    for column, wanted in equal.items():
+        if column not in frame.columns:
+            return frame.iloc[0:0]
+        wanted = wanted if isinstance(wanted, tuple) else (wanted,)
+        frame = frame[frame[column].isin(wanted)]
+    return frame
+
+
+def link_of(frame: pd.DataFrame) -> pd.Series:
+    """Emulated link rate in Gbit/s per row, 0 for shared-memory runs."""
+    if "link_gbps" not in frame.columns:
+        return pd.Series(0.0, index=frame.index)
+    return frame["link_gbps"].fillna(0.0).astype(float)
+
+
+def panel_title(ranks, link_gbps) -> str:
+    where = f"{link_gbps:g} Gbit/s links" if link_gbps and link_gbps > 0 else "shared memory"
+    return f"{int(ranks)} ranks, {where}"
+
+
+def panels(frame: pd.DataFrame) -> list[tuple[tuple[int, float], pd.DataFrame]]:
+    """(ranks, link rate) groups: emulated links first (the interesting ones), then ranks."""
+    frame = frame.assign(_link=link_of(frame))
+    groups = [((int(r), float(link)), sub.drop(columns="_link"))
+              for (r, link), sub in frame.groupby(["ranks", "_link"], sort=True)]
+    return sorted(groups, key=lambda g: (g[0][1] <= 0, -g[0][1], g[0][0]))
+
+
+def series_keys(frame: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """(variant, algorithm, codec) combinations in a stable, readable order."""
+    order = {"baseline": 0, "p2p_compressed": 1, "coll_compressed": 2}
+    keys = frame[["variant", "algorithm", "codec"]].drop_duplicates().itertuples(index=False)
+    keys = [tuple(map(str, k)) for k in keys]
+    return sorted(keys, key=lambda k: (order.get(k[0], 9), k[0], k[1], codec_sort_key(k[2])))
+
+
+def has_spread(frame: pd.DataFrame) -> bool:
+    """Min/max across ranks are worth drawing: present, and not all equal to the average."""
+    if not {"min_us", "max_us"} <= set(frame.columns):
+        return False
+    spread = frame[["min_us", "max_us"]].notna().all(axis=1)
+    return bool(spread.all()) and bool((frame["max_us"] > frame["min_us"]).any())
+
+
+def draw_series(ax, frame: pd.DataFrame, x: str, y: str, scale: float = 1.0,
+                errorbars: bool = True, **style):
+    """One measured line, with error bars from the min and max across ranks where the
+    rows carry them (the harness records them on every run; -f prints them)."""
+    frame = frame.sort_values(x)
+    xs = frame[x].to_numpy(dtype=float)
+    ys = frame[y].to_numpy(dtype=float) / scale
+    if errorbars and y == "avg_us" and has_spread(frame):
+        low = ys - frame["min_us"].to_numpy(dtype=float) / scale
+        high = frame["max_us"].to_numpy(dtype=float) / scale - ys
+        container = ax.errorbar(xs, ys, yerr=[np.clip(low, 0, None), np.clip(high, 0, None)],
+                                capsize=1.5, elinewidth=0.6, **style)
+        line = container.lines[0]
+        line.set_label(style.get("label", "_nolegend_"))  # the series, not the container
+        return line
+    (line,) = ax.plot(xs, ys, **style)
+    return line
+
+
+def wire_bytes(frame: pd.DataFrame) -> pd.Series:
+    """Bytes each rank puts on the wire: measured where the row has it, else the ring
+    formula for an uncompressed collective divided by the achieved compression ratio."""
+    n = frame["ranks"].astype(float)
+    size = frame["size_bytes"].astype(float)
+    factor = frame["collective"].map({"allgather": 1.0, "reduce_scatter": 1.0,
+                                      "allreduce": 2.0}).astype(float)
+    # OSU sizes: allgather = per-rank send bytes; the others = the whole buffer.
+    per_block = np.where(frame["collective"] == "allgather", size, size / n)
+    formula = factor * (n - 1) * per_block
+    if "compression_ratio" in frame.columns:
+        ratio = frame["compression_ratio"].astype(float)
+        formula = formula / ratio.where(ratio > 0, 1.0).fillna(1.0)
+    measured = (frame["wire_bytes_per_rank"].astype(float)
+                if "wire_bytes_per_rank" in frame.columns else pd.Series(np.nan, frame.index))
+    return measured.where(measured > 0, formula)
+
+
+def link_bound_us(frame: pd.DataFrame) -> pd.Series:
+    """Time to push each rank's wire bytes through its emulated link (no latency term)."""
+    link = link_of(frame)
+    bits = wire_bytes(frame) * 8.0
+    return (bits / (link * 1e3)).where(link > 0)  # Gbit/s = 1e3 bits per microsecond
+
+
+def runs_note(frame: pd.DataFrame) -> str:
+    """Caption text that warns when a figure mixes runs, hosts or code versions."""
+    notes = []
+    # Not run_id: every rank count or algorithm is its own mpiexec run by design.
+    for column, what in (("hostname", "hosts"), ("git_sha", "code versions"),
+                         ("mpi_library", "MPI libraries")):
+        if column in frame.columns:
+            count = frame[column].dropna().astype(str).nunique()
+            if count > 1:
+                notes.append(f"{count} {what}")
+    text = f" Mixed data: {', '.join(notes)}." if notes else ""
+    if "validation" in frame.columns:
+        failed = int((frame["validation"].astype(str) == "Fail").sum())
+        if failed:
+            text += f" {failed} point(s) FAILED validation (-c)."
+    return text
+
+
+def largest_common_size(frame: pd.DataFrame, by: str, groups) -> float | None:
+    """The largest size_bytes at which every listed group of `by` has a row."""
+    sizes = None
+    for group in groups:
+        have = set(frame.loc[frame[by] == group, "size_bytes"].dropna())
+        sizes = have if sizes is None else sizes & have
+    return max(sizes) if sizes else None
+
+
+# The codecs of the seed 000 reproduction sweep: shown first when a figure must choose.
+PREFERRED_CODECS = ("fp16", "bfp:rate=8", "zfp:rate=8")
+
+
+def main_codecs(frame: pd.DataFrame, limit: int = 4) -> tuple[list[str], list[str]]:
+    """(shown, left out): at most `limit` codecs of the compressed variants, those of the
+    reproduction sweep first, then those measured at the most sizes."""
+    compressed = frame[frame["codec"] != "none"]
+    sizes = compressed.groupby("codec")["size_bytes"].nunique()
+    ranked = sorted(sizes.index, key=lambda c: (c not in PREFERRED_CODECS,
+                                                PREFERRED_CODECS.index(c)
+                                                if c in PREFERRED_CODECS else 0,
+                                                -sizes[c], codec_sort_key(c)))
+    return ranked[:limit], ranked[limit:]
+
+
+# Harness columns that place a row on a figure's axes or in its series; every other
+# non-measured column (dtype, timing, chunk_bytes, ...) is a configuration.
+SERIES_COLUMNS = ("variant", "algorithm", "codec", "collective", "ranks", "link_gbps")
+AXIS_COLUMNS = frozenset({*SERIES_COLUMNS, "size_bytes", "nodes"})
+
+
+def hold_configuration(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """One configuration per series: where a series was run with several values of a
+    configuration column (two chunk sizes, two dtypes), keep its most common value (ties:
+    the first in sorted order). Returns the rows and caption parts naming what was held."""
+    from plots.data import MEASURED
+
+    keys = [c for c in SERIES_COLUMNS if c in frame.columns]
+    extra = [c for c in frame.columns
+             if c not in MEASURED and c not in AXIS_COLUMNS and not c.startswith("_")]
+    held = []
+    for column in extra:
+        values = frame[column].astype(str)
+        counts = values.groupby([frame[k].astype(str) for k in keys]).nunique()
+        if counts.empty or counts.max() <= 1:
+            continue
+        keep = pd.Series(True, index=frame.index)
+        chosen = set()
+        for _, index in frame.groupby(keys, dropna=False).groups.items():
+            mine = values.loc[index]
+            if mine.nunique() > 1:
+                tally = mine.value_counts()
+                value = sorted(tally[tally == tally.max()].index)[0]
+                keep.loc[index] = mine == value
+                chosen.add(value)
+        frame = frame[keep]
+        held.append(f"{column} {'/'.join(sorted(chosen))}")
+    return frame, held
+
+
+def held_text(held: list[str]) -> str:
+    if not held:
+        return ""
+    return (" Series run with several configurations are drawn at one: "
+            + ", ".join(held) + ".")

@@ -1,0 +1,184 @@
+"""`ccbench plot RESULTS... -o OUTDIR`: redraw the seed papers' figures from CSVs.
+
+Reads result CSVs only (never reruns a benchmark), draws every figure the data allow as
+PNG and PDF, skips the others with the reason, and writes OUTDIR/index.html.
+Exit status: 0 all inputs read; 1 some input file was bad or a figure failed (the rest
+are still drawn); 2 usage error (no such path, no CSV at all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+from benchmarks.errors import UsageError
+from plots import general, seed000, seed001, seed002
+from plots.base import Skip
+from plots.data import TITLES, Data, load
+from plots.report import RenderedFigure, ReportContent, write_index
+from plots.style import PNG_DPI, Style, close_all, save
+
+MODULES = (seed000, seed001, seed002, general)
+DEFAULT_OUTDIR = "results/figures"
+FORMATS = ("png", "pdf")
+
+
+def all_figures():
+    return [spec for module in MODULES for spec in module.FIGURES]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ccbench plot",
+        description="Draw the seed papers' figures from ccbench result CSVs "
+                    "(files or folders searched recursively).",
+        epilog="Exit status: 0 all inputs read, 1 a bad input file or a failed figure "
+               "(the others are still drawn), 2 usage error.")
+    parser.add_argument("results", nargs="*", metavar="RESULTS",
+                        help="CSV files or folders of them")
+    parser.add_argument("-o", "--outdir", default=DEFAULT_OUTDIR,
+                        help=f"where figures and index.html go (default {DEFAULT_OUTDIR})")
+    parser.add_argument("--only", action="append", metavar="TEXT", default=[],
+                        help="draw only figures whose name contains TEXT (repeatable)")
+    parser.add_argument("--format", default=",".join(FORMATS),
+                        help="comma-separated image formats, of png and pdf (default both)")
+    parser.add_argument("--dpi", type=int, default=PNG_DPI,
+                        help=f"PNG resolution (default {PNG_DPI}: sharp at paper column width)")
+    parser.add_argument("--list", action="store_true",
+                        help="list the figures and the CSV kinds they need, then exit")
+    return parser
+
+
+def list_figures() -> None:
+    for spec in all_figures():
+        needs = ", ".join(TITLES[k] for k in spec.needs) or spec.alternatives
+        print(f"{spec.name:34s} {spec.title}  [needs {needs}]")
+
+
+def make_style(data: Data) -> Style:
+    codecs, series = set(), set()
+    for kind in ("harness", "codec", "training"):
+        frame = data.get(kind)
+        if "codec" in frame.columns:
+            codecs |= set(frame["codec"].dropna().astype(str))
+        if {"variant", "algorithm"} <= set(frame.columns):
+            series |= set(map(tuple, frame[["variant", "algorithm"]].astype(str).values))
+    return Style(codecs=codecs, series=series)
+
+
+def draw_all(data: Data, outdir: Path, only: list[str], formats: tuple[str, ...],
+             dpi: int = PNG_DPI):
+    """Draw each selected figure; (rendered, skipped, failed) with reasons."""
+    style = make_style(data)
+    rendered, skipped, failed = [], [], []
+    for spec in all_figures():
+        if only and not any(text in spec.name for text in only):
+            continue
+        missing = [TITLES[k] for k in spec.needs if not data.has(k)]
+        if missing:
+            skipped.append((spec.paper, spec.title, f"no {' or '.join(missing)} in the input"))
+            continue
+        try:
+            figures = spec.draw(data, style)
+        except Skip as why:
+            skipped.append((spec.paper, spec.title, str(why)))
+            continue
+        except Exception as exc:  # one broken figure must not cost the others
+            failed.append((spec.paper, spec.title, describe_failure(exc)))
+            close_all()
+            continue
+        for figure in figures:
+            files = save(figure.fig, outdir, figure.name, formats, dpi)
+            rendered.append(RenderedFigure(figure.name, spec.paper, spec.title,
+                                           figure.caption, files))
+    return rendered, skipped, failed
+
+
+def remove_stale(outdir: Path, specs, written: set[Path]) -> list[Path]:
+    """Delete figures an earlier run left in OUTDIR for the figures drawn or skipped now,
+    so the folder shows what index.html shows. Only files named like our figures."""
+    stale = []
+    for spec in specs:
+        for pattern in (f"{spec.name}.*", f"{spec.name}_*.*"):
+            for path in outdir.glob(pattern):
+                if path.suffix[1:] in FORMATS and path not in written:
+                    path.unlink()
+                    stale.append(path)
+    return stale
+
+
+def describe_failure(exc: Exception) -> str:
+    """One line: the exception and where it was raised, for a bug report."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def collect_headlines(data: Data) -> tuple[list, list[str]]:
+    headlines, problems = [], []
+    for module in MODULES:
+        try:
+            headlines += module.headlines(data)
+        except Exception as exc:  # a headline must not cost the figures
+            problems.append(f"{module.__name__} headlines: {describe_failure(exc)}")
+    return headlines, problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if opts.list:
+        list_figures()
+        return 0
+    try:
+        if not opts.results:
+            raise UsageError("name at least one results CSV or folder (see --help)")
+        formats = tuple(f.strip().lower() for f in opts.format.split(",") if f.strip())
+        unknown = [f for f in formats if f not in FORMATS]
+        if unknown or not formats:
+            raise UsageError(f"--format takes png and/or pdf, not {opts.format!r}")
+        names = [spec.name for spec in all_figures()]
+        unmatched = [t for t in opts.only if not any(t in name for name in names)]
+        if unmatched:
+            raise UsageError(f"--only {unmatched[0]} matches no figure (see --list)")
+        if not 30 <= opts.dpi <= 1200:
+            raise UsageError(f"--dpi must be between 30 and 1200, not {opts.dpi}")
+        data = load(opts.results)
+    except UsageError as exc:
+        print(f"ccbench plot: {exc}", file=sys.stderr)
+        return 2
+    outdir = Path(opts.outdir)
+    for report in data.files:
+        print(("error: " if report.error else "") + report.line(),
+              file=sys.stderr if report.error else sys.stdout)
+    rendered, skipped, failed = draw_all(data, outdir, opts.only, formats, opts.dpi)
+    selected = [spec for spec in all_figures()
+                if not opts.only or any(text in spec.name for text in opts.only)]
+    written = {path for figure in rendered for path in figure.files}
+    for path in remove_stale(outdir, selected, written):
+        print(f"removed {path}: left by an earlier run, not drawn from these inputs")
+    headlines, problems = collect_headlines(data)
+    for paper, title, why in skipped:
+        print(f"skipped [{paper}] {title}: {why}")
+    for paper, title, why in failed:
+        print(f"error: [{paper}] {title} failed: {why}", file=sys.stderr)
+    for text in problems:
+        print(f"error: {text}", file=sys.stderr)
+    notes = list(data.notes)
+    for note in notes:
+        print(f"note: {note}")
+    inputs = [(str(r.path), r.describe(), "error" if r.error else ("note" if r.ignored else ""))
+              for r in data.files]
+    content = ReportContent(
+        inputs=inputs, figures=rendered, headlines=headlines,
+        skipped=skipped + [(p, t, f"failed: {w}") for p, t, w in failed],
+        notes=notes + [f"error: {t}" for t in problems])
+    outdir.mkdir(parents=True, exist_ok=True)
+    index = write_index(outdir, content)
+    print(f"{len(rendered)} figure(s) written to {outdir}; open {index}")
+    return 1 if data.bad_files or failed or problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,303 @@
+"""Reading result CSVs: find them, tell their kind by their columns, refuse bad ones.
+
+Every CSV the suite writes is one of a few kinds (harness rows, codec throughput,
+MG-WFBP profiles / fits / iterations / simulations, training steps). The kind is told
+by the columns, never by the file name, so renamed or merged files still plot. A file
+that cannot be read (empty, malformed, a needed column missing) is reported with its
+name and left out; everything else is still drawn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from benchmarks.errors import UsageError
+from benchmarks.results import csv_files
+
+
+@dataclass(frozen=True)
+class CsvKind:
+    name: str
+    title: str
+    signature: tuple[str, ...]  # all present -> the file is of this kind
+    required: tuple[str, ...]  # needed to draw anything from it
+    numeric: tuple[str, ...] = ()  # parsed as numbers where present
+    identity: tuple[str, ...] | None = None  # one measurement; None: all but MEASURED
+    order: str | None = None  # column that orders repeated runs (latest wins)
+
+
+# Columns of a harness row that are measurements or run metadata: two rows that agree
+# on everything else measured the same point.
+MEASURED = frozenset({
+    "run_id", "timestamp", "iterations", "warmup", "avg_us", "min_us", "max_us",
+    "p50_us", "p99_us", "algbw_gbps", "busbw_gbps", "wire_bytes_per_rank",
+    "compression_ratio", "max_abs_err", "max_rel_err", "error_bound", "validation",
+    "mpi_library", "hostname", "git_sha", "source", "bytes_per_rank", "total_bytes",
+    "count", "union_density", "nonzero_density", "wire_min_bytes_per_rank", "wire_vs_min",
+    "dropped_mass", "dropped_mass_rel",
+})
+
+HARNESS_NUMERIC = (
+    "ranks", "nodes", "size_bytes", "bytes_per_rank", "total_bytes", "count", "avg_us",
+    "min_us", "max_us", "p50_us", "p99_us", "algbw_gbps", "busbw_gbps",
+    "wire_bytes_per_rank", "compression_ratio", "max_abs_err", "max_rel_err",
+    "error_bound", "link_gbps", "density", "block_size", "fusion", "union_density",
+    "nonzero_density", "wire_min_bytes_per_rank", "wire_vs_min", "dropped_mass",
+    "dropped_mass_rel", "threshold", "aggregators", "window", "streams",
+)
+
+KINDS = (
+    CsvKind(
+        "training", "training steps",
+        signature=("step", "loss", "step_us"),
+        required=("variant", "codec", "loss", "step_us"),
+        numeric=("step", "loss", "step_us", "compute_us", "comm_us", "allgather_us",
+                 "reduce_scatter_us", "ranks", "link_gbps", "held_out_loss",
+                 "held_out_accuracy", "throughput", "error_feedback", "steps"),
+        identity=("row", "variant", "algorithm", "codec", "compress", "error_feedback",
+                  "model", "dataset", "ranks", "link_gbps", "global_batch", "lr", "seed",
+                  "steps", "step"),
+        order="timestamp",
+    ),
+    CsvKind(
+        # benchmarks.merged_gradient (measured_us set) and benchmarks.simulate
+        # (scaling_efficiency set) share one schema; load() splits the rows.
+        "mgwfbp", "MG-WFBP iterations and simulations",
+        signature=("model", "strategy", "predicted_us"),
+        required=("model", "strategy", "ranks", "predicted_us"),
+        numeric=("ranks", "measured_us", "measured_std_us", "predicted_us", "forward_us",
+                 "backward_us", "measured_backward_us", "nonoverlapped_us",
+                 "measured_nonoverlapped_us", "scaling_efficiency", "groups", "tensors",
+                 "total_bytes", "alpha_us", "beta_us_per_byte", "fit_r2", "link_gbps",
+                 "hop_latency_us", "compute_speedup"),
+        identity=("variant", "model", "strategy", "ranks", "transport", "link_gbps",
+                  "hop_latency_us", "algorithm", "compute_speedup"),
+        order="timestamp",
+    ),
+    CsvKind(
+        "costfit", "allreduce cost-model fit",
+        signature=("size_bytes", "measured_us", "fitted_us"),
+        required=("ranks", "size_bytes", "measured_us", "fitted_us"),
+        numeric=("ranks", "size_bytes", "measured_us", "fitted_us", "iterations",
+                 "link_gbps"),
+        identity=("model", "ranks", "transport", "link_gbps", "size_bytes"),
+    ),
+    CsvKind(
+        "profile", "layer profiles",
+        signature=("order", "bytes", "backward_us"),
+        required=("model", "order", "bytes", "backward_us"),
+        numeric=("order", "bytes", "backward_us", "numel", "ready_us", "forward_us", "batch"),
+        identity=("model", "order", "batch", "device"),
+    ),
+    CsvKind(
+        "codec", "codec throughput",
+        signature=("encode_gbps", "decode_gbps"),
+        required=("codec", "encode_gbps", "decode_gbps"),
+        numeric=("encode_gbps", "decode_gbps", "copy_gbps", "ratio", "size_bytes"),
+        identity=("codec", "data", "dtype", "buffer", "size_bytes"),
+        order="timestamp",
+    ),
+    CsvKind(
+        "harness", "micro-benchmark (harness) rows",
+        signature=("variant", "collective", "size_bytes"),
+        required=("variant", "collective", "size_bytes", "ranks", "avg_us"),
+        numeric=HARNESS_NUMERIC,
+        order="timestamp",
+    ),
+)
+KIND_BY_NAME = {kind.name: kind for kind in KINDS}
+
+# Kinds split out of another after loading: name -> (parent, column that marks the rows).
+DERIVED = {
+    "iteration": ("mgwfbp", "measured_us"),
+    "simulation": ("mgwfbp", "scaling_efficiency"),
+}
+TITLES = {**{kind.name: kind.title for kind in KINDS},
+          "iteration": "MG-WFBP measured iterations (benchmarks.merged_gradient)",
+          "simulation": "MG-WFBP simulations (benchmarks.simulate)"}
+
+# Text columns filled in for files that predate or omit them, so grouping never
+# meets NaN keys (pandas drops NaN groups silently).
+TEXT_DEFAULTS = {"harness": {"algorithm": "", "codec": "none", "dtype": "float32",
+                             "buffer": "numpy"},
+                 "training": {"algorithm": "", "model": "", "row": "step"},
+                 "mgwfbp": {"transport": "", "variant": ""}, "costfit": {"model": "",
+                                                                          "transport": ""},
+                 "profile": {}, "codec": {"data": "random"}}
+
+
+@dataclass
+class FileReport:
+    path: Path
+    kind: str | None = None
+    rows: int = 0
+    error: str | None = None
+    ignored: str | None = None  # found in a folder but not a result CSV: not an error
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """What became of the file, without its name."""
+        if self.error:
+            return self.error
+        if self.ignored:
+            return f"ignored, {self.ignored}"
+        extra = f" ({'; '.join(self.notes)})" if self.notes else ""
+        return f"{self.rows} rows of {TITLES[self.kind]}{extra}"
+
+    def line(self) -> str:
+        return f"{self.path}: {self.describe()}"
+
+
+@dataclass
+class Data:
+    """The loaded results: one DataFrame per kind, plus what happened to every file."""
+
+    frames: dict[str, pd.DataFrame]
+    files: list[FileReport]
+    notes: list[str] = field(default_factory=list)
+
+    def has(self, kind: str) -> bool:
+        return kind in self.frames and not self.frames[kind].empty
+
+    def get(self, kind: str) -> pd.DataFrame:
+        return self.frames.get(kind, pd.DataFrame())
+
+    @property
+    def bad_files(self) -> list[FileReport]:
+        return [f for f in self.files if f.error]
+
+
+def find_csvs(paths) -> list[tuple[Path, bool]]:
+    """(file, named explicitly) for files as given and CSVs found in folders, each once."""
+    found: dict[Path, bool] = {}
+    for raw in paths:
+        explicit = Path(raw).is_file()
+        for path in csv_files([raw]):
+            found[path] = found.get(path, False) or explicit
+    if not found:
+        raise UsageError(f"no CSV files in {', '.join(str(p) for p in paths)}")
+    return list(found.items())
+
+
+UNKNOWN = "not a ccbench result CSV"
+
+
+def classify(columns) -> tuple[CsvKind | None, str | None]:
+    """The kind whose signature the columns carry, or an error naming what is missing."""
+    present = set(columns)
+    for kind in KINDS:
+        if set(kind.signature) <= present:
+            missing = [c for c in kind.required if c not in present]
+            if missing:
+                return None, (f"looks like {kind.title} but lacks column(s) "
+                              f"{', '.join(missing)}")
+            return kind, None
+    shown = ", ".join(list(columns)[:8]) + (", ..." if len(columns) > 8 else "")
+    return None, f"{UNKNOWN} (columns: {shown})"
+
+
+def read_one(path: Path, explicit: bool = True) -> tuple[pd.DataFrame | None, FileReport]:
+    """One file as a DataFrame of its kind, or None and the reason in the report.
+
+    A CSV found in a folder that is not a result file at all (a sweep list, someone's
+    notes) is ignored quietly; one named on the command line is an error."""
+    report = FileReport(path)
+    try:
+        frame = pd.read_csv(path, skipinitialspace=True)
+    except pd.errors.EmptyDataError:
+        report.error = "empty file"
+        return None, report
+    except pd.errors.ParserError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "parse error"
+        report.error = f"malformed CSV ({first}); rows with a different number of fields " \
+                       "usually mean runs with different columns were appended to one file"
+        return None, report
+    except (UnicodeDecodeError, OSError) as exc:
+        report.error = f"cannot read ({type(exc).__name__}: {exc})"
+        return None, report
+    frame.columns = [str(c).strip() for c in frame.columns]
+    if frame.empty:
+        report.error = "header only, no rows"
+        return None, report
+    kind, error = classify(frame.columns)
+    if error and error.startswith(UNKNOWN) and not explicit:
+        report.ignored = error
+        return None, report
+    if error:
+        report.error = error
+        return None, report
+    report.kind = kind.name
+    frame = frame.copy()
+    for column in kind.numeric:
+        if column in frame.columns:
+            given = frame[column].notna() & (frame[column].astype(str).str.strip() != "")
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+            bad = int((given & frame[column].isna()).sum())
+            if bad:
+                report.notes.append(f"{bad} non-numeric value(s) in {column} ignored")
+    needed = [c for c in kind.required if c in kind.numeric]
+    keep = frame[needed].notna().all(axis=1) if needed else pd.Series(True, frame.index)
+    if not keep.all():
+        report.notes.append(f"{int((~keep).sum())} row(s) without "
+                            f"{'/'.join(needed)} dropped")
+        frame = frame[keep]
+    if frame.empty:
+        report.error = "no usable rows"
+        report.kind = None
+        return None, report
+    frame["source"] = str(path)
+    report.rows = len(frame)
+    return frame, report
+
+
+def deduplicate(kind: CsvKind, frame: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """Keep one row per measured point: the latest run when several files repeat it."""
+    if kind.identity is None:
+        key = [c for c in frame.columns if c not in MEASURED]
+    else:
+        key = [c for c in kind.identity if c in frame.columns]
+    if not key:
+        return frame, None
+    # Identical rows from two files (a merged file read with its parts) are one row.
+    frame = frame[~frame.drop(columns="source").duplicated(keep="last")]
+    if kind.order and kind.order in frame.columns:
+        frame = frame.sort_values(kind.order, kind="stable")
+    duplicated = frame.duplicated(subset=key, keep="last")
+    if not duplicated.any():
+        return frame, None
+    note = (f"{kind.title}: {int(duplicated.sum())} row(s) repeat a point measured again "
+            "in a later run; the latest is drawn")
+    return frame[~duplicated], note
+
+
+def load(paths) -> Data:
+    """Read every CSV under `paths`; one DataFrame per kind, bad files reported."""
+    files = find_csvs(paths)
+    pieces: dict[str, list[pd.DataFrame]] = {}
+    reports = []
+    for path, explicit in files:
+        frame, report = read_one(path, explicit)
+        reports.append(report)
+        if frame is not None:
+            pieces.setdefault(report.kind, []).append(frame)
+    frames, notes = {}, []
+    for name, parts in pieces.items():
+        kind = KIND_BY_NAME[name]
+        frame = pd.concat(parts, ignore_index=True, sort=False)
+        for column, default in TEXT_DEFAULTS.get(name, {}).items():
+            if column not in frame.columns:
+                frame[column] = default
+            frame[column] = frame[column].fillna(default).astype(str)
+        frame, note = deduplicate(kind, frame)
+        if note:
+            notes.append(note)
+        frames[name] = frame.reset_index(drop=True)
+    for name, (parent, marker) in DERIVED.items():
+        if parent in frames and marker in frames[parent].columns:
+            part = frames[parent][frames[parent][marker].notna()]
+            if not part.empty:
+                frames[name] = part.reset_index(drop=True)
+    return Data(frames=frames, files=reports, notes=notes)

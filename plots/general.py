@@ -1,0 +1,170 @@
+"""General figures: bus bandwidth against size, and codec throughput against a copy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from plots.base import (
+    Figure,
+    FigureSpec,
+    Headline,
+    Skip,
+    draw_series,
+    held_text,
+    hold_configuration,
+    link_of,
+    main_codecs,
+    panel_title,
+    panels,
+    rows,
+    runs_note,
+    series_keys,
+)
+from plots.style import (
+    COLLECTIVE_LABELS,
+    Style,
+    codec_sort_key,
+    figure,
+    legend_below,
+    series_label,
+    size_axis,
+    tidy_log_axis,
+    variant_codec_handles,
+)
+
+MAX_ROWS = 3  # (ranks, link) settings shown in the bandwidth figure
+
+
+def busbw_vs_size(data, style: Style) -> list[Figure]:
+    frame = rows(data, "harness")
+    sparse = frame["variant"] == "sparse_streaming"
+    frame = frame[~sparse & frame["busbw_gbps"].notna()] if "busbw_gbps" in frame else None
+    if frame is None or frame.empty:
+        raise Skip("no dense harness rows with busbw_gbps")
+    codecs, left_out = main_codecs(frame)
+    frame = frame[frame["codec"].isin(["none", *codecs])]
+    frame, held = hold_configuration(frame)
+    collectives = [c for c in COLLECTIVE_LABELS if c in set(frame["collective"])]
+    collectives += sorted(set(frame["collective"]) - set(collectives))
+    settings = [key for key, _ in panels(frame)]
+    shown = settings[:MAX_ROWS]
+    fig, axes = figure(len(shown) * len(collectives), ncols=len(collectives),
+                       panel_height=2.1)
+    keys, ceiling = [], None
+    for row, (ranks, link) in enumerate(shown):
+        setting = frame[(frame["ranks"] == ranks) & (link_of(frame) == link)]
+        for col, collective in enumerate(collectives):
+            ax = axes[row * len(collectives) + col]
+            sub = setting[setting["collective"] == collective]
+            for variant, algorithm, codec in series_keys(sub):
+                series = sub[(sub["variant"] == variant) & (sub["algorithm"] == algorithm)
+                             & (sub["codec"] == codec)]
+                draw_series(ax, series, "size_bytes", "busbw_gbps",
+                            color=style.color(variant, algorithm),
+                            label=series_label(variant, algorithm, codec),
+                            **style.marker(codec))
+                keys.append((variant, algorithm, codec))
+            if link > 0:
+                ceiling = ax.axhline(link / 8.0, color="#c0392b", linestyle="--",
+                                     linewidth=0.9, label="link rate (ceiling)")
+            if sub.empty:
+                ax.text(0.5, 0.5, "no rows", transform=ax.transAxes, ha="center")
+            else:
+                size_axis(ax, sub["size_bytes"])
+                ax.set_yscale("log")
+                tidy_log_axis(ax)
+            # the setting labels the row once, the collective every column
+            ax.set_ylabel(f"{panel_title(ranks, link)}\nBus bandwidth (GB/s)" if col == 0
+                          else "Bus bandwidth (GB/s)")
+            ax.set_title(COLLECTIVE_LABELS.get(collective, collective))
+    handles, labels = variant_codec_handles(style, keys)
+    if ceiling is not None:
+        handles.append(ceiling)
+        labels.append(ceiling.get_label())
+    legend_below(fig, handles, labels)
+    caption = ("Bus bandwidth (nccl-tests' busbw: algbw x (n-1)/n for Allgather and "
+               "Reduce-Scatter, x 2(n-1)/n for Allreduce, in GB/s of uncompressed data) "
+               "against message size; colour: variant, marker: codec.")
+    if ceiling is not None:
+        caption += (" Dashed red: the emulated link rate, the ceiling of an uncompressed "
+                    "collective; compressed variants can pass it because busbw counts "
+                    "the bytes before compression.")
+    if sparse.any():
+        caption += " Sparse-streaming rows are drawn in the seed 001 figures instead."
+    if len(settings) > len(shown):
+        caption += " Not shown: " + ", ".join(panel_title(*k) for k in settings[len(shown):])
+        caption += "."
+    if left_out:
+        caption += f" Also measured, left out for legibility: {', '.join(left_out)}."
+    return [Figure("general_busbw", fig, caption + held_text(held) + runs_note(frame))]
+
+
+def codec_throughput(data, style: Style) -> list[Figure]:
+    frame = rows(data, "codec")
+    if frame.empty:
+        raise Skip("no codec throughput rows")
+    keys = [k for k in ("data", "buffer", "dtype") if k in frame.columns]
+    settings = list(frame.groupby(keys, sort=True))[:4]
+    varied = [k for k in keys if frame[k].nunique() > 1 and k != "data"]
+    ncodecs = frame["codec"].nunique()
+    fig, axes = figure(len(settings), ncols=min(2, len(settings)),
+                       panel_height=0.26 * ncodecs + 0.9)
+    handles, labels = [], []
+    # one scale for every panel, so bars compare across data kinds
+    rates = frame[["encode_gbps", "decode_gbps"]].to_numpy(dtype=float)
+    positive = rates[np.isfinite(rates) & (rates > 0)]
+    every_top = float(positive.max()) if positive.size else 1.0
+    if "copy_gbps" in frame and frame["copy_gbps"].notna().any():
+        every_top = max(every_top, float(frame["copy_gbps"].max()))
+    wide = positive.size > 0 and every_top / float(positive.min()) > 30
+    for ax, (key, sub) in zip(axes, settings, strict=True):
+        key = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        sub = sub.groupby("codec", as_index=False).mean(numeric_only=True)
+        sub = sub.iloc[sorted(range(len(sub)), key=lambda i: codec_sort_key(sub["codec"][i]))]
+        y = np.arange(len(sub))[::-1]
+        height = 0.38
+        enc = ax.barh(y + height / 2, sub["encode_gbps"], height, color="#1f66b4",
+                      label="encode")
+        dec = ax.barh(y - height / 2, sub["decode_gbps"], height, color="#8fb8e0",
+                      label="decode")
+        handles += [enc, dec]
+        labels += ["encode", "decode"]
+        top = every_top
+        if "copy_gbps" in sub and sub["copy_gbps"].notna().any():
+            copy = float(sub["copy_gbps"].median())
+            line = ax.axvline(copy, color="black", linestyle="--", linewidth=0.9,
+                              label="plain copy")
+            handles.append(line)
+            labels.append("plain copy")
+        ratios = sub["ratio"] if "ratio" in sub else pd.Series(np.nan, index=sub.index)
+        ax.set_yticks(y, [f"{c} ({r:.3g}x)" if np.isfinite(r) else str(c)
+                          for c, r in zip(sub["codec"], ratios, strict=True)])
+        if wide:
+            ax.set_xscale("log")
+            ax.set_xlim(float(positive.min()) / 2, top * 2)
+            tidy_log_axis(ax, "x")
+        else:
+            ax.set_xlim(0, top * 1.1)
+        ax.set_xlabel("Throughput (GB/s)")
+        ax.set_title(", ".join([f"{key['data']} data"] + [str(key[k]) for k in varied]))
+        ax.grid(axis="y", visible=False)
+    legend_below(fig, handles, labels)
+    caption = ("Codec throughput on one core: encode and decode rate in GB/s of "
+               "uncompressed data, against a plain copy of the same buffer (dashed, the "
+               "median over codecs); the achieved compression ratio follows each codec\'s "
+               "name. The suite's goals: casts at least 0.5x and bfp at least "
+               "0.25x the copy rate. A log axis when rates span more than 30x.")
+    return [Figure("general_codec_throughput", fig, caption + runs_note(frame))]
+
+
+def headlines(data) -> list[Headline]:
+    return []
+
+
+FIGURES = [
+    FigureSpec("general_busbw", "general", "Bus bandwidth vs message size", ("harness",),
+               busbw_vs_size),
+    FigureSpec("general_codec_throughput", "general", "Codec throughput against a copy",
+               ("codec",), codec_throughput),
+]

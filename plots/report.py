@@ -1,0 +1,117 @@
+"""index.html: every figure with its caption, the headline table, and what was skipped.
+
+Static HTML next to the images (no server, no scripts, no timestamps), so the folder
+can be zipped, mailed or served as it is and two renders of the same CSVs are equal.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from plots.base import Headline
+
+PAPERS = {
+    "seed 000": "Seed 000: compression-assisted Allgather and Reduce-Scatter",
+    "seed 001": "Seed 001: OmniReduce, sparse streaming aggregation",
+    "seed 002": "Seed 002: MG-WFBP, merged-gradient wait-free backpropagation",
+    "general": "General: bandwidth and codec throughput",
+}
+
+CSS = """
+body { font-family: sans-serif; max-width: 60em; margin: 1.5em auto; padding: 0 1em;
+       color: #222; line-height: 1.4; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left;
+         vertical-align: top; }
+th { background: #f2f2f2; }
+figure { margin: 1em 0 2.5em; }
+figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.92em; color: #333; }
+.note { color: #8a5a00; }
+.error { color: #b00020; }
+code { background: #f4f4f4; padding: 0 0.2em; }
+"""
+
+
+@dataclass
+class RenderedFigure:
+    name: str
+    paper: str
+    title: str
+    caption: str
+    files: list[Path]
+
+
+@dataclass
+class ReportContent:
+    inputs: list[tuple[str, str, str]]  # (file, what, status class)
+    figures: list[RenderedFigure] = field(default_factory=list)
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (paper, title, why)
+    headlines: list[Headline] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def esc(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def headline_table(headlines: list[Headline]) -> list[str]:
+    if not headlines:
+        return ["<p class='note'>No headline numbers: the results hold none of the "
+                "comparisons the papers quote.</p>"]
+    out = ["<table>", "<tr><th>Paper</th><th>Claim</th><th>Measured here</th>"
+           "<th>Paper</th><th>Where measured</th></tr>"]
+    for h in headlines:
+        out.append(f"<tr><td>{esc(h.paper)}</td><td>{esc(h.claim)}</td>"
+                   f"<td><b>{esc(h.measured)}</b></td><td>{esc(h.published)}</td>"
+                   f"<td>{esc(h.where)}</td></tr>")
+    out.append("</table>")
+    return out
+
+
+def write_index(outdir: Path, content: ReportContent) -> Path:
+    """Write OUTDIR/index.html and return its path."""
+    out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
+           "<title>ccbench figures</title>", f"<style>{CSS}</style></head><body>",
+           "<h1>ccbench figures</h1>"]
+    out.append("<h2>Headline numbers: measured next to the papers'</h2>")
+    out += headline_table(content.headlines)
+    out.append("<p>The papers measured GPU clusters; numbers here come from the machine "
+               "and link named in each row, so compare the shape, not the digits. "
+               "Details of what is a reconstruction: <code>docs/plots.md</code>.</p>")
+    if content.figures:
+        out.append("<h2>Contents</h2><ul>")
+        out += [f"<li><a href='#{esc(f.name)}'>{esc(f.title)}</a></li>"
+                for f in content.figures]
+        out.append("</ul>")
+    for paper, heading in PAPERS.items():
+        figures = [f for f in content.figures if f.paper == paper]
+        skipped = [s for s in content.skipped if s[0] == paper]
+        if not figures and not skipped:
+            continue
+        out.append(f"<h2>{esc(heading)}</h2>")
+        for fig in figures:
+            png = next((p for p in fig.files if p.suffix == ".png"), None)
+            others = " ".join(f"<a href='{esc(p.name)}'>{esc(p.suffix[1:].upper())}</a>"
+                              for p in fig.files if p.suffix != ".png")
+            out.append(f"<figure id='{esc(fig.name)}'><h3>{esc(fig.title)}</h3>")
+            if png is not None:
+                out.append(f"<img src='{esc(png.name)}' alt='{esc(fig.title)}'>")
+            out.append(f"<figcaption>{esc(fig.caption)} {others}</figcaption></figure>")
+        for _, title, why in skipped:
+            out.append(f"<p class='note'>Not drawn: <b>{esc(title)}</b>: {esc(why)}</p>")
+    out.append("<h2>Inputs</h2><table><tr><th>File</th><th>Read as</th></tr>")
+    for name, what, status in content.inputs:
+        out.append(f"<tr><td><code>{esc(name)}</code></td>"
+                   f"<td class='{esc(status)}'>{esc(what)}</td></tr>")
+    out.append("</table>")
+    if content.notes:
+        out.append("<h2>Notes</h2><ul>")
+        out += [f"<li class='note'>{esc(n)}</li>" for n in content.notes]
+        out.append("</ul>")
+    out.append("</body></html>")
+    path = outdir / "index.html"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return path

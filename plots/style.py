@@ -1,0 +1,374 @@
+"""Conventions shared by every figure: sizes, colours, markers, axes, saving.
+
+One colour per variant (and per algorithm inside a variant, e.g. the sparse baselines),
+one marker per codec family with the fill style telling rates apart, log2 message-size
+axes labelled in bytes (1K, 1M), figures sized for a paper column, and byte-for-byte
+reproducible PNG and PDF files.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window; set before pyplot is imported
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import (  # noqa: E402
+    FixedLocator,
+    FuncFormatter,
+    LogLocator,
+    NullFormatter,
+    NullLocator,
+)
+
+COLUMN_WIDTH = 3.5  # inches: one column of a two-column paper
+FULL_WIDTH = 7.1  # inches: the full text width
+PANEL_HEIGHT = 2.35
+PNG_DPI = 200
+
+RC = {
+    "font.size": 7.5,
+    "axes.titlesize": 7.5,
+    "axes.labelsize": 7.5,
+    "xtick.labelsize": 6.5,
+    "ytick.labelsize": 6.5,
+    "legend.fontsize": 6.2,
+    "legend.frameon": False,
+    "legend.handlelength": 2.2,
+    "lines.linewidth": 1.1,
+    "lines.markersize": 3.8,
+    "axes.grid": True,
+    "grid.linewidth": 0.4,
+    "grid.alpha": 0.4,
+    "axes.linewidth": 0.6,
+    "xtick.major.width": 0.6,
+    "ytick.major.width": 0.6,
+    # no "tight" bbox: constrained layout already fits everything, and the figure keeps
+    # its exact width (one paper column or the text width) at half the drawing cost
+    "pdf.fonttype": 42,  # TrueType in the PDF: editable, embeds cleanly
+    "svg.hashsalt": "ccbench",
+    "path.simplify": False,
+}
+
+# Colours: fixed for the variants and algorithms the suite knows, so a variant keeps
+# its colour from figure to figure and from report to report.
+SERIES_COLORS = {
+    ("baseline", "mpi"): "#000000",
+    ("baseline", "ring"): "#7f7f7f",
+    ("p2p_compressed", None): "#e6770b",
+    ("coll_compressed", None): "#1f66b4",
+    ("sparse_streaming", "omnireduce"): "#2a9d2a",
+    ("sparse_streaming", "dense"): "#000000",
+    ("sparse_streaming", "dense-ring"): "#7f7f7f",
+    ("sparse_streaming", "allgather-sparse"): "#9a4fc4",
+    ("sparse_streaming", "sparcml"): "#b5651d",
+}
+FALLBACK_COLORS = ("#c0392b", "#17a2b8", "#8c564b", "#e377c2", "#bcbd22", "#6b8e23")
+
+STRATEGY_COLORS = {
+    "wfbp": "#e6770b",
+    "single": "#7f7f7f",
+    "fixed": "#9a4fc4",
+    "ddp": "#c0392b",
+    "mgwfbp": "#1f66b4",
+    "optimal": "#2a9d2a",
+}
+
+# Strategies often coincide (single = fixed:64MB on small models; optimal = mgwfbp):
+# distinct markers keep every line visible where they overlap.
+STRATEGY_MARKERS = {"wfbp": "o", "single": "s", "fixed": "^", "ddp": "v", "mgwfbp": "D",
+                    "optimal": "x"}
+
+VARIANT_LABELS = {
+    "baseline": "baseline",
+    "p2p_compressed": "p2p compressed",
+    "coll_compressed": "collective compressed",
+    "sparse_streaming": "sparse streaming",
+}
+
+CODEC_MARKERS = {
+    "none": "o",
+    "fp16": "s",
+    "bf16": "D",
+    "bfp": "^",
+    "zfp": "v",
+    "zstd": "P",
+    "lossless": "P",
+    "shuffle": "P",
+    "lz4": "X",
+}
+FALLBACK_MARKERS = ("*", "h", "<", ">", "p", "8", "d", "H")
+# Rates of one codec family share its marker and differ in fill.
+FILLSTYLES = ("full", "none", "left", "bottom", "right", "top")
+
+COLLECTIVE_LABELS = {
+    "allgather": "Allgather",
+    "reduce_scatter": "Reduce-Scatter",
+    "allreduce": "Allreduce",
+}
+
+
+def apply_rc() -> None:
+    """Install the shared matplotlib settings (idempotent)."""
+    plt.rcParams.update(RC)
+
+
+def codec_family(codec: str) -> str:
+    """'zfp:rate=8' -> 'zfp'; 'fp16' -> 'fp16'."""
+    return str(codec).split(":", 1)[0].strip().lower()
+
+
+def codec_rate(codec: str) -> float | None:
+    """The fixed rate in bits per value of a 'family:rate=R' spec, else None."""
+    match = re.search(r"rate=([0-9.]+)", str(codec))
+    return float(match.group(1)) if match else None
+
+
+FAMILY_ORDER = ("none", "fp16", "bf16", "bfp", "zfp")
+
+
+def codec_sort_key(codec: str):
+    """Uncompressed, casts, fixed-rate (highest rate first), then the rest by name."""
+    family = codec_family(codec)
+    rank = FAMILY_ORDER.index(family) if family in FAMILY_ORDER else len(FAMILY_ORDER)
+    return (rank, family, -(codec_rate(codec) or 0.0), str(codec))
+
+
+def series_label(variant: str, algorithm: str | None, codec: str | None = None) -> str:
+    """Legend text: 'baseline (mpi)', 'collective compressed, fp16'."""
+    name = VARIANT_LABELS.get(variant, str(variant))
+    if variant in ("baseline", "sparse_streaming") and algorithm:
+        name = f"{name} ({algorithm})" if variant == "baseline" else str(algorithm)
+    if codec and codec != "none":
+        name = f"{name}, {codec}"
+    return name
+
+
+class Style:
+    """Colour and marker assignment for one report.
+
+    Built from every codec and series in the loaded data so a codec keeps its marker in
+    every figure of the report, including codecs the suite does not know by name.
+    """
+
+    def __init__(self, codecs=(), series=()):
+        self._markers = dict(CODEC_MARKERS)
+        extra = sorted({codec_family(c) for c in codecs} - set(self._markers))
+        for i, family in enumerate(extra):
+            self._markers[family] = FALLBACK_MARKERS[i % len(FALLBACK_MARKERS)]
+        by_family: dict[str, list[str]] = {}
+        for codec in sorted({str(c) for c in codecs}, key=codec_sort_key):
+            by_family.setdefault(codec_family(codec), []).append(codec)
+        self._fill = {
+            codec: FILLSTYLES[i % len(FILLSTYLES)]
+            for members in by_family.values()
+            for i, codec in enumerate(members)
+        }
+        self._colors = dict(SERIES_COLORS)
+        unknown = sorted({(str(v), str(a)) for v, a in series} - set(self._colors), key=str)
+        unknown = [s for s in unknown if (s[0], None) not in self._colors]
+        for i, key in enumerate(unknown):
+            self._colors[key] = FALLBACK_COLORS[i % len(FALLBACK_COLORS)]
+
+    def color(self, variant: str, algorithm: str | None = None) -> str:
+        for key in ((variant, algorithm), (variant, None)):
+            if key in self._colors:
+                return self._colors[key]
+        return FALLBACK_COLORS[hash_index(f"{variant}/{algorithm}", len(FALLBACK_COLORS))]
+
+    def marker(self, codec: str) -> dict:
+        """Keyword arguments for plot(): marker and fill style of one codec."""
+        family = codec_family(codec)
+        marker = self._markers.get(family)
+        if marker is None:
+            marker = FALLBACK_MARKERS[hash_index(family, len(FALLBACK_MARKERS))]
+        return {"marker": marker, "fillstyle": self._fill.get(str(codec), "full")}
+
+    @staticmethod
+    def strategy_line(strategy: str) -> dict:
+        """Colour, marker and line style of one merge strategy."""
+        family = str(strategy).split(":", 1)[0].lower()
+        return {"color": Style.strategy_color(strategy),
+                "marker": STRATEGY_MARKERS.get(family, "*"),
+                "linestyle": "--" if family == "optimal" else "-",
+                "fillstyle": "none" if family in ("single", "ddp") else "full",
+                # hollow markers on top, so a line hidden under another still shows
+                "zorder": 3 if family in ("single", "ddp") else 2}
+
+    @staticmethod
+    def strategy_color(strategy: str) -> str:
+        family = str(strategy).split(":", 1)[0].lower()
+        if family in STRATEGY_COLORS:
+            return STRATEGY_COLORS[family]
+        return FALLBACK_COLORS[hash_index(family, len(FALLBACK_COLORS))]
+
+
+def hash_index(text: str, modulo: int) -> int:
+    """A stable index for a name (Python's hash() is salted per process)."""
+    return sum(text.encode()) % modulo
+
+
+def format_bytes(value: float) -> str:
+    """1024 -> '1K', 3 * 2**20 -> '3M', 512 -> '512'."""
+    if value <= 0 or not math.isfinite(value):
+        return ""
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        scaled = value / 2**shift
+        if scaled >= 1:
+            return f"{scaled:.3g}{unit}"
+    return f"{value:.3g}"
+
+
+def size_axis(ax, sizes, axis: str = "x", label: str | None = "Message size (bytes)") -> None:
+    """A log2 axis over message sizes with byte labels at powers of two."""
+    sizes = np.asarray([s for s in sizes if s and s > 0], dtype=float)
+    if sizes.size == 0:
+        return
+    lo = math.floor(math.log2(sizes.min()))
+    hi = math.ceil(math.log2(sizes.max()))
+    step = max(1, math.ceil((hi - lo + 1) / 7))
+    ticks = [2.0**e for e in range(lo, hi + 1) if (e - lo) % step == 0]
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2)
+    target.set_major_locator(FixedLocator(ticks))
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: format_bytes(v)))
+    target.set_minor_locator(NullLocator())
+    if label:
+        (ax.set_xlabel if axis == "x" else ax.set_ylabel)(label)
+
+
+def plain_number(value: float, _pos=None) -> str:
+    """Tick text without powers of ten: 0.02, 0.5, 3, 400, 2e+04."""
+    return f"{value:g}"
+
+
+def tidy_log_axis(ax, axis: str = "y") -> None:
+    """Readable ticks on a log axis: 1-2-5 steps on short spans, plain numbers.
+
+    Call after the data are drawn (the spacing follows the axis limits)."""
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    if lo <= 0 or hi <= 0:
+        return
+    decades = math.log10(hi / lo)
+    subs = (1.0, 2.0, 5.0) if decades <= 1.5 else ((1.0, 3.0) if decades <= 3 else (1.0,))
+    target.set_major_locator(LogLocator(base=10, subs=subs))
+    target.set_major_formatter(FuncFormatter(plain_number))
+    target.set_minor_formatter(NullFormatter())
+
+
+def y_scale_for(ax, values, ratio: float = 20.0) -> None:
+    """Log y when the data span more than `ratio`; a linear axis from zero otherwise."""
+    values = np.asarray([v for v in values if v is not None and np.isfinite(v) and v > 0])
+    if values.size and values.max() / values.min() > ratio:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+
+
+def time_unit(values_us) -> tuple[float, str]:
+    """Divisor and unit name so the largest value reads between 1 and 1000."""
+    values = np.asarray(values_us, dtype=float)
+    top = np.nanmax(values) if values.size else 0.0
+    if top >= 1e6:
+        return 1e6, "s"
+    if top >= 1e3:
+        return 1e3, "ms"
+    return 1.0, "µs"
+
+
+def figure(npanels: int, ncols: int | None = None, width: float | None = None,
+           panel_height: float = PANEL_HEIGHT, sharey: bool = False, sharex: bool = False):
+    """A figure with `npanels` axes in a grid; column width for 1 panel, full width else."""
+    apply_rc()
+    if ncols is None:
+        ncols = 1 if npanels == 1 else (2 if npanels in (2, 4) else 3)
+    ncols = max(1, min(ncols, npanels))
+    nrows = math.ceil(npanels / ncols)
+    if width is None:
+        width = COLUMN_WIDTH if ncols == 1 else (FULL_WIDTH if ncols >= 3 else 0.8 * FULL_WIDTH)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(width, panel_height * nrows + 0.35), squeeze=False,
+        sharey=sharey, sharex=sharex, layout="constrained",
+    )
+    flat = list(axes.flat)
+    for ax in flat[npanels:]:
+        ax.set_visible(False)
+    return fig, flat[:npanels]
+
+
+def legend_below(fig, handles, labels, ncol: int | None = None) -> None:
+    """One legend for the whole figure, under the panels (keeps the data unobstructed)."""
+    if not handles:
+        return
+    unique = dict(zip(labels, handles, strict=True))
+    if ncol is None:
+        ncol = min(len(unique), 4 if fig.get_figwidth() > COLUMN_WIDTH + 0.1 else 2)
+    fig.legend(list(unique.values()), list(unique.keys()), loc="outside lower center",
+               ncol=ncol, columnspacing=1.2)
+
+
+def variant_codec_handles(style: Style, keys) -> tuple[list, list]:
+    """Legend entries that factor colour and marker: one line per variant (colour), one
+    marker per codec, instead of one entry per combination."""
+    handles, labels = [], []
+    seen_series, seen_codecs = {}, {}
+    for variant, algorithm, codec in keys:
+        algo = algorithm if variant in ("baseline", "sparse_streaming") else None
+        seen_series.setdefault((variant, algo), None)
+        seen_codecs.setdefault(codec, None)
+    for variant, algo in seen_series:
+        label = series_label(variant, algo)
+        handles.append(Line2D([], [], color=style.color(variant, algo), label=label))
+        labels.append(label)
+    for codec in sorted(seen_codecs, key=codec_sort_key):
+        label = "uncompressed" if codec == "none" else str(codec)
+        handles.append(Line2D([], [], color="0.3", linestyle="none", label=label,
+                              **style.marker(codec)))
+        labels.append(label)
+    return handles, labels
+
+
+def model_handle(label: str = "link-bound model") -> Line2D:
+    """Legend proxy for the dashed cost-model lines."""
+    return Line2D([], [], color="0.35", linestyle="--", linewidth=0.9, label=label)
+
+
+def panel_note(ax, text: str, loc: str = "best") -> None:
+    """A small boxed note inside a panel (percentages, fit parameters).
+
+    Drawn as a legend without handles so that loc="best" lets matplotlib put it where
+    it hides the fewest data points."""
+    lines = text.split("\n")
+    handles = [Line2D([], [], linestyle="none", marker="none") for _ in lines]
+    note = ax.legend(handles, lines, loc=loc, handlelength=0, handletextpad=0,
+                     borderpad=0.35, labelspacing=0.15, fontsize=6, frameon=True,
+                     fancybox=True, framealpha=0.9, edgecolor="0.7")
+    note.get_frame().set_linewidth(0.5)
+    note.set_zorder(5)
+
+
+def close_all() -> None:
+    """Drop every open figure (after a figure function failed half-way)."""
+    plt.close("all")
+
+
+def save(fig, outdir: Path, name: str, formats=("png", "pdf"), dpi: int = PNG_DPI) -> list[Path]:
+    """Write NAME.png and/or NAME.pdf with no timestamps: reruns give identical bytes."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    written = []
+    if "png" in formats:
+        written.append(outdir / f"{name}.png")
+        fig.savefig(written[-1], dpi=dpi, metadata={"Software": None})
+    if "pdf" in formats:
+        written.append(outdir / f"{name}.pdf")
+        fig.savefig(written[-1], metadata={"CreationDate": None, "ModDate": None,
+                                           "Producer": None, "Creator": None})
+    plt.close(fig)
+    return written

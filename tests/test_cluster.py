@@ -1,0 +1,299 @@
+"""The emulated cluster: namespaces up and down, traffic through tc, MPI ranks inside.
+
+The multi-rank tests need root and iproute2 and skip with a reason otherwise. They use
+their own cluster names (ccbt, ccbu, ccbv) so they never touch a cluster someone else
+has up, and every fixture tears its cluster down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import cluster as cl
+from benchmarks.errors import UsageError
+
+REPO = Path(__file__).resolve().parent.parent
+NAME = "ccbt"
+RANKS = 3
+RATE = "200mbit"
+RATE_BPS = 200_000_000
+
+
+def can_build() -> str | None:
+    """Why the namespace tests cannot run here, or None."""
+    missing = [t for t in ("ip", "tc") if shutil.which(t) is None]
+    if missing:
+        return f"needs iproute2 ({', '.join(missing)} missing)"
+    if not cl.has_privileges():
+        return "needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) for network namespaces"
+    return None
+
+
+def needs_namespaces(test):
+    """Root-only test with a deadline: a hung mpiexec fails instead of blocking CI."""
+    test = pytest.mark.timeout(150)(test)
+    return pytest.mark.skipif(can_build() is not None, reason=str(can_build()))(test)
+
+
+def ccb(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`ccbench cluster ARGS` in a subprocess, from the repository root."""
+    return subprocess.run([sys.executable, "-m", "benchmarks.cluster", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout,
+                          env=cl.package_env(), stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def tbf(netns: str, dev: str) -> dict:
+    out = subprocess.run(["tc", "-n", netns, "-s", "-j", "qdisc", "show", "dev", dev],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return next(q for q in json.loads(out) if q["kind"] == "tbf")
+
+
+def sent_received(c: cl.Cluster) -> list[tuple[int, int]]:
+    """Bytes through each rank's shaper: (sent by the rank, received by the rank)."""
+    return [(tbf(ns, c.rank_iface)["bytes"], tbf(c.switch_namespace, port)["bytes"])
+            for ns, port in zip(c.namespaces, c.ports, strict=True)]  # fmt: skip
+
+
+def down_and_check_gone(name: str) -> None:
+    proc = ccb("down", "--name", name)
+    assert proc.returncode == 0, proc.stderr
+    assert cl.leftover_namespaces(name) == []
+    assert not cl.state_path(name).exists()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if can_build() is not None:
+        pytest.skip(can_build())
+    ccb("down", "--name", NAME)  # leftovers of an interrupted earlier run
+    proc = ccb("up", "--name", NAME, "--ranks", str(RANKS), "--rate", RATE)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        yield cl.load_state(NAME)
+    finally:
+        down_and_check_gone(NAME)
+
+
+# ----------------------------------------------------------------------------- no root
+
+
+@pytest.mark.parametrize("text, bps", [("1gbit", 10**9), ("100mbit", 10**8),
+                                       ("2.5gbit", 25 * 10**8), ("500Mbit", 5 * 10**8)])
+def test_parse_rate(text, bps):
+    assert cl.parse_rate(text) == bps
+
+
+@pytest.mark.parametrize("text", ["1gbps", "fast", "10kbit", "1 g bit", ""])
+def test_parse_rate_rejects(text):
+    with pytest.raises(UsageError):
+        cl.parse_rate(text)
+
+
+@pytest.mark.parametrize("text, us", [("0", 0), ("50us", 50), ("1.5ms", 1500), ("1s", 10**6)])
+def test_parse_delay(text, us):
+    assert cl.parse_delay(text) == us
+
+
+@pytest.mark.parametrize("name", ["CCB", "1ab", "toolongnm", "a-b", ""])
+def test_bad_names_rejected(name):
+    with pytest.raises(UsageError):
+        cl.check_name(name)
+
+
+def test_interface_names_fit_and_subnets_differ():
+    c = cl.Cluster("abcdefgh", cl.MAX_RANKS, 10**9, 0, 1500, 125000, 1 << 20)
+    assert max(len(n) for n in [*c.ports, c.bridge, c.rank_iface]) <= 15
+    assert len(set(c.addresses)) == cl.MAX_RANKS
+    subnets = {cl.Cluster(n, 2, 10**9, 0, 1500, 1, 1).subnet for n in ("ccb", "ccbt", "ccbu",
+                                                                        "ccbv", "ccbsweep")}
+    assert len(subnets) == 5
+    assert all(s.startswith("10.") and s.endswith(".0/24") for s in subnets)
+
+
+def test_mpiexec_command_puts_each_rank_in_its_namespace():
+    c = cl.Cluster("ccb", 4, 10**9, 0, 1500, 125000, 1 << 20)
+    args = cl.mpiexec_command(c, ["python", "-m", "x"], 3, "/bin/mpiexec")
+    segments = " ".join(args).split(" : ")
+    assert len(segments) == 3
+    for i, seg in enumerate(segments):
+        assert f"-n 1 ip netns exec ccb-{i} {sys.executable} -m x" in seg
+    pairs = {args[k + 1]: args[k + 2] for k, a in enumerate(args) if a == "-genv"}
+    pairs.pop("OMP_NUM_THREADS", None)  # set only when the caller has not
+    assert pairs == {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi",
+                     "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "ccb-eth", "CCBENCH_LINK_GBPS": "1"}
+
+
+def test_default_bucket_and_queue():
+    assert cl.default_burst(10**9, 1500) == 125_000  # 1 ms at 1 Gbit/s
+    assert cl.default_burst(10**6, 1500) == 4 * 1514  # never below a few frames
+    assert cl.default_limit(10**9, 125_000) == 2_500_000  # 20 ms at 1 Gbit/s
+
+
+def test_without_privileges_one_line():
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or os.geteuid() != 0:
+        pytest.skip("needs root and setpriv to drop privileges")
+    proc = subprocess.run(
+        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+         "--bounding-set=-all", sys.executable, "-m", "benchmarks.cluster", "up",
+         "--name", "ccbv", "--ranks", "2"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, env=cl.package_env(),
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "needs root" in proc.stderr or "iproute2" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- root
+
+
+@needs_namespaces
+def test_layout(cluster):
+    assert cluster.ranks == RANKS
+    assert {*cluster.namespaces, cluster.switch_namespace} <= cl.list_namespaces()
+    host_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f"{NAME}-" not in host_links  # nothing in the host's namespace
+    for ns, port in zip(cluster.namespaces, cluster.ports, strict=True):
+        for netns, dev in ((ns, cluster.rank_iface), (cluster.switch_namespace, port)):
+            assert tbf(netns, dev)["options"]["rate"] == RATE_BPS // 8  # bytes/s in tc
+    status = json.loads(ccb("status", "--name", NAME, "--json").stdout)
+    assert status["up"] and status["link_gbps"] == 0.2
+    assert [r["address"] for r in status["ranks_detail"]] == cluster.addresses
+
+
+@needs_namespaces
+def test_up_again_is_a_no_op(cluster):
+    proc = ccb("up", "--name", NAME, "--ranks", str(RANKS), "--rate", RATE)
+    assert proc.returncode == 0 and "already up" in proc.stdout
+    assert cl.load_state(NAME).created == cluster.created
+
+
+@needs_namespaces
+def test_traffic_flows_and_is_shaped(cluster):
+    before = sent_received(cluster)
+    nbytes = 2 << 20
+    bps = cl.tcp_flows(cluster, [(0, 1)], nbytes)[0]
+    after = sent_received(cluster)
+    assert after[0][0] - before[0][0] >= nbytes  # left rank 0 through its shaper
+    assert after[1][1] - before[1][1] >= nbytes  # reached rank 1 through the switch's
+    # A token bucket never lets more through than rate x time + one bucket; unshaped
+    # veths move several Gbit/s. (Only an upper bound: a busy host is merely slower.)
+    assert 0 < bps <= RATE_BPS * (1 + cluster.burst_bytes / nbytes) * 1.01
+
+
+@needs_namespaces
+def test_mpi_ranks_run_in_their_namespaces_over_tcp(cluster):
+    code = (
+        "import json, os, numpy as np; from mpi4py import MPI; c = MPI.COMM_WORLD;"
+        "s = np.full(1 << 18, c.rank, np.float32); r = np.empty(c.size * s.size, np.float32);"
+        "c.Allgather(s, r); ok = bool((r.reshape(c.size, -1) == np.arange(c.size)[:, None]).all());"
+        "print(json.dumps({'rank': c.rank, 'netns': os.readlink('/proc/self/ns/net'), 'ok': ok,"
+        "'link': os.environ.get('CCBENCH_LINK_GBPS'), 'iface': os.environ.get('FI_TCP_IFACE')}))"
+    )
+    before = sent_received(cluster)
+    proc = ccb("run", "--name", NAME, "--", "python", "-c", code, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    after = sent_received(cluster)
+    # Hydra may merge the ranks' lines: take every JSON object wherever it sits.
+    ranks = [json.loads(m) for m in re.findall(r"\{[^{}]*\}", proc.stdout)]
+    assert sorted(r["rank"] for r in ranks) == list(range(RANKS))
+    assert all(r["ok"] and r["link"] == "0.2" and r["iface"] == cluster.rank_iface
+               for r in ranks)  # fmt: skip
+    own = os.readlink("/proc/self/ns/net")
+    assert len({r["netns"] for r in ranks} | {own}) == RANKS + 1
+    # Every rank's 1 MiB block reached the other ranks through the shapers (no shared memory).
+    block = 1 << 20
+    sent = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
+    assert sent >= RANKS * (RANKS - 1) * block
+
+
+@needs_namespaces
+def test_run_subset_and_errors(cluster):
+    proc = ccb("run", "--name", NAME, "-n", "2", "--", "python", "-c",
+               "from mpi4py import MPI; print(f'size {MPI.COMM_WORLD.size}')")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("size 2") == 2
+    bad = ccb("run", "--name", NAME, "-n", str(RANKS + 1), "--", "true")
+    assert bad.returncode == 2 and "has 3 ranks" in bad.stderr
+    none = ccb("run", "--name", "ccbnone", "--", "true")
+    assert none.returncode == 2 and "not up" in none.stderr
+    status = ccb("status", "--name", "ccbnone")
+    assert status.returncode == 1 and "not up" in status.stdout
+
+
+@needs_namespaces
+def test_compressed_allgather_validates_inside(cluster, tmp_path):
+    try:
+        import benchmarks.coll_compressed  # noqa: F401
+    except ImportError:
+        pytest.skip("benchmarks.coll_compressed is not in this tree")
+    csv = tmp_path / "cc.csv"
+    proc = ccb("run", "--name", NAME, "--", "python", "-m", "benchmarks.coll_compressed",
+               "--collective", "allgather", "--codec", "fp16", "-m", "64K:256K",
+               "-i", "3", "-x", "1", "-c", "--csv", str(csv), timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    import pandas as pd
+
+    rows = pd.read_csv(csv)
+    assert len(rows) == 3
+    assert (rows["validation"] == "Pass").all()
+    assert (rows["link_gbps"] == 0.2).all() and (rows["ranks"] == RANKS).all()
+
+
+@needs_namespaces
+def test_selfcheck_reports_against_the_rate(cluster):
+    proc = ccb("selfcheck", "--name", NAME, "--bytes", "1m", "--mpi-bytes", "256k", timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr  # 1: rates off, e.g. on a loaded host
+    assert "configured rate 0.200 Gbit/s" in proc.stdout
+    assert "tcp  rank 0 -> 1" in proc.stdout and f"ring of {RANKS}" in proc.stdout
+    assert f"MPI_Allgather {RANKS} ranks x 262144 B" in proc.stdout
+
+
+@needs_namespaces
+def test_second_cluster_coexists_and_reconfigures(cluster):
+    other = "ccbu"
+    try:
+        assert ccb("up", "--name", other, "--ranks", "1", "--rate", "100mbit").returncode == 0
+        first = cl.load_state(other)
+        assert first.subnet != cluster.subnet
+        proc = ccb("up", "--name", other, "--ranks", "2", "--rate", "300mbit")
+        assert proc.returncode == 0 and "removed the previous layout" in proc.stdout
+        again = cl.load_state(other)
+        assert again.ranks == 2 and tbf(f"{other}-1", again.rank_iface)["options"]["rate"] == (
+            300_000_000 // 8)
+    finally:
+        down_and_check_gone(other)
+    assert cl.intact(cl.load_state(NAME))  # the other cluster was left alone
+    proc = ccb("down", "--name", other)
+    assert proc.returncode == 0 and "was not up" in proc.stdout
+
+
+@needs_namespaces
+@pytest.mark.parametrize("failure", [cl.ClusterError("tc broke"), KeyboardInterrupt()])
+def test_failed_up_leaves_nothing(monkeypatch, capsys, failure):
+    name = "ccbv"
+    calls = []
+    real = cl.shape_link
+
+    def shape_then_fail(*args):
+        calls.append(args)
+        if len(calls) == 3:  # after the first rank's link is shaped
+            raise failure
+        return real(*args)
+
+    monkeypatch.setattr(cl, "shape_link", shape_then_fail)
+    try:
+        status = cl.main(["up", "--name", name, "--ranks", "2", "--rate", "100mbit"])
+        assert status == (1 if isinstance(failure, cl.ClusterError) else 130)
+        assert cl.leftover_namespaces(name) == []
+        assert not cl.state_path(name).exists()
+    finally:
+        cl.main(["down", "--name", name])

@@ -1,0 +1,645 @@
+"""Plotting stage: every figure renders from small CSV fixtures built here, with the
+right axes, labels and series; missing data skips only the figures that need it; bad
+CSVs are named and do not stop the other figures; output is byte-for-byte repeatable.
+
+The fixtures follow the producers' schemas (benchmarks.results.COMMON_COLUMNS plus the
+variant columns) with timings from a simple link-bound model, so the figures look like
+real runs and the headline numbers are known in advance.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.results import COMMON_COLUMNS
+from benchmarks.simulate import COLUMNS as SIMULATE_COLUMNS
+from benchmarks.training import COLUMNS as TRAINING_COLUMNS
+from collectives.mgwfbp import PROFILE_COLUMNS
+from plots import cli, seed000
+from plots.base import FigureSpec
+from plots.data import load
+from plots.style import Style, format_bytes
+
+pytestmark = pytest.mark.timeout(300)
+
+US_PER_BYTE_1G = 8e-3  # 1 Gbit/s
+RATIOS = {"none": 1.0, "fp16": 2.0, "bfp:rate=8": 4.0, "zfp:rate=8": 4.0,
+          "zfp:rate=4": 8.0, "zfp:rate=16": 2.0}
+CODEC_US_PER_BYTE = {"none": 0.0, "fp16": 2e-4, "bfp:rate=8": 6e-4, "zfp:rate=8": 1e-3,
+                     "zfp:rate=4": 9e-4, "zfp:rate=16": 1.2e-3}
+
+
+def write(path: Path, rows: list[dict], columns=None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns = columns or list(dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def harness_row(run, variant, algorithm, collective, codec, ranks, size, avg_us, link,
+                **extra) -> dict:
+    n = ranks
+    total = size * n if collective == "allgather" else size
+    factor = 2 * (n - 1) / n if collective == "allreduce" else (n - 1) / n
+    algbw = total / (avg_us * 1e-6) / 1e9
+    row = {c: "" for c in COMMON_COLUMNS}
+    row.update(run_id=run, timestamp="2025-01-01T00:00:00", variant=variant,
+               algorithm=algorithm, collective=collective, codec=codec, dtype="float32",
+               buffer="numpy", ranks=ranks, nodes=1, size_bytes=size,
+               bytes_per_rank=size if collective == "allgather" else size // n,
+               total_bytes=total, count=size // 4, iterations=100, warmup=10,
+               timing="per-call", avg_us=avg_us, min_us=0.95 * avg_us, max_us=1.05 * avg_us,
+               algbw_gbps=algbw, busbw_gbps=algbw * factor,
+               compression_ratio=RATIOS.get(codec, 1.0), validation="Pass",
+               link_gbps=link if link else "", mpi_library="MPICH 4", hostname="host",
+               git_sha="abc123")
+    row.update(extra)
+    return row
+
+
+def seed000_rows(sizes, ranks=4, link=1.0, run="run-a") -> list[dict]:
+    """Baseline (mpi, ring), p2p and collective-level compressed rows, link-bound model."""
+    upb = US_PER_BYTE_1G / link if link else 2e-4
+    out = []
+    for collective in ("allgather", "reduce_scatter", "allreduce"):
+        hops = 2 * (ranks - 1) if collective == "allreduce" else ranks - 1
+        for size in sizes:
+            block = size if collective == "allgather" else size / ranks
+            wire = hops * block
+            base = 20 + wire * upb
+            out.append(harness_row(run, "baseline", "mpi", collective, "none", ranks, size,
+                                   base, link))
+            out.append(harness_row(run, "baseline", "ring", collective, "none", ranks, size,
+                                   1.1 * base, link, wire_bytes_per_rank=int(wire)))
+            for codec in ("fp16", "bfp:rate=8", "zfp:rate=8", "zfp:rate=4", "zfp:rate=16"):
+                ratio, cost = RATIOS[codec], CODEC_US_PER_BYTE[codec]
+                rate = 32 / ratio
+                err = 2.0 ** (-rate)
+                p2p = 20 + wire * upb / ratio + 2 * hops * block * cost
+                coll = 20 + wire * upb / ratio + 2 * block * cost
+                for variant, t, e in (("p2p_compressed", p2p, err * hops),
+                                      ("coll_compressed", coll, err)):
+                    out.append(harness_row(run, variant, "ring", collective, codec, ranks,
+                                           size, t, link, wire_bytes_per_rank=int(wire / ratio),
+                                           max_abs_err=e, max_rel_err=e, error_bound=10 * e))
+    return out
+
+
+def seed001_rows(size=1 << 22, ranks_list=(2, 4), link=1.0) -> list[dict]:
+    upb = US_PER_BYTE_1G / link
+    out = []
+    for ranks in ranks_list:
+        for density in (1.0, 0.4, 0.1, 0.02):
+            for block in (64, 256):
+                for fusion in (1, 8):
+                    nnz = density * size
+                    meta = nnz / (4 * block) * 4
+                    minimum = (nnz + meta) * 2 * (ranks - 1) / ranks
+                    wire = 1.04 * minimum * (1 + 16 / block) * (1.0 if fusion > 1 else 1.1)
+                    config = dict(density=density, block_size=block, fusion=fusion,
+                                  overlap="random", union_density=min(1, density * ranks),
+                                  wire_min_bytes_per_rank=int(minimum))
+                    out.append(harness_row("run-s", "sparse_streaming", "omnireduce",
+                                           "allreduce", "none", ranks, size,
+                                           60 + wire * upb, link,
+                                           wire_bytes_per_rank=int(wire), **config))
+                    dense = 2 * (ranks - 1) / ranks * size
+                    out.append(harness_row("run-s", "sparse_streaming", "dense", "allreduce",
+                                           "none", ranks, size, 20 + dense * upb, link,
+                                           wire_bytes_per_rank=int(dense), **config))
+                    gathered = (ranks - 1) * nnz * 2
+                    out.append(harness_row("run-s", "sparse_streaming", "allgather-sparse",
+                                           "allreduce", "none", ranks, size,
+                                           30 + gathered * upb, link,
+                                           wire_bytes_per_rank=int(gathered), **config))
+    return out
+
+
+def profile_rows(model: str, ntensors: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for order in range(ntensors):
+        numel = int(2 ** rng.integers(6, 20))
+        out.append(dict(model=model, order=order, param=f"layer{ntensors - order}.weight",
+                        shape=f"({numel},)", numel=numel, dtype="float32", bytes=4 * numel,
+                        backward_us=float(rng.uniform(50, 900)), ready_us="",
+                        forward_us=5000.0, batch=32, device="cpu", iterations=20))
+    return out
+
+
+def seed002_rows():
+    """Fit points (benchmarks.merged_gradient --fit-csv), measured iteration rows and
+    simulated rows (one schema, benchmarks.simulate.COLUMNS)."""
+    fit, iteration, simulation = [], [], []
+    for ranks, alpha, beta in ((2, 40.0, 2e-3), (4, 90.0, 4e-3)):
+        for size in (32 << 10, 128 << 10, 512 << 10, 2 << 20):
+            fit.append(dict(model="resnet50", ranks=ranks, transport="mpi", size_bytes=size,
+                            measured_us=(alpha + beta * size) * (1.03 if size % 3 else 0.98),
+                            iterations=50, fitted_us=alpha + beta * size))
+    for model, base in (("resnet50", 90e3), ("bert", 150e3)):
+        for strategy, factor in (("wfbp", 1.3), ("single", 1.2), ("fixed:64MB", 1.18),
+                                 ("ddp:25MB", 1.15), ("mgwfbp", 1.05), ("optimal", 1.04)):
+            common = dict(model=model, strategy=strategy, predicted_us=base * factor * 0.95,
+                          forward_us=base * 0.3, backward_us=base * 0.6,
+                          nonoverlapped_us=base * (factor - 0.9), groups=3,
+                          alpha_us=90.0, beta_us_per_byte=4e-3)
+            iteration.append(dict(common, variant="merged_gradient", ranks=4,
+                                  transport="mpi", measured_us=base * factor,
+                                  measured_std_us=base * 0.02, fit_r2=0.998, link_gbps=1,
+                                  iterations=20, validation="Pass"))
+            for ranks in (4, 16, 64, 256, 1024, 2048):
+                loss = {"wfbp": 0.12, "single": 0.08, "mgwfbp": 0.05}.get(
+                    strategy.split(":")[0], 0.07)
+                simulation.append(dict(common, variant="mgwfbp_simulation", ranks=ranks,
+                                       scaling_efficiency=1 / (1 + loss * math.log2(ranks)),
+                                       link_gbps=10, hop_latency_us=5, algorithm="ring",
+                                       compute_speedup=1))
+    return fit, iteration, simulation
+
+
+def codec_rows():
+    out = []
+    for data in ("random", "gradient"):
+        for codec, enc, dec in (("fp16", 4.1, 5.0), ("bf16", 3.0, 3.4),
+                                ("bfp:rate=8", 1.6, 1.9), ("zfp:rate=8", 0.6, 0.7),
+                                ("zstd", 0.4, 1.1)):
+            out.append(dict(codec=codec, data=data, dtype="float32", size_bytes=1 << 24,
+                            encode_gbps=enc, decode_gbps=dec, copy_gbps=6.0,
+                            ratio=RATIOS.get(codec, 1.3 if data == "gradient" else 1.05)))
+    return out
+
+
+def training_rows(steps=30):
+    out = []
+    runs = (("baseline", "mpi", "none", 1.0), ("p2p_compressed", "ring", "fp16", 0.86),
+            ("coll_compressed", "ring", "fp16", 0.72))
+    for variant, algorithm, codec, factor in runs:
+        comm = 40e3 * factor
+        for step in range(1, steps + 1):
+            loss = 4.0 * math.exp(-step / 12) + 1.0 + (0.01 if codec != "none" else 0)
+            out.append(dict(run_id=variant, row="step", variant=variant, algorithm=algorithm,
+                            codec=codec, compress="both" if codec != "none" else "",
+                            error_feedback=0, model="tiny-lm", ranks=4, step=step, loss=loss,
+                            step_us=60e3 + comm, compute_us=58e3, comm_us=comm, link_gbps=1))
+        out.append(dict(run_id=variant, row="summary", variant=variant, algorithm=algorithm,
+                        codec=codec, compress="both" if codec != "none" else "",
+                        error_feedback=0, model="tiny-lm", ranks=4, step="",
+                        loss=1.1, step_us=60e3 + comm, compute_us=58e3, comm_us=comm,
+                        link_gbps=1))
+    return out
+
+
+def build_results(root: Path, sizes=(1 << 16, 1 << 20, 1 << 24)) -> Path:
+    """A results folder holding every kind of CSV the plotting stage reads."""
+    write(root / "seed000_link.csv", seed000_rows(sizes, ranks=4, link=1.0))
+    write(root / "seed000_shm.csv", seed000_rows(sizes[:2], ranks=2, link=0, run="run-b"))
+    write(root / "sparse.csv", seed001_rows())
+    for model, n, seed in (("resnet50", 24, 1), ("bert", 12, 2)):
+        write(root / "profiles" / f"{model}.csv", profile_rows(model, n, seed),
+              PROFILE_COLUMNS)
+    fit, iteration, simulation = seed002_rows()
+    write(root / "costfit.csv", fit)
+    write(root / "mgwfbp.csv", iteration, SIMULATE_COLUMNS)
+    write(root / "simulate.csv", simulation, SIMULATE_COLUMNS)
+    write(root / "codecs.csv", codec_rows())
+    write(root / "training.csv", training_rows(), TRAINING_COLUMNS)
+    return root
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    return build_results(tmp_path_factory.mktemp("results"))
+
+
+@pytest.fixture(scope="module")
+def data(results):
+    return load([results])
+
+
+@pytest.fixture(scope="module")
+def style(data):
+    return cli.make_style(data)
+
+
+def draw(spec_name: str, data, style):
+    spec = next(s for s in cli.all_figures() if s.name == spec_name)
+    return spec.draw(data, style)
+
+
+def panel_text(ax) -> str:
+    """Every text drawn inside a panel: free text and the boxed notes."""
+    texts = [t.get_text() for t in ax.texts]
+    legend = ax.get_legend()
+    if legend is not None:
+        texts += [t.get_text() for t in legend.get_texts()]
+    return "\n".join(texts)
+
+
+def legend_labels(fig) -> list[str]:
+    return [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+
+
+# ---------------------------------------------------------------- loading
+
+
+def test_every_kind_is_recognised_by_its_columns(data):
+    kinds = {r.path.name: r.kind for r in data.files}
+    assert kinds == {
+        "seed000_link.csv": "harness", "seed000_shm.csv": "harness", "sparse.csv": "harness",
+        "resnet50.csv": "profile", "bert.csv": "profile", "costfit.csv": "costfit",
+        "mgwfbp.csv": "mgwfbp", "simulate.csv": "mgwfbp", "codecs.csv": "codec",
+        "training.csv": "training",
+    }
+    assert not data.bad_files
+
+
+def test_kind_does_not_depend_on_file_name(tmp_path):
+    write(tmp_path / "profile.csv", codec_rows())  # a codec CSV under a misleading name
+    loaded = load([tmp_path])
+    assert loaded.files[0].kind == "codec"
+
+
+def test_repeated_point_keeps_latest_run_and_says_so(tmp_path):
+    old = seed000_rows([1 << 20], ranks=2, link=0, run="old")
+    new = seed000_rows([1 << 20], ranks=2, link=0, run="new")
+    for row in new:
+        row["timestamp"] = "2025-02-01T00:00:00"
+        row["avg_us"] = float(row["avg_us"]) * 2
+    write(tmp_path / "a.csv", new)
+    write(tmp_path / "b.csv", old)  # read second, but older
+    loaded = load([tmp_path])
+    frame = loaded.get("harness")
+    assert len(frame) == len(new)
+    assert set(frame["run_id"]) == {"new"}
+    assert any("latest" in note for note in loaded.notes)
+
+
+def test_mixed_code_versions_are_flagged_in_the_caption(tmp_path, style):
+    rows = seed000_rows([1 << 16, 1 << 20], ranks=2, link=0)
+    for row in rows:
+        if row["size_bytes"] == 1 << 20:
+            row["git_sha"] = "def456"
+    write(tmp_path / "a.csv", rows)
+    (figure,) = draw("seed000_allgather_latency", load([tmp_path]), style)
+    assert "Mixed data: 2 code versions." in figure.caption
+
+
+# ---------------------------------------------------------------- figures
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reduce_scatter", "allreduce"])
+def test_latency_figure_series_axes_and_model(collective, data, style):
+    (figure,) = draw(f"seed000_{collective}_latency", data, style)
+    # one legend entry per variant (colour) and per codec (marker), not per combination
+    labels = legend_labels(figure.fig)
+    assert labels == ["baseline (mpi)", "baseline (ring)", "p2p compressed",
+                      "collective compressed", "uncompressed", "fp16", "bfp:rate=8",
+                      "zfp:rate=16", "zfp:rate=8", "link-bound model: wire bytes / link rate"]
+    # at most four codecs: the reproduction sweep's three first, the rest named
+    assert "left out for legibility: zfp:rate=4" in figure.caption
+    axes = figure.fig.axes
+    assert [ax.get_title() for ax in axes] == ["4 ranks, 1 Gbit/s links",
+                                               "2 ranks, shared memory"]
+    ax = axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert ax.get_xlabel() == "Message size (bytes)"
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert "64K" in ticks and "16M" in ticks
+    assert ax.get_ylabel().startswith("Latency (")
+    # measured lines: 2 baselines + 4 codecs x 2 compressed variants; model lines dashed
+    solid = [ln for ln in ax.get_lines() if ln.get_linestyle() == "-"]
+    dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    assert len(solid) == 10 and len(dashed) == 1 + 4
+    assert {"p2p compressed, fp16", "collective compressed, zfp:rate=8"} <= {
+        ln.get_label() for ln in solid}
+    # the link-bound model of the baseline at 16M: (n-1) blocks x 8 us/KB
+    hops = {"allgather": 3, "reduce_scatter": 3, "allreduce": 6}[collective]
+    block = (1 << 24) if collective == "allgather" else (1 << 24) / 4
+    expected_us = hops * block * US_PER_BYTE_1G
+    base_model = next(ln for ln in dashed if ln.get_color() == "#000000")
+    scale = {"us": 1, "ms": 1e3, "s": 1e6}[ax.get_ylabel().split("(")[1][:-1]
+                                           .replace("µs", "us")]
+    assert base_model.get_ydata()[-1] * scale == pytest.approx(expected_us, rel=1e-9)
+    text = panel_text(ax)
+    assert "collective-level at 16M" in text
+    assert "Error bars" in figure.caption
+
+
+def test_reduction_numbers_match_the_fixture_model(data):
+    entries = seed000.reductions(data.get("harness").query(
+        "collective == 'allgather' and ranks == 4 and variant != 'sparse_streaming'"))
+    fp16 = next(e for e in entries if e["codec"] == "fp16")
+    size, upb = 1 << 24, US_PER_BYTE_1G
+    base = 20 + 3 * size * upb
+    coll = 20 + 3 * size * upb / 2 + 2 * size * CODEC_US_PER_BYTE["fp16"]
+    p2p = 20 + 3 * size * upb / 2 + 2 * 3 * size * CODEC_US_PER_BYTE["fp16"]
+    assert fp16["size"] == size and fp16["baseline"] == "MPI"
+    assert fp16["vs_baseline"] == pytest.approx(100 * (1 - coll / base))
+    assert fp16["vs_p2p"] == pytest.approx(100 * (1 - coll / p2p))
+
+
+def test_rate_sensitivity(data, style):
+    (figure,) = draw("seed000_rate_sensitivity", data, style)
+    axes = figure.fig.axes
+    assert len(axes) == 6  # latency and error for three collectives
+    assert axes[0].get_xlabel() == "Rate (bits per value)"
+    assert axes[3].get_ylabel() == "Max relative error" and axes[3].get_yscale() == "log"
+    labels = legend_labels(figure.fig)
+    assert "collective compressed, zfp" in labels and "uncompressed baseline" in labels
+    zfp = next(ln for ln in axes[0].get_lines() if ln.get_label() ==
+               "collective compressed, zfp")
+    assert list(zfp.get_xdata()) == [4.0, 8.0, 16.0]
+
+
+def test_training_figures(data, style):
+    (loss,) = draw("seed000_training_loss", data, style)
+    ax = loss.fig.axes[0]
+    assert ax.get_xlabel() == "Step" and ax.get_ylabel() == "Training loss"
+    assert len(ax.get_lines()) == 3 and len(ax.get_lines()[0].get_xdata()) == 30
+    assert set(legend_labels(loss.fig)) >= {"baseline (mpi)", "collective compressed, fp16"}
+    (steps,) = draw("seed000_training_step_time", data, style)
+    ax = steps.fig.axes[0]
+    assert ax.get_ylabel() == "Time per step (ms)"
+    note = panel_text(ax)
+    assert "fp16: -11% / -6%" in note  # 88.8 ms against 100 ms and 94.4 ms
+
+
+def test_sparse_figures(data, style):
+    (sparsity,) = draw("seed001_time_vs_sparsity", data, style)
+    ax = sparsity.fig.axes[0]
+    assert ax.get_xlabel() == "Sparsity (% zero blocks)"
+    assert {"omnireduce", "dense", "allgather-sparse"} <= set(legend_labels(sparsity.fig))
+    omni = next(ln for ln in ax.get_lines() if ln.get_label() == "omnireduce")
+    assert list(omni.get_xdata()) == pytest.approx([0, 60, 90, 98])
+    assert "block size 256" in sparsity.caption and "fusion 1" in sparsity.caption
+    (workers,) = draw("seed001_time_vs_workers", data, style)
+    assert workers.fig.axes[0].get_xlabel() == "Workers (ranks)"
+    assert [t.get_text() for t in workers.fig.axes[0].get_xticklabels()] == ["2", "4"]
+    (blocks,) = draw("seed001_block_size_fusion", data, style)
+    assert set(legend_labels(blocks.fig)) == {"no fusion", "fusion 8"}
+    (wire,) = draw("seed001_wire_bytes", data, style)
+    assert "OmniReduce minimum" in legend_labels(wire.fig)
+    assert wire.fig.axes[0].get_ylabel() == "Wire bytes per rank (MiB)"
+
+
+def test_mgwfbp_figures(data, style):
+    profiles = draw("seed002_profile", data, style)
+    assert sorted(f.name for f in profiles) == ["seed002_profile_bert",
+                                                "seed002_profile_resnet50"]
+    size_ax, time_ax = profiles[1].fig.axes
+    assert len(size_ax.patches) == 24 and time_ax.get_ylabel() == "Backward time (µs)"
+    (fit,) = draw("seed002_allreduce_fit", data, style)
+    # the 4-rank fit takes its link rate from the iteration rows of the same run
+    assert [ax.get_title() for ax in fit.fig.axes] == [
+        "2 ranks, shared memory, mpi (resnet50 sizes)",
+        "4 ranks, 1 Gbit/s links, mpi (resnet50 sizes)"]
+    line = next(ln for ln in fit.fig.axes[1].get_lines() if ln.get_label().startswith("fit"))
+    x, y = line.get_xdata(), line.get_ydata()
+    unit = {"µs": 1, "ms": 1e3}[fit.fig.axes[1].get_ylabel().split("(")[1][:-1]]
+    assert y[-1] * unit == pytest.approx(90 + 4e-3 * x[-1])
+    (iteration,) = draw("seed002_iteration_time", data, style)
+    ax = iteration.fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["bert", "resnet50"]
+    assert len(ax.patches) == 2 * 6 * 2  # models x strategies x (measured, predicted)
+    assert "predicted (hatched)" in legend_labels(iteration.fig)
+    (scaling,) = draw("seed002_scaling_efficiency", data, style)
+    ax = scaling.fig.axes[0]
+    assert ax.get_ylabel() == "Scaling efficiency" and ax.get_ylim()[1] <= 1.1
+    assert [t.get_text() for t in ax.get_xticklabels()][-1] == "2048"
+
+
+def test_fit_without_fit_csv_uses_harness_points_and_the_runs_alpha_beta(tmp_path, style):
+    _, iteration, _ = seed002_rows()
+    write(tmp_path / "mgwfbp.csv", iteration, SIMULATE_COLUMNS)
+    write(tmp_path / "base.csv", seed000_rows([1 << 16, 1 << 20, 1 << 24], ranks=4, link=1.0))
+    (fit,) = draw("seed002_allreduce_fit", load([tmp_path]), style)
+    assert [ax.get_title() for ax in fit.fig.axes] == [
+        "4 ranks, 1 Gbit/s links, mpi (bert run's fit)",
+        "4 ranks, 1 Gbit/s links, mpi (resnet50 run's fit)"]
+    ax = fit.fig.axes[1]
+    points = next(ln for ln in ax.get_lines() if ln.get_label().startswith("baseline MPI"))
+    unit = {"µs": 1, "ms": 1e3, "s": 1e6}[ax.get_ylabel().split("(")[1][:-1]]
+    expected = 20 + 6 * (1 << 24) / 4 * US_PER_BYTE_1G  # the fixture's MPI allreduce
+    assert points.get_ydata()[-1] * unit == pytest.approx(expected)
+    line = next(ln for ln in ax.get_lines() if ln.get_label().startswith("fit"))
+    assert line.get_ydata()[-1] * unit == pytest.approx(90 + 4e-3 * (1 << 24))
+    assert "No fit CSV was given" in fit.caption
+
+
+def test_general_figures(data, style):
+    (busbw,) = draw("general_busbw", data, style)
+    axes = busbw.fig.axes
+    assert len(axes) == 2 * 3  # two (ranks, link) settings x three collectives
+    assert [ax.get_title() for ax in axes[:3]] == ["Allgather", "Reduce-Scatter", "Allreduce"]
+    assert axes[0].get_ylabel() == "4 ranks, 1 Gbit/s links\nBus bandwidth (GB/s)"
+    assert axes[3].get_ylabel() == "2 ranks, shared memory\nBus bandwidth (GB/s)"
+    assert all(ax.get_ylabel() == "Bus bandwidth (GB/s)" for ax in axes[1:3] + axes[4:])
+    ceiling = [ln for ln in axes[0].get_lines() if ln.get_label() == "link rate (ceiling)"]
+    assert len(ceiling) == 1 and ceiling[0].get_ydata()[0] == pytest.approx(1 / 8)
+    assert not any(ln.get_label() == "link rate (ceiling)" for ln in axes[3].get_lines())
+    (codecs,) = draw("general_codec_throughput", data, style)
+    ax = codecs.fig.axes[0]
+    assert ax.get_title() == "gradient data" and ax.get_xscale() == "linear"
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "fp16 (2x)", "bf16 (1.3x)", "bfp:rate=8 (4x)", "zfp:rate=8 (4x)", "zstd (1.3x)"]
+    assert len(ax.patches) == 2 * 5  # encode and decode bars
+    assert "plain copy" in legend_labels(codecs.fig)
+
+
+def test_headlines_carry_the_paper_numbers(data):
+    headlines, problems = cli.collect_headlines(data)
+    assert not problems
+    published = {h.published for h in headlines}
+    for number in ("83.6%", "30.3%", "88.1%", "40.6%", "31.7%", "12.5%"):
+        assert any(number in p for p in published), number
+    training = next(h for h in headlines if "against the baseline" in h.claim)
+    assert training.measured == "11.2% faster"  # 88.8 ms against 100 ms
+
+
+# ---------------------------------------------------------------- command line
+
+
+@pytest.fixture(scope="module")
+def rendered(results, tmp_path_factory):
+    out = tmp_path_factory.mktemp("figures")
+    status = cli.main([str(results), "-o", str(out), "--dpi", "60", "--format", "png"])
+    return status, out
+
+
+def test_cli_draws_every_figure_with_index(rendered):
+    status, out = rendered
+    assert status == 0
+    index = (out / "index.html").read_text()
+    names = [spec.name for spec in cli.all_figures()]
+    for name in names:
+        stems = ["seed002_profile_bert", "seed002_profile_resnet50"] \
+            if name == "seed002_profile" else [name]
+        for stem in stems:
+            assert (out / f"{stem}.png").stat().st_size > 5_000
+            assert f"src='{stem}.png'" in index
+    assert "Not drawn" not in index
+    for number in ("83.6%", "88.1%", "31.7%", "MG-WFBP scales better"):
+        assert number in index
+
+
+def test_output_is_deterministic(rendered, results, tmp_path):
+    _, first = rendered
+    names = ("seed000_allgather_latency", "seed002_iteration_time")
+    only = ["--only", names[0], "--only", names[1], "--dpi", "60"]
+    assert cli.main([str(results), "-o", str(tmp_path / "a"), *only]) == 0
+    assert cli.main([str(results), "-o", str(tmp_path / "b"), *only]) == 0
+    for name in names:
+        for ext in ("png", "pdf"):
+            again = (tmp_path / "b" / f"{name}.{ext}").read_bytes()
+            assert again == (tmp_path / "a" / f"{name}.{ext}").read_bytes(), name
+        # and the same PNG as the full run: no state leaks from one figure to the next
+        assert (tmp_path / "a" / f"{name}.png").read_bytes() == \
+            (first / f"{name}.png").read_bytes()
+    pdf = (tmp_path / "a" / f"{names[0]}.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF") and b"CreationDate" not in pdf
+
+
+def test_bad_csvs_are_named_and_the_rest_is_drawn(tmp_path, capsys):
+    results = tmp_path / "results"
+    write(results / "good.csv", seed000_rows([1 << 16, 1 << 20], ranks=2, link=0))
+    (results / "empty.csv").write_text("")
+    (results / "header_only.csv").write_text(",".join(COMMON_COLUMNS) + "\n")
+    rows = seed000_rows([1 << 16], ranks=2, link=0)
+    text = ",".join(COMMON_COLUMNS) + "\n" + ",".join(str(rows[0][c]) for c in COMMON_COLUMNS)
+    (results / "mixed.csv").write_text(text + "\n" + text.splitlines()[1] + ",extra,fields\n")
+    missing = [{k: v for k, v in r.items() if k != "avg_us"} for r in rows]
+    write(results / "no_avg.csv", missing)
+    typo = seed000_rows([1 << 18], ranks=2, link=0)
+    typo[0]["avg_us"] = "n/a?"
+    write(results / "typo.csv", typo)
+    write(results / "notes.csv", [{"what": "a table of someone's notes", "when": 1}])
+    stranger = write(tmp_path / "stranger.csv", [{"what": "not a result", "when": 1}])
+    out = tmp_path / "out"
+    status = cli.main([str(results), str(stranger), "-o", str(out), "--format", "png",
+                       "--only", "allgather"])
+    captured = capsys.readouterr()
+    assert status == 1
+    errors = captured.err
+    assert "empty.csv: empty file" in errors
+    assert "header_only.csv: header only, no rows" in errors
+    assert "mixed.csv: malformed CSV (Error tokenizing data" in errors
+    assert "no_avg.csv: looks like micro-benchmark (harness) rows but lacks column(s) " \
+           "avg_us" in errors
+    assert "stranger.csv: not a ccbench result CSV" in errors
+    assert "notes.csv" not in errors  # found in a folder: ignored, not an error
+    assert "notes.csv: ignored, not a ccbench result CSV" in captured.out
+    assert f"typo.csv: {len(typo) - 1} rows of micro-benchmark (harness) rows (1 " \
+           "non-numeric value(s) in avg_us ignored; 1 row(s) without size_bytes/ranks/" \
+           "avg_us dropped)" in captured.out
+    assert (out / "seed000_allgather_latency.png").exists()
+    index = (out / "index.html").read_text()
+    assert "empty.csv" in index and "lacks column(s) avg_us" in index
+    assert not list(out.glob("*.pdf"))
+
+
+def test_missing_data_skips_only_the_figures_that_need_it(tmp_path, capsys):
+    results = tmp_path / "results"
+    write(results / "training.csv", training_rows(steps=6), TRAINING_COLUMNS)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "seed001_wire_bytes.png").write_bytes(b"an old figure")  # from an earlier run
+    (out / "seed002_profile_vgg16.pdf").write_bytes(b"an old figure")
+    (out / "my_notes.png").write_bytes(b"not ours")
+    assert cli.main([str(results), "-o", str(out), "--format", "png"]) == 0
+    stdout = capsys.readouterr().out
+    drawn = sorted(p.stem for p in out.glob("seed*.png")) + \
+        sorted(p.name for p in out.glob("*.pdf"))
+    assert drawn == ["seed000_training_loss", "seed000_training_step_time"]
+    assert (out / "my_notes.png").exists()
+    assert "seed001_wire_bytes.png: left by an earlier run" in stdout
+    index = (out / "index.html").read_text()
+    for spec in cli.all_figures():
+        if spec.needs != ("training",):
+            assert f"skipped [{spec.paper}] {spec.title}: " in stdout
+            assert f"Not drawn: <b>{spec.title}</b>" in index
+    assert "skipped [seed 001] Allreduce time vs sparsity: no micro-benchmark (harness) " \
+           "rows in the input" in stdout
+
+
+def test_a_failing_figure_is_reported_and_the_others_drawn(results, tmp_path, monkeypatch,
+                                                          capsys):
+    def broken(data, style):
+        raise ValueError("a bug")
+
+    real = next(s for s in cli.all_figures() if s.name == "seed002_iteration_time")
+    specs = [FigureSpec("broken", "general", "A broken figure", (), broken), real]
+    monkeypatch.setattr(cli, "all_figures", lambda: specs)
+    status = cli.main([str(results), "-o", str(tmp_path), "--format", "png", "--dpi", "40"])
+    assert status == 1
+    assert "error: [general] A broken figure failed: ValueError: a bug (at test_plots.py:" \
+        in capsys.readouterr().err
+    assert (tmp_path / "seed002_iteration_time.png").exists()
+    assert "A broken figure</b>: failed: ValueError: a bug" in \
+        (tmp_path / "index.html").read_text()
+
+
+def test_figure_needing_more_than_the_data_has_says_why(tmp_path, capsys):
+    results = tmp_path / "results"
+    only_fp16 = [r for r in seed000_rows([1 << 16], ranks=2, link=0)
+                 if r["codec"] in ("none", "fp16")]
+    write(results / "one_rate.csv", only_fp16)
+    assert cli.main([str(results), "-o", str(tmp_path / "out"), "--format", "png",
+                     "--only", "rate"]) == 0
+    assert "needs compressed rows at two or more fixed rates" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["no/such/dir"], "no such file or folder"),
+    (["EMPTY"], "no CSV files in"),
+    (["RESULTS", "--format", "svg"], "--format takes png and/or pdf"),
+    ([], "name at least one results CSV"),
+    (["RESULTS", "--only", "seed009"], "--only seed009 matches no figure"),
+])
+def test_usage_errors_exit_2_with_one_line(argv, message, tmp_path, results, capsys):
+    (tmp_path / "empty").mkdir()
+    argv = [str(tmp_path / "empty") if a == "EMPTY" else str(results) if a == "RESULTS"
+            else a for a in argv]
+    assert cli.main([*argv, "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ccbench plot: ") and message in err[0]
+
+
+def test_python_dash_m_plots_lists_the_figures():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "plots", "--list"], cwd=root,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    for spec in cli.all_figures():
+        assert spec.name in proc.stdout
+
+
+def test_byte_labels():
+    assert [format_bytes(v) for v in (1, 512, 1024, 1536, 1 << 20, 1 << 30)] == \
+        ["1", "512", "1K", "1.5K", "1M", "1G"]
+
+
+def test_style_keeps_codec_markers_stable():
+    style = Style(codecs=["zfp:rate=8", "zfp:rate=4", "fp16", "weird:x=1"])
+    assert style.marker("zfp:rate=8")["marker"] == style.marker("zfp:rate=4")["marker"]
+    assert style.marker("zfp:rate=8")["fillstyle"] != style.marker("zfp:rate=4")["fillstyle"]
+    assert style.marker("fp16")["marker"] != style.marker("zfp:rate=8")["marker"]
+    assert style.marker("weird:x=1") == Style(codecs=["weird:x=1"]).marker("weird:x=1")
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")

@@ -1,0 +1,133 @@
+"""A real SLURM on this host: a sweep submitted as a job array, cancelled half-way,
+resubmitted (only the unfinished tasks run), merged by the dependent merge job.
+
+Needs root (the daemons) and either Slurm installed or apt-get to install it;
+scripts/slurm/local-cluster.sh does both and the fixture always takes it down again.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SLURM = REPO / "scripts" / "slurm"
+
+pytestmark = pytest.mark.root
+
+
+def have_slurm_or_apt() -> bool:
+    sbin = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    installed = all(shutil.which(c, path=sbin) for c in ("slurmctld", "slurmd", "sbatch", "munged"))
+    return installed or shutil.which("apt-get") is not None
+
+
+def cluster(action: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SLURM / "local-cluster.sh"), action], capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run munge, slurmctld and slurmd")
+    if not have_slurm_or_apt():
+        pytest.skip("Slurm is not installed and apt-get is not available to install it")
+    try:
+        up = cluster("up", timeout=240)  # apt-get install counts here
+        if up.returncode != 0:
+            pytest.fail(f"local-cluster.sh up failed:\n{up.stderr}")
+        yield
+    finally:
+        cluster("down", timeout=60)
+
+
+def submit(spec: Path) -> tuple[str, list[str]]:
+    env = {**os.environ, "CCBENCH_PYTHON": sys.executable, "CCBENCH_SRUN_MPI": "pmi2"}
+    proc = subprocess.run([str(SLURM / "submit.sh"), str(spec)], capture_output=True,
+                          text=True, timeout=60, env=env, cwd=spec.parent,
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, re.findall(r"^# submitted job (\d+)$", proc.stdout, re.MULTILINE)
+
+
+def queued(job_ids: list[str]) -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                         timeout=30).stdout.split()  # fmt: skip
+    return [j for j in out if j.split("_")[0] in job_ids]
+
+
+def wait_gone(job_ids: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while queued(job_ids):
+        assert time.monotonic() < deadline, f"jobs {job_ids} still queued after {timeout} s"
+        time.sleep(0.5)
+
+
+SPEC = """
+[sweep]
+name = "slurmtest"
+output = "out"
+ranks = [2]
+sizes = "1K:8K"
+iterations = 3
+warmup = 1
+options = ["-c"]
+timeout = 90
+
+[slurm]
+mpi = "pmix"   # the site default; the test overrides it with CCBENCH_SRUN_MPI=pmi2
+
+[[points]]
+variant = "baseline"
+collective = ["allgather", "allreduce"]
+algorithm = ["mpi", "ring"]
+"""
+
+
+@pytest.mark.timeout(360)
+def test_job_array_cancelled_resubmitted_and_merged(slurm, tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    out = tmp_path / "out"
+    printed, jobs = submit(spec)
+    assert "# 4 of 4 tasks to run" in printed
+    assert len(jobs) == 2  # the array, then the merge job that depends on it
+    assert "--mpi=" not in printed  # srun's --mpi comes from the spec or the environment
+
+    # cancel the array once its first task has finished (the harness's sidecar is there)
+    first_done = out / "baseline_allgather_mpi_r2.csv.json"
+    deadline = time.monotonic() + 120
+    while not first_done.exists():
+        assert time.monotonic() < deadline, "the first array task did not finish"
+        assert queued(jobs), "the jobs ended without writing results; see " + str(out / "slurm")
+        time.sleep(0.1)
+    subprocess.run(["scancel", *jobs], check=True, timeout=30)
+    wait_gone(jobs, timeout=60)
+    assert not (tmp_path / "out.csv").exists()  # the merge job was cancelled with it
+
+    printed, again = submit(spec)
+    left = int(re.search(r"^# (\d+) of 4 tasks to run", printed, re.MULTILINE).group(1))
+    assert 0 < left < 4, printed
+    wait_gone(again, timeout=180)
+
+    with open(tmp_path / "out.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 16, rows
+    assert {r["validation"] for r in rows} == {"Pass"}
+    assert {(r["collective"], r["algorithm"]) for r in rows} == {
+        (c, a) for c in ("allgather", "allreduce") for a in ("mpi", "ring")}
+    logs = sorted(p.name for p in (out / "slurm").iterdir())
+    array_logs = [n for n in logs if re.fullmatch(rf"ccbench-slurmtest-{again[0]}_\d\.out", n)]
+    assert len(array_logs) == left  # output named by job and array task
+    text = "".join((out / "slurm" / n).read_text() for n in array_logs)
+    assert "Pass" in text and "MPICH" in text
+    assert any(n.startswith(f"ccbench-slurmtest-merge-{again[1]}") for n in logs)
