@@ -451,17 +451,18 @@ def _run(variant: Variant, argv, comm: Communicator) -> int:
     return 1 if failures else 0
 
 
-def run_variant(variant: Variant, argv: list[str] | None = None,
-                comm: Communicator | None = None) -> int:
-    """Entry point of every variant script; returns the process exit status.
+def run_main(body: Callable[[list[str], Communicator], int], argv: list[str] | None = None,
+             comm: Communicator | None = None) -> int:
+    """Run `body(argv, comm)` on every rank with ccbench's error handling.
 
     Exit status: 0 success, 1 validation failure, 2 bad input (one line from rank 0),
-    3 bad data. An unexpected error on one rank aborts the whole job instead of hanging.
+    3 bad data. Errors raised inside `agreed` phases are known to every rank and end the
+    run cleanly; an unexpected error on one rank aborts the whole job instead of hanging.
     """
     comm = comm or Communicator(MPI.COMM_WORLD)
     argv = sys.argv[1:] if argv is None else argv
     try:
-        return _run(variant, argv, comm)
+        return body(argv, comm)
     except _AgreedError as exc:
         if comm.rank == 0:
             print(f"ccbench: error: {exc}", file=sys.stderr, flush=True)
@@ -471,6 +472,12 @@ def run_variant(variant: Variant, argv: list[str] | None = None,
     except BaseException as exc:  # noqa: BLE001 - any rank-local failure ends the job
         _abort(comm, exc)
         return 1
+
+
+def run_variant(variant: Variant, argv: list[str] | None = None,
+                comm: Communicator | None = None) -> int:
+    """Entry point of every variant script; returns the process exit status (run_main)."""
+    return run_main(lambda args, c: _run(variant, args, c), argv, comm)
 
 
 def _abort(comm: Communicator, exc: BaseException) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import queue
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from mpi4py import MPI
 
 from benchmarks import environment
 from benchmarks.errors import UsageError
-from benchmarks.harness import _abort, _AgreedError, agreed, measure
+from benchmarks.harness import agreed, measure, run_main
 from benchmarks.options import RankAwareParser, non_negative_int, parse_size, positive_int
 from benchmarks.profile_layers import DEFAULT_DIR, MODEL_NAMES
 from benchmarks.results import append_rows, write_csv_atomic
@@ -400,19 +399,7 @@ def _run(argv, comm: Communicator) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    comm = Communicator(MPI.COMM_WORLD)
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        return _run(argv, comm)
-    except _AgreedError as exc:
-        if comm.rank == 0:
-            print(f"ccbench: error: {exc}", file=sys.stderr, flush=True)
-        return exc.status
-    except SystemExit:  # --help
-        raise
-    except BaseException as exc:  # noqa: BLE001 - a failure on one rank ends the job
-        _abort(comm, exc)
-        return 1
+    return run_main(_run, argv)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ SPARSE_ALGORITHMS = ("omnireduce", "allgather-sparse")
 # OmniReduce's micro-benchmark densities (Fei et al. 2021)
 PAPER_DENSITIES = (1.0, 0.8, 0.4, 0.2, 0.1, 0.08, 0.04, 0.02, 0.01)
 INDEX_BYTES = 4  # the int32 position that travels with every block
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 STATS_COLUMNS = ("nonzero_density", "union_density", "wire_min_bytes_per_rank", "wire_vs_min",
                  "dropped_mass", "dropped_mass_rel")
 
@@ -70,8 +71,8 @@ class SparseStreaming(Variant):
                                 "default 0.1)")
         group.add_argument("--block-size", type=positive_int, default=256,
                            help="elements per block (default 256, as the paper)")
-        group.add_argument("--fusion", type=positive_int, default=256,
-                           help="blocks per message (default 256; 1 = no fusion)")
+        group.add_argument("--fusion", type=positive_int, default=1024,
+                           help="blocks per message (default 1024; 1 = no fusion)")
         group.add_argument("--window", type=positive_int, default=4,
                            help="omnireduce messages in flight per stream (default 4)")
         group.add_argument("--streams", type=positive_int, default=2,
@@ -87,6 +88,9 @@ class SparseStreaming(Variant):
 
     def check_options(self, opts, ranks: int) -> None:
         opts.densities = parse_densities(opts.density)
+        if opts.dtype not in FLOAT_DTYPES:
+            raise UsageError(f"sparse_streaming sums floating-point gradients: -T one of "
+                             f"{', '.join(FLOAT_DTYPES)}")
         if not opts.threshold >= 0:
             raise UsageError(f"--threshold must be >= 0, got {opts.threshold}")
         if opts.aggregators:

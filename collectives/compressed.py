@@ -36,7 +36,7 @@ from kernels.codecs import Codec, dtype_name, empty_payload, rounding_error
 from kernels.reduce import add_into, copy_into
 
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
-DEFAULT_CHUNK_BYTES = 256 * 1024  # uncompressed bytes per pipelined chunk
+DEFAULT_CHUNK_BYTES = 1 << 20     # uncompressed bytes per pipelined chunk
 SLOT_ALIGN = 64                    # payload slots start on cache-line boundaries
 _TAG_P2P = 7100
 _TAG_BASE = 7200                   # collective-level: one tag per (phase, step)
@@ -144,7 +144,7 @@ def error_bound(codec: Codec, variant: str, collective: str, amaxes: list[float]
     if collective == "reduce_scatter":
         return rs
     ag_hops = compressions_on_path(variant, "allreduce", size) - (size - 1)
-    return chain(total + rs, ag_hops, False, rs)
+    return chain(total, ag_hops, False, rs)
 
 
 class _Bound:
@@ -158,10 +158,14 @@ class _Bound:
         self.rank, self.size = comm.rank, comm.size
         self.left, self.right = ring_neighbors(self.rank, self.size)
         self.dtype = dtype_name(sendbuf)
-        count = sendbuf.shape[0] if collective == "allgather" else recvbuf.shape[0]
-        if collective == "allreduce":
-            count = sendbuf.shape[0]
-        self.bounds = collective_bounds(collective, count, self.size)
+        n_send, n_recv = sendbuf.shape[0], recvbuf.shape[0]
+        expected = {"allgather": n_send * self.size, "reduce_scatter": n_send // self.size,
+                    "allreduce": n_send}[collective]  # fmt: skip
+        if n_recv != expected or (collective == "reduce_scatter" and n_send % self.size):
+            raise ValueError(f"{collective} on {self.size} ranks: {n_send} values in, "
+                             f"{n_recv} out do not fit")
+        block = n_recv if collective == "reduce_scatter" else n_send
+        self.bounds = collective_bounds(collective, block, self.size)
         self.raw_bytes = ring_raw_bytes(collective, self.bounds, self.rank, self.size,
                                         arrays.itemsize(self.dtype))
 

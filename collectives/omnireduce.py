@@ -29,11 +29,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from array_api_compat import array_namespace, device
 from mpi4py import MPI
 
+from benchmarks.errors import UsageError
 from collectives.ring import block_bounds
 from kernels.arrays import host_view, to_numpy
 from kernels.reduce import copy_into
@@ -43,6 +45,7 @@ from kernels.sparse import (
     nonzero_block_ids,
     scatter_add_blocks,
     scatter_blocks,
+    zero_blocks,
 )
 
 # Header of every message, int32: [blocks k, next position, data messages still to come
@@ -68,9 +71,15 @@ class Layout:
     def streams_of(self, rank: int) -> list[int]:
         return [s for s, agg in enumerate(self.aggregator_of) if agg == rank]
 
+    @cached_property
+    def message_blocks(self) -> int:
+        """Blocks one message can hold: `fusion`, or a whole stream if that is less."""
+        longest = max((stop - start for start, stop in self.streams), default=1)
+        return max(1, min(self.fusion, longest))
+
 
 def make_layout(count: int, block_size: int, size: int, aggregators: int = 0,
-                streams_per_aggregator: int = 2, fusion: int = 256, window: int = 4) -> Layout:
+                streams_per_aggregator: int = 2, fusion: int = 1024, window: int = 4) -> Layout:
     """The layout on `size` ranks: colocated when aggregators == 0, else the last K ranks.
 
     Streams are contiguous runs of blocks dealt to the aggregators round-robin.
@@ -84,7 +93,8 @@ def make_layout(count: int, block_size: int, size: int, aggregators: int = 0,
     nblocks = block_count(count, block_size)
     nstreams = min(len(agg_ranks) * streams_per_aggregator, nblocks)
     if TAG_BASE + 2 * nstreams > MAX_TAG:
-        raise ValueError(f"{nstreams} streams need more MPI tags than the standard promises")
+        raise UsageError(f"{nstreams} omnireduce streams need more MPI tags than MPI promises "
+                         f"({MAX_TAG}); use fewer --streams")
     streams = tuple(block_bounds(nblocks, nstreams)) if nstreams else ()
     aggregator_of = tuple(agg_ranks[s % len(agg_ranks)] for s in range(nstreams))
     return Layout(count, block_size, nblocks, streams, aggregator_of, workers, fusion, window)
@@ -115,8 +125,9 @@ class Message:
         self.tail = tail
         self.tail_id = layout.count // layout.block_size if tail else -1
         self.tail_cut = (layout.block_size - tail) * itemsize if tail else 0
-        capacity = _align16(4 * (HEADER_FIELDS + layout.fusion))
-        self.raw = xp.empty(capacity + layout.fusion * self.block_bytes, dtype=xp.uint8,
+        blocks = layout.message_blocks
+        capacity = _align16(4 * (HEADER_FIELDS + blocks))
+        self.raw = xp.empty(capacity + blocks * self.block_bytes, dtype=xp.uint8,
                             device=device(like))
         self.dtype = like.dtype
         self.on_host = str(device(like)) == "cpu"
@@ -173,13 +184,14 @@ class Message:
 class Inbox:
     """Receives from one source with one tag, processed strictly in arrival order."""
 
-    def __init__(self, comm, source: int, tag: int, buffers: list[Message]):
+    def __init__(self, comm, source: int, tag: int, factory):
         self.comm, self.source, self.tag = comm, source, tag
-        self.free = deque(buffers)
+        self.factory = factory  # buffers are allocated when first needed, then reused
+        self.free: deque = deque()
         self.posted: deque = deque()  # (message, request)
 
     def post(self) -> None:
-        message = self.free.popleft()
+        message = self.free.popleft() if self.free else self.factory()
         self.posted.append((message, self.comm.irecv(message.raw, self.source, self.tag)))
 
     def ready(self) -> bool:
@@ -219,9 +231,9 @@ class Outbox:
     other to receive). Workers stay within `window` buffers by their credit rule.
     """
 
-    def __init__(self, factory, initial: int):
-        self.factory = factory
-        self.free = [factory() for _ in range(initial)]
+    def __init__(self, factory):
+        self.factory = factory  # buffers are allocated when first needed, then reused
+        self.free: list = []
         self.busy: deque = deque()  # (message, send requests), oldest first
 
     def take(self) -> tuple[Message, list]:
@@ -253,10 +265,11 @@ class WorkerStream:
         self.send, self.recv = engine.regions(stream)
         self.aggregator = layout.aggregator_of[stream]
         like = engine.send
-        self.outbox = Outbox(lambda: Message(like, layout), layout.window)
-        # results are received into posted buffers (no unexpected-message copy in MPI)
+        self.outbox = Outbox(lambda: Message(like, layout))
         self.inbox = Inbox(engine.comm, self.aggregator, TAG_BASE + len(layout.streams) + stream,
-                           [Message(like, layout) for _ in range(max(2, layout.window))])
+                           lambda: Message(like, layout))
+        # results land in posted buffers (no unexpected-message copy inside MPI)
+        self.result_receives = max(2, layout.window)
 
     def begin(self) -> None:
         """Scan this stream's part of the input; zero its part of the output."""
@@ -264,11 +277,11 @@ class WorkerStream:
         self.ids = nonzero_block_ids(self.send, engine.layout.block_size, engine.threshold)
         self.positions = to_numpy(self.ids) + self.start
         self.cursor = 0
-        self.messages_left = max(1, -(-self.positions.shape[0] // engine.layout.fusion))
+        self.messages_left = max(1, -(-self.positions.shape[0] // engine.layout.message_blocks))
         self.in_flight: deque[int] = deque()  # last position of each unfinished message
         self.done = False
-        self.recv[...] = 0  # positions nobody holds stay zero
-        while self.inbox.free:
+        self.filled = self.start  # output blocks before this position are final
+        for _ in range(self.result_receives):
             self.inbox.post()
 
     def can_send(self) -> bool:
@@ -277,7 +290,7 @@ class WorkerStream:
     def send_next(self) -> None:
         layout, comm = self.engine.layout, self.engine.comm
         lo = self.cursor
-        hi = min(lo + layout.fusion, self.positions.shape[0])
+        hi = min(lo + layout.message_blocks, self.positions.shape[0])
         k = hi - lo
         next_position = int(self.positions[hi]) if hi < self.positions.shape[0] else self.stop
         message, requests = self.outbox.take()
@@ -291,9 +304,16 @@ class WorkerStream:
 
     def on_result(self, message: Message) -> None:
         k, global_next, _, positions = message.read()
+        block = self.engine.layout.block_size
         if k:
             local = self.engine.index_array(positions - self.start)
-            scatter_blocks(self.recv, local, message.blocks(k), self.engine.layout.block_size)
+            scatter_blocks(self.recv, local, message.blocks(k), block)
+        if k < global_next - self.filled:  # positions nobody held up to the global next
+            gaps = np.ones(global_next - self.filled, dtype=bool)
+            gaps[positions - self.filled] = False
+            zero_blocks(self.recv, self.engine.index_array(
+                np.flatnonzero(gaps) + (self.filled - self.start)), block)
+        self.filled = global_next
         while self.in_flight and self.in_flight[0] < global_next:
             self.in_flight.popleft()
         if global_next >= self.stop:
@@ -323,12 +343,11 @@ class AggregatorStream:
         self.local_worker = engine.comm.rank in layout.workers
         self.worker_index = {w: i for i, w in enumerate(layout.workers)}
         like = engine.send
-        self.inboxes = {w: Inbox(engine.comm, w, TAG_BASE + stream,
-                                 [Message(like, layout) for _ in range(layout.window)])
+        self.inboxes = {w: Inbox(engine.comm, w, TAG_BASE + stream, lambda: Message(like, layout))
                         for w in self.remote_workers}  # fmt: skip
-        self.outbox = Outbox(lambda: Message(like, layout), layout.window)
+        self.outbox = Outbox(lambda: Message(like, layout))
         self.result_tag = TAG_BASE + len(layout.streams) + stream
-        most_messages = max(1, -(-(self.stop - self.start) // layout.fusion))
+        most_messages = max(1, -(-(self.stop - self.start) // layout.message_blocks))
         self.first_receives = min(layout.window, most_messages)
 
     def begin(self) -> None:
@@ -386,7 +405,7 @@ class AggregatorStream:
         if local.shape[0] == 0 and finished < self.stop:
             return
         engine, layout = self.engine, self.engine.layout
-        fusion = layout.fusion
+        fusion = layout.message_blocks
         chunks = max(1, -(-local.shape[0] // fusion))
         for c in range(chunks):
             rows = local[c * fusion:(c + 1) * fusion]
@@ -461,15 +480,13 @@ class OmniReduce:
         for aggregator in self.aggregating:
             inboxes += [(inbox, aggregator.on_data, w) for w, inbox in aggregator.inboxes.items()]
         while not self._finished():
-            requests, owners = [], []
-            for entry in inboxes:
-                for _, request in entry[0].posted:
-                    requests.append(_mpi_request(request))
-                    owners.append(entry)
-            if not requests:
+            # messages are handled in order per inbox, so only the oldest receives count
+            owners = [entry for entry in inboxes if entry[0].posted]
+            if not owners:
                 raise RuntimeError("omnireduce: unfinished streams but no receive posted")
-            MPI.Request.Waitsome(requests)
-            for inbox, handler, worker in {id(o): o for o in owners}.values():
+            heads = [_mpi_request(entry[0].posted[0][1]) for entry in owners]
+            for index in MPI.Request.Waitsome(heads):
+                inbox, handler, worker = owners[index]
                 while inbox.ready():
                     message = inbox.pop()
                     if worker is None:
@@ -481,7 +498,7 @@ class OmniReduce:
         return all(w.done for w in self.working) and all(a.done for a in self.aggregating)
 
 
-def omnireduce_allreduce(comm, sendbuf, recvbuf, block_size: int = 256, fusion: int = 256,
+def omnireduce_allreduce(comm, sendbuf, recvbuf, block_size: int = 256, fusion: int = 1024,
                          window: int = 4, aggregators: int = 0, streams_per_aggregator: int = 2,
                          threshold: float = 0.0) -> None:
     """One OmniReduce allreduce (set-up included; bind an `OmniReduce` to time it)."""

@@ -105,6 +105,17 @@ def scatter_blocks(out, ids, blocks, block_size: int) -> None:
         tail[...] = blocks[k - 1, : tail.shape[0]]
 
 
+def zero_blocks(out, ids, block_size: int) -> None:
+    """out[block ids] = 0 (a partial tail block only its own elements)."""
+    k = ids.shape[0]
+    full, tail = split_blocks(out, block_size)
+    nfull_ids = k - 1 if _has_tail_id(out.shape[0], block_size, ids) else k
+    if nfull_ids:
+        full[ids[:nfull_ids]] = 0
+    if nfull_ids < k:
+        tail[...] = 0
+
+
 def scatter_add_blocks(out, ids, blocks, block_size: int) -> None:
     """out[block ids] += blocks; out is the 1-D tensor or a padded (nblocks, block_size)."""
     k = ids.shape[0]

@@ -444,7 +444,7 @@ def test_execution_on_two_ranks(execution, tiny_profile, strategy):
     r = rows[strategy]
     assert r["validation"] == "Pass" and r["ranks"] == "2" and r["transport"] == "mpi"
     cost = AlphaBeta(float(r["alpha_us"]), float(r["beta_us_per_byte"]))
-    assert cost.alpha_us >= 0 and cost.beta_us_per_byte > 0
+    assert cost.alpha_us >= 0 and cost.beta_us_per_byte >= 0  # a fit, never negative
     p = plan(strategy, read_profile(tiny_profile), cost)
     assert r["plan"] == p.stops_text
     # the replay cannot finish before the compute it replays

@@ -50,7 +50,13 @@ def test_block_mask_matches_naive_scan(backend, count, block, threshold):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("count,block", [(4096, 64), (1000, 64), (5, 8)])
 def test_gather_scatter_and_scatter_add_round_trip(backend, count, block):
-    from kernels.sparse import gather_blocks, nonzero_block_ids, scatter_add_blocks, scatter_blocks
+    from kernels.sparse import (
+        gather_blocks,
+        nonzero_block_ids,
+        scatter_add_blocks,
+        scatter_blocks,
+        zero_blocks,
+    )
     from kernels.sparse_data import sparse_input
 
     x = sparse_input(count, block, 0.5, "random", 0, 2, seed=1)
@@ -68,6 +74,8 @@ def test_gather_scatter_and_scatter_add_round_trip(backend, count, block):
     padded = BACKENDS[backend](np.zeros((-(-count // block), block), np.float32))
     scatter_add_blocks(padded, ids, blocks, block)
     assert np.array_equal(as_numpy(padded).reshape(-1)[:count], x)
+    zero_blocks(out, ids, block)
+    assert not as_numpy(out).any()
 
 
 def test_gather_into_a_preallocated_view():
@@ -267,6 +275,7 @@ def test_script_baselines_overlap_threshold_and_dedicated_aggregators(tmp_path):
     (["--algorithm", "dense", "--aggregators", "1"], "omnireduce only"),
     (["--aggregators", "2"], "leaves no worker"),
     (["--overlap", "some"], "invalid choice"),
+    (["-T", "int8"], "floating-point"),
 ])  # fmt: skip
 def test_script_bad_options_fail_with_one_line(args, message):
     proc = mpirun(2, ["-m", "benchmarks.sparse_streaming", "-m", "4K:4K", *args], timeout=50)
