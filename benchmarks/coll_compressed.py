@@ -1,7 +1,7 @@
 """Collective-level compressed ring collectives (seed 000, a reconstruction).
 
     mpiexec -n 4 python -m benchmarks.coll_compressed --collective reduce_scatter \\
-        --codec bfp:rate=8 --chunk-bytes 256K -m 1K:16M -c
+        --codec bfp:rate=8 --chunk-bytes 1M -m 1K:16M -c
 
 Allgather: each rank compresses its block once; the compressed bytes travel the ring
 untouched and are decompressed while the next chunks are on the wire (every rank,

@@ -9,7 +9,10 @@ bfloat16 as round-to-nearest-even on the float32 bit pattern.
 
 from __future__ import annotations
 
+import math
+
 import array_api_compat
+import numpy as np
 
 from benchmarks.errors import DataError
 
@@ -40,12 +43,10 @@ def _torch_dtype(target: str):
 
 def _as_torch(x):
     """A torch view of a numpy array or a torch tensor itself; None if not possible."""
-    if array_api_compat.is_torch_array(x):
-        return x
-    torch = _torch_or_none()
-    if torch is not None and array_api_compat.is_numpy_array(x) and x.flags.writeable:
-        return torch.from_numpy(x)
-    return None
+    if isinstance(x, np.ndarray):
+        torch = _torch_or_none()
+        return torch.from_numpy(x) if torch is not None and x.flags.writeable else None
+    return x if array_api_compat.is_torch_array(x) else None
 
 
 def cast_into(x, payload, target: str, spec: str) -> None:
@@ -61,8 +62,10 @@ def cast_into(x, payload, target: str, spec: str) -> None:
         low.copy_(tx)
         # overflow, NaN and Inf all leave a non-finite value behind: one pass over the
         # 2-byte result instead of a range check over the input
-        if low.shape[0] and not bool(torch.isfinite(torch.stack(torch.aminmax(low))).all()):
-            raise DataError(_bad_input(spec, target))
+        if low.shape[0]:
+            lo, hi = torch.aminmax(low)
+            if not (math.isfinite(lo.item()) and math.isfinite(hi.item())):
+                raise DataError(_bad_input(spec, target))
         return
     xp = array_api_compat.array_namespace(x)
     if x.shape[0] and not _in_range(xp, x, FLOAT16_MAX if target == "float16" else BFLOAT16_MAX):
