@@ -62,7 +62,7 @@ def run_info(comm, variant: str) -> dict:
 
 def _versions() -> dict:
     versions = {"python": platform.python_version()}
-    for name in ("mpi4py", "numpy", "torch", "cupy", "zfpy", "numcodecs", "zstandard"):
+    for name in ("mpi4py", "numpy", "torch", "cupy", "zfpy", "zstandard"):
         module = sys.modules.get(name)
         if module is not None:
             versions[name] = getattr(module, "__version__", "")

@@ -215,7 +215,7 @@ class P2PCompressed(_Bound):
         if data.shape[0]:
             if _nbytes(data) >= self.threshold:
                 data = self.codec.encode(data, out=self.send_payload)
-                _device_sync(data)
+            _device_sync(data)  # GPU-aware MPI reads device memory: finish queued kernels
             request = self.comm.isend(data, self.right, _TAG_P2P)
         if out.shape[0]:
             if _nbytes(out) >= self.threshold:
