@@ -155,7 +155,7 @@ def _sort_key(row: dict):
             num(row["size_bytes"]))  # fmt: skip
 
 
-def merge_files(inputs: Sequence, out) -> dict:
+def merge_files(inputs: Sequence, out, sidecar: bool = True) -> dict:
     """Merge the CSVs named or found under `inputs` into `out` (plus `out`.json)."""
     out = Path(out)
     paths = [p for p in csv_files(inputs) if p.resolve() != out.resolve()]
@@ -163,6 +163,8 @@ def merge_files(inputs: Sequence, out) -> dict:
         raise UsageError("no CSV files to merge")
     columns, rows, summary = merge_rows(paths)
     write_csv_atomic(out, rows, columns)
+    if not sidecar:
+        return summary
     # the sources' sidecars hold each run's environment, keyed by run id: keep them all
     runs = {}
     for p in paths:
@@ -192,9 +194,12 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("inputs", nargs="+", metavar="FILE", help="CSV files or folders")
     parser.add_argument("-o", "--output", required=True, type=Path, help="merged CSV to write")
+    parser.add_argument("--no-sidecar", action="store_true",
+                        help="write no OUT.json (the runs' environments: host paths, "
+                             "variables), e.g. for a reference tracked in git")
     opts = parser.parse_args(argv)
     try:
-        s = merge_files(opts.inputs, opts.output)
+        s = merge_files(opts.inputs, opts.output, sidecar=not opts.no_sidecar)
     except UsageError as e:
         print(f"ccbench merge: {e}", file=sys.stderr)
         return 2

@@ -23,9 +23,17 @@ COMMON_COLUMNS = (
 )  # fmt: skip
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    # mkstemp makes 0600 files; results on a shared file system should be readable
+    os.chmod(tmp, 0o666 & ~_umask())
     try:
         with os.fdopen(fd, "w", newline="") as f:
             f.write(text)
