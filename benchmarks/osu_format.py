@@ -52,7 +52,7 @@ class Printer:
     def header(self, skipped: list[int]) -> None:
         opts, columns = self.opts, self.variant.columns(self.opts)
         lines = [title(opts.collective), f"# Datatype: {MPI_DATATYPES[opts.dtype]}."]
-        described = ", ".join(f"{k} {v}" for k, v in columns.items())
+        described = ", ".join(f"{k} {v}" for k, v in columns.items() if v is not None)
         lines.append(f"# ccbench {self.variant.name}" + (f": {described}" if described else ""))
         lines.append(f"# {self.info['mpi_library']}; buffer {opts.buffer}; "
                      f"timing {opts.timing}; {SIZE_CONVENTION[opts.collective]}")
