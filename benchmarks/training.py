@@ -11,7 +11,6 @@ With --csv, appends one row per step and one summary row (``row`` = step / summa
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -365,26 +364,10 @@ def _check_csv(path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run on every rank. Exit status 0, or 2 on bad input (one line from rank 0, every
-    rank exits); an unexpected failure on one rank aborts the whole job, never hangs."""
-    from mpi4py import MPI
+    """Run on every rank, with the harness's error handling (benchmarks.harness.run_main)."""
+    from benchmarks.harness import run_main
 
-    from benchmarks.harness import _abort, _AgreedError
-    from collectives.comm import Communicator
-
-    argv = sys.argv[1:] if argv is None else argv
-    comm = Communicator(MPI.COMM_WORLD)
-    try:
-        return _train_and_report(argv, comm)
-    except _AgreedError as exc:
-        if comm.rank == 0:
-            print(f"ccbench: error: {exc}", file=sys.stderr, flush=True)
-        return exc.status
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
-    except BaseException as exc:  # noqa: BLE001 - a failure on one rank must end every rank
-        _abort(comm, exc)
-        return 1
+    return run_main(_train_and_report, argv)
 
 
 if __name__ == "__main__":
