@@ -39,3 +39,22 @@ def mpirun(nranks: int, args: list[str], timeout: float = 120, env: dict | None 
     command = [mpiexec_path(), "-n", str(nranks), sys.executable, *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                           env=full_env, cwd=cwd or REPO, stdin=subprocess.DEVNULL)
+
+
+_CASE_RESULTS: dict[tuple[str, int], dict] = {}
+
+
+def case_results(driver: str, nranks: int, timeout: float = 280) -> dict[str, dict]:
+    """Run a case driver (one JSON line per case from rank 0) once per rank count.
+
+    Many cases share one mpiexec launch; parametrized tests then assert each case.
+    """
+    import json
+
+    key = (driver, nranks)
+    if key not in _CASE_RESULTS:
+        proc = mpirun(nranks, ["-m", driver], timeout=timeout)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        _CASE_RESULTS[key] = {line["case"]: line for line in lines}
+    return _CASE_RESULTS[key]

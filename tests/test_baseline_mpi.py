@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.drivers.baseline_cases import cases
-from tests.mpirun import mpirun
+from tests.mpirun import case_results
 
 CASE_IDS = [case_id for case_id, _ in cases()]
-_RESULTS: dict[int, dict] = {}
 
 
 def results(nranks: int) -> dict:
-    """All cases run in one mpiexec launch per rank count, shared by the tests."""
-    if nranks not in _RESULTS:
-        proc = mpirun(nranks, ["-m", "tests.drivers.baseline_cases"], timeout=240)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-        _RESULTS[nranks] = {line["case"]: line for line in lines}
-    return _RESULTS[nranks]
+    """All cases in one launch per rank count, shared by the parametrized tests."""
+    return case_results("tests.drivers.baseline_cases", nranks, timeout=240)
 
 
 @pytest.mark.timeout(300)

@@ -14,24 +14,18 @@ import math
 import pytest
 
 from tests.drivers.compressed_cases import cases
-from tests.mpirun import mpirun
+from tests.mpirun import case_results, mpirun
 
 pytest.importorskip("torch")
 pytest.importorskip("zfpy")
 pytest.importorskip("zstandard")
 
 CASE_IDS = [case_id for case_id, _ in cases()]
-_RESULTS: dict[int, dict] = {}
 
 
 def results(nranks: int) -> dict:
     """All cases in one launch per rank count, shared by the parametrized tests."""
-    if nranks not in _RESULTS:
-        proc = mpirun(nranks, ["-m", "tests.drivers.compressed_cases"], timeout=280)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-        _RESULTS[nranks] = {line["case"]: line for line in lines}
-    return _RESULTS[nranks]
+    return case_results("tests.drivers.compressed_cases", nranks, timeout=280)
 
 
 @pytest.mark.timeout(300)

@@ -29,43 +29,40 @@ class WrongResult(Baseline):
         return Op(run=run, send=op.send, recv=recv, measures_wire=False)
 
 
-class DyingRank(Baseline):
-    """Rank 1 exits without a word in the middle of the timed loop."""
+class FailingRank(Baseline):
+    """Rank 1 fails at its fifth call, in the middle of the timed loop."""
 
-    name = "dying_rank"
+    name = "failing_rank"
+
+    def __init__(self, fail):
+        self.fail = fail
 
     def make_op(self, ctx, case) -> Op:
         op = super().make_op(ctx, case)
-        inner, calls = op.run, [0]
+        inner, calls, fail = op.run, [0], self.fail
 
         def run():
             calls[0] += 1
             if ctx.comm.rank == 1 and calls[0] == 5:
-                os._exit(9)
+                fail()
             inner()
 
         return Op(run=run, send=op.send, recv=op.recv, measures_wire=False)
 
 
-class RaisingRank(Baseline):
-    """Rank 1 raises an unexpected error in the middle of the timed loop."""
-
-    name = "raising_rank"
-
-    def make_op(self, ctx, case) -> Op:
-        op = super().make_op(ctx, case)
-        inner, calls = op.run, [0]
-
-        def run():
-            calls[0] += 1
-            if ctx.comm.rank == 1 and calls[0] == 5:
-                raise RuntimeError("injected failure")
-            inner()
-
-        return Op(run=run, send=op.send, recv=op.recv, measures_wire=False)
+def _die():
+    os._exit(9)  # no word, no MPI_Finalize: as a killed rank
 
 
-VARIANTS = {"wrong": WrongResult, "die": DyingRank, "raise": RaisingRank}
+def _raise():
+    raise RuntimeError("injected failure")
+
+
+VARIANTS = {
+    "wrong": WrongResult,
+    "die": lambda: FailingRank(_die),
+    "raise": lambda: FailingRank(_raise),
+}
 
 if __name__ == "__main__":
     sys.exit(run_variant(VARIANTS[sys.argv[1]](), sys.argv[2:]))
