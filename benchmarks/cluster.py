@@ -23,6 +23,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -513,9 +514,9 @@ def mpiexec_command(cluster: Cluster, command: list[str], nranks: int,
     return args
 
 
-def launch(args: list[str], env: dict | None = None) -> int:
+def launch(args: list[str]) -> int:
     """Run mpiexec in the foreground; on Ctrl-C let Hydra stop the ranks, then kill it."""
-    proc = subprocess.Popen(args, env=env)
+    proc = subprocess.Popen(args)
     try:
         return proc.wait()
     except KeyboardInterrupt:
@@ -542,7 +543,7 @@ def cmd_run(opts) -> int:
     check_hydra(mpiexec)
     args = mpiexec_command(cluster, command, nranks, mpiexec)
     if opts.dry_run:
-        print(" ".join(args))
+        print(shlex.join(args))
         return 0
     return launch(args)
 

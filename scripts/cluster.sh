@@ -3,9 +3,13 @@
 #   scripts/cluster.sh up --ranks 4 --rate 1gbit
 #   scripts/cluster.sh run -- python -m benchmarks.baseline -m 64K:16M
 #   scripts/cluster.sh down
-# Uses $PYTHON, else python3 on PATH (the one with mpi4py; under sudo, pass PYTHON=...).
+# Uses $CCBENCH_PYTHON, else the project's .venv (scripts/setup.sh), else python3 on PATH.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python="${PYTHON:-$(command -v python3 || command -v python)}"
+python="${CCBENCH_PYTHON:-}"
+if [ -z "$python" ]; then
+    python="$repo/${CCBENCH_VENV:-.venv}/bin/python"
+    [ -x "$python" ] || python="$(command -v python3 || command -v python)"
+fi
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
 exec "$python" -m benchmarks.cluster "$@"
