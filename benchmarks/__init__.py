@@ -1,1 +1,1 @@
-"""ccbench benchmarks: the common harness and one thin script per variant."""
+"""ccbench benchmarks: the common harness and one short script per variant."""

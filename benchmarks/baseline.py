@@ -1,13 +1,13 @@
 """Baseline: the MPI library's Allgather / Reduce_scatter_block / Allreduce, or the ring.
 
-    mpiexec -n 2 python -m benchmarks.baseline --collective allgather -m 1:1M -f -c
+    mpiexec -n 2 python -m ccbench.benchmarks.baseline --collective allgather -m 1:1M -f -c
 """
 
 from __future__ import annotations
 
-from benchmarks.harness import Op, Variant, run_variant
-from collectives.baseline import ALGORITHMS, bind_collective
-from kernels import arrays
+from ccbench.benchmarks.harness import Op, Variant, run_variant
+from ccbench.collectives.baseline import ALGORITHMS, bind_collective
+from ccbench.kernels import arrays
 
 
 class Baseline(Variant):
@@ -30,5 +30,9 @@ class Baseline(Variant):
         return Op(run=run, send=send, recv=recv, measures_wire=algorithm != "mpi")
 
 
+def main(argv: list[str] | None = None) -> int:
+    return run_variant(Baseline(), argv)
+
+
 if __name__ == "__main__":
-    raise SystemExit(run_variant(Baseline()))
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Codec throughput on one core: encode and decode rate against a plain copy.
 
-    python -m benchmarks.codec_throughput -m 16M --data random,gradient --csv results/codecs.csv
+    ccbench codec_throughput -m 16M --data random,gradient --csv results/codecs.csv
 
 For each codec and data kind, times encode (into a preallocated payload), decode (into a
 preallocated array) and a plain copy of the same buffer, interleaved round by round so
@@ -18,10 +18,12 @@ import time
 
 import numpy as np
 
-from benchmarks.errors import UsageError
-from benchmarks.options import RankAwareParser, parse_size, positive_int
-from kernels import arrays
-from kernels.codecs import describe_codecs, empty_payload, parse_codec
+from ccbench.benchmarks.options import RankAwareParser, parse_size, positive_int
+from ccbench.kernels import arrays
+from ccbench.kernels.codec_base import empty_payload
+from ccbench.kernels.codecs import describe_codecs, parse_codec
+from ccbench.kernels.errors import UsageError
+from ccbench.kernels.vocabulary import DTYPES, itemsize
 
 DEFAULT_CODECS = ("fp16", "bf16", "bfp:rate=16", "bfp:rate=8", "bfp:rate=4", "zfp:rate=16",
                   "zfp:rate=8", "zfp:tol=1e-3", "zstd")
@@ -65,7 +67,7 @@ def measure_codec(spec: str, kind: str, buffer: str, dtype: str, count: int,
     out = arrays.empty(buffer, count, dtype)
     copy_dst = arrays.empty(buffer, count, dtype)
     payload = empty_payload(x, codec.max_encoded_nbytes(count, dtype))
-    nbytes = count * arrays.itemsize(dtype)
+    nbytes = count * itemsize(dtype)
     copy = _copy_fn(buffer, x, copy_dst)
     state = {}
 
@@ -104,7 +106,7 @@ def measure_codec(spec: str, kind: str, buffer: str, dtype: str, count: int,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = RankAwareParser(prog="python -m benchmarks.codec_throughput",
+    parser = RankAwareParser(prog="ccbench codec_throughput",
                              description=__doc__ + "\nCodecs:\n" + describe_codecs(),
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--codec", action="append", metavar="SPEC",
@@ -112,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                              + ", ".join(DEFAULT_CODECS) + ")")
     parser.add_argument("-m", "--message-size", default="16M", metavar="BYTES",
                         help="buffer size in bytes, K/M/G suffixes (default 16M)")
-    parser.add_argument("-T", "--dtype", choices=arrays.DTYPES, default="float32")
+    parser.add_argument("-T", "--dtype", choices=DTYPES, default="float32")
     parser.add_argument("-d", "--buffer", choices=("numpy", "torch", "cupy", "torch-cuda"),
                         default="numpy")
     parser.add_argument("--data", default=",".join(DATA),
@@ -145,8 +147,7 @@ def _print_row(r: dict) -> None:
           f"{r['ratio']:>9.3f}{r['max_rel_err']:>13.3e}", flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def run(argv: list[str]) -> int:
     opts = build_parser().parse_args(argv)
     kinds = [k.strip() for k in opts.data.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in DATA]
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if opts.clock == "cpu" and arrays.is_gpu(opts.buffer):
         raise UsageError("--clock cpu does not see GPU time; use --clock wall")
     size = parse_size(opts.message_size)
-    count = size // arrays.itemsize(opts.dtype)
+    count = size // itemsize(opts.dtype)
     if count < 1:
         raise UsageError(f"-m {opts.message_size}: smaller than one {opts.dtype} element")
     specs = opts.codec or list(DEFAULT_CODECS)
@@ -178,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({**info, **row})
             _print_row(row)
     if opts.csv:
-        from benchmarks import environment
-        from benchmarks.results import append_rows
+        from ccbench.benchmarks import environment
+        from ccbench.benchmarks.results import append_rows
 
         append_rows(opts.csv, rows, list(COLUMNS))
         environment.write_sidecar(opts.csv, info, argv, 1)
@@ -189,19 +190,19 @@ def main(argv: list[str] | None = None) -> int:
 def _run_info() -> dict:
     from mpi4py import MPI
 
-    from benchmarks import environment
-    from collectives.comm import Communicator
+    from ccbench.benchmarks import environment
+    from ccbench.collectives.comm import Communicator
 
     return environment.run_info(Communicator(MPI.COMM_WORLD), "codec_throughput")
 
 
-def _entry() -> int:
+def main(argv: list[str] | None = None) -> int:
     try:
-        return main()
+        return run(sys.argv[1:] if argv is None else argv)
     except UsageError as exc:
         print(f"ccbench: error: {exc}", file=sys.stderr)
         return 2
 
 
 if __name__ == "__main__":
-    raise SystemExit(_entry())
+    raise SystemExit(main())

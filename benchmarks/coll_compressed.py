@@ -1,6 +1,6 @@
 """Collective-level compressed ring collectives (seed 000, a reconstruction).
 
-    mpiexec -n 4 python -m benchmarks.coll_compressed --collective reduce_scatter \\
+    mpiexec -n 4 python -m ccbench.benchmarks.coll_compressed --collective reduce_scatter \\
         --codec bfp:rate=8 --chunk-bytes 1M -m 1K:16M -c
 
 Allgather: each rank compresses its block once; the compressed bytes travel the ring
@@ -16,11 +16,11 @@ Codecs (--codec):
 
 from __future__ import annotations
 
-from benchmarks.errors import UsageError
-from benchmarks.harness import run_variant
-from benchmarks.p2p_compressed import CompressedVariant, size_option
-from collectives.compressed import DEFAULT_CHUNK_BYTES
-from kernels.codecs import describe_codecs
+from ccbench.benchmarks.compressed_base import CompressedVariant, size_option
+from ccbench.benchmarks.harness import run_variant
+from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES
+from ccbench.kernels.codecs import describe_codecs
+from ccbench.kernels.errors import UsageError
 
 
 class CollCompressed(CompressedVariant):
@@ -46,5 +46,9 @@ class CollCompressed(CompressedVariant):
         return {**super().columns(opts), "chunk_bytes": opts.chunk_bytes}
 
 
+def main(argv: list[str] | None = None) -> int:
+    return run_variant(CollCompressed(), argv)
+
+
 if __name__ == "__main__":
-    raise SystemExit(run_variant(CollCompressed()))
+    raise SystemExit(main())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from benchmarks.results import write_json_atomic
+from ccbench.benchmarks.results import write_json_atomic
 
 _ENV_PREFIXES = re.compile(r"^(CCBENCH_|MPIR_|MPICH_|FI_|UCX_|OMPI_|PMIX_|SLURM_|CUDA_VISIBLE)")
 _REPO = Path(__file__).resolve().parent.parent

@@ -20,14 +20,24 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from benchmarks import environment, osu_format
-from benchmarks.errors import DataError, UsageError
-from benchmarks.options import build_parser, iterations_for, message_sizes, parse_message_sizes
-from benchmarks.results import COMMON_COLUMNS, append_rows, read_rows, write_json_atomic
-from collectives.comm import Communicator
-from kernels import arrays
+from ccbench.benchmarks import environment, osu_format
+from ccbench.benchmarks.options import (
+    build_parser,
+    iterations_for,
+    message_sizes,
+    parse_message_sizes,
+)
+from ccbench.benchmarks.results import (
+    COMMON_COLUMNS,
+    append_rows,
+    check_header,
+    write_json_atomic,
+)
+from ccbench.collectives.comm import Communicator
+from ccbench.kernels import arrays
+from ccbench.kernels.errors import DataError, UsageError
+from ccbench.kernels.vocabulary import COLLECTIVES, exact_amplitude, itemsize
 
-COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 # nccl-tests' bus-bandwidth factors: busbw = algbw * factor(n)
 BUSBW_FACTOR = {
     "allgather": lambda n: (n - 1) / n,
@@ -121,11 +131,11 @@ class Variant:
 def exact_input(case: Case, rank: int) -> np.ndarray:
     """Seeded small integers: sums over all ranks are exact in every dtype, any order.
 
-    With P ranks the values lie in [-a, a], a = max(1, min(8, 127 // P)), so every
-    partial sum is an integer of magnitude at most 127: int8 holds it, and so does
-    bfloat16 (integers to 256), up to 127 ranks.
+    With P ranks the values lie in [-a, a], a = exact_amplitude(P), so every partial
+    sum is an integer of magnitude at most 127: int8 holds it, and so does bfloat16
+    (integers to 256), up to 127 ranks.
     """
-    amplitude = max(1, min(8, 127 // case.ranks))
+    amplitude = exact_amplitude(case.ranks)
     rng = np.random.default_rng([case.seed, rank, case.send_count])
     return rng.integers(-amplitude, amplitude + 1, case.send_count).astype(np.float64)
 
@@ -154,7 +164,7 @@ def case_shape(collective: str, size: int, ranks: int, dtype: str):
 
     Raises UsageError when the size cannot be split as the collective needs.
     """
-    item = arrays.itemsize(dtype)
+    item = itemsize(dtype)
     if size % item:
         if size < item:
             return None
@@ -300,7 +310,7 @@ def check_result(variant: Variant, case: Case, got, inputs: list[np.ndarray]) ->
 
 
 def _parse(variant: Variant, argv, comm: Communicator):
-    prog = f"python -m benchmarks.{variant.name}"
+    prog = f"python -m ccbench.benchmarks.{variant.name}"
     parser = build_parser(prog, variant.description, variant.collectives, quiet=comm.rank != 0)
     variant.add_options(parser)
     opts = parser.parse_args(argv)
@@ -330,16 +340,6 @@ def _plan_cases(variant: Variant, opts, comm: Communicator) -> list[tuple[Case, 
             f"for {opts.collective} on {comm.size} ranks"
         )
     return cases, skipped
-
-
-def _check_csv(path, columns: list[str]) -> None:
-    if path and os.path.exists(path) and os.path.getsize(path) > 0:
-        header, _ = read_rows(path)
-        if header != columns:
-            raise UsageError(
-                f"{path} holds results with other columns; write to a new file "
-                "(ccbench merge combines files of one schema)"
-            )
 
 
 def _row(run_info: dict, variant_columns: dict, case: Case, iters: int, warmup: int,
@@ -423,7 +423,7 @@ def _run(variant: Variant, argv, comm: Communicator) -> int:
     extra = [k for k in [*variant_columns, *config_keys] if k not in COMMON_COLUMNS]
     columns = [*COMMON_COLUMNS, *extra]
     root = comm.rank == 0
-    agreed(comm, lambda: _check_csv(opts.csv, columns) if root else None)
+    agreed(comm, lambda: check_header(opts.csv, columns) if root else None)
     run_info = environment.run_info(comm, variant.name)
     measure_error = opts.validate or variant.always_measure_error
     printer = osu_format.Printer(opts, variant, run_info) if root else None

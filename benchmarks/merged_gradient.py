@@ -1,6 +1,6 @@
 """MG-WFBP execution benchmark: merged-gradient allreduces overlapped with a replayed backward.
 
-    mpiexec -n 4 python -m benchmarks.merged_gradient --model resnet50 --strategy all
+    mpiexec -n 4 python -m ccbench.benchmarks.merged_gradient --model resnet50 --strategy all
 
 1. Cost model: allreduce over a size sweep on this communicator, through the chosen
    transport; ``alpha + beta * bytes`` is fitted and printed (never assumed).
@@ -19,35 +19,34 @@
 from __future__ import annotations
 
 import argparse
-import queue
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
 
-from benchmarks import environment
-from benchmarks.errors import UsageError
-from benchmarks.harness import agreed, measure, run_main
-from benchmarks.options import RankAwareParser, non_negative_int, parse_size, positive_int
-from benchmarks.profile_layers import DEFAULT_DIR, MODEL_NAMES
-from benchmarks.results import append_rows, write_csv_atomic
-from benchmarks.simulate import COLUMNS, check_csv, plan_columns
-from collectives.baseline import bind_collective
-from collectives.comm import Communicator
-from collectives.costmodel import AlphaBeta, Fit, fit_alpha_beta
-from collectives.mgwfbp import Plan, Profile, parse_strategies, plan, read_profile
-from collectives.simulator import scale_compute
+from ccbench.benchmarks import environment
+from ccbench.benchmarks.harness import agreed, measure, run_main
+from ccbench.benchmarks.options import RankAwareParser, non_negative_int, parse_size, positive_int
+from ccbench.benchmarks.results import (
+    MGWFBP_COLUMNS,
+    PROFILE_DIR,
+    append_rows,
+    check_header,
+    profile_names,
+    write_csv_atomic,
+)
+from ccbench.collectives.baseline import bind_collective
+from ccbench.collectives.comm import Communicator
+from ccbench.collectives.costmodel import AlphaBeta, Fit, fit_alpha_beta
+from ccbench.collectives.mgwfbp import Profile, parse_strategies, plan, plan_columns, read_profile
+from ccbench.collectives.overlap import CommThread, Schedule, make_schedule, replay_iteration
+from ccbench.collectives.simulator import scale_compute
+from ccbench.kernels.errors import UsageError
+from ccbench.kernels.vocabulary import exact_amplitude, itemsize
 
-ITEM = 4  # gradients are float32
-
-
-def validation_amplitude(ranks: int) -> int:
-    """Integers in [-a, a]: every partial sum over ranks is exact in float32 (and fp16)."""
-    return max(1, min(8, 128 // ranks))
-
+GRADIENT_DTYPE = "float32"
+ITEM = itemsize(GRADIENT_DTYPE)
 
 TRANSPORTS = {
     "mpi": "the MPI library's MPI_Allreduce (default)",
@@ -67,16 +66,16 @@ class Transport:
 
     name: str
     bind: object
-    codec: object = None  # kernels.codecs.Codec of a compressed transport
+    codec: object = None  # kernels.codec_base.Codec of a compressed transport
     variant: str = ""  # "coll" or "p2p" for a compressed transport
 
     def error_bound(self, amaxes: list[float]) -> float | None:
         """Max abs error of a result (None: exact), for inputs of these magnitudes."""
         if self.codec is None:
             return None
-        from collectives.compressed import error_bound
+        from ccbench.collectives.compressed import error_bound
 
-        return error_bound(self.codec, self.variant, "allreduce", amaxes, "float32")
+        return error_bound(self.codec, self.variant, "allreduce", amaxes, GRADIENT_DTYPE)
 
 
 def make_transport(name: str, comm: Communicator) -> Transport:
@@ -84,8 +83,8 @@ def make_transport(name: str, comm: Communicator) -> Transport:
         return Transport(name, lambda s, r: bind_collective(comm, name, "allreduce", s, r))
     variant, sep, spec = name.partition(":")
     if variant in ("coll", "p2p") and sep:
-        from collectives.compressed import bind_compressed
-        from kernels.codecs import parse_codec
+        from ccbench.collectives.compressed import bind_compressed
+        from ccbench.kernels.codecs import parse_codec
 
         codec = parse_codec(spec)
         return Transport(name, lambda s, r: bind_compressed(comm, variant, "allreduce", codec,
@@ -128,86 +127,6 @@ def measure_cost_model(comm: Communicator, bind, send: np.ndarray, recv: np.ndar
     return fit, points
 
 
-# ---------------------------------------------------------------- replay
-
-
-class CommThread:
-    """Runs submitted allreduces one after another, off the compute (main) thread."""
-
-    def __init__(self):
-        self._work: queue.SimpleQueue = queue.SimpleQueue()
-        self._done: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._loop, name="allreduce", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while (call := self._work.get()) is not None:
-            try:
-                start = time.perf_counter()
-                call()
-                self._done.put((start, time.perf_counter()))
-            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-                self._done.put(exc)
-
-    def submit(self, call) -> None:
-        self._work.put(call)
-
-    def wait(self, count: int) -> np.ndarray:
-        """Wait for ``count`` completions; their (start, end) times."""
-        times = np.empty((count, 2))
-        for k in range(count):
-            item = self._done.get()
-            if isinstance(item, BaseException):
-                raise item
-            times[k] = item
-        return times
-
-    def close(self) -> None:
-        self._work.put(None)
-        self._thread.join()
-
-
-def _sleep_until(deadline: float) -> None:
-    delay = deadline - time.perf_counter()
-    if delay > 0:
-        time.sleep(delay)
-
-
-@dataclass
-class Schedule:
-    """One strategy made executable: group ready times and bound allreduce calls."""
-
-    plan: Plan
-    ready_s: np.ndarray  # from backward start
-    calls: list
-
-
-def make_schedule(p: Plan, bind, send: np.ndarray, recv: np.ndarray,
-                  elements: np.ndarray) -> Schedule:
-    """Bind one allreduce per group on its slice of the flat (backward-order) buffers."""
-    edges = np.concatenate(([0], np.cumsum(elements)))
-    calls = [bind(send[edges[a]:edges[b]], recv[edges[a]:edges[b]]) for a, b in p.groups]
-    return Schedule(p, p.ready_us * 1e-6, calls)
-
-
-def replay_iteration(s: Schedule, stream: CommThread) -> tuple[float, float, float, float]:
-    """One iteration, in seconds: forward end and backward end (from the start), end of
-    the last allreduce (from the start) and the time spent inside allreduces."""
-    t0 = time.perf_counter()
-    backward_start = t0 + s.plan.forward_us * 1e-6
-    _sleep_until(backward_start)
-    forward_end = time.perf_counter()
-    for ready, call in zip(s.ready_s, s.calls, strict=True):
-        _sleep_until(backward_start + ready)
-        stream.submit(call)
-    _sleep_until(backward_start + s.plan.backward_us * 1e-6)
-    backward_end = time.perf_counter()
-    comm = stream.wait(len(s.calls))
-    comm_end = max(comm[-1, 1], backward_end)
-    busy = float(np.sum(comm[:, 1] - comm[:, 0]))
-    return forward_end - t0, backward_end - t0, comm_end - t0, busy
-
-
 def run_strategies(comm: Communicator, schedules: list[Schedule], stream: CommThread,
                    iterations: int, warmup: int) -> np.ndarray:
     """Round-robin iterations; returns [strategy, iteration, (forward end, backward end,
@@ -232,11 +151,11 @@ def validate(comm: Communicator, schedules: list[Schedule], stream: CommThread,
 
     Exact for lossless transports; within ``bound`` (absolute) for lossy ones.
     """
-    amplitude = validation_amplitude(comm.size)
+    amplitude = exact_amplitude(comm.size)
 
     def inputs(rank):
         rng = np.random.default_rng([seed, rank, send.size])
-        return rng.integers(-amplitude, amplitude + 1, send.size).astype(np.float32)
+        return rng.integers(-amplitude, amplitude + 1, send.size).astype(GRADIENT_DTYPE)
 
     send[:] = inputs(comm.rank)
     expected = np.zeros_like(send)
@@ -260,14 +179,15 @@ def validate(comm: Communicator, schedules: list[Schedule], stream: CommThread,
 
 def build_parser(quiet: bool) -> argparse.ArgumentParser:
     parser = RankAwareParser(
-        prog="python -m benchmarks.merged_gradient", quiet=quiet,
-        description=__doc__.split("\n\n")[0] + "\n\nmodels: " + ", ".join(MODEL_NAMES)
+        prog="python -m ccbench.benchmarks.merged_gradient", quiet=quiet,
+        description=__doc__.split("\n\n")[0] + "\n\nprofiled models: "
+        + ", ".join(profile_names())
         + "\ntransports:\n" + "\n".join(f"  {k:11s} {v}" for k, v in TRANSPORTS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="resnet50", choices=MODEL_NAMES,
-                        help="profiled model (default resnet50)")
+    parser.add_argument("--model", default="resnet50",
+                        help=f"a model profiled in {PROFILE_DIR} (default resnet50)")
     parser.add_argument("--profile", metavar="CSV",
-                        help=f"profile CSV (default {DEFAULT_DIR}/<model>.csv)")
+                        help=f"profile CSV (default {PROFILE_DIR}/<model>.csv)")
     parser.add_argument("--strategy", default="all",
                         help="comma-separated wfbp, single, fixed:BYTES, ddp:BYTES, mgwfbp, "
                              "optimal, or all (default)")
@@ -306,10 +226,10 @@ def _parse(argv, comm: Communicator):
 
 
 def _load_profile(opts) -> Profile:
-    path = Path(opts.profile) if opts.profile else DEFAULT_DIR / f"{opts.model}.csv"
+    path = Path(opts.profile) if opts.profile else PROFILE_DIR / f"{opts.model}.csv"
     profile = scale_compute(read_profile(path), opts.compute_speedup)
     if np.any(profile.nbytes % ITEM):
-        raise UsageError(f"{path}: gradient sizes must be whole float32 elements")
+        raise UsageError(f"{path}: gradient sizes must be whole {GRADIENT_DTYPE} elements")
     return profile
 
 
@@ -336,7 +256,7 @@ def _report(rows: list[dict]) -> None:
 
 def _run(argv, comm: Communicator) -> int:
     opts = agreed(comm, lambda: _parse(argv, comm))
-    agreed(comm, lambda: check_csv(opts.csv) if comm.rank == 0 else None)
+    agreed(comm, lambda: check_header(opts.csv, MGWFBP_COLUMNS) if comm.rank == 0 else None)
     profile = agreed(comm, lambda: _load_profile(opts) if comm.rank == 0 else None)
     profile = comm.mpi.bcast(profile, root=0)
     root = comm.rank == 0
@@ -344,7 +264,7 @@ def _run(argv, comm: Communicator) -> int:
     bind = transport.bind
     count = profile.total_bytes // ITEM
     rng = np.random.default_rng([opts.seed, comm.rank])
-    send = rng.standard_normal(count, dtype=np.float32)  # gradient-like values
+    send = rng.standard_normal(count, dtype=GRADIENT_DTYPE)  # gradient-like values
     recv = np.zeros_like(send)
     info = environment.run_info(comm, "merged_gradient")
 
@@ -370,7 +290,7 @@ def _run(argv, comm: Communicator) -> int:
         times = run_strategies(comm, schedules, stream, opts.iterations, opts.warmup)
         checks = [None] * len(schedules)
         if opts.validate:
-            bound = transport.error_bound([validation_amplitude(comm.size)] * comm.size)
+            bound = transport.error_bound([exact_amplitude(comm.size)] * comm.size)
             checks = validate(comm, schedules, stream, send, recv, opts.seed, bound)
     finally:
         stream.close()
@@ -393,7 +313,7 @@ def _run(argv, comm: Communicator) -> int:
     if root:
         _report(rows)
         if opts.csv:
-            append_rows(opts.csv, rows, COLUMNS)
+            append_rows(opts.csv, rows, MGWFBP_COLUMNS)
             environment.write_sidecar(opts.csv, info, argv, comm.size)
     return 1 if any(ok is False for ok in checks) else 0
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 
-from benchmarks.errors import UsageError
-from kernels.arrays import BUFFERS, DTYPES
+from ccbench.kernels.errors import UsageError
+from ccbench.kernels.vocabulary import BUFFERS, DTYPES
 
 LARGE_MESSAGE_SIZE = 8192  # OSU: above this, fewer iterations and warm-ups
 ITERATIONS, ITERATIONS_LARGE = 1000, 100

@@ -1,6 +1,6 @@
 """How much the Python harness adds to a small-message collective.
 
-    python -m benchmarks.overhead [--ranks 2] [--iterations 20000] [--rounds 5]
+    python -m ccbench.benchmarks.overhead [--ranks 2] [--iterations 20000] [--rounds 5]
 
 Runs, in one mpiexec launch, 1 B .. 4 KiB allgathers of int8 timed four ways: a bare
 mpi4py loop with OSU's method (barrier outside, Wtime around each call), the harness's
@@ -28,9 +28,9 @@ def _worker(iterations: int, rounds: int) -> None:
     import numpy as np
     from mpi4py import MPI
 
-    from benchmarks.harness import measure
-    from collectives.baseline import bind_collective
-    from collectives.comm import Communicator
+    from ccbench.benchmarks.harness import measure
+    from ccbench.collectives.baseline import bind_collective
+    from ccbench.collectives.comm import Communicator
 
     comm = Communicator(MPI.COMM_WORLD)
     mpi, barrier, wtime = comm.mpi, comm.mpi.Barrier, MPI.Wtime
@@ -98,7 +98,7 @@ def _osu_c(ranks: int, iterations: int) -> dict[int, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.overhead",
+    parser = argparse.ArgumentParser(prog="python -m ccbench.benchmarks.overhead",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=2)
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     proc = subprocess.run([_mpi_tool("mpiexec") or "mpiexec", "-n", str(opts.ranks),
-                           sys.executable, "-m", "benchmarks.overhead", "--worker",
+                           sys.executable, "-m", "ccbench.benchmarks.overhead", "--worker",
                            "--iterations", str(opts.iterations), "--rounds", str(opts.rounds)],
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:

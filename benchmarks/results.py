@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from benchmarks.errors import UsageError
+from ccbench.kernels.errors import UsageError
 
 # The columns every micro-benchmark row carries, in this order; a variant's own columns
 # and its configuration columns (density, block size, ...) follow.
@@ -21,6 +21,27 @@ COMMON_COLUMNS = (
     "busbw_gbps", "wire_bytes_per_rank", "compression_ratio", "max_abs_err", "max_rel_err",
     "error_bound", "validation", "link_gbps", "mpi_library", "hostname", "git_sha",
 )  # fmt: skip
+
+
+# One schema for measured (benchmarks.merged_gradient) and simulated rows.
+MGWFBP_COLUMNS = (
+    "run_id", "timestamp", "variant", "model", "strategy", "ranks", "nodes", "transport",
+    "measured_us", "measured_std_us", "predicted_us", "forward_us", "backward_us",
+    "measured_backward_us", "nonoverlapped_us", "measured_nonoverlapped_us", "comm_us",
+    "measured_comm_us",
+    "scaling_efficiency", "groups", "plan", "tensors", "total_bytes", "alpha_us",
+    "beta_us_per_byte", "fit_r2", "link_gbps", "hop_latency_us", "algorithm",
+    "compute_speedup", "iterations", "validation", "mpi_library", "hostname", "git_sha",
+)  # fmt: skip
+
+
+# Where the layer profiles of MG-WFBP's models are read from (tracked, small).
+PROFILE_DIR = Path("results") / "profiles"
+
+
+def profile_names(profile_dir=PROFILE_DIR) -> tuple[str, ...]:
+    """The models that have a layer profile in `profile_dir` (<model>.csv)."""
+    return tuple(sorted(p.stem for p in Path(profile_dir).glob("*.csv")))
 
 
 def _umask() -> int:
@@ -76,17 +97,23 @@ def read_rows(path) -> tuple[list[str], list[dict]]:
         return header, [dict(zip(header, values, strict=False)) for values in reader]
 
 
-def append_rows(path, rows: Sequence[dict], columns: Sequence[str]) -> None:
-    """Add rows to a CSV atomically; refuse a file whose columns differ (no mixed schemas)."""
-    path = Path(path)
-    existing: list[dict] = []
-    if path.exists() and path.stat().st_size > 0:
-        header, existing = read_rows(path)
+def check_header(path, columns: Sequence[str]) -> None:
+    """Refuse, before any work, a results file written with other columns."""
+    path = Path(path) if path else None
+    if path and path.is_file() and path.stat().st_size > 0:
+        header, _ = read_rows(path)
         if list(header) != list(columns):
             raise UsageError(
                 f"{path} holds results with other columns; write to a new file "
                 "(ccbench merge combines files of one schema)"
             )
+
+
+def append_rows(path, rows: Sequence[dict], columns: Sequence[str]) -> None:
+    """Add rows to a CSV atomically; refuse a file whose columns differ (no mixed schemas)."""
+    path = Path(path)
+    check_header(path, columns)
+    existing = read_rows(path)[1] if path.exists() and path.stat().st_size > 0 else []
     write_csv_atomic(path, [*existing, *rows], columns)
 
 

@@ -1,8 +1,8 @@
 """Sparse streaming allreduce (OmniReduce) against its baselines, swept over densities.
 
-    mpiexec -n 4 python -m benchmarks.sparse_streaming -m 1M:64M --density 1,0.1,0.01 -c
-    mpiexec -n 4 python -m benchmarks.sparse_streaming --algorithm dense --density paper
-    mpiexec -n 6 python -m benchmarks.sparse_streaming --aggregators 2 --density 0.1 -c
+    mpiexec -n 4 python -m ccbench.benchmarks.sparse_streaming -m 1M:64M --density 1,0.1,0.01 -c
+    mpiexec -n 4 python -m ccbench.benchmarks.sparse_streaming --algorithm dense --density paper
+    mpiexec -n 6 python -m ccbench.benchmarks.sparse_streaming --aggregators 2 --density 0.1 -c
 
 Inputs have exactly round(density x blocks) non-zero blocks per rank (--overlap random:
 chosen per rank; all: the same on every rank; none: disjoint). Algorithms: omnireduce
@@ -16,22 +16,21 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from benchmarks.errors import UsageError
-from benchmarks.harness import Op, Variant, dense_reference, run_variant
-from benchmarks.options import non_negative_int, positive_int
-from collectives.baseline import bind_collective
-from collectives.omnireduce import OmniReduce, make_layout, stream_share
-from collectives.sparse_baselines import AllgatherSparse
-from kernels import arrays
-from kernels.sparse import block_mask, dropped_abs_sum
-from kernels.sparse_data import OVERLAP_MODES, sparse_input
+from ccbench.benchmarks.harness import Op, Variant, dense_reference, run_variant
+from ccbench.benchmarks.options import non_negative_int, positive_int
+from ccbench.collectives.baseline import bind_collective
+from ccbench.collectives.omnireduce import OmniReduce, make_layout, stream_share
+from ccbench.collectives.sparse_baselines import AllgatherSparse
+from ccbench.kernels import arrays
+from ccbench.kernels.errors import UsageError
+from ccbench.kernels.sparse import block_mask, dropped_abs_sum
+from ccbench.kernels.sparse_data import OVERLAP_MODES, sparse_input
+from ccbench.kernels.vocabulary import FLOAT_DTYPES, SPARSE_INDEX_BYTES, itemsize
 
 ALGORITHMS = ("omnireduce", "dense", "dense-ring", "allgather-sparse")
 SPARSE_ALGORITHMS = ("omnireduce", "allgather-sparse")
 # OmniReduce's micro-benchmark densities (Fei et al. 2021)
 PAPER_DENSITIES = (1.0, 0.8, 0.4, 0.2, 0.1, 0.08, 0.04, 0.02, 0.01)
-INDEX_BYTES = 4  # the int32 position that travels with every block
-FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 STATS_COLUMNS = ("nonzero_density", "union_density", "wire_min_bytes_per_rank", "wire_vs_min",
                  "dropped_mass", "dropped_mass_rel")
 
@@ -187,7 +186,7 @@ class SparseStreaming(Variant):
         opts = self.opts
         sparse = opts.algorithm in SPARSE_ALGORITHMS
         threshold = opts.threshold if sparse else 0.0
-        block_bytes = opts.block_size * arrays.itemsize(case.dtype)
+        block_bytes = opts.block_size * itemsize(case.dtype)
         mask_xp = block_mask(send, opts.block_size, threshold)
         mask = arrays.to_numpy(mask_xp).astype(np.uint8)
         union = np.empty_like(mask)
@@ -196,9 +195,10 @@ class SparseStreaming(Variant):
         nnz = int(np.count_nonzero(mask))
         # bytes one block puts on the wire: its elements (a partial tail block only its
         # own) and its int32 position
-        per_block = np.full(nblocks, block_bytes + INDEX_BYTES, dtype=np.int64)
+        per_block = np.full(nblocks, block_bytes + SPARSE_INDEX_BYTES, dtype=np.int64)
         if case.count % opts.block_size:
-            per_block[-1] = (case.count % opts.block_size) * arrays.itemsize(case.dtype) + 4
+            per_block[-1] = ((case.count % opts.block_size) * itemsize(case.dtype)
+                            + SPARSE_INDEX_BYTES)
         mine_min = 0
         if opts.algorithm == "omnireduce" and nblocks:
             share = stream_share(layout, comm.rank)
@@ -223,7 +223,7 @@ class SparseStreaming(Variant):
             # each rank's blocks cross P-1 links of the ring
             min_per_rank = (ranks - 1) * total_nnz_bytes / ranks
         else:
-            min_per_rank = 2 * (ranks - 1) / ranks * case.count * arrays.itemsize(case.dtype)
+            min_per_rank = 2 * (ranks - 1) / ranks * case.count * itemsize(case.dtype)
         data_ranks = self.workers(ranks)
         return {
             "nonzero_density": total_nnz / (data_ranks * nblocks) if nblocks else 0.0,
@@ -237,5 +237,9 @@ class SparseStreaming(Variant):
         }  # fmt: skip
 
 
+def main(argv: list[str] | None = None) -> int:
+    return run_variant(SparseStreaming(), argv)
+
+
 if __name__ == "__main__":
-    raise SystemExit(run_variant(SparseStreaming()))
+    raise SystemExit(main())

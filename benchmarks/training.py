@@ -1,6 +1,6 @@
 """Training benchmark: sharded data-parallel training over ccbench's collectives.
 
-    mpiexec -n 4 python -m benchmarks.training --model lm-small \\
+    mpiexec -n 4 python -m ccbench.benchmarks.training --model lm-small \\
         --variant coll_compressed --codec fp16 --steps 100 --csv results/training.csv
 
 Prints the loss and the time per step (compute and communication) as it trains, then a
@@ -10,13 +10,10 @@ With --csv, appends one row per step and one summary row (``row`` = step / summa
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
-
-import numpy as np
-
-from benchmarks.errors import UsageError
-from benchmarks.options import RankAwareParser, non_negative_int, parse_size, positive_int
+from ccbench.benchmarks.options import RankAwareParser, non_negative_int, parse_size, positive_int
+from ccbench.benchmarks.progress import progress_bar
+from ccbench.kernels.errors import UsageError
+from ccbench.training.loop import TrainConfig, TrainResult, build_trainer, run_training
 
 COLUMNS = (
     "run_id", "timestamp", "row", "variant", "algorithm", "codec", "compress",
@@ -26,153 +23,6 @@ COLUMNS = (
     "throughput_unit", "held_out_loss", "held_out_accuracy", "link_gbps", "mpi_library",
     "hostname", "git_sha",
 )  # fmt: skip
-
-STEP_FIELDS = ("step_us", "allgather_us", "compute_us", "reduce_scatter_us")
-
-
-@dataclass
-class TrainConfig:
-    model: str = "lm-small"
-    variant: str = "baseline"
-    algorithm: str = "mpi"
-    codec: str = "none"
-    compress: str = "both"
-    error_feedback: bool = False
-    steps: int = 100
-    batch: int | None = None       # global batch; None: the model's default
-    lr: float | None = None        # None: the model's default
-    seed: int = 0
-    warmup: int = 3                # steps left out of the timing averages
-    clip: float = 0.0
-    eval_every: int = 0
-    final_window: int = 10
-    threads: int = 1
-    chunk_bytes: int | None = None  # coll_compressed pipeline chunk; None: the default
-
-
-@dataclass
-class TrainResult:
-    """Per-step arrays (averaged over ranks) and the run's summary; same on every rank."""
-
-    config: TrainConfig
-    model_name: str
-    dataset: str
-    params: int
-    global_batch: int
-    lr: float
-    unit: str
-    units_per_step: int
-    loss: np.ndarray                  # mean over ranks of each rank's batch loss
-    times: dict[str, np.ndarray]      # STEP_FIELDS, microseconds, mean over ranks
-    max_step_us: np.ndarray           # slowest rank per step
-    wire_bytes: np.ndarray            # per rank per step (mean over ranks); 0 = not counted
-    evals: dict[int, tuple[float, float]] = field(default_factory=dict)  # step -> (loss, acc)
-    final_params: np.ndarray | None = None
-
-    def timed(self) -> slice:
-        """The steps the timing averages use: all but the first ``warmup``."""
-        warmup = min(self.config.warmup, max(len(self.loss) - 1, 0))
-        return slice(warmup, None)
-
-    def summary(self) -> dict:
-        t = self.timed()
-        step_us = float(self.times["step_us"][t].mean())
-        comm = self.times["allgather_us"][t] + self.times["reduce_scatter_us"][t]
-        window = min(self.config.final_window, len(self.loss))
-        wire = float(self.wire_bytes[t].mean())
-        held_out = self.evals.get(len(self.loss), (None, None))
-        return {
-            "step_us": step_us,
-            "compute_us": float(self.times["compute_us"][t].mean()),
-            "comm_us": float(comm.mean()),
-            "allgather_us": float(self.times["allgather_us"][t].mean()),
-            "reduce_scatter_us": float(self.times["reduce_scatter_us"][t].mean()),
-            "max_step_us": float(self.max_step_us[t].mean()),
-            "loss": float(self.loss[-window:].mean()),
-            "wire_bytes_per_rank": wire if wire > 0 else None,
-            "throughput": self.units_per_step / (step_us * 1e-6),
-            "held_out_loss": held_out[0],
-            "held_out_accuracy": held_out[1],
-        }
-
-
-# ----------------------------------------------------------------------- training
-
-
-def evaluate(trainer, task, comm) -> tuple[float, float]:
-    """Held-out mean loss and accuracy of the exact (uncompressed) parameters."""
-    from benchmarks.train_models import Metrics
-
-    trainer.gather_exact_parameters()
-    n = task.held_out_size()
-    lo, hi = n * comm.rank // comm.size, n * (comm.rank + 1) // comm.size
-    trainer.model.eval()
-    local: Metrics = task.evaluate(trainer.model, lo, hi)
-    trainer.model.train()
-    total = np.empty(3)
-    comm.mpi.Allreduce(np.array([local.loss_sum, local.correct, local.count], float), total)
-    return float(total[0] / total[2]), float(total[1] / total[2])
-
-
-def build_trainer(comm, config: TrainConfig, task):
-    """The trainer for ``config`` (raises UsageError on values it cannot run)."""
-    import torch
-
-    from benchmarks.fsdp import ShardedTrainer
-    from benchmarks.train_models import build_model
-
-    torch.set_num_threads(config.threads)
-    batch = config.batch or task.default_batch
-    if batch % comm.size:
-        raise UsageError(f"the global batch ({batch}) must divide by the ranks ({comm.size})")
-    model = build_model(task, config.seed)
-    return ShardedTrainer(
-        model, comm, variant=config.variant, algorithm=config.algorithm, codec=config.codec,
-        compress=config.compress, lr=config.lr or task.default_lr,
-        error_feedback=config.error_feedback, clip=config.clip, chunk_bytes=config.chunk_bytes,
-    )
-
-
-def run_training(comm, config: TrainConfig, task=None, trainer=None, keep_params=False):
-    """Train ``config.steps`` steps on ``comm``; collective over all its ranks."""
-    from benchmarks.train_models import make_task, parameter_count
-
-    task = task if task is not None else make_task(config.model)
-    trainer = trainer if trainer is not None else build_trainer(comm, config, task)
-    model = trainer.model
-    batch = config.batch or task.default_batch
-    lr = config.lr or task.default_lr
-    lo, hi = batch * comm.rank // comm.size, batch * (comm.rank + 1) // comm.size
-    records, evals = [], {}
-    for step in range(1, config.steps + 1):
-        inputs = task.batch(config.seed, step, batch, lo, hi)  # the data loader's work
-        records.append(trainer.step(lambda m, b=inputs: task.loss(m, b)))
-        if step == config.steps or (config.eval_every and step % config.eval_every == 0):
-            evals[step] = evaluate(trainer, task, comm)
-    local = np.array(
-        [[r.loss, r.step_us, r.allgather_us, r.compute_us, r.reduce_scatter_us, r.wire_bytes]
-         for r in records]
-    )
-    mean = np.empty_like(local)
-    comm.mpi.Allreduce(local, mean)
-    mean /= comm.size
-    slowest = np.empty(len(records))
-    comm.mpi.Allreduce(np.ascontiguousarray(local[:, 1]), slowest, op=_mpi_max())
-    final = trainer.flat.params[: trainer.flat.numel].numpy().copy() if keep_params else None
-    return TrainResult(
-        config=config, model_name=task.name, dataset=task.dataset,
-        params=parameter_count(model), global_batch=batch, lr=lr, unit=task.unit,
-        units_per_step=batch * task.units_per_sample(), loss=mean[:, 0],
-        times=dict(zip(STEP_FIELDS, mean[:, 1:5].T, strict=True)), max_step_us=slowest,
-        wire_bytes=mean[:, 5], evals=evals, final_params=final,
-    )
-
-
-def _mpi_max():
-    from mpi4py import MPI
-
-    return MPI.MAX
-
 
 # ----------------------------------------------------------------------- output
 
@@ -240,12 +90,12 @@ def print_summary(result: TrainResult) -> None:
 
 
 def build_parser(quiet: bool) -> RankAwareParser:
-    from benchmarks.fsdp import COMPRESS, VARIANTS
-    from benchmarks.train_models import DEFAULT_MODEL, MODELS
+    from ccbench.training.models import DEFAULT_MODEL, MODELS
+    from ccbench.training.sharded import COMPRESS, VARIANTS
 
     models = "\n".join(f"  {name:<11} {text}" for name, (_, text) in MODELS.items())
     parser = RankAwareParser(
-        prog="python -m benchmarks.training", quiet=quiet,
+        prog="python -m ccbench.benchmarks.training", quiet=quiet,
         description="Sharded data-parallel (FSDP/ZeRO-3-style) training whose parameter "
                     "allgather and gradient reduce-scatter go through ccbench's collectives.",
         epilog=f"models:\n{models}",
@@ -300,7 +150,7 @@ def config_from_options(opts) -> TrainConfig:
                          f"for --codec {opts.codec}")
     if opts.variant != "baseline" and opts.codec == "none":
         raise UsageError(f"--variant {opts.variant} needs a codec, e.g. --codec fp16")
-    from kernels.codecs import parse_codec
+    from ccbench.kernels.codecs import parse_codec
 
     opts.codec = parse_codec(opts.codec).spec  # canonical spelling, as in the other CSVs
     return TrainConfig(
@@ -313,7 +163,7 @@ def config_from_options(opts) -> TrainConfig:
 
 
 def _setup(argv: list[str], comm):
-    from benchmarks.train_models import make_task
+    from ccbench.training.models import make_task
 
     opts = build_parser(quiet=comm.rank != 0).parse_args(argv)
     config = config_from_options(opts)
@@ -321,14 +171,14 @@ def _setup(argv: list[str], comm):
 
 
 def _train_and_report(argv: list[str], comm) -> int:
-    from benchmarks import environment
-    from benchmarks.harness import agreed
-    from benchmarks.results import append_rows, write_json_atomic
+    from ccbench.benchmarks import environment
+    from ccbench.benchmarks.harness import agreed
+    from ccbench.benchmarks.results import append_rows, check_header, write_json_atomic
 
     root = comm.rank == 0
     opts, config, task = agreed(comm, lambda: _setup(argv, comm))
     trainer = agreed(comm, lambda: build_trainer(comm, config, task))
-    agreed(comm, lambda: _check_csv(opts.csv) if root and opts.csv else None)
+    agreed(comm, lambda: check_header(opts.csv, COLUMNS) if root else None)
     info = environment.run_info(comm, config.variant)
     if root:
         batch = config.batch or task.default_batch
@@ -336,7 +186,12 @@ def _train_and_report(argv: list[str], comm) -> int:
               f"{config.variant} ({result_algorithm(config)}), codec {config.codec}"
               f"{', error feedback' if config.error_feedback else ''}, {comm.size} ranks, "
               f"global batch {batch}, {config.steps} steps", flush=True)
-    result = run_training(comm, config, task=task, trainer=trainer)
+    with progress_bar(config.steps, "training", unit="step", rank=comm.rank) as bar:
+        def advance(step: int, loss: float) -> None:
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            bar.update(1)
+
+        result = run_training(comm, config, task=task, trainer=trainer, on_step=advance)
     if root:
         print(f"# {result.params} parameters")
         print(f"# {'step':>6} {'loss':>9} {'step_ms':>10} {'compute_ms':>11} {'comm_ms':>9}")
@@ -354,18 +209,9 @@ def _train_and_report(argv: list[str], comm) -> int:
     return 0
 
 
-def _check_csv(path) -> None:
-    from benchmarks.results import read_rows
-
-    if os.path.exists(path) and os.path.getsize(path) > 0:
-        header, _ = read_rows(path)
-        if list(header) != list(COLUMNS):
-            raise UsageError(f"{path} holds other results; write training runs to a new file")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run on every rank, with the harness's error handling (benchmarks.harness.run_main)."""
-    from benchmarks.harness import run_main
+    from ccbench.benchmarks.harness import run_main
 
     return run_main(_train_and_report, argv)
 

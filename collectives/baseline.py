@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from collectives.ring import (
+from ccbench.collectives.ring import (
     RingScratch,
     block_bounds,
     ring_allgather,
@@ -13,7 +13,6 @@ from collectives.ring import (
 )
 
 ALGORITHMS = ("mpi", "ring")
-COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 
 
 def mpi_allgather(comm, sendbuf, recvbuf) -> None:

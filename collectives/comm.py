@@ -15,8 +15,9 @@ from functools import partial
 import numpy as np
 from mpi4py import MPI
 
-from kernels.arrays import host_view
-from kernels.reduce import bfloat16_sum
+from ccbench.kernels.arrays import host_view
+from ccbench.kernels.reduce import bfloat16_sum
+from ccbench.kernels.vocabulary import nbytes
 
 _BF16_SUM: MPI.Op | None = None
 
@@ -29,12 +30,6 @@ def sum_op(host_buffer: np.ndarray) -> MPI.Op:
     if _BF16_SUM is None:
         _BF16_SUM = MPI.Op.Create(bfloat16_sum, commute=True)
     return _BF16_SUM
-
-
-def _nbytes(x) -> int:
-    if isinstance(x, np.ndarray):
-        return x.nbytes
-    return x.numel() * x.element_size() if hasattr(x, "element_size") else x.nbytes
 
 
 def _is_device(x) -> bool:
@@ -97,24 +92,24 @@ class Communicator:
     # Point to point -----------------------------------------------------------------
 
     def send(self, x, dest: int, tag: int = 0) -> None:
-        self.wire_bytes += _nbytes(x)
+        self.wire_bytes += nbytes(x)
         self.mpi.Send(self._send_buffer(x), dest, tag)
 
     def recv(self, out, source: int, tag: int = 0) -> None:
         if _is_device(out) and not self.gpu_aware:
-            host = np.empty(_nbytes(out), dtype=np.uint8)
+            host = np.empty(nbytes(out), dtype=np.uint8)
             self.mpi.Recv(host, source, tag)
             _copy_host_to_device(host, out)
         else:
             self.mpi.Recv(out if _is_device(out) else host_view(out), source, tag)
 
     def isend(self, x, dest: int, tag: int = 0) -> MPI.Request:
-        self.wire_bytes += _nbytes(x)
+        self.wire_bytes += nbytes(x)
         return self.mpi.Isend(self._send_buffer(x), dest, tag)
 
     def irecv(self, out, source: int, tag: int = 0):
         if _is_device(out) and not self.gpu_aware:
-            host = np.empty(_nbytes(out), dtype=np.uint8)
+            host = np.empty(nbytes(out), dtype=np.uint8)
             return _StagedRecv(self.mpi.Irecv(host, source, tag), host, out)
         return self.mpi.Irecv(out if _is_device(out) else host_view(out), source, tag)
 
@@ -124,7 +119,7 @@ class Communicator:
             self.send(sendbuf, dest, tag)
             request.Wait()
             return
-        self.wire_bytes += _nbytes(sendbuf)
+        self.wire_bytes += nbytes(sendbuf)
         recv = recvbuf if _is_device(recvbuf) else host_view(recvbuf)
         self.mpi.Sendrecv(self._send_buffer(sendbuf), dest, tag, recv, source, tag)
 
@@ -139,7 +134,7 @@ class Communicator:
         """
         staged = not self.gpu_aware and (_is_device(sendbuf) or _is_device(recvbuf))
         if staged:
-            host_recv = np.empty(_nbytes(recvbuf), dtype=np.uint8).view(
+            host_recv = np.empty(nbytes(recvbuf), dtype=np.uint8).view(
                 _device_to_host(recvbuf[:1]).dtype
             )
             call = self._bind(collective, None, host_recv)

@@ -23,19 +23,19 @@ import os
 
 from array_api_compat import is_cupy_array, is_torch_array
 
-from benchmarks.errors import UsageError
-from collectives.ring import (
+from ccbench.collectives.ring import (
     RingScratch,
     allgather_schedule,
     block_bounds,
     reduce_scatter_schedule,
     ring_neighbors,
 )
-from kernels import arrays
-from kernels.codecs import Codec, dtype_name, empty_payload, rounding_error
-from kernels.reduce import add_into, copy_into
+from ccbench.kernels import arrays
+from ccbench.kernels.codec_base import Codec, dtype_name, empty_payload, rounding_error
+from ccbench.kernels.errors import UsageError
+from ccbench.kernels.reduce import add_into, copy_into
+from ccbench.kernels.vocabulary import COLLECTIVES, itemsize, nbytes
 
-COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 DEFAULT_CHUNK_BYTES = 1 << 20     # uncompressed bytes per pipelined chunk
 SLOT_ALIGN = 64                    # payload slots start on cache-line boundaries
 _TAG_P2P = 7100
@@ -75,10 +75,6 @@ def _wait(request) -> None:
         return
     while not test():
         os.sched_yield()
-
-
-def _nbytes(x) -> int:
-    return x.shape[0] * arrays.itemsize(dtype_name(x))
 
 
 def collective_bounds(collective: str, count: int, size: int) -> list[tuple[int, int]]:
@@ -167,7 +163,7 @@ class _Bound:
         block = n_recv if collective == "reduce_scatter" else n_send
         self.bounds = collective_bounds(collective, block, self.size)
         self.raw_bytes = ring_raw_bytes(collective, self.bounds, self.rank, self.size,
-                                        arrays.itemsize(self.dtype))
+                                        itemsize(self.dtype))
 
     def _slot_nbytes(self, count: int) -> int:
         return _round_up(self.codec.max_encoded_nbytes(count, self.dtype))
@@ -213,14 +209,14 @@ class P2PCompressed(_Bound):
         the neighbour's matching side is empty too."""
         request = None
         if data.shape[0]:
-            if _nbytes(data) >= self.threshold:
+            if nbytes(data) >= self.threshold:
                 data = self.codec.encode(data, out=self.send_payload)
             _device_sync(data)  # GPU-aware MPI reads device memory: finish queued kernels
             request = self.comm.isend(data, self.right, _TAG_P2P)
         if out.shape[0]:
-            if _nbytes(out) >= self.threshold:
-                nbytes = self.codec.max_encoded_nbytes(out.shape[0], self.dtype)
-                incoming = self.recv_payload[:nbytes]
+            if nbytes(out) >= self.threshold:
+                capacity = self.codec.max_encoded_nbytes(out.shape[0], self.dtype)
+                incoming = self.recv_payload[:capacity]
                 self.comm.recv(incoming, self.left, _TAG_P2P)
                 self.codec.decode(incoming, out)
             else:
@@ -255,7 +251,7 @@ def chunk_count_for(codec: Codec, dtype: str, chunk_bytes: int) -> int:
     if chunk_bytes <= 0:
         return 0  # one chunk per block
     grain = codec.granularity
-    per_chunk = chunk_bytes // arrays.itemsize(dtype)
+    per_chunk = chunk_bytes // itemsize(dtype)
     return max(grain, per_chunk // grain * grain)
 
 
@@ -273,9 +269,9 @@ class _Slots:
 
     def __init__(self, like, sizes: dict):
         offsets, total = {}, 0
-        for key, nbytes in sizes.items():
-            offsets[key] = (total, nbytes)
-            total += _round_up(nbytes)
+        for key, size in sizes.items():
+            offsets[key] = (total, size)
+            total += _round_up(size)
         self.buffer = empty_payload(like, max(total, 1))
         self.views = {key: self.buffer[start:start + n] for key, (start, n) in offsets.items()}
 

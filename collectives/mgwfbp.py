@@ -39,14 +39,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.errors import UsageError
-from collectives.costmodel import AlphaBeta
+from ccbench.collectives.costmodel import AlphaBeta
+from ccbench.kernels.errors import UsageError
 
 DDP_FIRST_BUCKET_BYTES = 1 << 20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DEFAULT_STRATEGIES = ("wfbp", "single", "fixed:64MB", "ddp:25MB", "mgwfbp", "optimal")
 
 # Profile CSV, one row per gradient tensor in backward order (written by
-# benchmarks.profile_layers, read here so the planner and simulator need no torch).
+# ccbench.scripts.profile_layers, read here so the planner and simulator need no torch).
 PROFILE_COLUMNS = ("model", "order", "param", "shape", "numel", "dtype", "bytes",
                    "backward_us", "ready_us", "forward_us", "batch", "width", "device",
                    "iterations")
@@ -102,7 +102,7 @@ def read_profile(path) -> Profile:
     """Read a profile CSV (``PROFILE_COLUMNS``); rows are sorted by ``order``."""
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"no profile at {path}; run python -m benchmarks.profile_layers first")
+        raise UsageError(f"no profile at {path}; make one with ccbench profile")
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     missing = {"order", "param", "bytes", "backward_us"} - set(rows[0] if rows else ())
@@ -353,3 +353,18 @@ def plan(strategy: Strategy | str, profile: Profile, cost: AlphaBeta) -> Plan:
     else:
         raise UsageError(f"unknown strategy {strategy.kind!r}")
     return evaluate(profile, cost, stops, strategy.label)
+
+
+# ---------------------------------------------------------------- result rows
+
+
+def plan_columns(p: Plan, cost: AlphaBeta) -> dict:
+    """The result-row columns that describe one plan and its prediction."""
+    return {
+        "strategy": p.strategy, "predicted_us": round(p.iteration_us, 3),
+        "forward_us": round(p.forward_us, 3), "backward_us": round(p.backward_us, 3),
+        "nonoverlapped_us": round(p.nonoverlapped_us, 3), "groups": p.ngroups,
+        "plan": p.stops_text, "tensors": p.stops[-1], "total_bytes": int(p.group_bytes.sum()),
+        "comm_us": round(float(np.sum(p.end_us - p.start_us)), 3),
+        "alpha_us": cost.alpha_us, "beta_us_per_byte": cost.beta_us_per_byte,
+    }  # fmt: skip

@@ -35,11 +35,11 @@ import numpy as np
 from array_api_compat import array_namespace, device
 from mpi4py import MPI
 
-from benchmarks.errors import UsageError
-from collectives.ring import block_bounds
-from kernels.arrays import host_view, to_numpy
-from kernels.reduce import copy_into
-from kernels.sparse import (
+from ccbench.collectives.ring import block_bounds
+from ccbench.kernels.arrays import host_view, to_numpy
+from ccbench.kernels.errors import UsageError
+from ccbench.kernels.reduce import copy_into
+from ccbench.kernels.sparse import (
     block_count,
     gather_blocks,
     nonzero_block_ids,
@@ -47,6 +47,7 @@ from kernels.sparse import (
     scatter_blocks,
     zero_blocks,
 )
+from ccbench.kernels.vocabulary import SPARSE_INDEX_BYTES, dtype_name, itemsize
 
 # Header of every message, int32: [blocks k, next position, data messages still to come
 # (worker messages only), spare], then the k block positions, then the blocks.
@@ -118,15 +119,15 @@ class Message:
 
     def __init__(self, like, layout: Layout):
         xp = array_namespace(like)
-        itemsize = like.element_size() if hasattr(like, "element_size") else like.itemsize
+        item = itemsize(dtype_name(like))
         self.block_size = layout.block_size
-        self.block_bytes = layout.block_size * itemsize
+        self.block_bytes = layout.block_size * item
         tail = layout.count % layout.block_size
         self.tail = tail
         self.tail_id = layout.count // layout.block_size if tail else -1
-        self.tail_cut = (layout.block_size - tail) * itemsize if tail else 0
+        self.tail_cut = (layout.block_size - tail) * item if tail else 0
         blocks = layout.message_blocks
-        capacity = _align16(4 * (HEADER_FIELDS + blocks))
+        capacity = _align16(SPARSE_INDEX_BYTES * (HEADER_FIELDS + blocks))
         self.raw = xp.empty(capacity + blocks * self.block_bytes, dtype=xp.uint8,
                             device=device(like))
         self.dtype = like.dtype
@@ -134,13 +135,13 @@ class Message:
         if self.on_host:
             self.ints = host_view(self.raw)[:capacity].view(np.int32)
         else:
-            self.ints = np.zeros(capacity // 4, dtype=np.int32)
+            self.ints = np.zeros(capacity // SPARSE_INDEX_BYTES, dtype=np.int32)
         self._xp = xp
         self.nbytes = 0
 
     @staticmethod
     def _offset(k: int) -> int:
-        return _align16(4 * (HEADER_FIELDS + k))
+        return _align16(SPARSE_INDEX_BYTES * (HEADER_FIELDS + k))
 
     def blocks(self, k: int):
         """The (k, block_size) data view for a message of k blocks."""

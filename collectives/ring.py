@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from array_api_compat import array_namespace, device
 
-from kernels.reduce import add_into, copy_into
+from ccbench.kernels.reduce import add_into, copy_into
 
 
 def ring_neighbors(rank: int, size: int) -> tuple[int, int]:

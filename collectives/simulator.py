@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from collectives.costmodel import AlphaBeta, LinkModel
-from collectives.mgwfbp import Plan, Profile, Strategy, parse_strategy, plan
+from ccbench.collectives.costmodel import AlphaBeta, LinkModel
+from ccbench.collectives.mgwfbp import Plan, Profile, Strategy, parse_strategy, plan
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 from array_api_compat import array_namespace, device
 
-from collectives.ring import allgather_schedule, ring_allgather, ring_neighbors
-from kernels.sparse import gather_blocks, nonzero_block_ids, scatter_add_blocks
+from ccbench.collectives.ring import allgather_schedule, ring_allgather, ring_neighbors
+from ccbench.kernels.sparse import gather_blocks, nonzero_block_ids, scatter_add_blocks
+from ccbench.kernels.vocabulary import SPARSE_INDEX_BYTES, dtype_name, itemsize
 
 
 def _align(nbytes: int) -> int:
@@ -27,18 +28,18 @@ class AllgatherSparse:
         self.comm, self.send, self.recv = comm, send, recv
         self.block_size, self.threshold = block_size, threshold
         self.xp = array_namespace(send)
-        itemsize = send.element_size() if hasattr(send, "element_size") else send.itemsize
-        self.block_bytes = block_size * itemsize
+        self.block_bytes = block_size * itemsize(dtype_name(send))
         self.packed = self.xp.empty(0, dtype=self.xp.uint8, device=device(send))
         self.counts = np.zeros(comm.size, dtype=np.int64)
 
     def _segment_bytes(self, k: int) -> int:
-        return _align(_align(4 * k) + k * self.block_bytes)  # keeps segments aligned
+        # every segment and its values start aligned
+        return _align(_align(SPARSE_INDEX_BYTES * k) + k * self.block_bytes)
 
     def _segment(self, offset: int, k: int):
         """(ids int32, values (k, block_size)) views of one rank's segment."""
-        ids = self.packed[offset: offset + 4 * k].view(self.xp.int32)
-        start = offset + _align(4 * k)
+        ids = self.packed[offset: offset + SPARSE_INDEX_BYTES * k].view(self.xp.int32)
+        start = offset + _align(SPARSE_INDEX_BYTES * k)
         values = self.packed[start: start + k * self.block_bytes].view(self.send.dtype)
         return ids, values.reshape(k, self.block_size)
 

@@ -9,18 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.errors import UsageError
+from ccbench.kernels.errors import UsageError
+from ccbench.kernels.vocabulary import BUFFERS, DTYPES
 
-BUFFERS = ("numpy", "torch", "cupy", "torch-cuda")
-DTYPES = ("float32", "float16", "bfloat16", "float64", "int8")
-
-_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1}
 # Backends whose arrays cannot hold a dtype (numpy and cupy have no bfloat16).
 _UNSUPPORTED = {("numpy", "bfloat16"), ("cupy", "bfloat16")}
-
-
-def itemsize(dtype: str) -> int:
-    return _ITEMSIZE[dtype]
 
 
 def is_gpu(buffer: str) -> bool:
@@ -128,12 +121,6 @@ def host_view(x) -> np.ndarray:
             return x.view(torch.int16).numpy().view(np.uint16)
         return x.numpy()
     raise ValueError(f"no host view for {type(x).__name__}")
-
-
-def dtype_name(x) -> str:
-    """The DTYPES name of an array of any backend."""
-    name = str(x.dtype)
-    return name.rsplit(".", 1)[-1]
 
 
 def synchronize(buffer: str) -> None:

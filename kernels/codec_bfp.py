@@ -35,8 +35,8 @@ import math
 
 import array_api_compat
 
-from benchmarks.errors import DataError
-from kernels.codecs import Codec, namespace, rounding_error
+from ccbench.kernels.codec_base import Codec, namespace, rounding_error
+from ccbench.kernels.errors import DataError
 
 TILE_WIDTH = 256          # W: columns (blocks) per tile
 SLAB_VALUES = 1 << 17     # values encoded per step: temporaries stay in cache

@@ -14,7 +14,8 @@ import math
 import array_api_compat
 import numpy as np
 
-from benchmarks.errors import DataError
+from ccbench.kernels.codec_base import Codec, rounding_error
+from ccbench.kernels.errors import DataError
 
 FLOAT16_MAX = 65504.0
 BFLOAT16_MAX = 3.3895313892515355e38
@@ -106,3 +107,29 @@ def uncast_into(payload, out, target: str) -> None:
 
 def _f32(xp, x):
     return x if x.dtype == xp.float32 else xp.astype(x, xp.float32)
+
+
+class CastCodec(Codec):
+    """Cast to float16 or bfloat16 (2 bytes per value), the DDP / Horovod hooks' codec."""
+
+    lossy = True
+
+    def __init__(self, spec: str, target: str):
+        super().__init__(spec)
+        self.name = "fp16" if target == "float16" else "bf16"
+        self.target = target
+
+    def encoded_nbytes(self, count, dtype="float32"):
+        return 2 * count
+
+    def _encode_into(self, x, payload):
+        cast_into(x, payload, self.target, self.spec)
+
+    def _decode(self, payload, out):
+        uncast_into(payload[:2 * out.shape[0]], out, self.target)
+
+    def _error_bound(self, amax, dtype):
+        err = rounding_error(self.target, amax)
+        if self.target == "bfloat16" and dtype == "float64":
+            err += rounding_error("float32", amax)  # bf16 of float64 goes through float32
+        return err

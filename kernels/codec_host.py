@@ -15,7 +15,7 @@ decoded values stay finite; anything else raises DataError. Values below 2**-97
 * `zstd:level=L`: lossless, bytes of each value regrouped by significance (byte
   shuffle, as Blosc does) then zstd; variable size. Stands in for MPC.
 
-Variable-size payloads carry an 8-byte length header (see kernels/codecs.py).
+Variable-size payloads carry an 8-byte length header (see kernels/codec_base.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import math
 
 import numpy as np
 
-from benchmarks.errors import DataError, UsageError
-from kernels.codecs import Codec, dtype_name, host_numpy, itemsize
+from ccbench.kernels.codec_base import Codec, dtype_name, host_numpy
+from ccbench.kernels.errors import DataError, UsageError
+from ccbench.kernels.vocabulary import itemsize
 
 _ZFP_HEADER_BITS = 148  # ZFP_HEADER_MAX_BITS: slack for the stream's own bookkeeping
 

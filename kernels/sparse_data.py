@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.errors import UsageError
+from ccbench.kernels.errors import UsageError
 
 OVERLAP_MODES = ("random", "all", "none")
 

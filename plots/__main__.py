@@ -2,6 +2,6 @@
 
 import sys
 
-from plots.cli import main
+from ccbench.plots.cli import main
 
 raise SystemExit(main(sys.argv[1:]))

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from plots.data import Data
-from plots.style import Style, codec_sort_key
+from ccbench.plots.data import Data
+from ccbench.plots.style import Style, codec_sort_key
 
 
 @dataclass
@@ -197,7 +197,7 @@ def hold_configuration(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """One configuration per series: where a series was run with several values of a
     configuration column (two chunk sizes, two dtypes), keep its most common value (ties:
     the first in sorted order). Returns the rows and caption parts naming what was held."""
-    from plots.data import MEASURED
+    from ccbench.plots.data import MEASURED
 
     keys = [c for c in SERIES_COLUMNS if c in frame.columns]
     extra = [c for c in frame.columns

@@ -13,12 +13,12 @@ import sys
 import traceback
 from pathlib import Path
 
-from benchmarks.errors import UsageError
-from plots import general, seed000, seed001, seed002
-from plots.base import Skip
-from plots.data import TITLES, Data, load
-from plots.report import RenderedFigure, ReportContent, write_index
-from plots.style import PNG_DPI, Style, close_all, save
+from ccbench.kernels.errors import UsageError
+from ccbench.plots import general, seed000, seed001, seed002
+from ccbench.plots.base import Skip
+from ccbench.plots.data import TITLES, Data, load
+from ccbench.plots.report import RenderedFigure, ReportContent, write_index
+from ccbench.plots.style import PNG_DPI, Style, close_all, save
 
 MODULES = (seed000, seed001, seed002, general)
 DEFAULT_OUTDIR = "results/figures"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.errors import UsageError
-from benchmarks.results import csv_files
+from ccbench.benchmarks.results import csv_files
+from ccbench.kernels.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ KINDS = (
         order="timestamp",
     ),
     CsvKind(
-        # benchmarks.merged_gradient (measured_us set) and benchmarks.simulate
+        # benchmarks.merged_gradient (measured_us set) and ccbench.scripts.simulate
         # (scaling_efficiency set) share one schema; load() splits the rows.
         "mgwfbp", "MG-WFBP iterations and simulations",
         signature=("model", "strategy", "predicted_us"),
@@ -117,7 +117,7 @@ DERIVED = {
 }
 TITLES = {**{kind.name: kind.title for kind in KINDS},
           "iteration": "MG-WFBP measured iterations (benchmarks.merged_gradient)",
-          "simulation": "MG-WFBP simulations (benchmarks.simulate)"}
+          "simulation": "MG-WFBP simulations (ccbench.scripts.simulate)"}
 
 # Text columns filled in for files that predate or omit them, so grouping never
 # meets NaN keys (pandas drops NaN groups silently).

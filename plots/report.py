@@ -10,7 +10,7 @@ import html
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from plots.base import Headline
+from ccbench.plots.base import Headline
 
 PAPERS = {
     "seed 000": "Seed 000: compression-assisted Allgather and Reduce-Scatter",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from plots.base import (
+from ccbench.plots.base import (
     Figure,
     FigureSpec,
     Headline,
@@ -28,7 +28,7 @@ from plots.base import (
     runs_note,
     series_keys,
 )
-from plots.style import (
+from ccbench.plots.style import (
     COLLECTIVE_LABELS,
     Style,
     codec_family,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from plots.base import (
+from ccbench.plots.base import (
     Figure,
     FigureSpec,
     Headline,
@@ -22,7 +22,7 @@ from plots.base import (
     runs_note,
     wire_bytes,
 )
-from plots.style import (
+from ccbench.plots.style import (
     Style,
     figure,
     format_bytes,

@@ -13,8 +13,17 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
-from plots.base import Figure, FigureSpec, Headline, Skip, link_of, panel_title, rows, runs_note
-from plots.style import (
+from ccbench.plots.base import (
+    Figure,
+    FigureSpec,
+    Headline,
+    Skip,
+    link_of,
+    panel_title,
+    rows,
+    runs_note,
+)
+from ccbench.plots.style import (
     COLUMN_WIDTH,
     FULL_WIDTH,
     Style,

@@ -21,7 +21,6 @@ else
     "$repo/scripts/setup.sh"  # the project's .venv, as scripts/run-local.sh uses
     python="$repo/${CCBENCH_VENV:-.venv}/bin/python"
 fi
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
 
 out="$repo/results/seed000"
 name=ccb
@@ -44,7 +43,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-cluster() { "$python" -m benchmarks.cluster "$@"; }
+cluster() { "$python" -m ccbench.scripts.cluster "$@"; }
 
 # Use the cluster if it is up with this shape; otherwise bring it up, and down at the end.
 owned=0
@@ -90,7 +89,7 @@ for run in "${runs[@]}"; do
     fi
     rm -f "$csv"  # a run killed half-way: measure it again from the start
     echo "[$n/${#runs[@]}] $variant $collective $value"
-    if ! cluster run --name "$name" -- "$python" -m "benchmarks.$variant" \
+    if ! cluster run --name "$name" -- "$python" -m "ccbench.benchmarks.$variant" \
             --collective "$collective" "$flag" "$value" -m "$sizes" \
             -i "$iterations" -x "$warmup" -c --csv "$csv"; then
         echo "repro_seed000: $variant $collective $value failed" >&2
@@ -104,7 +103,7 @@ done
 # measured compression ratio and the paper's figures next to them.
 import sys
 
-from benchmarks.results import read_results
+from ccbench.benchmarks.results import read_results
 
 frame = read_results([sys.argv[1]])
 frame = frame[frame["ranks"] == 4]
@@ -151,7 +150,7 @@ for collective in ("allgather", "reduce_scatter", "allreduce"):
 EOF
 
 if [ "$plot" = 1 ]; then
-    "$python" -m plots "$out" -o "$out/figures" || echo "repro_seed000: plotting failed" >&2
+    "$python" -m ccbench.plots "$out" -o "$out/figures" || echo "repro_seed000: plotting failed" >&2
 fi
 echo "repro_seed000: CSVs in $out (ccbench plot $out -o DIR draws the figures)"
 [ "$failed" = 0 ] || { echo "repro_seed000: $failed runs failed" >&2; exit 1; }

@@ -22,6 +22,11 @@ def mpiexec_path() -> str:
     return found
 
 
+def variant_module(name: str) -> list[str]:
+    """The Python arguments that run a benchmark variant (`python -m ...`)."""
+    return ["-m", f"ccbench.benchmarks.{name}"]
+
+
 def mpirun(nranks: int, args: list[str], timeout: float = 120, env: dict | None = None,
            cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run `args` under `mpiexec -n nranks` with this Python; output captured as text.

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cluster as cl
-from benchmarks.errors import UsageError
+from ccbench.kernels.errors import UsageError
+from ccbench.scripts import cluster as cl
+from tests.mpirun import variant_module
 
 REPO = Path(__file__).resolve().parent.parent
 NAME = "ccbt"
@@ -45,7 +46,7 @@ def needs_namespaces(test):
 
 def ccb(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """`ccbench cluster ARGS` in a subprocess, from the repository root."""
-    return subprocess.run([sys.executable, "-m", "benchmarks.cluster", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "ccbench.scripts.cluster", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout,
                           env=cl.package_env(), stdin=subprocess.DEVNULL)  # fmt: skip
 
@@ -143,7 +144,7 @@ def test_without_privileges_one_line():
         pytest.skip("needs root and setpriv to drop privileges")
     proc = subprocess.run(
         [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-         "--bounding-set=-all", sys.executable, "-m", "benchmarks.cluster", "up",
+         "--bounding-set=-all", sys.executable, "-m", "ccbench.scripts.cluster", "up",
          "--name", "ccbv", "--ranks", "2"],
         cwd=REPO, capture_output=True, text=True, timeout=60, env=cl.package_env(),
     )  # fmt: skip
@@ -232,11 +233,11 @@ def test_run_subset_and_errors(cluster):
 @needs_namespaces
 def test_compressed_allgather_validates_inside(cluster, tmp_path):
     try:
-        import benchmarks.coll_compressed  # noqa: F401
+        import ccbench.benchmarks.coll_compressed  # noqa: F401
     except ImportError:
-        pytest.skip("benchmarks.coll_compressed is not in this tree")
+        pytest.skip("ccbench.benchmarks.coll_compressed is not in this tree")
     csv = tmp_path / "cc.csv"
-    proc = ccb("run", "--name", NAME, "--", "python", "-m", "benchmarks.coll_compressed",
+    proc = ccb("run", "--name", NAME, "--", "python", *variant_module("coll_compressed"),
                "--collective", "allgather", "--codec", "fp16", "-m", "64K:256K",
                "-i", "3", "-x", "1", "-c", "--csv", str(csv), timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr

@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays as np_arrays
 
-from benchmarks.errors import DataError, UsageError
-from kernels.codecs import HEADER_NBYTES, parse_codec
+from ccbench.kernels.codec_base import HEADER_NBYTES
+from ccbench.kernels.codecs import parse_codec
+from ccbench.kernels.errors import DataError, UsageError
 
 torch = pytest.importorskip("torch")
 zfpy = pytest.importorskip("zfpy")

@@ -14,7 +14,7 @@ import math
 import pytest
 
 from tests.drivers.compressed_cases import cases
-from tests.mpirun import case_results, mpirun
+from tests.mpirun import case_results, mpirun, variant_module
 
 pytest.importorskip("torch")
 pytest.importorskip("zfpy")
@@ -41,7 +41,7 @@ def test_compressed_collective(nranks, case_id):
 
 def run_script(nranks: int, variant: str, args: list[str], tmp_path, timeout: float = 120):
     out = tmp_path / f"{variant}.csv"
-    proc = mpirun(nranks, ["-m", f"benchmarks.{variant}", *args, "--csv", str(out)],
+    proc = mpirun(nranks, [*variant_module(variant), *args, "--csv", str(out)],
                   timeout=timeout)
     rows = list(csv.DictReader(out.open())) if out.exists() else []
     return proc, rows
@@ -122,7 +122,7 @@ def test_lossy_rows_carry_errors_without_c(tmp_path):
     ("p2p_compressed", ["--threshold", "-1"], "bad message size"),
 ])
 def test_bad_input_one_line_exit_2(variant, args, words):
-    proc = mpirun(2, ["-m", f"benchmarks.{variant}", *args, "-m", "1K:1K"], timeout=60)
+    proc = mpirun(2, [*variant_module(variant), *args, "-m", "1K:1K"], timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0], proc.stderr

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from benchmarks.results import COMMON_COLUMNS
-from tests.mpirun import mpirun
+from ccbench.benchmarks.results import COMMON_COLUMNS
+from tests.mpirun import mpirun, variant_module
 
 QUICK = ["-i", "5", "-x", "1"]
 
@@ -35,7 +35,7 @@ def error_lines(stderr: str) -> list[str]:
 def test_full_validated_sweep_writes_osu_rows_csv_and_json(tmp_path, collective):
     out = tmp_path / "out.csv"
     report = tmp_path / "run.json"
-    proc = mpirun(2, ["-m", "benchmarks.baseline", "--collective", collective, "-m", "1:64K",
+    proc = mpirun(2, [*variant_module("baseline"), "--collective", collective, "-m", "1:64K",
                       "-f", "-c", "--csv", out, "--json", report, *QUICK], timeout=100)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -73,7 +73,7 @@ def test_full_validated_sweep_writes_osu_rows_csv_and_json(tmp_path, collective)
 def test_ring_reports_measured_wire_bytes_and_appends(tmp_path):
     out = tmp_path / "ring.csv"
     for _ in range(2):  # a second run appends; the first run's rows stay
-        proc = mpirun(4, ["-m", "benchmarks.baseline", "--collective", "allreduce",
+        proc = mpirun(4, [*variant_module("baseline"), "--collective", "allreduce",
                           "--algorithm", "ring", "-m", "4K:4K", "-c", "--csv", out, *QUICK])
         assert proc.returncode == 0, proc.stderr
     with open(out, newline="") as f:
@@ -86,7 +86,7 @@ def test_ring_reports_measured_wire_bytes_and_appends(tmp_path):
 @pytest.mark.timeout(120)
 def test_batch_timing_is_recorded(tmp_path):
     out = tmp_path / "batch.csv"
-    proc = mpirun(2, ["-m", "benchmarks.baseline", "-m", "1:8", "--timing", "batch",
+    proc = mpirun(2, [*variant_module("baseline"), "-m", "1:8", "--timing", "batch",
                       "-T", "float64", "--csv", out, *QUICK])
     assert proc.returncode == 0, proc.stderr
     with open(out, newline="") as f:
@@ -110,7 +110,7 @@ def test_batch_timing_is_recorded(tmp_path):
     ],
 )
 def test_bad_input_is_one_line_from_rank_0_and_exit_2(nranks, args, needle):
-    proc = mpirun(nranks, ["-m", "benchmarks.baseline", *args, *QUICK], timeout=50)
+    proc = mpirun(nranks, [*variant_module("baseline"), *args, *QUICK], timeout=50)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     lines = error_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr
@@ -122,7 +122,7 @@ def test_bad_input_is_one_line_from_rank_0_and_exit_2(nranks, args, needle):
 def test_csv_of_another_schema_is_refused_and_kept(tmp_path):
     out = tmp_path / "other.csv"
     out.write_text("a,b\n1,2\n")
-    proc = mpirun(2, ["-m", "benchmarks.baseline", "-m", "4:4", "--csv", out, *QUICK])
+    proc = mpirun(2, [*variant_module("baseline"), "-m", "4:4", "--csv", out, *QUICK])
     assert proc.returncode == 2 and "other columns" in proc.stderr
     assert out.read_text() == "a,b\n1,2\n"
 
@@ -148,6 +148,6 @@ def test_a_failing_rank_ends_the_job_instead_of_hanging(fault):
 
 @pytest.mark.timeout(60)
 def test_help_is_printed_once():
-    proc = mpirun(2, ["-m", "benchmarks.baseline", "--help"])
+    proc = mpirun(2, [*variant_module("baseline"), "--help"])
     assert proc.returncode == 0
     assert proc.stdout.count("usage:") == 1 and "--message-size" in proc.stdout

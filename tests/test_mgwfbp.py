@@ -12,9 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.errors import UsageError
-from collectives.costmodel import AlphaBeta, LinkModel, fit_alpha_beta
-from collectives.mgwfbp import (
+from ccbench.collectives.costmodel import AlphaBeta, LinkModel, fit_alpha_beta
+from ccbench.collectives.mgwfbp import (
     DEFAULT_STRATEGIES,
     PROFILE_COLUMNS,
     Profile,
@@ -26,8 +25,9 @@ from collectives.mgwfbp import (
     plan,
     read_profile,
 )
-from collectives.simulator import powers_of_two, simulate
-from tests.mpirun import REPO, mpirun
+from ccbench.collectives.simulator import powers_of_two, simulate
+from ccbench.kernels.errors import UsageError
+from tests.mpirun import REPO, mpirun, variant_module
 
 PROFILES = REPO / "results" / "profiles"
 TENSORS = {"resnet50": 161, "vgg16": 32, "bert": 201, "lstm": 11}
@@ -323,10 +323,10 @@ def test_tracked_profiles(model):
 
 def test_models_keep_the_real_tensor_count():
     pytest.importorskip("torch")
-    from benchmarks.models import MODELS
-    from benchmarks.profile_layers import MODEL_NAMES
+    from ccbench.benchmarks.results import profile_names
+    from ccbench.training.profile_models import MODELS
 
-    assert tuple(MODELS) == MODEL_NAMES  # the torch-free list the CLIs offer
+    assert set(profile_names()) == set(MODELS)  # every model has its tracked profile
     for name, spec in MODELS.items():
         model = spec.build(0.05)
         assert len(list(model.parameters())) == TENSORS[name], name
@@ -334,7 +334,7 @@ def test_models_keep_the_real_tensor_count():
 
 def test_profile_layers_writes_backward_order(tmp_path):
     pytest.importorskip("torch")
-    from benchmarks.profile_layers import main
+    from ccbench.scripts.profile_layers import main
 
     assert main(["--model", "lstm", "--width", "0.05", "--batch", "2", "--warmup", "0",
                  "--iterations", "2", "--out-dir", str(tmp_path)]) == 0
@@ -373,7 +373,7 @@ def tiny_profile(tmp_path_factory):
 
 
 def test_simulate_cli(tiny_profile, tmp_path, capsys):
-    from benchmarks.simulate import main
+    from ccbench.scripts.simulate import main
 
     out = tmp_path / "sim.csv"
     assert main(["--profile", str(tiny_profile), "--ranks", "4:2048", "--csv", str(out),
@@ -394,7 +394,8 @@ def test_simulate_cli(tiny_profile, tmp_path, capsys):
 
 
 def test_simulate_from_a_measured_fit(tiny_profile, tmp_path):
-    from benchmarks.simulate import COLUMNS, main
+    from ccbench.benchmarks.results import MGWFBP_COLUMNS as COLUMNS
+    from ccbench.scripts.simulate import main
 
     measured = tmp_path / "mg.csv"
     row = dict.fromkeys(COLUMNS, "")
@@ -415,8 +416,9 @@ def test_simulate_from_a_measured_fit(tiny_profile, tmp_path):
     assert float(rows[1]["alpha_us"]) == pytest.approx(2 * 7 * 50.0)
 
 
-@pytest.mark.parametrize("module", ["benchmarks.simulate", "benchmarks.merged_gradient",
-                                    "benchmarks.profile_layers"])
+@pytest.mark.parametrize("module", ["ccbench.scripts.simulate",
+                                    "ccbench.benchmarks.merged_gradient",
+                                    "ccbench.scripts.profile_layers"])
 def test_help_lists_the_models(module):
     out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
                          text=True, timeout=60, cwd=REPO)
@@ -428,7 +430,7 @@ def test_help_lists_the_models(module):
 @pytest.fixture(scope="module")
 def execution(tiny_profile, tmp_path_factory):
     out = tmp_path_factory.mktemp("mg") / "mg.csv"
-    proc = mpirun(2, ["-m", "benchmarks.merged_gradient", "--profile", str(tiny_profile),
+    proc = mpirun(2, [*variant_module("merged_gradient"), "--profile", str(tiny_profile),
                       "--strategy", "all", "-i", "3", "-x", "1", "-c", "--fit-seconds", "0.02",
                       "--csv", str(out)], timeout=120)
     return proc, out
@@ -456,18 +458,18 @@ def test_execution_on_two_ranks(execution, tiny_profile, strategy):
 
 @pytest.mark.timeout(150)
 def test_execution_other_transports_and_bad_input(tiny_profile):
-    proc = mpirun(2, ["-m", "benchmarks.merged_gradient", "--profile", str(tiny_profile),
+    proc = mpirun(2, [*variant_module("merged_gradient"), "--profile", str(tiny_profile),
                       "--strategy", "wfbp,mgwfbp", "--transport", "ring", "-i", "1", "-x", "0",
                       "-c", "--fit-seconds", "0.01"], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("Pass") == 2
     # a lossy compressed transport: checked against the compressed ring's error bound
-    proc = mpirun(2, ["-m", "benchmarks.merged_gradient", "--profile", str(tiny_profile),
+    proc = mpirun(2, [*variant_module("merged_gradient"), "--profile", str(tiny_profile),
                       "--strategy", "single,optimal", "--transport", "coll:bfp:rate=8", "-i", "1",
                       "-x", "0", "-c", "--fit-seconds", "0.01"], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("Pass") == 2 and "(coll:bfp:rate=8)" in proc.stdout
-    proc = mpirun(2, ["-m", "benchmarks.merged_gradient", "--profile", str(tiny_profile),
+    proc = mpirun(2, [*variant_module("merged_gradient"), "--profile", str(tiny_profile),
                       "--strategy", "mgwfbp,fixed:lots"], timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.count("error") == 1 and "Traceback" not in proc.stderr

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.errors import UsageError
-from benchmarks.harness import case_shape
-from benchmarks.options import message_sizes, parse_message_sizes, parse_size
+from ccbench.benchmarks.harness import case_shape
+from ccbench.benchmarks.options import message_sizes, parse_message_sizes, parse_size
+from ccbench.kernels.errors import UsageError
 
 
 @pytest.mark.parametrize(("text", "value"), [("1", 1), ("4K", 4096), ("4k", 4096),

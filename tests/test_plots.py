@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.results import COMMON_COLUMNS
-from benchmarks.simulate import COLUMNS as SIMULATE_COLUMNS
-from benchmarks.training import COLUMNS as TRAINING_COLUMNS
-from collectives.mgwfbp import PROFILE_COLUMNS
-from plots import cli, seed000
-from plots.base import FigureSpec
-from plots.data import load
-from plots.style import Style, format_bytes
+from ccbench.benchmarks.results import COMMON_COLUMNS
+from ccbench.benchmarks.results import MGWFBP_COLUMNS as SIMULATE_COLUMNS
+from ccbench.benchmarks.training import COLUMNS as TRAINING_COLUMNS
+from ccbench.collectives.mgwfbp import PROFILE_COLUMNS
+from ccbench.plots import cli, seed000
+from ccbench.plots.base import FigureSpec
+from ccbench.plots.data import load
+from ccbench.plots.style import Style, format_bytes
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -137,7 +137,7 @@ def profile_rows(model: str, ntensors: int, seed: int) -> list[dict]:
 
 def seed002_rows():
     """Fit points (benchmarks.merged_gradient --fit-csv), measured iteration rows and
-    simulated rows (one schema, benchmarks.simulate.COLUMNS)."""
+    simulated rows (one schema, ccbench.scripts.simulate.COLUMNS)."""
     fit, iteration, simulation = [], [], []
     for ranks, alpha, beta in ((2, 40.0, 2e-3), (4, 90.0, 4e-3)):
         for size in (32 << 10, 128 << 10, 512 << 10, 2 << 20):

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import merge, regress
-from benchmarks.results import COMMON_COLUMNS, write_csv_atomic
+from ccbench.benchmarks.results import COMMON_COLUMNS, write_csv_atomic
+from ccbench.scripts import merge, regress
 
 REPO = Path(__file__).resolve().parent.parent
 SIZES = (4096, 16384, 65536, 262144)

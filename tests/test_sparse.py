@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.errors import UsageError
-from tests.mpirun import mpirun
+from ccbench.kernels.errors import UsageError
+from tests.mpirun import mpirun, variant_module
 
 torch = pytest.importorskip("torch")
 
@@ -34,8 +34,8 @@ def naive_mask(x: np.ndarray, block: int, threshold: float) -> np.ndarray:
 @pytest.mark.parametrize("count,block", [(4096, 64), (1000, 64), (5, 8), (0, 4)])
 @pytest.mark.parametrize("threshold", [0.0, 1.0])
 def test_block_mask_matches_naive_scan(backend, count, block, threshold):
-    from kernels.sparse import block_mask, nonzero_block_ids
-    from kernels.sparse_data import sparse_input
+    from ccbench.kernels.sparse import block_mask, nonzero_block_ids
+    from ccbench.kernels.sparse_data import sparse_input
 
     x = sparse_input(count, block, 0.4, "random", 1, 4, seed=5)
     if count:
@@ -50,14 +50,14 @@ def test_block_mask_matches_naive_scan(backend, count, block, threshold):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("count,block", [(4096, 64), (1000, 64), (5, 8)])
 def test_gather_scatter_and_scatter_add_round_trip(backend, count, block):
-    from kernels.sparse import (
+    from ccbench.kernels.sparse import (
         gather_blocks,
         nonzero_block_ids,
         scatter_add_blocks,
         scatter_blocks,
         zero_blocks,
     )
-    from kernels.sparse_data import sparse_input
+    from ccbench.kernels.sparse_data import sparse_input
 
     x = sparse_input(count, block, 0.5, "random", 0, 2, seed=1)
     t = BACKENDS[backend](x)
@@ -79,7 +79,7 @@ def test_gather_scatter_and_scatter_add_round_trip(backend, count, block):
 
 
 def test_gather_into_a_preallocated_view():
-    from kernels.sparse import gather_blocks
+    from ccbench.kernels.sparse import gather_blocks
 
     x = np.arange(12, dtype=np.float32)
     out = np.full((2, 4), -1, dtype=np.float32)
@@ -88,7 +88,7 @@ def test_gather_into_a_preallocated_view():
 
 
 def test_dropped_mass_counts_only_dropped_blocks():
-    from kernels.sparse import block_mask, dropped_abs_sum
+    from ccbench.kernels.sparse import block_mask, dropped_abs_sum
 
     x = np.array([0.5, -0.5, 0.25, 0, 0, 3, -0.25, 0.25, 0.5, 1], dtype=np.float32)
     mask = block_mask(x, 3, 0.75)
@@ -104,7 +104,7 @@ def test_dropped_mass_counts_only_dropped_blocks():
 @pytest.mark.parametrize("density", [0.0, 0.01, 0.1, 0.37, 1.0])
 @pytest.mark.parametrize("overlap", ["random", "all", "none"])
 def test_generator_meets_density_exactly_in_blocks(count, block, density, overlap):
-    from kernels.sparse_data import sparse_input
+    from ccbench.kernels.sparse_data import sparse_input
 
     nblocks = -(-count // block)
     masks = [naive_mask(sparse_input(count, block, density, overlap, r, 4, seed=2), block, 0)
@@ -121,7 +121,7 @@ def test_generator_meets_density_exactly_in_blocks(count, block, density, overla
 
 
 def test_generator_is_seeded_and_exactly_summable():
-    from kernels.sparse_data import sparse_input
+    from ccbench.kernels.sparse_data import sparse_input
 
     a = sparse_input(10000, 100, 0.3, "random", 2, 4, seed=9)
     assert np.array_equal(a, sparse_input(10000, 100, 0.3, "random", 2, 4, seed=9))
@@ -138,14 +138,14 @@ def test_generator_is_seeded_and_exactly_summable():
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5])
 def test_generator_rejects_densities_outside_0_1(bad):
-    from kernels.sparse_data import sparse_input
+    from ccbench.kernels.sparse_data import sparse_input
 
     with pytest.raises(UsageError):
         sparse_input(100, 10, bad, "random", 0, 2)
 
 
 def test_density_list_parsing():
-    from benchmarks.sparse_streaming import PAPER_DENSITIES, parse_densities
+    from ccbench.benchmarks.sparse_streaming import PAPER_DENSITIES, parse_densities
 
     assert parse_densities(["1,0.1", "0.01"]) == [1.0, 0.1, 0.01]
     assert parse_densities(["paper"]) == list(PAPER_DENSITIES)
@@ -157,7 +157,7 @@ def test_density_list_parsing():
 @pytest.mark.parametrize("size,aggregators", [(4, 0), (6, 2), (2, 1)])
 @pytest.mark.parametrize("count,block", [(10000, 64), (100, 64), (0, 8)])
 def test_layout_covers_every_block_once(size, aggregators, count, block):
-    from collectives.omnireduce import make_layout
+    from ccbench.collectives.omnireduce import make_layout
 
     layout = make_layout(count, block, size, aggregators, streams_per_aggregator=3)
     covered = [b for start, stop in layout.streams for b in range(start, stop)]
@@ -230,7 +230,7 @@ def _rows(path) -> list[dict]:
 @pytest.mark.timeout(120)
 def test_script_density_sweep_validates_and_writes_columns(tmp_path):
     out = tmp_path / "sparse.csv"
-    proc = mpirun(2, ["-m", "benchmarks.sparse_streaming", "-m", "4K:64K", "-i", "3", "-x",
+    proc = mpirun(2, [*variant_module("sparse_streaming"), "-m", "4K:64K", "-i", "3", "-x",
                       "1", "--density", "0,0.1", "1", "--block-size", "100", "--fusion", "4",
                       "-c", "--csv", out], timeout=100)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -249,7 +249,7 @@ def test_script_density_sweep_validates_and_writes_columns(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_script_baselines_overlap_threshold_and_dedicated_aggregators(tmp_path):
-    common = ["-m", "benchmarks.sparse_streaming", "-m", "16K:16K", "-i", "2", "-x", "1", "-c"]
+    common = [*variant_module("sparse_streaming"), "-m", "16K:16K", "-i", "2", "-x", "1", "-c"]
     for algorithm in ("dense", "dense-ring", "allgather-sparse"):
         proc = mpirun(2, [*common, "--algorithm", algorithm, "--density", "0.3",
                           "--csv", tmp_path / f"{algorithm}.csv"], timeout=60)
@@ -278,7 +278,7 @@ def test_script_baselines_overlap_threshold_and_dedicated_aggregators(tmp_path):
     (["-T", "int8"], "floating-point"),
 ])  # fmt: skip
 def test_script_bad_options_fail_with_one_line(args, message):
-    proc = mpirun(2, ["-m", "benchmarks.sparse_streaming", "-m", "4K:4K", *args], timeout=50)
+    proc = mpirun(2, [*variant_module("sparse_streaming"), "-m", "4K:4K", *args], timeout=50)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stderr.count("ccbench: error") == 1

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import merge, sweep
-from benchmarks.errors import UsageError
-from benchmarks.results import COMMON_COLUMNS, read_rows, write_csv_atomic
+from ccbench.benchmarks.results import COMMON_COLUMNS, read_rows, write_csv_atomic
+from ccbench.kernels.errors import UsageError
+from ccbench.scripts import merge, sweep
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -340,7 +340,7 @@ def test_merge_of_nothing_is_a_usage_error(tmp_path, capsys):
 
 
 def run_sweep(spec: Path, *args, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmarks.sweep", str(spec), *args],
+    return subprocess.run([sys.executable, "-m", "ccbench.scripts.sweep", str(spec), *args],
                           capture_output=True, text=True, timeout=timeout, cwd=REPO,
                           stdin=subprocess.DEVNULL)  # fmt: skip
 
@@ -366,7 +366,7 @@ def data_rows(path: Path) -> list[dict]:
 def test_sweep_killed_half_way_resumes_and_merges(tmp_path):
     out = tmp_path / "out"
     spec = write_spec(tmp_path / "t.toml", SPEC.format(out=out))
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.sweep", str(spec)], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "ccbench.scripts.sweep", str(spec)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)  # fmt: skip
     # kill it once the second task has started: the first is finished
@@ -452,6 +452,6 @@ collective = ["allgather"]
     assert [(r["size_bytes"], r["link_gbps"]) for r in rows] == [("65536", "0.5"),
                                                                  ("131072", "0.5")]
     log = (tmp_path / "out" / "logs" / "baseline_allgather_r2_0.5gbps.log").read_text()
-    assert "benchmarks.cluster run --name ccbsweep -n 2 --" in log.splitlines()[0]
+    assert "ccbench.scripts.cluster run --name ccbsweep -n 2 --" in log.splitlines()[0]
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "ccbsweep-" not in namespaces  # the sweep took its cluster down

@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from tests.mpirun import mpirun
+from tests.mpirun import mpirun, variant_module
 
 # Sharded training without compression against one process training on the whole batch.
 EQUIVALENCE = [(model, algorithm) for model in ("lm-tiny", "digits-cnn")
@@ -60,7 +60,7 @@ def _reference_training(task, steps: int):
     """Plain single-process torch training on the whole global batch: losses, params."""
     import torch
 
-    from benchmarks.train_models import build_model
+    from ccbench.training.models import build_model
 
     model = build_model(task, 0)
     optimizer = torch.optim.Adam(model.parameters(), lr=task.default_lr)
@@ -79,8 +79,8 @@ def _reference_training(task, steps: int):
 def _equivalence_cases(comm, emit):
     import numpy as np
 
-    from benchmarks.train_models import make_task
-    from benchmarks.training import TrainConfig, run_training
+    from ccbench.benchmarks.training import TrainConfig, run_training
+    from ccbench.training.models import make_task
 
     for model in sorted({m for m, _ in EQUIVALENCE}):
         if model.startswith("digits") and not have_sklearn():
@@ -103,8 +103,8 @@ def _equivalence_cases(comm, emit):
 
 
 def _variant_cases(comm, emit):
-    from benchmarks.train_models import make_task
-    from benchmarks.training import TrainConfig, run_training
+    from ccbench.benchmarks.training import TrainConfig, run_training
+    from ccbench.training.models import make_task
 
     task = make_task("lm-tiny")
     for variant, codec, feedback, compress in VARIANTS:
@@ -123,8 +123,8 @@ def _variant_cases(comm, emit):
 
 
 def _convergence_cases(comm, emit):
-    from benchmarks.train_models import make_task
-    from benchmarks.training import TrainConfig, run_training
+    from ccbench.benchmarks.training import TrainConfig, run_training
+    from ccbench.training.models import make_task
 
     task = make_task("digits-mlp")
     for variant, codec, feedback in CONVERGENCE:
@@ -145,9 +145,9 @@ def _error_feedback_case(emit):
     import torch
     from mpi4py import MPI
 
-    from benchmarks.fsdp import ShardedTrainer
-    from collectives.comm import Communicator
-    from kernels.codecs import parse_codec
+    from ccbench.collectives.comm import Communicator
+    from ccbench.kernels.codecs import parse_codec
+    from ccbench.training.sharded import ShardedTrainer
 
     comm = Communicator(MPI.COMM_SELF)
     torch.manual_seed(1)
@@ -174,7 +174,7 @@ def _error_feedback_case(emit):
 def driver() -> int:
     from mpi4py import MPI
 
-    from collectives.comm import Communicator
+    from ccbench.collectives.comm import Communicator
 
     comm = Communicator(MPI.COMM_WORLD)
 
@@ -274,7 +274,7 @@ def test_error_feedback_keeps_the_codec_error(cases):
 def test_cli_writes_step_and_summary_rows(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "train.csv"
-    proc = mpirun(2, ["-m", "benchmarks.training", "--model", "lm-tiny", "--steps", "5",
+    proc = mpirun(2, [*variant_module("training"), "--model", "lm-tiny", "--steps", "5",
                       "--warmup", "1", "--csv", out, "--json", tmp_path / "train.json"],
                   timeout=100)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -299,7 +299,7 @@ def test_cli_writes_step_and_summary_rows(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_cli_usage_error_is_one_line(tmp_path):
-    proc = mpirun(2, ["-m", "benchmarks.training", "--variant", "coll_compressed",
+    proc = mpirun(2, [*variant_module("training"), "--variant", "coll_compressed",
                       "--codec", "bfp:rate=99"], timeout=50)
     assert proc.returncode == 2
     lines = [x for x in proc.stderr.splitlines() if x.strip()]

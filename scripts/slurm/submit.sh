@@ -7,5 +7,4 @@
 # CCBENCH_PYTHON selects the Python (default python3 on PATH).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
-exec "${CCBENCH_PYTHON:-python3}" -m benchmarks.sweep --submit "$@"
+exec "${CCBENCH_PYTHON:-python3}" -m ccbench.scripts.sweep --submit "$@"

@@ -13,7 +13,8 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
+from ccbench.kernels.vocabulary import COLLECTIVES
+
 ALGORITHMS = ("mpi", "ring")
 # (dtype, buffer): numpy has no bfloat16, so that one runs on torch tensors
 DTYPES = (("float32", "numpy"), ("float64", "numpy"), ("float16", "numpy"),
@@ -34,8 +35,8 @@ def cases():
 
 
 def run_case(comm, collective, algorithm, dtype, buffer, count) -> tuple[bool, str]:
-    from collectives.baseline import bind_collective
-    from kernels import arrays
+    from ccbench.collectives.baseline import bind_collective
+    from ccbench.kernels import arrays
 
     size, rank = comm.size, comm.rank
     send_count = count * size if collective == "reduce_scatter" else count
@@ -58,7 +59,7 @@ def run_case(comm, collective, algorithm, dtype, buffer, count) -> tuple[bool, s
 
 
 def main() -> int:
-    from collectives.comm import Communicator
+    from ccbench.collectives.comm import Communicator
 
     comm = Communicator(MPI.COMM_WORLD)
     for case_id, params in cases():

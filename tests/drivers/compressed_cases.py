@@ -23,7 +23,8 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
+from ccbench.kernels.vocabulary import COLLECTIVES, itemsize
+
 CODECS = ("none", "fp16", "bf16", "bfp:rate=8", "bfp:rate=3,block=8", "zfp:rate=8",
           "zfp:tol=1e-3", "zstd")
 VARIANTS = (("p2p", {}), ("coll", {"chunk_bytes": 4096}))
@@ -84,7 +85,7 @@ def make_inputs(lossy: bool, size: int, send_count: int) -> list[np.ndarray]:
 
 def held(values: np.ndarray, dtype: str) -> np.ndarray:
     """The values as a buffer of `dtype` holds them, back in float64."""
-    from kernels import arrays
+    from ccbench.kernels import arrays
 
     backend = "torch" if dtype == "bfloat16" else "numpy"
     return arrays.to_numpy(arrays.from_numpy(backend, values, dtype)).astype(np.float64)
@@ -92,11 +93,10 @@ def held(values: np.ndarray, dtype: str) -> np.ndarray:
 
 def expected_wire(variant, options, collective, codec, dtype, rank, size, count):
     """(low, high) bytes this rank sends, from the codec's sizes alone."""
-    from collectives.compressed import chunk_count_for
-    from collectives.ring import block_bounds
-    from kernels import arrays
+    from ccbench.collectives.compressed import chunk_count_for
+    from ccbench.collectives.ring import block_bounds
 
-    item = arrays.itemsize(dtype)
+    item = itemsize(dtype)
     if collective == "allreduce":
         lengths = [stop - start for start, stop in block_bounds(count, size)]
         # reduce-scatter sends every block but its own; allgather every block but r+1's
@@ -128,9 +128,9 @@ def expected_wire(variant, options, collective, codec, dtype, rank, size, count)
 
 
 def run_case(comm, variant, options, collective, spec, dtype, buffer, count):
-    from collectives.compressed import bind_compressed, error_bound
-    from kernels import arrays
-    from kernels.codecs import parse_codec
+    from ccbench.collectives.compressed import bind_compressed, error_bound
+    from ccbench.kernels import arrays
+    from ccbench.kernels.codecs import parse_codec
 
     size, rank = comm.size, comm.rank
     codec = parse_codec(spec)
@@ -169,7 +169,7 @@ def run_case(comm, variant, options, collective, spec, dtype, buffer, count):
 
 
 def main() -> int:
-    from collectives.comm import Communicator
+    from ccbench.collectives.comm import Communicator
 
     comm = Communicator(MPI.COMM_WORLD)
     only = sys.argv[1] if len(sys.argv) > 1 else ""

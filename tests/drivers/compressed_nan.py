@@ -10,9 +10,9 @@ import sys
 
 import numpy as np
 
-from benchmarks.coll_compressed import CollCompressed
-from benchmarks.harness import run_variant
-from benchmarks.p2p_compressed import P2PCompressed
+from ccbench.benchmarks.coll_compressed import CollCompressed
+from ccbench.benchmarks.harness import run_variant
+from ccbench.benchmarks.p2p_compressed import P2PCompressed
 
 
 def with_nan(base):

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import sys
 
-from benchmarks.baseline import Baseline
-from benchmarks.harness import Op, run_variant
+from ccbench.benchmarks.baseline import Baseline
+from ccbench.benchmarks.harness import Op, run_variant
 
 
 class WrongResult(Baseline):

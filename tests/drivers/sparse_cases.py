@@ -58,10 +58,10 @@ def block_masks(x: np.ndarray, block: int, threshold: float) -> np.ndarray:
 
 def run_case(comm, aggregators, algorithm, count, block, density, overlap, fusion, window,
              threshold) -> dict:
-    from collectives.baseline import bind_collective
-    from collectives.omnireduce import OmniReduce, make_layout
-    from collectives.sparse_baselines import AllgatherSparse
-    from kernels.sparse_data import sparse_input
+    from ccbench.collectives.baseline import bind_collective
+    from ccbench.collectives.omnireduce import OmniReduce, make_layout
+    from ccbench.collectives.sparse_baselines import AllgatherSparse
+    from ccbench.kernels.sparse_data import sparse_input
 
     size, rank = comm.size, comm.rank
     workers = size - aggregators
@@ -131,7 +131,7 @@ def run_case(comm, aggregators, algorithm, count, block, density, overlap, fusio
 
 
 def main() -> int:
-    from collectives.comm import Communicator
+    from ccbench.collectives.comm import Communicator
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--aggregators", type=int, default=0)

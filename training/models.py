@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.errors import UsageError
+from ccbench.kernels.errors import UsageError
 
 # --------------------------------------------------------------------------- models
 

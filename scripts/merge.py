@@ -26,14 +26,14 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from benchmarks.errors import UsageError
-from benchmarks.results import (
+from ccbench.benchmarks.results import (
     COMMON_COLUMNS,
     csv_files,
     read_rows,
     write_csv_atomic,
     write_json_atomic,
 )
+from ccbench.kernels.errors import UsageError
 
 # What identifies one measured point of the harness. The columns a variant adds after
 # COMMON_COLUMNS (its settings and configuration axes: block size, density, chunk...) are

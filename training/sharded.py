@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from benchmarks.errors import UsageError
-from collectives.baseline import bind_collective
+from ccbench.collectives.baseline import bind_collective
+from ccbench.kernels.errors import UsageError
 
 VARIANTS = ("baseline", "p2p_compressed", "coll_compressed")
 COMPRESS = ("both", "grads", "params")
@@ -116,8 +116,9 @@ def make_shard_collectives(
             bind_collective(comm, algorithm, "allgather", param_shard, flat.params),
             bind_collective(comm, algorithm, "reduce_scatter", flat.grads, grad_shard),
         )
-    from collectives.compressed import DEFAULT_CHUNK_BYTES, bind_compressed
-    from kernels.codecs import empty_payload, parse_codec
+    from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, bind_compressed
+    from ccbench.kernels.codec_base import empty_payload
+    from ccbench.kernels.codecs import parse_codec
 
     chosen = parse_codec(codec)
     kind = {"p2p_compressed": "p2p", "coll_compressed": "coll"}[variant]

@@ -35,7 +35,7 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.errors import UsageError
+from ccbench.kernels.errors import UsageError
 
 STATE_DIR = Path("/run/ccbench")
 DEFAULT_NAME = "ccb"
@@ -565,7 +565,7 @@ def tcp_flows(cluster: Cluster, pairs: list[tuple[int, int]], nbytes: int) -> di
     senders = {src: dst for src, dst in pairs}
     procs = {}
     env = package_env()
-    helper = [sys.executable, "-m", "benchmarks.cluster", "_tcp-flow", "--bytes", str(nbytes)]
+    helper = [sys.executable, "-m", "ccbench.scripts.cluster", "_tcp-flow", "--bytes", str(nbytes)]
     for rank in sorted(set(receivers) | set(senders)):
         args = ["ip", "netns", "exec", cluster.namespaces[rank], *helper]
         if rank in receivers:
@@ -599,7 +599,7 @@ def tcp_flows(cluster: Cluster, pairs: list[tuple[int, int]], nbytes: int) -> di
 
 def tcp_flow_main(argv: list[str]) -> int:
     """Helper run inside a namespace: receive from --peers senders and/or send --bytes."""
-    p = argparse.ArgumentParser(prog="benchmarks.cluster _tcp-flow")
+    p = argparse.ArgumentParser(prog="ccbench.scripts.cluster _tcp-flow")
     p.add_argument("--bytes", type=int, required=True)
     p.add_argument("--listen")
     p.add_argument("--peers", type=int, default=1)
@@ -660,7 +660,7 @@ def mpi_allgather_main(argv: list[str]) -> int:
     import numpy as np
     from mpi4py import MPI
 
-    p = argparse.ArgumentParser(prog="benchmarks.cluster _mpi-allgather")
+    p = argparse.ArgumentParser(prog="ccbench.scripts.cluster _mpi-allgather")
     p.add_argument("--bytes", type=int, required=True)
     p.add_argument("--iterations", type=int, default=5)
     a = p.parse_args(argv)
@@ -716,7 +716,7 @@ def cmd_selfcheck(opts) -> int:
         size = parse_bytes(opts.mpi_bytes)
         bound = (cluster.ranks - 1) * size * 8 / rate
         out = subprocess.run(
-            mpiexec_command(cluster, [sys.executable, "-m", "benchmarks.cluster",
+            mpiexec_command(cluster, [sys.executable, "-m", "ccbench.scripts.cluster",
                                       "_mpi-allgather", "--bytes", str(size)],
                             cluster.ranks, find_mpiexec()),
             capture_output=True, text=True, env=package_env(), check=False,

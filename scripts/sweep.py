@@ -37,11 +37,11 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from benchmarks.cluster import find_mpiexec, package_env
-from benchmarks.errors import UsageError
-from benchmarks.merge import HARNESS, merge_files, schema_groups
-from benchmarks.options import message_sizes, parse_message_sizes
-from benchmarks.results import csv_files, read_rows
+from ccbench.benchmarks.options import message_sizes, parse_message_sizes
+from ccbench.benchmarks.results import csv_files, read_rows
+from ccbench.kernels.errors import UsageError
+from ccbench.scripts.cluster import find_mpiexec, package_env
+from ccbench.scripts.merge import HARNESS, merge_files, schema_groups
 
 REPO = Path(__file__).resolve().parent.parent
 SBATCH_SCRIPT = REPO / "scripts" / "slurm" / "ccbench-array.sbatch"
@@ -132,7 +132,7 @@ def _expand_table(table: dict, defaults: dict, where: str) -> list[dict]:
         raise UsageError(f"{where}: needs variant = \"NAME\"")
     variant = table["variant"]
     if not re.fullmatch(r"[a-z_][a-z0-9_]*", variant) or importlib.util.find_spec(
-        f"benchmarks.{variant}"
+        f"ccbench.benchmarks.{variant}"
     ) is None:
         raise UsageError(f"{where}: no variant script benchmarks/{variant}.py")
     get = {**defaults, **table}.get
@@ -301,13 +301,13 @@ def resume_args(task: Task, todo: list[int]) -> list[str]:
 
 
 def variant_command(task: Task, args: list[str], csv: Path) -> list[str]:
-    return [sys.executable, "-m", f"benchmarks.{task.variant}", *args, "--csv", str(csv)]
+    return [sys.executable, "-m", f"ccbench.benchmarks.{task.variant}", *args, "--csv", str(csv)]
 
 
 def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher: str) -> list[str]:
     command = variant_command(task, args, csv)
     if task.link_gbps is not None:
-        return [sys.executable, "-m", "benchmarks.cluster", "run", "--name", CLUSTER_NAME,
+        return [sys.executable, "-m", "ccbench.scripts.cluster", "run", "--name", CLUSTER_NAME,
                 "-n", str(task.ranks), "--", *command]  # fmt: skip
     if launcher == "srun":
         mpi = os.environ.get("CCBENCH_SRUN_MPI") or spec.slurm.get("mpi", "pmix")
@@ -321,7 +321,7 @@ def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher:
 
 
 def _cluster(action: str, *args: str) -> None:
-    cmd = [sys.executable, "-m", "benchmarks.cluster", action, "--name", CLUSTER_NAME, *args]
+    cmd = [sys.executable, "-m", "ccbench.scripts.cluster", action, "--name", CLUSTER_NAME, *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=package_env())
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()
@@ -392,51 +392,60 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 class Progress:
-    """One status line on stderr: points done, tasks done, elapsed and time left."""
+    """Points and tasks done, failures, time left: a tqdm bar on a terminal, and one log
+    line per finished task when stderr is not a terminal (CI, SLURM output files)."""
 
     def __init__(self, total_points: int, total_tasks: int, stream=sys.stderr):
+        from tqdm import tqdm
+
         self.total, self.tasks_total = total_points, total_tasks
-        self.done = self.tasks_done = 0
+        self.done = self.tasks_done = self.tasks_failed = 0
         self.measured = 0  # points measured by this process: the rate for the time left
         self.start = time.monotonic()
-        self.stream, self.tty = stream, stream.isatty()
+        self.stream = stream
+        self.bar = tqdm(total=total_points, unit="point", file=stream, dynamic_ncols=True,
+                        disable=None, leave=True, desc="sweep")
+        self.tty = not self.bar.disable
         self.label = ""
+
+    def _advance(self, points: int) -> None:
+        points = max(0, min(points, self.total - self.done))
+        self.done += points
+        self.bar.update(points)  # a no-op when the bar is off
 
     def skipped(self, points: int) -> None:
         """Points found in the output already."""
-        self.done += points
+        self._advance(points)
 
     def point(self) -> None:
-        self.done = min(self.done + 1, self.total)
         self.measured += 1
-        self.draw()
+        self._advance(1)
 
-    def task_done(self, points_not_seen: int = 0) -> None:
+    def task_done(self, points_not_seen: int = 0, failed: bool = False) -> None:
         # sizes a variant skips (too small for the ranks) print no row
-        self.done = min(self.done + points_not_seen, self.total)
+        self._advance(points_not_seen)
         self.tasks_done += 1
+        self.tasks_failed += int(failed)
         self.draw(final=not self.tty)
 
     def line(self) -> str:
         elapsed = time.monotonic() - self.start
         left = _clock(elapsed / self.measured * (self.total - self.done)) if self.measured else "?"
-        width = 24
-        filled = int(width * self.done / self.total) if self.total else width
-        return (f"sweep [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} points, "
-                f"{self.tasks_done}/{self.tasks_total} tasks, {_clock(elapsed)} elapsed, "
-                f"~{left} left  {self.label}")  # fmt: skip
+        failed = f", {self.tasks_failed} failed" if self.tasks_failed else ""
+        return (f"sweep: {self.done}/{self.total} points, {self.tasks_done}/{self.tasks_total} "
+                f"tasks{failed}, {_clock(elapsed)} elapsed, ~{left} left  {self.label}")
 
     def draw(self, final: bool = False) -> None:
         if self.tty:
-            self.stream.write("\r\033[K" + self.line())
+            failed = f", {self.tasks_failed} failed" if self.tasks_failed else ""
+            self.bar.set_postfix_str(f"{self.tasks_done}/{self.tasks_total} tasks{failed} "
+                                     f"{self.label}")
         elif final:
             self.stream.write(self.line() + "\n")
-        self.stream.flush()
+            self.stream.flush()
 
     def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+        self.bar.close()
 
 
 class RowCounter:
@@ -472,6 +481,7 @@ def run_sweep(spec: Spec, selected: list[Task], launcher: str, echo: bool, fail_
     progress = Progress(sum(t.points for t in selected), len(selected), progress_stream)
     failed, invalid = [], []
     cluster_shape = None
+    ran = 0
     try:
         for task in order:
             sizes = todo[task.index]
@@ -479,6 +489,7 @@ def run_sweep(spec: Spec, selected: list[Task], launcher: str, echo: bool, fail_
             if not sizes:
                 progress.tasks_done += 1
                 continue
+            ran += 1
             progress.label = task.slug
             progress.draw()
             if task.link_gbps is not None:
@@ -492,17 +503,24 @@ def run_sweep(spec: Spec, selected: list[Task], launcher: str, echo: bool, fail_
             rows = RowCounter(progress, len(sizes) if task.sizes else 0)
             status = run_task(cmd, spec.output / "logs" / f"{task.slug}.log", spec.timeout,
                               echo, rows)  # fmt: skip
-            progress.task_done(len(sizes) - rows.counted)
-            if status == 1 and not remaining_sizes(spec, task):
+            finished = not remaining_sizes(spec, task)
+            if status == 1 and finished:
                 invalid.append(task)  # finished; some sizes failed validation
             elif status != 0:
                 failed.append(task)
-                if fail_fast:
-                    break
+            # a failed task's missing points are not progress: they stay to do
+            progress.task_done(len(sizes) - rows.counted if status == 0 or finished else 0,
+                               failed=status != 0 and not (status == 1 and finished))
+            if failed and fail_fast:
+                break
     finally:
         progress.close()
         if cluster_shape is not None:
             _cluster("down")
+    if not ran and echo:
+        print(f"ccbench sweep: nothing to do: the {progress.total} points of "
+              f"{len(selected)} task(s) are already in {spec.output} (--rerun measures "
+              "them again)", file=sys.stderr)
     return failed, invalid
 
 
@@ -592,7 +610,7 @@ def sbatch_commands(spec: Spec, tasks: list[Task], extra: list[str]) -> list[lis
 def merge_command(spec: Spec, job_ids: list[str], extra: list[str]) -> list[str]:
     out = spec.output.resolve()
     wrap = f"cd {shlex.quote(str(REPO))} && " + shlex.join(
-        [sys.executable, "-m", "benchmarks.sweep", str(spec.path.resolve()), "--output-dir",
+        [sys.executable, "-m", "ccbench.scripts.sweep", str(spec.path.resolve()), "--output-dir",
          str(out), "--merged", str(spec.merged.resolve()), "--merge-only"]
     )
     cmd = ["sbatch", "--parsable", f"--job-name=ccbench-{spec.name}-merge", "--ntasks=1",

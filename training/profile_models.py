@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.errors import UsageError
+from ccbench.kernels.errors import UsageError
 
 
 def _scaled(n: int, width: float, multiple: int = 1) -> int:

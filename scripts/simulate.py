@@ -1,14 +1,14 @@
 """MG-WFBP trace-based simulation: iteration time and scaling efficiency per strategy.
 
-    python -m benchmarks.simulate --model all --ranks 4:2048 --strategy all \\
+    ccbench simulate --model all --ranks 4:2048 --strategy all \\
         --link-gbps 10 --hop-latency-us 5 --csv results/mgwfbp_sim.csv
 
-Reads layer profiles (``results/profiles/<model>.csv``, from
-``python -m benchmarks.profile_layers``), plans every strategy under a ring-allreduce
-network model for each rank count, and prints iteration time, non-overlapped
-communication, number of groups and scaling efficiency. ``--measured CSV`` takes the
-network from an alpha-beta fit measured by ``benchmarks.merged_gradient`` instead
-(per-hop latency = alpha / 2(p-1), link rate = 2(p-1)/p / beta). Needs no torch, no MPI.
+Reads layer profiles (``results/profiles/<model>.csv``, from ``ccbench profile``), plans
+every strategy under a ring-allreduce network model for each rank count, and prints
+iteration time, non-overlapped communication, number of groups and scaling efficiency.
+``--measured CSV`` takes the network from an alpha-beta fit measured by the
+merged_gradient benchmark instead (per-hop latency = alpha / 2(p-1), link rate =
+2(p-1)/p / beta). Needs no torch, no MPI.
 """
 
 from __future__ import annotations
@@ -19,46 +19,19 @@ import sys
 import uuid
 from pathlib import Path
 
-import numpy as np
-
-from benchmarks.errors import UsageError
-from benchmarks.options import RankAwareParser
-from benchmarks.profile_layers import DEFAULT_DIR, MODEL_NAMES
-from benchmarks.results import append_rows, read_rows
-from collectives.costmodel import AlphaBeta, LinkModel
-from collectives.mgwfbp import Plan, parse_strategies, read_profile
-from collectives.simulator import powers_of_two, scale_compute, simulate
-
-# One schema for measured (benchmarks.merged_gradient) and simulated rows.
-COLUMNS = (
-    "run_id", "timestamp", "variant", "model", "strategy", "ranks", "nodes", "transport",
-    "measured_us", "measured_std_us", "predicted_us", "forward_us", "backward_us",
-    "measured_backward_us", "nonoverlapped_us", "measured_nonoverlapped_us", "comm_us",
-    "measured_comm_us",
-    "scaling_efficiency", "groups", "plan", "tensors", "total_bytes", "alpha_us",
-    "beta_us_per_byte", "fit_r2", "link_gbps", "hop_latency_us", "algorithm",
-    "compute_speedup", "iterations", "validation", "mpi_library", "hostname", "git_sha",
-)  # fmt: skip
-
-
-def plan_columns(p: Plan, cost: AlphaBeta) -> dict:
-    """The CSV columns that describe one plan and its prediction."""
-    return {
-        "strategy": p.strategy, "predicted_us": round(p.iteration_us, 3),
-        "forward_us": round(p.forward_us, 3), "backward_us": round(p.backward_us, 3),
-        "nonoverlapped_us": round(p.nonoverlapped_us, 3), "groups": p.ngroups,
-        "plan": p.stops_text, "tensors": p.stops[-1], "total_bytes": int(p.group_bytes.sum()),
-        "comm_us": round(float(np.sum(p.end_us - p.start_us)), 3),
-        "alpha_us": cost.alpha_us, "beta_us_per_byte": cost.beta_us_per_byte,
-    }  # fmt: skip
-
-
-def check_csv(path) -> None:
-    """Refuse, before any work, a results file written with other columns."""
-    if path and Path(path).is_file() and Path(path).stat().st_size > 0:
-        header, _ = read_rows(path)
-        if tuple(header) != COLUMNS:
-            raise UsageError(f"{path} holds results with other columns; write to a new file")
+from ccbench.benchmarks.options import RankAwareParser
+from ccbench.benchmarks.results import (
+    MGWFBP_COLUMNS,
+    PROFILE_DIR,
+    append_rows,
+    check_header,
+    profile_names,
+    read_rows,
+)
+from ccbench.collectives.costmodel import AlphaBeta, LinkModel
+from ccbench.collectives.mgwfbp import parse_strategies, plan_columns, read_profile
+from ccbench.collectives.simulator import powers_of_two, scale_compute, simulate
+from ccbench.kernels.errors import UsageError
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -79,7 +52,7 @@ def parse_ranks(text: str) -> list[int]:
 def profile_paths(models, profiles, profile_dir: Path) -> list[Path]:
     paths = [Path(p) for p in profiles or []]
     for spec in models or ([] if paths else ["all"]):
-        for name in (MODEL_NAMES if spec == "all" else spec.split(",")):
+        for name in (profile_names(profile_dir) if spec == "all" else spec.split(",")):
             paths.append(profile_dir / f"{name}.csv")
     return list(dict.fromkeys(paths))
 
@@ -102,17 +75,17 @@ def link_from_measurement(path) -> tuple[LinkModel, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = RankAwareParser(prog="python -m benchmarks.simulate",
-                             description=__doc__.split("\n\n")[0] + "\n\nmodels: "
-                             + ", ".join(MODEL_NAMES),
+    parser = RankAwareParser(prog="ccbench simulate",
+                             description=__doc__.split("\n\n")[0] + "\n\nprofiled models: "
+                             + ", ".join(profile_names()),
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append", metavar="NAME",
-                        help=f"profiled model, repeatable or comma-separated, or 'all' "
-                             f"({', '.join(MODEL_NAMES)}); default all")
+                        help="profiled model, repeatable or comma-separated, or 'all' "
+                             "(every profile in --profile-dir); default all")
     parser.add_argument("--profile", action="append", metavar="CSV",
                         help="a profile CSV by path (repeatable)")
-    parser.add_argument("--profile-dir", type=Path, default=DEFAULT_DIR,
-                        help=f"where --model profiles live (default {DEFAULT_DIR})")
+    parser.add_argument("--profile-dir", type=Path, default=PROFILE_DIR,
+                        help=f"where --model profiles live (default {PROFILE_DIR})")
     parser.add_argument("--ranks", default="4:2048",
                         help="rank counts: MIN:MAX in powers of two, or a list (default 4:2048)")
     parser.add_argument("--strategy", default="all",
@@ -138,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(opts) -> list[dict]:
     ranks = parse_ranks(opts.ranks)
-    check_csv(opts.csv)
+    check_header(opts.csv, MGWFBP_COLUMNS)
     strategies = parse_strategies(opts.strategy)
     if opts.compute_speedup <= 0:
         raise UsageError("--compute-speedup must be positive")
@@ -174,7 +147,7 @@ def run(opts) -> list[dict]:
                          **plan_columns(p, sim.cost),
                          "scaling_efficiency": round(sim.scaling_efficiency, 6)})
     if opts.csv:
-        append_rows(opts.csv, rows, COLUMNS)
+        append_rows(opts.csv, rows, MGWFBP_COLUMNS)
     return rows
 
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from benchmarks.errors import UsageError
-from benchmarks.merge import HARNESS, POINT_KEY_COLUMNS, key_columns, merge_rows, schema_groups
-from benchmarks.results import csv_files
+from ccbench.benchmarks.results import csv_files
+from ccbench.kernels.errors import UsageError
+from ccbench.scripts.merge import HARNESS, POINT_KEY_COLUMNS, key_columns, merge_rows, schema_groups
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,105 @@
+"""The `ccbench` command: runs a benchmark variant or one of the tools that drive runs.
+
+    mpiexec -n 2 ccbench baseline --collective allgather -m 1:1M -f -c
+    ccbench sweep sweeps/local.toml
+    ccbench plot results/local -o results/local/figures
+
+`ccbench VARIANT ...` is `python -m ccbench.benchmarks.VARIANT ...`: the same program,
+started under `mpiexec` (or `srun`) for the MPI variants.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from ccbench.kernels.errors import UsageError
+
+# Benchmark variants: name -> (needs MPI ranks, what it measures)
+VARIANTS = {
+    "baseline": (True, "the MPI library's collectives, and the same ring by hand"),
+    "p2p_compressed": (True, "ring collectives compressing and decompressing at every hop"),
+    "coll_compressed": (True, "compress once, forward compressed bytes, pipelined (seed 000)"),
+    "sparse_streaming": (True, "OmniReduce: non-zero blocks streamed through aggregators "
+                               "(seed 001)"),
+    "merged_gradient": (True, "MG-WFBP: layer gradients merged into optimal allreduces "
+                              "(seed 002)"),
+    "training": (True, "sharded data-parallel training over the compressed collectives"),
+    "codec_throughput": (False, "encode / decode throughput of every codec against a copy"),
+    "overhead": (True, "the harness's per-call cost against a bare loop and OSU's C loop"),
+}
+
+# Tools: name -> (module:function taking argv and returning an exit status, help)
+SUBCOMMANDS = {
+    "list": ("ccbench.scripts.cli:list_variants", "list the benchmark variants"),
+    "cluster": ("ccbench.scripts.cluster:main", "emulated bandwidth-limited cluster on this host"),
+    "sweep": ("ccbench.scripts.sweep:main", "run a sweep spec on local ranks or SLURM"),
+    "merge": ("ccbench.scripts.merge:main", "combine result CSVs of one schema"),
+    "regress": ("ccbench.scripts.regress:main", "compare exact metrics against a reference"),
+    "plot": ("ccbench.plots.cli:main", "draw the comparison figures from result CSVs"),
+    "profile": ("ccbench.scripts.profile_layers:main", "profile MG-WFBP's models layer by layer"),
+    "simulate": ("ccbench.scripts.simulate:main", "MG-WFBP trace-based simulation to 2048 ranks"),
+}
+
+
+def list_variants(argv: list[str]) -> int:
+    width = max(map(len, VARIANTS))
+    print("Variants (run as: mpiexec -n N ccbench <variant> --help, or "
+          "python -m ccbench.benchmarks.<variant>):")
+    for name, (mpi, text) in VARIANTS.items():
+        how = "" if mpi else "  [one process, no mpiexec]"
+        print(f"  {name:<{width}}  {text}{how}")
+    return 0
+
+
+def usage() -> str:
+    width = max(map(len, [*SUBCOMMANDS, *VARIANTS]))
+    lines = ["usage: ccbench <command> [options]", "", "tools:"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    lines += ["", "benchmark variants (under mpiexec):"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in VARIANTS.items()]
+    return "\n".join(lines)
+
+
+def _target(name: str) -> tuple[str, str]:
+    if name in VARIANTS:
+        return f"ccbench.benchmarks.{name}", "main"
+    module, function = SUBCOMMANDS[name][0].split(":")
+    return module, function
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS and name not in VARIANTS:
+        print(f"ccbench: error: unknown command {name!r}\n{usage()}", file=sys.stderr)
+        return 2
+    module_name, function = _target(name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        print(f"ccbench: error: {name} is not available in this installation", file=sys.stderr)
+        return 2
+    try:
+        return int(getattr(module, function)(rest) or 0)
+    except UsageError as exc:
+        print(f"ccbench {name}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def entry() -> int:
+    """Console-script entry: `ccbench ... | head` ends quietly."""
+    try:
+        return main()
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(entry())

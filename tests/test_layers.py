@@ -1,0 +1,135 @@
+"""The house's layering, read from the source: imports point down the data's path, no loops.
+
+Floors, from the bottom (docs/architecture.md):
+
+    kernels (errors, vocabulary at its very bottom) <- collectives <- training
+        <- benchmarks <- plots <- scripts
+
+Every import of a ccbench module, at module level or inside a function, counts.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FLOORS = {"kernels": 1, "collectives": 2, "training": 3, "benchmarks": 4, "plots": 5,
+          "scripts": 6}
+# The bottom of the bottom floor: they import nothing of ccbench.
+FOUNDATION = {"ccbench.kernels.errors", "ccbench.kernels.vocabulary"}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for room in FLOORS:
+        for path in sorted((REPO / room).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(("ccbench", *parts))] = path
+    return found
+
+
+MODULES = modules()
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module named by an import statement anywhere in the file."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            # `from ccbench.kernels import arrays` names the module ccbench.kernels.arrays
+            names.update(f"{node.module}.{alias.name}" for alias in node.names
+                         if f"{node.module}.{alias.name}" in MODULES)
+    return names
+
+
+def ccbench_imports(path: Path) -> set[str]:
+    return {name for name in imports_of(path) if name.startswith("ccbench.")}
+
+
+def floor(module: str) -> int:
+    return FLOORS[module.split(".")[1]]
+
+
+def test_every_room_has_modules():
+    for room in FLOORS:
+        assert any(m.split(".")[1] == room for m in MODULES), room
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down(module):
+    path = MODULES[module]
+    for target in ccbench_imports(path):
+        assert target.split(".")[1] in FLOORS, f"{module} imports {target}, outside the house"
+        assert floor(target) <= floor(module), (
+            f"{module} (floor {floor(module)}) imports {target} (floor {floor(target)}): "
+            "an arrow that runs back up"
+        )
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_import_of_the_old_top_level_names(module):
+    """Installed names live under ccbench only; a bare `benchmarks` would collide."""
+    for name in imports_of(MODULES[module]):
+        assert name.split(".")[0] not in FLOORS, f"{module} imports {name}"
+
+
+def test_the_foundation_imports_nothing_of_ccbench():
+    for module in FOUNDATION:
+        assert ccbench_imports(MODULES[module]) == set(), module
+
+
+def test_no_import_loops():
+    graph = {m: {t for t in ccbench_imports(p) if t in MODULES and t != m}
+             for m, p in MODULES.items()}
+    # a package's __init__ is imported on the way to its modules: not an edge of the data
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                loop = stack[stack.index(nxt):] + [nxt]
+                pytest.fail("import loop: " + " -> ".join(loop))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+
+
+def test_benchmarks_hold_the_harness_and_variants_only():
+    """No tool in benchmarks/: its modules are the harness pieces and the variants."""
+    harness = {"__init__", "harness", "options", "osu_format", "results", "environment",
+               "compressed_base", "progress", "statistics", "timing_c"}
+    from ccbench.scripts.cli import VARIANTS
+
+    names = {p.stem for p in (REPO / "benchmarks").glob("*.py")}
+    assert names - harness == set(VARIANTS), names - harness - set(VARIANTS)
+
+
+def test_no_variant_imports_another_variant():
+    from ccbench.scripts.cli import VARIANTS
+
+    variants = {f"ccbench.benchmarks.{name}" for name in VARIANTS}
+    for module in variants:
+        others = ccbench_imports(MODULES[module]) & (variants - {module})
+        assert not others, f"{module} imports {others}"
+
+
+def test_collective_names_are_defined_once():
+    literal = '("allgather", "reduce_scatter", "allreduce")'
+    holders = [m for m, p in MODULES.items() if literal in p.read_text()]
+    assert holders == ["ccbench.kernels.vocabulary"], holders

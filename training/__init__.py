@@ -1,0 +1,1 @@
+"""ccbench training: the models, the sharded trainer and the layer profiler (torch)."""
