@@ -1,11 +1,19 @@
-"""Training benchmark: sharded data-parallel training over ccbench's collectives.
+"""Training benchmark: data-parallel training whose communication goes through ccbench.
 
     mpiexec -n 4 python -m ccbench.benchmarks.training --model lm-small \\
-        --variant coll_compressed --codec fp16 --steps 100 --csv results/training.csv
+        --framework fsdp --variant coll_compressed --codec fp16 --steps 100 \\
+        --csv results/training.csv
 
-Prints the loss and the time per step (compute and communication) as it trains, then a
-summary: time per step, throughput, final training loss, held-out loss and accuracy.
-With --csv, appends one row per step and one summary row (``row`` = step / summary).
+``--framework own`` is the compact ZeRO-3-style trainer (training/sharded.py); ``fsdp`` and
+``ddp`` are stock PyTorch FSDP2 and DDP with ccbench's collectives plugged in (custom
+all-gather / reduce-scatter, a comm hook); ``mgwfbp`` runs MG-WFBP's merged allreduces
+from gradient-ready hooks of the real backward pass. ``--variant torch`` is
+torch.distributed's own collectives (and, with DDP, torch's fp16 / bf16 / PowerSGD hooks).
+
+Prints the loss and the time per step (forward, backward, exposed communication) as it
+trains, then a summary: time per step, throughput, final training loss, held-out loss and
+accuracy. With --csv, appends one row per step and one summary row (``row`` = step /
+summary; MG-WFBP: one summary row per strategy).
 """
 
 from __future__ import annotations
@@ -16,23 +24,30 @@ from ccbench.kernels.errors import UsageError
 from ccbench.training.loop import TrainConfig, TrainResult, build_trainer, run_training
 
 COLUMNS = (
-    "run_id", "timestamp", "row", "variant", "algorithm", "codec", "compress",
-    "error_feedback", "model", "dataset", "params", "ranks", "nodes", "global_batch", "lr",
-    "seed", "steps", "step", "loss", "step_us", "compute_us", "comm_us", "allgather_us",
-    "reduce_scatter_us", "max_step_us", "wire_bytes_per_rank", "throughput",
-    "throughput_unit", "held_out_loss", "held_out_accuracy", "link_gbps", "mpi_library",
-    "hostname", "git_sha",
+    "run_id", "timestamp", "row", "framework", "variant", "algorithm", "codec", "compress",
+    "error_feedback", "overlap", "strategy", "model", "dataset", "params", "ranks", "nodes",
+    "global_batch", "lr", "seed", "steps", "step", "loss", "step_us", "compute_us",
+    "comm_us", "forward_us", "backward_us", "optimizer_us", "allgather_us",
+    "reduce_scatter_us", "allreduce_us", "comm_busy_us", "predicted_us", "groups",
+    "max_step_us", "wire_bytes_per_rank", "throughput", "throughput_unit", "held_out_loss",
+    "held_out_accuracy", "link_gbps", "mpi_library", "hostname", "git_sha",
 )  # fmt: skip
+TIME_COLUMNS = ("step_us", "compute_us", "comm_us", "forward_us", "backward_us",
+                "optimizer_us", "allgather_us", "reduce_scatter_us", "allreduce_us",
+                "comm_busy_us")
 
 # ----------------------------------------------------------------------- output
 
 
 def result_rows(result: TrainResult, comm, meta: dict) -> list[dict]:
     c = result.config
+    stream = c.framework != "own"
     constant = {
-        **meta, "variant": c.variant, "algorithm": result_algorithm(c), "codec": c.codec,
-        "compress": c.compress if c.variant != "baseline" else "",
-        "error_feedback": int(c.error_feedback), "model": result.model_name,
+        **meta, "framework": c.framework, "variant": c.variant,
+        "algorithm": result_algorithm(c), "codec": c.codec,
+        "compress": c.compress if c.codec not in ("none",) and c.variant != "torch" else "",
+        "error_feedback": int(c.error_feedback), "overlap": int(c.overlap) if stream else "",
+        "model": result.model_name,
         "dataset": result.dataset, "params": result.params, "ranks": comm.size,
         "global_batch": result.global_batch, "lr": result.lr, "seed": c.seed,
         "steps": c.steps, "throughput_unit": f"{result.unit}/s",
@@ -41,21 +56,30 @@ def result_rows(result: TrainResult, comm, meta: dict) -> list[dict]:
     for i in range(len(result.loss)):
         step = i + 1
         held_out = result.evals.get(step, (None, None))
+        strategy = {}
+        if result.strategies:
+            k = int(result.strategy[i])
+            strategy = {"strategy": result.strategies[k],
+                        "predicted_us": result.predicted_us[k],
+                        "groups": result.plan_groups[k]}
         rows.append({
             **constant, "row": "step", "step": step, "loss": float(result.loss[i]),
-            **{k: float(v[i]) for k, v in result.times.items()},
-            "comm_us": float(result.times["allgather_us"][i]
-                             + result.times["reduce_scatter_us"][i]),
+            **{k: float(v[i]) for k, v in result.times.items()}, **strategy,
             "max_step_us": float(result.max_step_us[i]),
             "wire_bytes_per_rank": float(result.wire_bytes[i]) or None,
             "held_out_loss": held_out[0], "held_out_accuracy": held_out[1],
         })
-    rows.append({**constant, "row": "summary", "step": None, **result.summary()})
+    for summary in result.summaries():
+        rows.append({**constant, "row": "summary", "step": None, **summary})
     return rows
 
 
 def result_algorithm(config: TrainConfig) -> str:
-    return config.algorithm if config.variant == "baseline" else "ring"
+    if config.variant == "baseline":
+        return config.algorithm
+    if config.variant in ("torch", "sparse_streaming"):
+        return {"torch": "torch", "sparse_streaming": "omnireduce"}[config.variant]
+    return "ring"
 
 
 def print_steps(result: TrainResult, every: int) -> None:
@@ -63,19 +87,20 @@ def print_steps(result: TrainResult, every: int) -> None:
         step = i + 1
         if step % every and step != len(result.loss) and step != 1:
             continue
-        t = result.times
-        comm_ms = (t["allgather_us"][i] + t["reduce_scatter_us"][i]) / 1e3
-        print(f"  {step:>6} {loss:>9.4f} {t['step_us'][i] / 1e3:>10.2f} "
-              f"{t['compute_us'][i] / 1e3:>11.2f} {comm_ms:>9.2f}")
+        t = {k: v[i] / 1e3 for k, v in result.times.items()}
+        print(f"  {step:>6} {loss:>9.4f} {t['step_us']:>9.2f} {t['forward_us']:>9.2f} "
+              f"{t['backward_us']:>9.2f} {t['comm_us']:>9.2f} {t['comm_busy_us']:>9.2f}")
 
 
 def print_summary(result: TrainResult) -> None:
     s = result.summary()
     timed = len(result.loss) - result.timed().start
     print(f"# time per step {s['step_us'] / 1e3:.2f} ms over the last {timed} steps "
-          f"(compute {s['compute_us'] / 1e3:.2f} ms, communication {s['comm_us'] / 1e3:.2f} "
-          f"ms: allgather {s['allgather_us'] / 1e3:.2f}, reduce-scatter "
-          f"{s['reduce_scatter_us'] / 1e3:.2f})")
+          f"(forward {s['forward_us'] / 1e3:.2f} ms, backward {s['backward_us'] / 1e3:.2f} "
+          f"ms, optimizer {s['optimizer_us'] / 1e3:.2f} ms; communication exposed "
+          f"{s['comm_us'] / 1e3:.2f} ms of {s['comm_busy_us'] / 1e3:.2f} ms in collectives: "
+          f"allgather {s['allgather_us'] / 1e3:.2f}, reduce-scatter "
+          f"{s['reduce_scatter_us'] / 1e3:.2f}, allreduce {s['allreduce_us'] / 1e3:.2f})")
     print(f"# throughput {s['throughput']:.1f} {result.unit}/s")
     if s["wire_bytes_per_rank"]:
         print(f"# wire bytes per rank per step {s['wire_bytes_per_rank']:.0f}")
@@ -84,26 +109,45 @@ def print_summary(result: TrainResult) -> None:
     if s["held_out_loss"] is not None:
         print(f"# held-out loss {s['held_out_loss']:.4f}, "
               f"held-out accuracy {s['held_out_accuracy']:.4f}")
+    if result.strategies:
+        print(f"# {'strategy':<12} {'groups':>6} {'predicted_ms':>12} {'measured_ms':>12} "
+              f"{'err%':>6} {'step_ms':>8} {'exposed_ms':>10}")
+        for summary in result.summaries():
+            # the planner's iteration: forward + backward + non-overlapped communication
+            measured = summary["step_us"] - summary["optimizer_us"]
+            err = 100 * (summary["predicted_us"] - measured) / measured
+            print(f"  {summary['strategy']:<12} {summary['groups']:>6} "
+                  f"{summary['predicted_us'] / 1e3:>12.2f} {measured / 1e3:>12.2f} "
+                  f"{err:>6.1f} {summary['step_us'] / 1e3:>8.2f} "
+                  f"{summary['comm_us'] / 1e3:>10.2f}")
 
 
 # ----------------------------------------------------------------------- command line
 
 
 def build_parser(quiet: bool) -> RankAwareParser:
+    from ccbench.training.frameworks import FRAMEWORKS
     from ccbench.training.models import DEFAULT_MODEL, MODELS
-    from ccbench.training.sharded import COMPRESS, VARIANTS
+    from ccbench.training.torch_comm import COMPRESS, VARIANTS
 
     models = "\n".join(f"  {name:<11} {text}" for name, (_, text) in MODELS.items())
     parser = RankAwareParser(
         prog="python -m ccbench.benchmarks.training", quiet=quiet,
-        description="Sharded data-parallel (FSDP/ZeRO-3-style) training whose parameter "
-                    "allgather and gradient reduce-scatter go through ccbench's collectives.",
+        description="Data-parallel training (the compact sharded trainer, stock PyTorch "
+                    "FSDP2 or DDP, or MG-WFBP on a real backward pass) whose communication "
+                    "goes through ccbench's collectives.",
         epilog=f"models:\n{models}",
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"default {DEFAULT_MODEL}")
+    parser.add_argument("--framework", choices=FRAMEWORKS, default="own",
+                        help="own: the compact sharded trainer (default); fsdp: PyTorch "
+                             "FSDP2 with custom all-gather / reduce-scatter; ddp: PyTorch DDP "
+                             "with a comm hook; mgwfbp: merged allreduces from gradient hooks")
     parser.add_argument("--variant", choices=VARIANTS, default="baseline",
-                        help="which collectives carry parameters and gradients")
+                        help="which collectives carry parameters and gradients; torch: "
+                             "torch.distributed's own (gloo / NCCL), with DDP also its "
+                             "fp16, bf16 and powersgd hooks (--codec)")
     parser.add_argument("--algorithm", choices=("mpi", "ring"), default="mpi",
                         help="baseline only: the MPI library's collectives or ccbench's ring")
     parser.add_argument("--codec", default="none",
@@ -135,9 +179,29 @@ def build_parser(quiet: bool) -> RankAwareParser:
                         help="torch threads per rank (default 1)")
     parser.add_argument("--log-every", type=positive_int, default=10,
                         help="print every N-th step (default 10)")
+    parser.add_argument("--no-overlap", dest="overlap", action="store_false",
+                        help="fsdp / ddp / mgwfbp: run every collective on the training "
+                             "thread instead of the communication thread")
+    parser.add_argument("--strategy", default="mgwfbp",
+                        help="mgwfbp: comma-separated wfbp, single, fixed:BYTES, ddp:BYTES, "
+                             "mgwfbp, optimal or all; steps rotate through them (default "
+                             "mgwfbp)")
+    parser.add_argument("--bucket-cap-mb", type=float, default=None,
+                        help="ddp: bucket size (default DDP's 25)")
+    parser.add_argument("--powersgd-rank", type=positive_int, default=4,
+                        help="--variant torch --codec powersgd: matrix rank (default 4)")
+    parser.add_argument("--profile-iterations", type=positive_int, default=5,
+                        help="mgwfbp: backward passes profiled before training (default 5)")
+    parser.add_argument("--fit-min", type=parse_size, default=4096, metavar="BYTES",
+                        help="mgwfbp: smallest allreduce of the cost-model sweep (default 4K)")
+    parser.add_argument("--fit-seconds", type=float, default=0.2,
+                        help="mgwfbp: seconds per size of the cost-model sweep (default 0.2)")
     parser.add_argument("--csv", metavar="PATH", help="append per-step and summary rows here")
     parser.add_argument("--json", metavar="PATH", help="write the summary and environment")
     return parser
+
+
+TORCH_CODECS = ("none", "fp16", "bf16", "powersgd")
 
 
 def config_from_options(opts) -> TrainConfig:
@@ -145,21 +209,58 @@ def config_from_options(opts) -> TrainConfig:
         raise UsageError("--lr must be positive")
     if opts.clip < 0:
         raise UsageError("--clip must not be negative")
-    if opts.variant == "baseline" and opts.codec != "none":
-        raise UsageError("the baseline sends uncompressed data: use a compressed variant "
-                         f"for --codec {opts.codec}")
-    if opts.variant != "baseline" and opts.codec == "none":
+    if opts.fit_seconds <= 0:
+        raise UsageError("--fit-seconds must be positive")
+    if opts.variant in ("baseline", "sparse_streaming") and opts.codec != "none":
+        raise UsageError(f"the {opts.variant} variant sends uncompressed data: use a "
+                         f"compressed variant for --codec {opts.codec}")
+    if opts.variant in ("p2p_compressed", "coll_compressed") and opts.codec == "none":
         raise UsageError(f"--variant {opts.variant} needs a codec, e.g. --codec fp16")
-    from ccbench.kernels.codecs import parse_codec
+    if opts.variant == "torch":
+        if opts.codec not in TORCH_CODECS:
+            raise UsageError(f"--variant torch takes --codec {', '.join(TORCH_CODECS)}")
+    else:
+        from ccbench.kernels.codecs import parse_codec
 
-    opts.codec = parse_codec(opts.codec).spec  # canonical spelling, as in the other CSVs
+        opts.codec = parse_codec(opts.codec).spec  # canonical spelling, as in the other CSVs
+    if opts.framework == "mgwfbp":
+        from ccbench.collectives.mgwfbp import parse_strategies
+
+        opts.strategy = ",".join(s.label for s in parse_strategies(opts.strategy))
     return TrainConfig(
-        model=opts.model, variant=opts.variant, algorithm=opts.algorithm, codec=opts.codec,
-        compress=opts.compress, error_feedback=opts.error_feedback, steps=opts.steps,
-        batch=opts.batch, lr=opts.lr, seed=opts.seed, warmup=opts.warmup, clip=opts.clip,
-        eval_every=opts.eval_every, final_window=opts.final_window, threads=opts.threads,
-        chunk_bytes=opts.chunk_bytes,
+        model=opts.model, framework=opts.framework, variant=opts.variant,
+        algorithm=opts.algorithm, codec=opts.codec, compress=opts.compress,
+        error_feedback=opts.error_feedback, steps=opts.steps, batch=opts.batch, lr=opts.lr,
+        seed=opts.seed, warmup=opts.warmup, clip=opts.clip, eval_every=opts.eval_every,
+        final_window=opts.final_window, threads=opts.threads, chunk_bytes=opts.chunk_bytes,
+        overlap=opts.overlap, strategy=opts.strategy, bucket_cap_mb=opts.bucket_cap_mb,
+        powersgd_rank=opts.powersgd_rank, profile_iterations=opts.profile_iterations,
     )
+
+
+def cost_model(comm, opts, root: bool):
+    """``cost(transport, profile) -> AlphaBeta`` for MG-WFBP: an allreduce size sweep
+    through the transport, fitted as benchmarks.merged_gradient does, and printed."""
+    def cost(transport, profile):
+        import torch
+
+        from ccbench.benchmarks.merged_gradient import fit_sizes, measure_cost_model
+
+        count = profile.total_bytes // 4
+        send = torch.randn(count, generator=torch.Generator().manual_seed(comm.rank))
+        recv = send.clone()
+
+        def bind(_, r):
+            return lambda: (transport.allreduce(r), r.div_(comm.size))
+
+        sizes = fit_sizes(profile.total_bytes, opts.fit_min, comm.size)
+        fit, points = measure_cost_model(comm, bind, send, recv, sizes, opts.fit_seconds)
+        if root:
+            print(f"# allreduce cost model ({opts.variant}, {opts.codec}): {fit.describe()}",
+                  flush=True)
+        return fit.model
+
+    return cost
 
 
 def _setup(argv: list[str], comm):
@@ -177,12 +278,14 @@ def _train_and_report(argv: list[str], comm) -> int:
 
     root = comm.rank == 0
     opts, config, task = agreed(comm, lambda: _setup(argv, comm))
-    trainer = agreed(comm, lambda: build_trainer(comm, config, task))
+    cost = cost_model(comm, opts, root) if config.framework == "mgwfbp" else None
+    trainer = agreed(comm, lambda: build_trainer(comm, config, task, cost))
     agreed(comm, lambda: check_header(opts.csv, COLUMNS) if root else None)
     info = environment.run_info(comm, config.variant)
     if root:
         batch = config.batch or task.default_batch
-        print(f"# ccbench training: model {task.name} on {task.dataset}, variant "
+        print(f"# ccbench training: model {task.name} on {task.dataset}, framework "
+              f"{config.framework}, variant "
               f"{config.variant} ({result_algorithm(config)}), codec {config.codec}"
               f"{', error feedback' if config.error_feedback else ''}, {comm.size} ranks, "
               f"global batch {batch}, {config.steps} steps", flush=True)
@@ -194,7 +297,8 @@ def _train_and_report(argv: list[str], comm) -> int:
         result = run_training(comm, config, task=task, trainer=trainer, on_step=advance)
     if root:
         print(f"# {result.params} parameters")
-        print(f"# {'step':>6} {'loss':>9} {'step_ms':>10} {'compute_ms':>11} {'comm_ms':>9}")
+        print(f"# {'step':>6} {'loss':>9} {'step_ms':>9} {'fwd_ms':>9} {'bwd_ms':>9} "
+              f"{'exposed':>9} {'in_comm':>9}")
         print_steps(result, opts.log_every)
         print_summary(result)
         rows = result_rows(result, comm, info)
@@ -204,7 +308,9 @@ def _train_and_report(argv: list[str], comm) -> int:
         if opts.json:
             write_json_atomic(opts.json, {
                 "environment": environment.describe(info, argv, comm.size),
-                "config": vars(config), "summary": rows[-1], "steps": rows[:-1],
+                "config": vars(config), "summary": rows[-1],
+                "summaries": [r for r in rows if r["row"] == "summary"],
+                "steps": [r for r in rows if r["row"] == "step"],
             })
     return 0
 

@@ -1,7 +1,9 @@
 """The training loop of the training benchmark: configuration, steps, held-out evaluation.
 
-Collective over every rank of the communicator; the trainer (sharded.py) does the
-allgather / reduce-scatter through ccbench's collectives.
+Collective over every rank of the communicator. The trainer is the compact sharded one
+(``--framework own``, sharded.py), stock PyTorch FSDP2 or DDP with ccbench's collectives
+plugged in, or MG-WFBP on a real backward pass (``fsdp``, ``ddp``, ``mgwfbp``:
+frameworks.py).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import numpy as np
 
 from ccbench.kernels.errors import UsageError
 
-STEP_FIELDS = ("step_us", "allgather_us", "compute_us", "reduce_scatter_us")
+STEP_FIELDS = ("step_us", "allgather_us", "compute_us", "reduce_scatter_us", "forward_us",
+               "backward_us", "optimizer_us", "comm_us", "allreduce_us", "comm_busy_us")
 
 
 @dataclass
 class TrainConfig:
     model: str = "lm-small"
+    framework: str = "own"         # own (training/sharded.py), fsdp, ddp, mgwfbp
     variant: str = "baseline"
     algorithm: str = "mpi"
     codec: str = "none"
@@ -33,6 +37,11 @@ class TrainConfig:
     final_window: int = 10
     threads: int = 1
     chunk_bytes: int | None = None  # coll_compressed pipeline chunk; None: the default
+    overlap: bool = True           # fsdp / ddp / mgwfbp: communication on its own thread
+    strategy: str = "mgwfbp"       # mgwfbp: comma-separated strategies, rotated per step
+    bucket_cap_mb: float | None = None  # ddp: None is DDP's default (25)
+    powersgd_rank: int = 4
+    profile_iterations: int = 5    # mgwfbp: backward passes profiled before training
 
 
 @dataclass
@@ -53,68 +62,168 @@ class TrainResult:
     wire_bytes: np.ndarray            # per rank per step (mean over ranks); 0 = not counted
     evals: dict[int, tuple[float, float]] = field(default_factory=dict)  # step -> (loss, acc)
     final_params: np.ndarray | None = None
+    strategy: np.ndarray | None = None  # mgwfbp: index into strategies, per step
+    strategies: list[str] = field(default_factory=list)
+    predicted_us: list[float] = field(default_factory=list)  # per strategy (the planner)
+    plan_groups: list[int] = field(default_factory=list)     # per strategy
 
     def timed(self) -> slice:
         """The steps the timing averages use: all but the first ``warmup``."""
         warmup = min(self.config.warmup, max(len(self.loss) - 1, 0))
         return slice(warmup, None)
 
-    def summary(self) -> dict:
-        t = self.timed()
-        step_us = float(self.times["step_us"][t].mean())
-        comm = self.times["allgather_us"][t] + self.times["reduce_scatter_us"][t]
+    def summary(self, strategy: int | None = None) -> dict:
+        """Means over the timed steps (of one MG-WFBP strategy's steps, if given)."""
+        t = np.zeros(len(self.loss), dtype=bool)
+        t[self.timed()] = True
+        if strategy is not None and self.strategy is not None:
+            t &= self.strategy == strategy
+            if not t.any():  # too few steps: every step of the strategy
+                t = self.strategy == strategy
+        mean = {k: float(v[t].mean()) for k, v in self.times.items()}
         window = min(self.config.final_window, len(self.loss))
         wire = float(self.wire_bytes[t].mean())
         held_out = self.evals.get(len(self.loss), (None, None))
-        return {
-            "step_us": step_us,
-            "compute_us": float(self.times["compute_us"][t].mean()),
-            "comm_us": float(comm.mean()),
-            "allgather_us": float(self.times["allgather_us"][t].mean()),
-            "reduce_scatter_us": float(self.times["reduce_scatter_us"][t].mean()),
+        out = {
+            **mean,
             "max_step_us": float(self.max_step_us[t].mean()),
             "loss": float(self.loss[-window:].mean()),
             "wire_bytes_per_rank": wire if wire > 0 else None,
-            "throughput": self.units_per_step / (step_us * 1e-6),
+            "throughput": self.units_per_step / (mean["step_us"] * 1e-6),
             "held_out_loss": held_out[0],
             "held_out_accuracy": held_out[1],
         }
+        if strategy is not None and self.strategies:
+            out["strategy"] = self.strategies[strategy]
+            out["predicted_us"] = self.predicted_us[strategy]
+            out["groups"] = self.plan_groups[strategy]
+        return out
 
-
+    def summaries(self) -> list[dict]:
+        """One summary, or one per MG-WFBP strategy."""
+        if not self.strategies:
+            return [self.summary()]
+        return [self.summary(k) for k in range(len(self.strategies))]
 
 
 def evaluate(trainer, task, comm) -> tuple[float, float]:
     """Held-out mean loss and accuracy of the exact (uncompressed) parameters."""
     from ccbench.training.models import Metrics
 
-    trainer.gather_exact_parameters()
+    model = trainer.exact_model()
     n = task.held_out_size()
     lo, hi = n * comm.rank // comm.size, n * (comm.rank + 1) // comm.size
-    trainer.model.eval()
-    local: Metrics = task.evaluate(trainer.model, lo, hi)
-    trainer.model.train()
+    model.eval()
+    local: Metrics = task.evaluate(model, lo, hi)
+    model.train()
     total = np.empty(3)
     comm.mpi.Allreduce(np.array([local.loss_sum, local.correct, local.count], float), total)
     return float(total[0] / total[2]), float(total[1] / total[2])
 
 
-def build_trainer(comm, config: TrainConfig, task):
-    """The trainer for ``config`` (raises UsageError on values it cannot run)."""
+def build_trainer(comm, config: TrainConfig, task, cost=None):
+    """The trainer for ``config`` (raises UsageError on values it cannot run).
+
+    ``cost`` (mgwfbp only): ``cost(transport, profile) -> AlphaBeta``, the allreduce cost model
+    the planner uses; the benchmark measures it on the transport.
+    """
     import torch
 
     from ccbench.training.models import build_model
-    from ccbench.training.sharded import ShardedTrainer
 
     torch.set_num_threads(config.threads)
     batch = config.batch or task.default_batch
     if batch % comm.size:
         raise UsageError(f"the global batch ({batch}) must divide by the ranks ({comm.size})")
     model = build_model(task, config.seed)
-    return ShardedTrainer(
-        model, comm, variant=config.variant, algorithm=config.algorithm, codec=config.codec,
-        compress=config.compress, lr=config.lr or task.default_lr,
-        error_feedback=config.error_feedback, clip=config.clip, chunk_bytes=config.chunk_bytes,
+    lr = config.lr or task.default_lr
+    if config.framework == "own":
+        from ccbench.training.sharded import ShardedTrainer
+
+        if config.variant in ("torch", "sparse_streaming"):
+            raise UsageError(f"--variant {config.variant} runs with --framework fsdp, ddp "
+                             "or mgwfbp")
+        return ShardedTrainer(
+            model, comm, variant=config.variant, algorithm=config.algorithm,
+            codec=config.codec, compress=config.compress, lr=lr,
+            error_feedback=config.error_feedback, clip=config.clip,
+            chunk_bytes=config.chunk_bytes,
+        )
+    return _build_stream_trainer(comm, config, task, model, lr, cost)
+
+
+def torch_hook_of(config: TrainConfig) -> str:
+    """'none', 'fp16', 'bf16' or 'powersgd': torch's own hook of a --variant torch run."""
+    return config.codec.split(":")[0] if config.variant == "torch" else "none"
+
+
+def _build_stream_trainer(comm, config: TrainConfig, task, model, lr, cost):
+    from ccbench.training import frameworks
+    from ccbench.training.torch_comm import (
+        CommStream,
+        Transport,
+        TransportSpec,
+        init_torch_distributed,
     )
+
+    if config.framework not in frameworks.FRAMEWORKS:
+        raise UsageError(f"unknown framework {config.framework!r}; choose from "
+                         f"{', '.join(frameworks.FRAMEWORKS)}")
+    if config.clip:
+        raise UsageError("--clip is implemented by --framework own only")
+    torch_hook = torch_hook_of(config)
+    codec = config.codec
+    if config.variant == "torch":
+        if config.framework != "ddp" and codec != "none":
+            raise UsageError("torch's compression hooks (fp16, bf16, powersgd) are DDP comm "
+                             "hooks: use --framework ddp")
+        if torch_hook not in ("none", "fp16", "bf16", "powersgd"):
+            raise UsageError(f"--variant torch takes --codec none, fp16, bf16 or powersgd, "
+                             f"not {codec}")
+        if config.error_feedback:
+            raise UsageError("--error-feedback applies to ccbench codecs (PowerSGD keeps "
+                             "its own)")
+        codec = "none"
+    if config.variant == "sparse_streaming" and config.framework == "fsdp":
+        raise UsageError("sparse streaming is an allreduce: use --framework ddp or mgwfbp")
+    spec = TransportSpec(
+        variant=config.variant, algorithm=config.algorithm, codec=codec,
+        compress=config.compress, error_feedback=config.error_feedback,
+        chunk_bytes=config.chunk_bytes)
+    transport = Transport(comm, spec)
+    init_torch_distributed(comm)
+    stream = CommStream(overlap=config.overlap)
+    if config.framework == "fsdp":
+        from ccbench.training.models import build_model
+
+        return frameworks.FSDPTrainer(model, comm, transport, stream, lr,
+                                      build_replica=lambda: build_model(task, config.seed))
+    if config.framework == "ddp":
+        return frameworks.DDPTrainer(model, comm, transport, stream, lr, torch_hook,
+                                     config.bucket_cap_mb, config.powersgd_rank)
+    return _build_mgwfbp(comm, config, task, model, lr, transport, stream, cost)
+
+
+def _build_mgwfbp(comm, config, task, model, lr, transport, stream, cost):
+    from ccbench.collectives.mgwfbp import parse_strategies, plan
+    from ccbench.training.frameworks import MergedGradientTrainer, measure_profile
+
+    strategies = parse_strategies(config.strategy)
+    if cost is None:
+        raise UsageError("--framework mgwfbp needs an allreduce cost model")
+    batch = config.batch or task.default_batch
+    lo, hi = batch * comm.rank // comm.size, batch * (comm.rank + 1) // comm.size
+    inputs = task.batch(config.seed, 0, batch, lo, hi)  # step 0: never trained on
+    profile, order = measure_profile(model, lambda m: task.loss(m, inputs), comm,
+                                     iterations=config.profile_iterations, name=task.name)
+    alpha_beta = cost(transport, profile)
+    trainer = MergedGradientTrainer(model, comm, transport, stream, lr)
+    trainer.prepare(profile, order, [plan(s, profile, alpha_beta) for s in strategies])
+    trainer.profile, trainer.cost = profile, alpha_beta
+    return trainer
+
+
+RECORD_FIELDS = ("loss", *STEP_FIELDS, "wire_bytes", "strategy")
 
 
 def run_training(comm, config: TrainConfig, task=None, trainer=None, keep_params=False,
@@ -127,34 +236,39 @@ def run_training(comm, config: TrainConfig, task=None, trainer=None, keep_params
 
     task = task if task is not None else make_task(config.model)
     trainer = trainer if trainer is not None else build_trainer(comm, config, task)
-    model = trainer.model
     batch = config.batch or task.default_batch
     lr = config.lr or task.default_lr
     lo, hi = batch * comm.rank // comm.size, batch * (comm.rank + 1) // comm.size
     records, evals = [], {}
-    for step in range(1, config.steps + 1):
-        inputs = task.batch(config.seed, step, batch, lo, hi)  # the data loader's work
-        records.append(trainer.step(lambda m, b=inputs: task.loss(m, b)))
-        if on_step is not None:
-            on_step(step, records[-1].loss)
-        if step == config.steps or (config.eval_every and step % config.eval_every == 0):
-            evals[step] = evaluate(trainer, task, comm)
-    local = np.array(
-        [[r.loss, r.step_us, r.allgather_us, r.compute_us, r.reduce_scatter_us, r.wire_bytes]
-         for r in records]
-    )
+    try:
+        for step in range(1, config.steps + 1):
+            inputs = task.batch(config.seed, step, batch, lo, hi)  # the data loader's work
+            records.append(trainer.step(lambda m, b=inputs: task.loss(m, b)))
+            if on_step is not None:
+                on_step(step, records[-1].loss)
+            if step == config.steps or (config.eval_every and step % config.eval_every == 0):
+                evals[step] = evaluate(trainer, task, comm)
+        final = trainer.final_parameters() if keep_params else None
+    finally:
+        trainer.close()
+    local = np.array([[getattr(r, f) for f in RECORD_FIELDS] for r in records], dtype=float)
     mean = np.empty_like(local)
     comm.mpi.Allreduce(local, mean)
     mean /= comm.size
     slowest = np.empty(len(records))
     comm.mpi.Allreduce(np.ascontiguousarray(local[:, 1]), slowest, op=_mpi_max())
-    final = trainer.flat.params[: trainer.flat.numel].numpy().copy() if keep_params else None
+    column = {f: mean[:, i] for i, f in enumerate(RECORD_FIELDS)}
+    plans = getattr(trainer, "plans", [])
     return TrainResult(
         config=config, model_name=task.name, dataset=task.dataset,
-        params=parameter_count(model), global_batch=batch, lr=lr, unit=task.unit,
-        units_per_step=batch * task.units_per_sample(), loss=mean[:, 0],
-        times=dict(zip(STEP_FIELDS, mean[:, 1:5].T, strict=True)), max_step_us=slowest,
-        wire_bytes=mean[:, 5], evals=evals, final_params=final,
+        params=parameter_count(trainer.model), global_batch=batch, lr=lr, unit=task.unit,
+        units_per_step=batch * task.units_per_sample(), loss=column["loss"],
+        times={f: column[f] for f in STEP_FIELDS}, max_step_us=slowest,
+        wire_bytes=column["wire_bytes"], evals=evals, final_params=final,
+        strategy=local[:, -1].astype(int) if plans else None,
+        strategies=[p.strategy for p in plans],
+        predicted_us=[p.iteration_us for p in plans],
+        plan_groups=[p.ngroups for p in plans],
     )
 
 

@@ -152,12 +152,23 @@ def make_shard_collectives(
 
 @dataclass
 class StepRecord:
+    """One step of any trainer (training/frameworks.py has the others). ``comm_us`` is the
+    communication the step waited for (compute_us = step_us - comm_us); the collectives'
+    own times may overlap compute where a trainer overlaps them."""
+
     loss: float
     step_us: float
     allgather_us: float
     compute_us: float
     reduce_scatter_us: float
     wire_bytes: int
+    forward_us: float = 0.0
+    backward_us: float = 0.0
+    optimizer_us: float = 0.0
+    comm_us: float = 0.0
+    allreduce_us: float = 0.0
+    comm_busy_us: float = 0.0
+    strategy: int = 0          # index of the MG-WFBP strategy this step ran
 
 
 class ShardedTrainer:
@@ -197,6 +208,7 @@ class ShardedTrainer:
         t1 = time.perf_counter()
         flat.grads.zero_()
         loss = loss_fn(self.model)
+        t_forward = time.perf_counter()
         loss.backward()
         if self.residual is not None:
             self._add_error_feedback()
@@ -209,7 +221,10 @@ class ShardedTrainer:
         t4 = time.perf_counter()
         ag, rs = (t1 - t0) * 1e6, (t3 - t2) * 1e6 + clip_us
         total = (t4 - t0) * 1e6
-        return StepRecord(float(loss.detach()), total, ag, total - ag - rs, rs, comm.wire_bytes)
+        return StepRecord(float(loss.detach()), total, ag, total - ag - rs, rs, comm.wire_bytes,
+                          forward_us=(t_forward - t1) * 1e6, backward_us=(t2 - t_forward) * 1e6,
+                          optimizer_us=(t4 - t3) * 1e6 - clip_us, comm_us=ag + rs,
+                          comm_busy_us=ag + rs)
 
     def _add_error_feedback(self) -> None:
         """g += residual; residual = g - decode(encode(g)) (GRACE's residual memory).
@@ -237,3 +252,13 @@ class ShardedTrainer:
     def gather_exact_parameters(self) -> None:
         """Fill the model with the exact master shards (uncompressed, for evaluation)."""
         self.comm.library_call("allgather", self.shard.data, self.flat.params)()
+
+    def exact_model(self) -> nn.Module:
+        self.gather_exact_parameters()
+        return self.model
+
+    def final_parameters(self) -> np.ndarray:
+        return self.flat.params[: self.flat.numel].numpy().copy()
+
+    def close(self) -> None:
+        pass
