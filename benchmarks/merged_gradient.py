@@ -38,7 +38,7 @@ from ccbench.benchmarks.results import (
 )
 from ccbench.collectives.baseline import bind_collective
 from ccbench.collectives.comm import Communicator
-from ccbench.collectives.costmodel import AlphaBeta, Fit, fit_alpha_beta
+from ccbench.collectives.costmodel import AlphaBeta, Fit, fit_cost_model, fit_sizes
 from ccbench.collectives.mgwfbp import Profile, parse_strategies, plan, plan_columns, read_profile
 from ccbench.collectives.overlap import CommThread, Schedule, make_schedule, replay_iteration
 from ccbench.collectives.simulator import scale_compute
@@ -95,36 +95,12 @@ def make_transport(name: str, comm: Communicator) -> Transport:
 # ---------------------------------------------------------------- cost model
 
 
-def fit_sizes(total_bytes: int, low: int, ranks: int) -> list[int]:
-    """Powers of two from ``low`` up to the whole gradient, plus the whole gradient."""
-    quantum = ITEM * ranks  # whole elements, evenly split for the ring
-    sizes, s = [], max(low, quantum)
-    while s < total_bytes:
-        sizes.append(s // quantum * quantum)
-        s *= 2
-    sizes.append(max(quantum, total_bytes // quantum * quantum))
-    return sorted(set(sizes))
-
-
-def measure_cost_model(comm: Communicator, bind, send: np.ndarray, recv: np.ndarray,
-                       sizes: list[int], seconds_per_size: float) -> tuple[Fit, list[dict]]:
-    """Time one allreduce per size (OSU style) and fit alpha + beta * s."""
-    points = []
-    for size in sizes:
-        n = size // ITEM
-        run = bind(send[:n], recv[:n])
-        run()  # warm-up, and a first estimate of the time per call
-        t0 = MPI.Wtime()
-        run()
-        first = comm.mpi.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
-        iters = int(np.clip(seconds_per_size / max(first, 1e-6), 3, 200))
-        stats = measure(comm, run, iters, 1, "per-call")
-        # the slowest rank's mean (OSU's "Max Latency"): an iteration ends with its slowest rank
-        points.append({"size_bytes": size, "measured_us": stats["max_us"], "iterations": iters})
-    fit = fit_alpha_beta([p["size_bytes"] for p in points], [p["measured_us"] for p in points])
-    for p in points:
-        p["fitted_us"] = float(fit.model.time_us(p["size_bytes"]))
-    return fit, points
+def measure_cost_model(comm: Communicator, bind, send, recv, sizes: list[int],
+                       seconds_per_size: float) -> tuple[Fit, list[dict]]:
+    """Time one allreduce per size, OSU style (the slowest rank's mean, OSU's "Max
+    Latency": an iteration ends with its slowest rank), and fit alpha + beta * s."""
+    return fit_cost_model(comm.mpi, bind, send, recv, sizes, seconds_per_size,
+                          lambda run, iters: measure(comm, run, iters, 1, "per-call")["max_us"])
 
 
 def run_strategies(comm: Communicator, schedules: list[Schedule], stream: CommThread,

@@ -244,17 +244,20 @@ def cost_model(comm, opts, root: bool):
     def cost(transport, profile):
         import torch
 
-        from ccbench.benchmarks.merged_gradient import fit_sizes, measure_cost_model
+        from ccbench.benchmarks.harness import measure
+        from ccbench.collectives.costmodel import fit_cost_model, fit_sizes
 
         count = profile.total_bytes // 4
         send = torch.randn(count, generator=torch.Generator().manual_seed(comm.rank))
         recv = send.clone()
 
-        def bind(_, r):
+        def bind(_, r):  # in place, as the trainer does; divided so values stay bounded
             return lambda: (transport.allreduce(r), r.div_(comm.size))
 
         sizes = fit_sizes(profile.total_bytes, opts.fit_min, comm.size)
-        fit, points = measure_cost_model(comm, bind, send, recv, sizes, opts.fit_seconds)
+        fit, _ = fit_cost_model(
+            comm.mpi, bind, send, recv, sizes, opts.fit_seconds,
+            lambda run, iters: measure(comm, run, iters, 1, "per-call")["max_us"])
         if root:
             print(f"# allreduce cost model ({opts.variant}, {opts.codec}): {fit.describe()}",
                   flush=True)

@@ -139,3 +139,51 @@ class LinkModel:
             raise ValueError("beta must be positive to infer a link rate")
         return cls(link_gbps=8e-3 * 2 * (p - 1) / p / model.beta_us_per_byte,
                    hop_latency_us=model.alpha_us / (2 * (p - 1)))
+
+
+# ---------------------------------------------------------------- measuring a fit
+
+
+def fit_sizes(total_bytes: int, low: int, ranks: int, item: int = 4) -> list[int]:
+    """Powers of two from ``low`` up to ``total_bytes``, plus ``total_bytes``, each a whole
+    number of ``item``-byte elements that splits evenly over ``ranks``."""
+    quantum = item * ranks
+    sizes, s = [], max(low, quantum)
+    while s < total_bytes:
+        sizes.append(s // quantum * quantum)
+        s *= 2
+    sizes.append(max(quantum, total_bytes // quantum * quantum))
+    return sorted(set(sizes))
+
+
+def fit_cost_model(mpi_comm, bind, send, recv, sizes: list[int], seconds_per_size: float,
+                   timer, item: int = 4) -> tuple[Fit, list[dict]]:
+    """Time one collective per size and fit ``alpha + beta * s`` (``fit_alpha_beta``).
+
+    ``bind(send[:n], recv[:n])`` returns the call for n elements; ``timer(run,
+    iterations)`` times it and returns microseconds per call, the same on every rank of
+    ``mpi_comm`` (the harness's OSU-style timing). About ``seconds_per_size`` per size.
+    """
+    import time
+
+    points = []
+    for size in sizes:
+        n = size // item
+        run = bind(send[:n], recv[:n])
+        run()  # warm-up, and a first estimate of the time per call
+        t0 = time.perf_counter()
+        run()
+        first = mpi_comm.allreduce(time.perf_counter() - t0, op=_mpi_max())
+        iters = int(np.clip(seconds_per_size / max(first, 1e-6), 3, 200))
+        points.append({"size_bytes": size, "measured_us": float(timer(run, iters)),
+                       "iterations": iters})
+    fit = fit_alpha_beta([p["size_bytes"] for p in points], [p["measured_us"] for p in points])
+    for p in points:
+        p["fitted_us"] = float(fit.model.time_us(p["size_bytes"]))
+    return fit, points
+
+
+def _mpi_max():
+    from mpi4py import MPI
+
+    return MPI.MAX

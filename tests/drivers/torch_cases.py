@@ -1,0 +1,195 @@
+"""Cases for tests/test_torch_training.py: stock FSDP2 and DDP steps on ccbench's collectives.
+
+Run on 2 ranks (``python -m tests.drivers.torch_cases``); rank 0 prints one JSON line per
+case. Every collective FSDP or DDP hands to ccbench is checked, on the same inputs, against
+torch.distributed's own collective (gloo): the largest error and the codec's stated bound
+for those inputs are reported, so the test can assert error <= bound.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+VARIANTS = [  # (variant, algorithm, codec, compress, error feedback)
+    ("baseline", "mpi", "none", "both", False),
+    ("baseline", "ring", "none", "both", False),
+    ("p2p_compressed", "ring", "fp16", "both", False),
+    ("coll_compressed", "ring", "fp16", "both", False),
+    ("coll_compressed", "ring", "bfp:rate=8", "both", True),
+    ("p2p_compressed", "ring", "bf16", "grads", False),
+]
+DDP_ONLY = [("sparse_streaming", "mpi", "none", "both", False)]
+TORCH_HOOKS = ["none", "fp16", "bf16", "powersgd"]
+STEPS = 3
+
+
+def case_id(framework, variant, algorithm, codec, compress="both", feedback=False,
+            overlap=True) -> str:
+    return "-".join(map(str, (framework, variant, algorithm, codec, compress, int(feedback),
+                              int(overlap))))
+
+
+def checked_transport(comm, spec):
+    """A Transport that compares each result with gloo's on a copy of the same inputs."""
+    import torch
+    import torch.distributed as dist
+
+    from ccbench.training.torch_comm import Transport
+
+    class Checked(Transport):
+        checks: list = []
+
+        def _amaxes(self, x) -> list[float]:
+            mine = torch.tensor([float(x.abs().max()) if x.numel() else 0.0])
+            out = torch.empty(comm.size)
+            dist.all_gather_into_tensor(out, mine)
+            return out.tolist()
+
+        def _record(self, collective, got, want, amaxes):
+            bound = self.error_bound(collective, amaxes)
+            err = float((got - want).abs().max()) if got.numel() else 0.0
+            # lossless: exact up to float32 summation order
+            limit = bound if bound is not None else 1e-6 * max(1.0, sum(amaxes))
+            self.checks.append({"collective": collective, "err": err, "limit": limit,
+                                "exact": bound is None, "n": int(got.numel())})
+
+        def allgather(self, send, recv):
+            inp = send.clone()
+            super().allgather(send, recv)
+            want = torch.empty_like(recv)
+            dist.all_gather_into_tensor(want, inp)
+            self._record("allgather", recv, want, self._amaxes(inp))
+
+        def reduce_scatter(self, send, recv):
+            inp = send.clone()
+            super().reduce_scatter(send, recv)
+            want = torch.empty_like(recv)
+            dist.reduce_scatter_tensor(want, inp)
+            self._record("reduce_scatter", recv, want, self._amaxes(inp))
+
+        def allreduce(self, buf):
+            want = buf.clone()
+            amaxes = self._amaxes(want)
+            super().allreduce(buf)
+            dist.all_reduce(want)
+            self._record("allreduce", buf, want, amaxes)
+
+    return Checked(comm, spec)
+
+
+def run_case(comm, task, framework, variant, algorithm, codec, compress, feedback,
+             overlap=True, torch_hook="none"):
+    import torch
+
+    from ccbench.training import frameworks
+    from ccbench.training.models import build_model
+    from ccbench.training.torch_comm import CommStream, TransportSpec
+
+    spec = TransportSpec(variant=variant, algorithm=algorithm, codec=codec,
+                         compress=compress, error_feedback=feedback)
+    transport = checked_transport(comm, spec)
+    transport.checks = []
+    stream = CommStream(overlap=overlap)
+    model = build_model(task, 0)
+    if framework == "fsdp":
+        trainer = frameworks.FSDPTrainer(model, comm, transport, stream, 1e-3,
+                                         build_replica=lambda: build_model(task, 0))
+    else:
+        trainer = frameworks.DDPTrainer(model, comm, transport, stream, 1e-3, torch_hook)
+    batch = task.default_batch
+    lo, hi = batch * comm.rank // comm.size, batch * (comm.rank + 1) // comm.size
+    losses, wire = [], []
+    try:
+        for step in range(1, STEPS + 1):
+            inputs = task.batch(0, step, batch, lo, hi)
+            record = trainer.step(lambda m, b=inputs: task.loss(m, b))
+            losses.append(record.loss)
+            wire.append(record.wire_bytes)
+        params = trainer.final_parameters()
+    finally:
+        trainer.close()
+    checks = transport.checks
+    worst = max((c["err"] / c["limit"] if c["limit"] > 0 else (0.0 if c["err"] == 0
+                 else math.inf) for c in checks), default=0.0)
+    return {
+        "losses": losses, "wire": wire, "calls": len(checks),
+        "kinds": sorted({c["collective"] for c in checks}),
+        "worst_ratio": worst, "all_exact": all(c["exact"] for c in checks),
+        "params_sum": float(torch.from_numpy(params).double().abs().sum()),
+        "params": params,
+    }
+
+
+def driver() -> int:
+    import numpy as np
+    from mpi4py import MPI
+
+    from ccbench.collectives.comm import Communicator
+    from ccbench.training.models import make_task
+    from ccbench.training.torch_comm import init_torch_distributed
+
+    comm = Communicator(MPI.COMM_WORLD)
+    init_torch_distributed(comm)
+    task = make_task("lm-tiny")
+    results = {}
+
+    def emit(case, fields):
+        if comm.rank == 0:
+            fields = {k: v for k, v in fields.items() if k != "params"}
+            print(json.dumps({"case": case, **fields}), flush=True)
+
+    for framework in ("fsdp", "ddp"):
+        reference = run_case(comm, task, framework, "torch", "mpi", "none", "both", False)
+        results[framework] = reference
+        emit(case_id(framework, "torch", "mpi", "none"), reference)
+        cases = VARIANTS + (DDP_ONLY if framework == "ddp" else [])
+        for variant, algorithm, codec, compress, feedback in cases:
+            got = run_case(comm, task, framework, variant, algorithm, codec, compress,
+                           feedback)
+            got["param_diff"] = float(np.abs(got["params"] - reference["params"]).max())
+            emit(case_id(framework, variant, algorithm, codec, compress, feedback), got)
+        # the same step without the communication thread
+        got = run_case(comm, task, framework, "coll_compressed", "ring", "fp16", "both",
+                       False, overlap=False)
+        emit(case_id(framework, "coll_compressed", "ring", "fp16", overlap=False), got)
+    for hook in TORCH_HOOKS[1:]:
+        got = run_case(comm, task, "ddp", "torch", "mpi", "none", "both", False,
+                       torch_hook=hook)
+        got["param_diff"] = float(np.abs(got["params"] - results["ddp"]["params"]).max())
+        emit(case_id("ddp", "torch", "mpi", hook), got)
+    _mgwfbp_case(comm, task, emit)
+    return 0
+
+
+def _mgwfbp_case(comm, task, emit):
+    """Every strategy, rotated step by step, on the real backward pass; against DDP."""
+    import numpy as np
+
+    from ccbench.collectives.costmodel import AlphaBeta
+    from ccbench.training.loop import TrainConfig, build_trainer, run_training
+
+    config = TrainConfig(model="lm-tiny", framework="mgwfbp", variant="baseline",
+                         algorithm="ring", steps=STEPS * 2, warmup=0, strategy="all",
+                         profile_iterations=2)
+    trainer = build_trainer(comm, config, task, cost=lambda t, p: AlphaBeta(100.0, 1e-3))
+    result = run_training(comm, config, task=task, trainer=trainer, keep_params=True)
+    ddp = TrainConfig(model="lm-tiny", framework="ddp", variant="baseline",
+                      algorithm="ring", steps=STEPS * 2, warmup=0)
+    reference = run_training(comm, ddp, task=task, keep_params=True)
+    emit("mgwfbp", {
+        "losses": [float(x) for x in result.loss], "strategies": result.strategies,
+        "per_step": [int(x) for x in result.strategy],
+        "groups": result.plan_groups, "predicted": result.predicted_us,
+        "ddp_losses": [float(x) for x in reference.loss],
+        "param_diff": float(np.abs(result.final_params - reference.final_params).max()),
+        "tensors": trainer.profile.ntensors, "nparams": len(list(trainer.model.parameters())),
+        "wire": [float(x) for x in result.wire_bytes],
+        "ddp_wire": [float(x) for x in reference.wire_bytes],
+        "exposed": [float(x) for x in result.times["comm_us"]],
+        "steps": [float(x) for x in result.times["step_us"]],
+    })
+
+
+if __name__ == "__main__":
+    raise SystemExit(driver())
