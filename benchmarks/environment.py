@@ -41,9 +41,44 @@ def link_gbps():
     return float(value) if value else None
 
 
+def _cpus_allowed() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def placement(comm) -> dict:
+    """Where each rank runs: its host and CPU affinity, each host's cores and load average
+    at the start, and whether ranks outnumber a host's cores. Collective over `comm`."""
+    mine = {"host": MPI.Get_processor_name(), "affinity": _cpus_allowed(),
+            "cores": os.cpu_count() or 1, "load_average": list(os.getloadavg())}
+    ranks = comm.mpi.allgather(mine)
+    hosts: dict[str, dict] = {}
+    for r in ranks:
+        host = hosts.setdefault(r["host"], {"cores": r["cores"], "ranks": 0,
+                                            "load_average": r["load_average"]})
+        host["ranks"] += 1
+    oversubscribed = sorted(h for h, v in hosts.items() if v["ranks"] > v["cores"])
+    shared = len({tuple(r["affinity"]) for r in ranks if len(r["affinity"]) == 1}) < len(
+        [r for r in ranks if len(r["affinity"]) == 1])
+    return {
+        "affinity": {str(i): r["affinity"] for i, r in enumerate(ranks)},
+        "bound": all(len(r["affinity"]) == 1 for r in ranks),
+        "hosts": hosts,
+        "oversubscribed": bool(oversubscribed),
+        "cores_shared": bool(shared),
+    }
+
+
 def run_info(comm, variant: str) -> dict:
-    """Columns shared by every row of one run; collective over `comm`."""
-    hosts = comm.mpi.allgather(MPI.Get_processor_name())
+    """Columns shared by every row of one run; collective over `comm`.
+
+    Also measures the placement (`info["placement"]`, for the JSON sidecar) and warns in
+    one line from rank 0 when ranks outnumber a host's cores.
+    """
+    where = placement(comm)
+    hosts = list(where["hosts"])
     info = None
     if comm.rank == 0:
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -51,13 +86,20 @@ def run_info(comm, variant: str) -> dict:
             "run_id": f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}",
             "timestamp": now.isoformat(timespec="seconds"),
             "variant": variant,
-            "nodes": len(set(hosts)),
+            "nodes": len(hosts),
             "link_gbps": link_gbps(),
             "mpi_library": mpi_library(),
-            "hostname": hosts[0],
+            "hostname": MPI.Get_processor_name(),
             "git_sha": git_sha(),
         }
-    return comm.mpi.bcast(info, root=0)
+        for host in (h for h, v in where["hosts"].items() if v["ranks"] > v["cores"]):
+            v = where["hosts"][host]
+            print(f"ccbench: warning: {v['ranks']} ranks on the {v['cores']} cores of {host}: "
+                  "ranks share cores, so timings measure the sharing too", file=sys.stderr,
+                  flush=True)
+    info = comm.mpi.bcast(info, root=0)
+    info["placement"] = where
+    return info
 
 
 def _versions() -> dict:
@@ -82,7 +124,7 @@ def _cpu_model() -> str:
 def describe(info: dict, argv, ranks: int) -> dict:
     """The full environment of a run: the JSON sidecar's content."""
     return {
-        **info,
+        **{k: v for k, v in info.items() if k != "placement"},
         "argv": list(argv),
         "ranks": ranks,
         "mpi_library_full": MPI.Get_library_version().strip(),
@@ -91,6 +133,7 @@ def describe(info: dict, argv, ranks: int) -> dict:
         "platform": platform.platform(),
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
+        **info.get("placement", {}),
         "environment": {k: v for k, v in sorted(os.environ.items()) if _ENV_PREFIXES.match(k)},
     }
 

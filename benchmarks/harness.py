@@ -24,8 +24,7 @@ from ccbench.benchmarks import environment, osu_format
 from ccbench.benchmarks.options import (
     build_parser,
     iterations_for,
-    message_sizes,
-    parse_message_sizes,
+    size_list,
 )
 from ccbench.benchmarks.results import (
     COMMON_COLUMNS,
@@ -33,12 +32,15 @@ from ccbench.benchmarks.results import (
     check_header,
     write_json_atomic,
 )
+from ccbench.benchmarks.statistics import relative_halfwidth, summarize
 from ccbench.collectives.comm import Communicator
 from ccbench.kernels import arrays
 from ccbench.kernels.errors import DataError, UsageError
 from ccbench.kernels.vocabulary import COLLECTIVES, exact_amplitude, itemsize
 
 # nccl-tests' bus-bandwidth factors: busbw = algbw * factor(n)
+DEFAULT_TIME_BUDGET_S = 10.0  # --ci-target without --time-budget
+BATCH_BLOCKS = 10  # batch timing: blocks of back-to-back calls, for an interval
 BUSBW_FACTOR = {
     "allgather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
@@ -220,51 +222,87 @@ def agreed(comm: Communicator, phase: Callable):
 # Timing -------------------------------------------------------------------------------------
 
 
-def _timed_per_call(run, barrier, iterations: int, warmup: int) -> np.ndarray:
-    wtime = MPI.Wtime
+def _warm_up(run, barrier, warmup: int, timing: str) -> None:
     for _ in range(warmup):
         run()
-        barrier()
+        if timing == "per-call":
+            barrier()
+    barrier()
+
+
+def _timed_per_call(run, barrier, iterations: int, clock) -> np.ndarray:
+    """OSU's loop: the clock around each blocking call, the barrier outside it."""
     times = np.empty(iterations)
     for i in range(iterations):
-        t0 = wtime()
+        t0 = clock()
         run()
-        t1 = wtime()
+        t1 = clock()
         times[i] = t1 - t0
         barrier()
     return times
 
 
-def _timed_batch(run, barrier, iterations: int, warmup: int) -> np.ndarray:
-    wtime = MPI.Wtime
-    for _ in range(warmup):
-        run()
-    barrier()
-    t0 = wtime()
-    for _ in range(iterations):
-        run()
-    t1 = wtime()
-    barrier()
-    return np.array([(t1 - t0) / iterations])
+def _timed_batch(run, barrier, iterations: int, clock) -> np.ndarray:
+    """OMB-Py's loop, cut into up to BATCH_BLOCKS blocks: the clock around back-to-back
+    calls of each block. One value per block: its time per call."""
+    blocks = np.array_split(np.arange(iterations), min(BATCH_BLOCKS, iterations))
+    times = np.empty(len(blocks))
+    for b, block in enumerate(blocks):
+        t0 = clock()
+        for _ in range(block.size):
+            run()
+        t1 = clock()
+        times[b] = (t1 - t0) / block.size
+        barrier()
+    return times
 
 
-def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str) -> dict:
-    """Time `run` on every rank; return the statistics across ranks (on every rank)."""
+def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str,
+            ci_target: float | None = None, budget_s: float | None = None,
+            clock=MPI.Wtime) -> dict:
+    """Time `run` on every rank; the statistics across ranks (the same on every rank).
+
+    Without `ci_target`, `iterations` calls are timed. With it, calls are timed in rounds
+    of `iterations` until the 95% interval's half-width is at most `ci_target` of the
+    mean, or `budget_s` seconds of timing have passed (all ranks stop together).
+    """
     timer = _timed_batch if timing == "batch" else _timed_per_call
+    barrier = comm.mpi.Barrier
     comm.barrier()
-    times = timer(run, comm.mpi.Barrier, iterations, warmup)
-    mine = float(times.mean())
-    lo = comm.mpi.allreduce(mine, op=MPI.MIN)
-    hi = comm.mpi.allreduce(mine, op=MPI.MAX)
-    avg = comm.mpi.allreduce(mine, op=MPI.SUM) / comm.size
-    stats = {"avg_us": avg * 1e6, "min_us": lo * 1e6, "max_us": hi * 1e6,
-             "p50_us": None, "p99_us": None}  # fmt: skip
-    if timing == "per-call":
-        # a call finishes when its slowest rank does: percentiles of the per-call maximum
-        slowest = np.empty_like(times)
-        comm.mpi.Allreduce(times, slowest, op=MPI.MAX)
-        stats["p50_us"] = float(np.percentile(slowest, 50)) * 1e6
-        stats["p99_us"] = float(np.percentile(slowest, 99)) * 1e6
+    _warm_up(run, barrier, warmup, timing)
+    rounds, stopped_by, start = [], "iterations", time.monotonic()
+    stats: dict = {}
+    while True:
+        calls = iterations
+        if rounds and timing == "per-call":
+            # double the calls so far (the interval is recomputed O(log n) times), but
+            # not past what the budget has left at the pace so far
+            calls = max(iterations, sum(r.size for r in rounds))
+            if budget_s is not None:
+                left = budget_s - (time.monotonic() - start)
+                calls = int(min(calls, max(iterations, left / (stats["avg_us"] * 1e-6))))
+        rounds.append(timer(run, barrier, calls, clock))
+        mine = np.concatenate(rounds)
+        everyone = np.empty((comm.size, mine.size))
+        comm.mpi.Allgather(mine, everyone)
+        stats = summarize(everyone)
+        if ci_target is None:
+            break
+        if relative_halfwidth(stats) <= ci_target:
+            stopped_by = "target"
+        elif budget_s is not None and time.monotonic() - start >= budget_s:
+            stopped_by = "budget"
+        else:
+            stopped_by = None
+        # rank 0's clock decides, so no rank goes on alone
+        stopped_by = comm.mpi.bcast(stopped_by, root=0)
+        if stopped_by is not None:
+            break
+    calls = sum(r.size for r in rounds) if timing == "per-call" else iterations * len(rounds)
+    stats.update(iterations=calls, stopped_by=stopped_by)
+    if timing == "batch":  # no single calls to rank: blocks are not calls
+        stats.update(p50_us=None, p99_us=None)
+    del stats["samples"]
     return stats
 
 
@@ -310,14 +348,18 @@ def check_result(variant: Variant, case: Case, got, inputs: list[np.ndarray]) ->
 
 
 def _parse(variant: Variant, argv, comm: Communicator):
-    prog = f"python -m ccbench.benchmarks.{variant.name}"
+    prog = f"ccbench {variant.name}"
     parser = build_parser(prog, variant.description, variant.collectives, quiet=comm.rank != 0)
     variant.add_options(parser)
     opts = parser.parse_args(argv)
-    opts.sizes = message_sizes(*parse_message_sizes(opts.message_size))
+    opts.sizes = size_list(opts.message_size)
     arrays.check_supported(opts.buffer, opts.dtype)
     if opts.collective not in variant.collectives:
         raise UsageError(f"{variant.name} does not run {opts.collective}")
+    if opts.time_budget is not None and opts.ci_target is None:
+        raise UsageError("--time-budget applies to --ci-target runs; add --ci-target PCT")
+    if opts.ci_target is not None and opts.time_budget is None:
+        opts.time_budget = DEFAULT_TIME_BUDGET_S
     variant.check_options(opts, comm.size)
     return opts
 
@@ -352,6 +394,7 @@ def _row(run_info: dict, variant_columns: dict, case: Case, iters: int, warmup: 
         "ranks": case.ranks, "size_bytes": case.size_bytes,
         "bytes_per_rank": case.bytes_per_rank, "total_bytes": case.total_bytes,
         "count": case.count, "iterations": iters, "warmup": warmup, "timing": opts.timing,
+        "ci_target_pct": opts.ci_target, "time_budget_s": opts.time_budget,
         **timing,
         "algbw_gbps": algbw,
         "busbw_gbps": algbw * BUSBW_FACTOR[case.collective](case.ranks),
@@ -384,7 +427,11 @@ def _run_case(variant: Variant, ctx: Context, case: Case, measure_error: bool):
             call()
             arrays.synchronize(case.buffer)
 
-    timing = measure(comm, run, iters, warmup, ctx.opts.timing)
+    opts = ctx.opts
+    timing = measure(comm, run, iters, warmup, opts.timing,
+                     ci_target=opts.ci_target / 100 if opts.ci_target else None,
+                     budget_s=opts.time_budget)
+    iters = timing.pop("iterations")
     # one more call, on the same inputs, for the wire volume and the check
     comm.reset_wire_bytes()
     run()

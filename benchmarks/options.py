@@ -45,6 +45,25 @@ def message_sizes(low: int, high: int) -> list[int]:
     return sizes
 
 
+def size_list(text: str) -> list[int]:
+    """-m as a range ('[MIN:]MAX', OSU's doubling sweep) or as sizes ('4K,1M,16M')."""
+    if "," not in text:
+        return message_sizes(*parse_message_sizes(text))
+    sizes = [parse_size(item) for item in text.split(",") if item.strip()]
+    if not sizes or min(sizes) < 1:
+        raise UsageError(f"-m {text}: sizes must be at least 1 byte")
+    if sizes != sorted(set(sizes)):
+        raise UsageError(f"-m {text}: list the sizes once each, in increasing order")
+    return sizes
+
+
+def format_sizes(sizes: list[int]) -> str:
+    """The -m text for these sizes: a range when they double from the first, else a list."""
+    if sizes == message_sizes(sizes[0], sizes[-1]):
+        return f"{sizes[0]}:{sizes[-1]}"
+    return ",".join(map(str, sizes))
+
+
 def iterations_for(size: int, opts) -> tuple[int, int]:
     """(iterations, warm-ups) for one message size: the user's, or OSU's defaults."""
     large = size > LARGE_MESSAGE_SIZE
@@ -75,6 +94,16 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
+
+
 class RankAwareParser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of exiting, and prints help from one rank."""
 
@@ -99,7 +128,8 @@ def build_parser(prog: str, description: str, collectives, quiet: bool) -> RankA
     )
     osu = parser.add_argument_group("OSU options")
     osu.add_argument("-m", "--message-size", default="1:1M", metavar="[MIN:]MAX",
-                     help="message sizes, OSU convention (default 1:1M; K, M, G suffixes)")
+                     help="message sizes, OSU convention (default 1:1M; K, M, G suffixes); "
+                          "or a list, e.g. 4K,1M")
     osu.add_argument("-i", "--iterations", type=positive_int, default=None,
                      help=f"timed iterations per size (default {ITERATIONS}, "
                           f"{ITERATIONS_LARGE} above {LARGE_MESSAGE_SIZE} B)")
@@ -125,4 +155,10 @@ def build_parser(prog: str, description: str, collectives, quiet: bool) -> RankA
     common.add_argument("--json", metavar="PATH", help="write this run's rows and environment")
     common.add_argument("--seed", type=non_negative_int, default=0,
                         help="seed of the generated input data (default 0)")
+    common.add_argument("--ci-target", type=positive_float, default=None, metavar="PCT",
+                        help="time each size in rounds of -i calls until the 95%% interval "
+                             "of the mean is within +-PCT%% (or --time-budget is spent)")
+    common.add_argument("--time-budget", type=positive_float, default=None, metavar="SEC",
+                        help="with --ci-target: stop a size after SEC seconds of timing "
+                             "(default 10)")
     return parser

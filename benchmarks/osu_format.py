@@ -33,7 +33,7 @@ def title(collective: str) -> str:
 
 
 def _fmt(value, spec: str, width: int) -> str:
-    if value is None or value == "":
+    if value is None or value == "" or (isinstance(value, float) and value != value):
         return f"{'-':>{width}}"
     return f"{value:>{width}{spec}}"
 
@@ -47,6 +47,9 @@ class Printer:
         if opts.full:
             self.extra = [("P50 Latency(us)", "p50_us", ".2f"),
                           ("P99 Latency(us)", "p99_us", ".2f"),
+                          ("Fastest(us)", "fastest_us", ".2f"),
+                          ("CI95 Low(us)", "ci_low_us", ".2f"),
+                          ("CI95 High(us)", "ci_high_us", ".2f"),
                           ("Busbw(GB/s)", "busbw_gbps", ".3f"), *self.extra]  # fmt: skip
 
     def header(self, skipped: list[int]) -> None:

@@ -17,13 +17,40 @@ from ccbench.kernels.errors import UsageError
 COMMON_COLUMNS = (
     "run_id", "timestamp", "variant", "algorithm", "collective", "codec", "dtype", "buffer",
     "ranks", "nodes", "size_bytes", "bytes_per_rank", "total_bytes", "count", "iterations",
-    "warmup", "timing", "avg_us", "min_us", "max_us", "p50_us", "p99_us", "algbw_gbps",
+    "warmup", "timing", "ci_target_pct", "time_budget_s", "stopped_by", "avg_us", "min_us",
+    "max_us", "p50_us", "p99_us", "fastest_us", "ci_low_us", "ci_high_us", "algbw_gbps",
     "busbw_gbps", "wire_bytes_per_rank", "compression_ratio", "max_abs_err", "max_rel_err",
     "error_bound", "validation", "link_gbps", "mpi_library", "hostname", "git_sha",
 )  # fmt: skip
 
 
-# One schema for measured (benchmarks.merged_gradient) and simulated rows.
+# Which columns of a harness row are measurements or describe the run, not settings of the
+# measured point: two rows that agree on every other column measured the same point.
+# Variants' own measured columns end with a measurement suffix or are listed here.
+RUN_COLUMNS = frozenset({
+    "run_id", "timestamp", "iterations", "warmup", "stopped_by", "validation", "mpi_library",
+    "hostname", "git_sha", "source", "bytes_per_rank", "total_bytes", "count", "nodes",
+})  # fmt: skip
+MEASURED_COLUMNS = frozenset({
+    "compression_ratio", "error_bound", "nonzero_density", "union_density",
+    "wire_min_bytes_per_rank", "wire_vs_min", "dropped_mass", "dropped_mass_rel",
+    "min_wire_bytes_per_rank", "wire_over_min",
+})  # fmt: skip
+MEASUREMENT_SUFFIXES = ("_us", "_gbps", "_err", "_ratio", "_wire_bytes", "_per_rank")
+
+
+def is_measurement(column: str) -> bool:
+    """True for a measured column (a time, a rate, an error, bytes on the wire)."""
+    return column in MEASURED_COLUMNS or column.endswith(MEASUREMENT_SUFFIXES)
+
+
+def is_setting(column: str) -> bool:
+    """True for a column that says which point was measured (and how)."""
+    return not is_measurement(column) and column not in RUN_COLUMNS
+
+
+# MG-WFBP rows: one schema for measured (benchmarks.merged_gradient) and simulated
+# (`ccbench simulate`) iterations.
 MGWFBP_COLUMNS = (
     "run_id", "timestamp", "variant", "model", "strategy", "ranks", "nodes", "transport",
     "measured_us", "measured_std_us", "predicted_us", "forward_us", "backward_us",

@@ -197,11 +197,11 @@ def hold_configuration(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """One configuration per series: where a series was run with several values of a
     configuration column (two chunk sizes, two dtypes), keep its most common value (ties:
     the first in sorted order). Returns the rows and caption parts naming what was held."""
-    from ccbench.plots.data import MEASURED
+    from ccbench.benchmarks.results import is_setting
 
     keys = [c for c in SERIES_COLUMNS if c in frame.columns]
     extra = [c for c in frame.columns
-             if c not in MEASURED and c not in AXIS_COLUMNS and not c.startswith("_")]
+             if is_setting(c) and c not in AXIS_COLUMNS and not c.startswith("_")]
     held = []
     for column in extra:
         values = frame[column].astype(str)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ccbench.benchmarks.results import csv_files
+from ccbench.benchmarks.results import csv_files, is_setting
 from ccbench.kernels.errors import UsageError
 
 
@@ -25,20 +25,9 @@ class CsvKind:
     signature: tuple[str, ...]  # all present -> the file is of this kind
     required: tuple[str, ...]  # needed to draw anything from it
     numeric: tuple[str, ...] = ()  # parsed as numbers where present
-    identity: tuple[str, ...] | None = None  # one measurement; None: all but MEASURED
+    identity: tuple[str, ...] | None = None  # one measurement; None: the settings columns
     order: str | None = None  # column that orders repeated runs (latest wins)
 
-
-# Columns of a harness row that are measurements or run metadata: two rows that agree
-# on everything else measured the same point.
-MEASURED = frozenset({
-    "run_id", "timestamp", "iterations", "warmup", "avg_us", "min_us", "max_us",
-    "p50_us", "p99_us", "algbw_gbps", "busbw_gbps", "wire_bytes_per_rank",
-    "compression_ratio", "max_abs_err", "max_rel_err", "error_bound", "validation",
-    "mpi_library", "hostname", "git_sha", "source", "bytes_per_rank", "total_bytes",
-    "count", "union_density", "nonzero_density", "wire_min_bytes_per_rank", "wire_vs_min",
-    "dropped_mass", "dropped_mass_rel",
-})
 
 HARNESS_NUMERIC = (
     "ranks", "nodes", "size_bytes", "bytes_per_rank", "total_bytes", "count", "avg_us",
@@ -256,7 +245,7 @@ def read_one(path: Path, explicit: bool = True) -> tuple[pd.DataFrame | None, Fi
 def deduplicate(kind: CsvKind, frame: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     """Keep one row per measured point: the latest run when several files repeat it."""
     if kind.identity is None:
-        key = [c for c in frame.columns if c not in MEASURED]
+        key = [c for c in frame.columns if is_setting(c)]
     else:
         key = [c for c in kind.identity if c in frame.columns]
     if not key:

@@ -37,8 +37,12 @@ SUBCOMMANDS = {
     "merge": ("ccbench.scripts.merge:main", "combine result CSVs of one schema"),
     "regress": ("ccbench.scripts.regress:main", "compare exact metrics against a reference"),
     "plot": ("ccbench.plots.cli:main", "draw the comparison figures from result CSVs"),
+    "compare": ("ccbench.scripts.compare:main", "two benchmarks in interleaved rounds: ratio, "
+                                                "interval, verdict"),
+    "gate": ("ccbench.scripts.gate:main", "fail when this tree makes a gated benchmark slower"),
     "profile": ("ccbench.scripts.profile_layers:main", "profile MG-WFBP's models layer by layer"),
     "simulate": ("ccbench.scripts.simulate:main", "MG-WFBP trace-based simulation to 2048 ranks"),
+    "corpus": ("ccbench.scripts.corpus:main", "capture real gradients, weights, activations"),
 }
 
 

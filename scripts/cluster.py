@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ccbench.kernels.errors import UsageError
+from ccbench.scripts.launch import MPICH, find_mpiexec, placement_args, refuse_inside_mpi_launch
 
 STATE_DIR = Path("/run/ccbench")
 DEFAULT_NAME = "ccb"
@@ -469,17 +470,6 @@ def cmd_status(opts) -> int:
     return 0 if up else 1
 
 
-def find_mpiexec() -> str:
-    """The mpiexec installed next to the running Python (a venv's mpich wheel), else PATH."""
-    beside = Path(sys.executable).parent / "mpiexec"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which("mpiexec")
-    if found is None:
-        raise UsageError("mpiexec not found next to this Python or on PATH (pip install mpich)")
-    return found
-
-
 def check_hydra(mpiexec: str) -> None:
     proc = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, check=False)
     if "HYDRA" not in proc.stdout:
@@ -500,11 +490,12 @@ def rank_environment(cluster: Cluster, nranks: int) -> dict[str, str]:
 
 
 def mpiexec_command(cluster: Cluster, command: list[str], nranks: int,
-                    mpiexec: str) -> list[str]:  # fmt: skip
+                    mpiexec: str, bind: bool | None = None) -> list[str]:  # fmt: skip
     """Hydra MPMD launch: segment i is rank i, run inside namespace i."""
     if command[0] in ("python", "python3"):
         command = [sys.executable, *command[1:]]  # the Python with mpi4py, even under sudo
-    args = [mpiexec, "-launcher", "fork"]
+    # Hydra binds each rank to a core of the host the emulated nodes share
+    args = [mpiexec, "-launcher", "fork", *placement_args(MPICH, nranks, bind)]
     for key, value in rank_environment(cluster, nranks).items():
         args += ["-genv", key, value]
     for i in range(nranks):
@@ -541,7 +532,7 @@ def cmd_run(opts) -> int:
         raise UsageError(f"-n {nranks}: cluster {cluster.name} has {cluster.ranks} ranks")
     mpiexec = find_mpiexec()
     check_hydra(mpiexec)
-    args = mpiexec_command(cluster, command, nranks, mpiexec)
+    args = mpiexec_command(cluster, command, nranks, mpiexec, bind=False if opts.no_bind else None)
     if opts.dry_run:
         print(shlex.join(args))
         return 0
@@ -551,20 +542,12 @@ def cmd_run(opts) -> int:
 # ----------------------------------------------------------------------------- selfcheck
 
 
-def package_env() -> dict[str, str]:
-    """Environment for helper processes: this checkout importable from any directory."""
-    root = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    return env
-
-
 def tcp_flows(cluster: Cluster, pairs: list[tuple[int, int]], nbytes: int) -> dict[int, float]:
     """Run TCP streams src -> dst (all at once); return bit/s per source rank."""
     receivers = sorted({dst for _, dst in pairs})
     senders = {src: dst for src, dst in pairs}
     procs = {}
-    env = package_env()
+    env = dict(os.environ)
     helper = [sys.executable, "-m", "ccbench.scripts.cluster", "_tcp-flow", "--bytes", str(nbytes)]
     for rank in sorted(set(receivers) | set(senders)):
         args = ["ip", "netns", "exec", cluster.namespaces[rank], *helper]
@@ -719,7 +702,7 @@ def cmd_selfcheck(opts) -> int:
             mpiexec_command(cluster, [sys.executable, "-m", "ccbench.scripts.cluster",
                                       "_mpi-allgather", "--bytes", str(size)],
                             cluster.ranks, find_mpiexec()),
-            capture_output=True, text=True, env=package_env(), check=False,
+            capture_output=True, text=True, env=dict(os.environ), check=False,
             timeout=120 + 40 * bound,
         )  # fmt: skip
         lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
@@ -770,6 +753,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = add("run", "run COMMAND as an MPI job, one rank per namespace, MPICH over TCP")
     run.add_argument("-n", "--np", type=int, help="ranks to start (default: all)")
     run.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
+    run.add_argument("--no-bind", action="store_true",
+                     help="leave ranks unbound (default: each bound to a core, -bind-to core)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     sc = add("selfcheck", "measure TCP (and MPI) throughput against the configured rate")
     sc.add_argument("--bytes", default="64m", help="bytes per TCP stream (default 64m)")
@@ -787,6 +772,7 @@ HELPERS = {"_tcp-flow": tcp_flow_main, "_mpi-allgather": mpi_allgather_main}
 def main(argv: list[str]) -> int:
     if argv and argv[0] in HELPERS:
         return HELPERS[argv[0]](argv[1:])
+    refuse_inside_mpi_launch("ccbench cluster")
     try:
         opts = build_parser().parse_args(argv)
         return COMMANDS[opts.action](opts)

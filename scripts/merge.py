@@ -29,6 +29,7 @@ from pathlib import Path
 from ccbench.benchmarks.results import (
     COMMON_COLUMNS,
     csv_files,
+    is_setting,
     read_rows,
     write_csv_atomic,
     write_json_atomic,
@@ -43,16 +44,6 @@ POINT_KEY_COLUMNS = (
     "ranks", "nodes", "size_bytes", "link_gbps",
 )  # fmt: skip
 
-# Variant columns that are per-call measurements, not settings: sparse_streaming's
-# STATS_COLUMNS (and the names plots/data.py's MEASURED knows), and the suffixes that mark
-# a measurement. A measured column missing here would only stop reruns of a point from
-# being recognised as duplicates.
-MEASURED_EXTRA_COLUMNS = frozenset({
-    "nonzero_density", "union_density", "wire_min_bytes_per_rank", "wire_vs_min",
-    "dropped_mass", "dropped_mass_rel", "min_wire_bytes_per_rank", "wire_over_min", "source",
-})  # fmt: skip
-MEASURED_SUFFIXES = ("_us", "_gbps", "_err", "_ratio", "_wire_bytes")
-
 HARNESS = "harness"
 
 
@@ -61,13 +52,9 @@ def extra_columns(header: Sequence[str]) -> list[str]:
     return [c for c in header if c not in COMMON_COLUMNS]
 
 
-def is_measurement(column: str) -> bool:
-    return column in MEASURED_EXTRA_COLUMNS or column.endswith(MEASURED_SUFFIXES)
-
-
 def key_columns(header: Sequence[str]) -> list[str]:
     """The point-key columns of a harness table with this header."""
-    extras = [c for c in extra_columns(header) if not is_measurement(c)]
+    extras = [c for c in extra_columns(header) if is_setting(c)]
     return [c for c in POINT_KEY_COLUMNS if c in header] + extras
 
 

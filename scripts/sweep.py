@@ -37,10 +37,15 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from ccbench.benchmarks.options import message_sizes, parse_message_sizes
+from ccbench.benchmarks.options import format_sizes, size_list
 from ccbench.benchmarks.results import csv_files, read_rows
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.cluster import find_mpiexec, package_env
+from ccbench.scripts.launch import (
+    binding_enabled,
+    mpiexec_command,
+    refuse_inside_mpi_launch,
+    srun_placement_args,
+)
 from ccbench.scripts.merge import HARNESS, merge_files, schema_groups
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,7 +143,7 @@ def _expand_table(table: dict, defaults: dict, where: str) -> list[dict]:
     get = {**defaults, **table}.get
     if table.get("sizes", variant not in UNSIZED_VARIANTS) is not False:
         sizes_text = str(get("sizes", "1:1M"))
-        sizes = tuple(message_sizes(*parse_message_sizes(sizes_text)))
+        sizes = tuple(size_list(sizes_text))
         base = ["-m", sizes_text]
         for key, flag in (("iterations", "-i"), ("warmup", "-x")):
             if get(key) is not None:
@@ -293,7 +298,7 @@ def resume_args(task: Task, todo: list[int]) -> list[str]:
     args = list(task.args)
     if task.sizes and len(todo) < len(task.sizes):
         i = args.index("-m")
-        args[i + 1] = f"{todo[0]}:{task.sizes[-1]}"
+        args[i + 1] = format_sizes(todo)
     return args
 
 
@@ -307,22 +312,22 @@ def variant_command(task: Task, args: list[str], csv: Path) -> list[str]:
 def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher: str) -> list[str]:
     command = variant_command(task, args, csv)
     if task.link_gbps is not None:
+        unbound = [] if binding_enabled() else ["--no-bind"]
         return [sys.executable, "-m", "ccbench.scripts.cluster", "run", "--name", CLUSTER_NAME,
-                "-n", str(task.ranks), "--", *command]  # fmt: skip
+                "-n", str(task.ranks), *unbound, "--", *command]  # fmt: skip
     if launcher == "srun":
         mpi = os.environ.get("CCBENCH_SRUN_MPI") or spec.slurm.get("mpi", "pmix")
-        srun = ["srun", f"--mpi={mpi}", "-n", str(task.ranks),
+        srun = ["srun", f"--mpi={mpi}", *srun_placement_args(), "-n", str(task.ranks),
                 *shlex.split(os.environ.get("CCBENCH_SRUN_ARGS", ""))]  # fmt: skip
         if int(spec.slurm.get("gpus_per_node", 0)) > 0:
             srun.append(str(BIND_GPU))
         return [*srun, *command]
-    mpiexec = os.environ.get("CCBENCH_MPIEXEC") or find_mpiexec()
-    return [mpiexec, "-n", str(task.ranks), *command]
+    return mpiexec_command(task.ranks, command)
 
 
 def _cluster(action: str, *args: str) -> None:
     cmd = [sys.executable, "-m", "ccbench.scripts.cluster", action, "--name", CLUSTER_NAME, *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=package_env())
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()
         raise UsageError(f"`ccbench cluster {action}` failed: {tail[-1] if tail else '?'}")
@@ -342,7 +347,7 @@ def run_task(cmd: list[str], log: Path, timeout: float | None, echo: bool, on_ro
         f.write("$ " + shlex.join(cmd) + "\n")
         f.flush()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=package_env(), start_new_session=True)  # fmt: skip
+                                env=dict(os.environ), start_new_session=True)  # fmt: skip
         timed_out = threading.Event()
 
         def kill_group():
@@ -680,6 +685,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only merge what the output folder holds (the SLURM merge job)")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed task")
     p.add_argument("-v", "--verbose", action="store_true", help="show the variants' output")
+    p.add_argument("--no-bind", action="store_true",
+                   help="leave ranks unbound (default: bound to cores, -bind-to core / "
+                        "--cpu-bind=cores; also CCBENCH_BIND=0)")
     p.add_argument("--submit", action="store_true",
                    help="submit the pending tasks to SLURM as job arrays (see --dry-run)")
     p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
@@ -692,7 +700,10 @@ def _interrupt(signum, frame):
 
 
 def main(argv: list[str]) -> int:
+    refuse_inside_mpi_launch("ccbench sweep")
     opts = build_parser().parse_args(argv)
+    if opts.no_bind:
+        os.environ["CCBENCH_BIND"] = "0"  # read by every launcher this sweep builds
     # scancel and kill send SIGTERM: stop the running task's ranks too, keep finished files
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)

@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import os
-import shutil
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+from ccbench.scripts.launch import binding_enabled, mpiexec_command
+
 REPO = Path(__file__).resolve().parent.parent
 
 
-def mpiexec_path() -> str:
-    """The mpiexec beside this Python (the mpich wheel's), else the one on PATH."""
-    beside = Path(sys.executable).parent / "mpiexec"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("mpiexec")
-    if found is None:
-        raise RuntimeError("no mpiexec: install the 'local' extra (the mpich wheel)")
-    return found
+# Open MPI's launcher prints its own notices (show_help blocks between dashed lines, and
+# lines naming prterun) when a rank exits non-zero; they are not ccbench's output.
+_HELP_RULE = re.compile(r"^-{20,}$")
+_LAUNCHER_LINE = re.compile(r"^(prterun|mpiexec|mpirun)\b.*(detected|noticed|exited)")
+
+
+def without_launcher_notices(stderr: str) -> str:
+    lines, inside = [], False
+    for line in stderr.splitlines():
+        if _HELP_RULE.match(line.strip()):
+            inside = not inside
+            continue
+        if not inside and not _LAUNCHER_LINE.match(line.strip()):
+            lines.append(line)
+    return "\n".join(lines) + ("\n" if lines else "")
 
 
 def variant_module(name: str) -> list[str]:
@@ -41,9 +49,12 @@ def mpirun(nranks: int, args: list[str], timeout: float = 120, env: dict | None 
     full_env.setdefault("OMP_NUM_THREADS", "1")
     if env:
         full_env.update(env)
-    command = [mpiexec_path(), "-n", str(nranks), sys.executable, *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+    command = mpiexec_command(nranks, [sys.executable, *map(str, args)],
+                              bind=binding_enabled(environ=full_env))
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                           env=full_env, cwd=cwd or REPO, stdin=subprocess.DEVNULL)
+    proc.stderr = without_launcher_notices(proc.stderr)
+    return proc
 
 
 _CASE_RESULTS: dict[tuple[str, int], dict] = {}

@@ -48,7 +48,7 @@ def ccb(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """`ccbench cluster ARGS` in a subprocess, from the repository root."""
     return subprocess.run([sys.executable, "-m", "ccbench.scripts.cluster", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout,
-                          env=cl.package_env(), stdin=subprocess.DEVNULL)  # fmt: skip
+                          env=dict(os.environ), stdin=subprocess.DEVNULL)  # fmt: skip
 
 
 def tbf(netns: str, dev: str) -> dict:
@@ -146,7 +146,7 @@ def test_without_privileges_one_line():
         [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
          "--bounding-set=-all", sys.executable, "-m", "ccbench.scripts.cluster", "up",
          "--name", "ccbv", "--ranks", "2"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, env=cl.package_env(),
+        cwd=REPO, capture_output=True, text=True, timeout=60, env=dict(os.environ),
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0

@@ -184,7 +184,11 @@ variant = "baseline"
 """))
     task = spec.tasks[0]
     cmd = sweep.launch_command(spec, task, list(task.args), tmp_path / "x.csv", "srun")
-    assert cmd[:4] == ["srun", "--mpi=pmix", "-n", "2"] and cmd[4].endswith("bind-gpu.sh")
+    assert cmd[:5] == ["srun", "--mpi=pmix", "--cpu-bind=cores", "-n", "2"]
+    assert cmd[5].endswith("bind-gpu.sh")
+    monkeypatch.setenv("CCBENCH_BIND", "0")
+    cmd = sweep.launch_command(spec, task, list(task.args), tmp_path / "x.csv", "srun")
+    assert cmd[2] == "--cpu-bind=none"
     monkeypatch.setenv("CCBENCH_SRUN_MPI", "pmi2")
     cmd = sweep.launch_command(spec, task, list(task.args), tmp_path / "x.csv", "srun")
     assert cmd[1] == "--mpi=pmi2"

@@ -1,0 +1,119 @@
+"""Statistics of timings: OSU's columns, the fastest call, intervals, ratios and verdicts.
+
+Pure functions of arrays, so every number in a row can be checked by hand.
+
+* A timed run gives `times[rank, call]`, seconds. OSU's columns: each rank's mean over
+  calls, then the average / min / max of those means across ranks. A call ends when its
+  slowest rank does, so the percentiles and the fastest call are taken over
+  `max over ranks` of each call.
+* The 95% confidence interval of the mean is Student's t interval over the per-call
+  averages across ranks (whose mean is exactly `avg`): mean +- t(0.975, n-1) s / sqrt(n).
+  It assumes the calls are independent; a drifting host breaks that, which is why
+  comparisons are made in interleaved rounds (`ratio_interval`).
+* A comparison of A and B in R interleaved rounds gives one time per round for each;
+  the ratio B/A is the geometric mean of the per-round ratios, with the t interval of
+  the mean of log(B/A) across rounds, turned back into a ratio. Rounds pair A and B
+  measured minutes apart, so a load that comes and goes hits both.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+CONFIDENCE = 0.95
+# A ratio within [1/(1+m), 1+m] is "no difference" (m = DEFAULT_MARGIN): differences this
+# small are below what a shared host can tell apart run after run.
+DEFAULT_MARGIN = 0.03
+FASTER, SLOWER, SAME = "faster", "slower", "no difference"
+
+
+def t_quantile(n: int, confidence: float = CONFIDENCE) -> float:
+    """Two-sided Student t quantile for a mean of n values (n - 1 degrees of freedom)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + confidence / 2, n - 1))
+
+
+def mean_interval(values, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(mean, low, high) of the t interval of the mean; one value gives (v, nan, nan)."""
+    x = np.asarray(values, dtype=np.float64)
+    mean = float(x.mean())
+    if x.size < 2:
+        return mean, math.nan, math.nan
+    half = t_quantile(x.size, confidence) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return mean, mean - half, mean + half
+
+
+def summarize(times) -> dict:
+    """OSU's statistics and ccbench's additions from `times[rank, call]` in seconds;
+    the result in microseconds."""
+    t = np.asarray(times, dtype=np.float64)
+    if t.ndim != 2 or t.shape[1] == 0:
+        raise ValueError("times must be [ranks, calls] with at least one call")
+    per_rank = t.mean(axis=1)
+    slowest = t.max(axis=0)  # each call ends with its slowest rank
+    mean, low, high = mean_interval(t.mean(axis=0))
+    us = 1e6
+    return {
+        "avg_us": float(per_rank.mean()) * us,
+        "min_us": float(per_rank.min()) * us,
+        "max_us": float(per_rank.max()) * us,
+        "p50_us": float(np.percentile(slowest, 50)) * us,
+        "p99_us": float(np.percentile(slowest, 99)) * us,
+        "fastest_us": float(slowest.min()) * us,
+        "ci_low_us": low * us,
+        "ci_high_us": high * us,
+        "samples": int(t.shape[1]),
+    }
+
+
+def relative_halfwidth(stats: dict) -> float:
+    """Half the interval's width over the mean (inf when there is no interval)."""
+    low, high, mean = stats["ci_low_us"], stats["ci_high_us"], stats["avg_us"]
+    if not (math.isfinite(low) and math.isfinite(high)) or mean <= 0:
+        return math.inf
+    return (high - low) / 2 / mean
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """B's time over A's, from paired rounds: the estimate and its interval."""
+
+    ratio: float
+    low: float
+    high: float
+    rounds: int
+
+    def verdict(self, margin: float = DEFAULT_MARGIN) -> str:
+        return verdict(self.low, self.high, margin)
+
+
+def ratio_interval(a, b, confidence: float = CONFIDENCE) -> Ratio:
+    """B/A from paired per-round times (same length, all positive)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError("a and b need the same, non-zero number of rounds")
+    if np.any(a <= 0) or np.any(b <= 0):
+        raise ValueError("times must be positive")
+    mean, low, high = mean_interval(np.log(b / a), confidence)
+    return Ratio(math.exp(mean), math.exp(low) if math.isfinite(low) else math.nan,
+                 math.exp(high) if math.isfinite(high) else math.nan, int(a.size))
+
+
+def verdict(low: float, high: float, margin: float = DEFAULT_MARGIN) -> str:
+    """What an interval of B/A says: B is faster, slower, or no different from A.
+
+    Faster when the whole interval lies below 1/(1+margin), slower when it lies above
+    1+margin; anything else (an interval that reaches into the margin, or no interval) is
+    no difference that this measurement can show.
+    """
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return SAME
+    if high < 1 / (1 + margin):
+        return FASTER
+    if low > 1 + margin:
+        return SLOWER
+    return SAME

@@ -1,0 +1,374 @@
+"""`ccbench compare A B`: two benchmarks in interleaved rounds, B's time over A's per size,
+with a 95% interval and a verdict.
+
+    ccbench compare "baseline --algorithm mpi" "coll_compressed --codec fp16" \\
+        --collective allgather -n 4 -m 64K:16M --rounds 6 --cluster ccb --csv results/cmp.csv
+    ccbench compare "coll_compressed --codec bfp:rate=8" --a-rev HEAD~3 -m 1M:16M
+
+A and B are each a variant and its options. Both run on the same ranks with the same
+common options, alternately, round after round in the order A B, B A, A B, ... so that a
+load that comes and goes on a shared host hits both alike. `--a-rev` / `--b-rev` run a
+side from a git revision instead of this checkout (with the same command if B is left
+out), so one benchmark can be compared across two versions of the code.
+
+Per size, each round gives one time per side (the launch's `--statistic`, default the
+mean over calls); the ratio B/A is the geometric mean of the per-round ratios, its
+interval the t interval of the mean log ratio over rounds (benchmarks/statistics.py).
+The verdict: B is faster when the whole interval lies below 1/(1+margin), slower when
+it lies above 1+margin, and otherwise no difference this run can show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ccbench.benchmarks.results import (
+    COMMON_COLUMNS,
+    append_rows,
+    check_header,
+    is_measurement,
+    read_rows,
+    write_json_atomic,
+)
+from ccbench.benchmarks.statistics import DEFAULT_MARGIN, Ratio, ratio_interval
+from ccbench.kernels.errors import UsageError
+from ccbench.scripts.launch import binding_enabled, mpiexec_command, refuse_inside_mpi_launch
+
+REPO = Path(__file__).resolve().parent.parent
+ROOMS = ("kernels", "collectives", "training", "benchmarks", "plots", "scripts")
+STATISTICS = {"avg": "avg_us", "fastest": "fastest_us", "p50": "p50_us"}
+
+COLUMNS = (
+    "compare_id", "timestamp", "a", "b", "a_rev", "b_rev", "collective", "ranks",
+    "size_bytes", "config", "statistic", "rounds", "a_us", "b_us", "ratio", "ratio_low",
+    "ratio_high", "margin", "verdict", "a_iterations", "b_iterations", "link_gbps",
+    "load_start", "load_end", "hostname", "git_sha",
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- sides
+
+
+@dataclass
+class Side:
+    """One side of a comparison: a variant command and the code it runs."""
+
+    label: str  # "A" or "B"
+    command: list[str]  # variant name and its options
+    rev: str | None = None  # git revision; None: this installation
+    import_root: Path | None = None  # the revision's code, importable as ccbench
+
+    @property
+    def variant(self) -> str:
+        return self.command[0]
+
+    def text(self) -> str:
+        return shlex.join(self.command) + (f" @ {self.rev}" if self.rev else "")
+
+
+def parse_side(label: str, text: str) -> list[str]:
+    words = shlex.split(text)
+    if not words:
+        raise UsageError(f"{label}: give a variant and its options, e.g. \"baseline "
+                         "--algorithm ring\"")
+    from ccbench.scripts.cli import VARIANTS
+
+    if words[0] not in VARIANTS:
+        raise UsageError(f"{label}: unknown variant {words[0]!r} (variants: "
+                         f"{', '.join(VARIANTS)})")
+    for reserved in ("--csv", "--json", "-m", "--message-size"):
+        if reserved in words:
+            raise UsageError(f"{label}: {reserved} is set by ccbench compare for both sides")
+    return words
+
+
+def materialize(rev: str, into: Path) -> Path:
+    """The code of git revision `rev` under `into`, importable as ccbench (PYTHONPATH)."""
+    source = into / "src"
+    source.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev],
+                             capture_output=True)
+    if archive.returncode != 0:
+        raise UsageError(f"git revision {rev!r}: "
+                         f"{archive.stderr.decode(errors='replace').strip()}")
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+    return link_rooms(source, into / "import")
+
+
+def link_rooms(source: Path, root: Path) -> Path:
+    """A folder where `ccbench.<room>` is `source/<room>`: the layout an install maps."""
+    package = root / "ccbench"
+    package.mkdir(parents=True)
+    for room in ROOMS:
+        if (source / room).is_dir():
+            (package / room).symlink_to((source / room).resolve())
+    return root
+
+
+# ----------------------------------------------------------------------------- launching
+
+
+@dataclass
+class Launcher:
+    ranks: int
+    cluster: str | None = None
+    bind: bool = True
+    timeout: float = 1800.0
+
+    def command(self, side: Side, common: list[str], csv: Path) -> list[str]:
+        program = [sys.executable, "-m", f"ccbench.benchmarks.{side.variant}",
+                   *side.command[1:], *common, "--csv", str(csv)]
+        if self.cluster:
+            unbound = [] if self.bind else ["--no-bind"]
+            return [sys.executable, "-m", "ccbench.scripts.cluster", "run", "--name",
+                    self.cluster, "-n", str(self.ranks), *unbound, "--", *program]
+        return mpiexec_command(self.ranks, program, bind=self.bind)
+
+    def run(self, side: Side, common: list[str], csv: Path) -> list[dict]:
+        env = dict(os.environ)
+        if side.import_root is not None:
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(side.import_root), env.get("PYTHONPATH")) if p)
+            env["CCBENCH_GIT_SHA"] = side.rev or ""
+        proc = subprocess.run(self.command(side, common, csv), capture_output=True, text=True,
+                              env=env, timeout=self.timeout, stdin=subprocess.DEVNULL)
+        if proc.returncode not in (0, 1):  # 1: a validation failure, still timed
+            tail = (proc.stderr or proc.stdout).strip().splitlines()
+            raise UsageError(f"{side.label} ({side.text()}) failed with status "
+                             f"{proc.returncode}: {tail[-1] if tail else 'no output'}")
+        rows = read_rows(csv)[1] if csv.exists() else []
+        csv.unlink(missing_ok=True)
+        Path(f"{csv}.json").unlink(missing_ok=True)
+        if not rows:
+            raise UsageError(f"{side.label} ({side.text()}) wrote no results")
+        return rows
+
+
+# ----------------------------------------------------------------------------- rounds
+
+
+def point_of(row: dict, config_columns: list[str]) -> tuple[int, str]:
+    """A row's point: its size and its configuration (density, ...) as text."""
+    config = ",".join(f"{c}={row[c]}" for c in config_columns if row.get(c, "") != "")
+    return int(row["size_bytes"]), config
+
+
+def config_columns(rows: list[dict]) -> list[str]:
+    """Settings columns a variant adds that vary within one launch (sweep axes)."""
+    extra = [c for c in rows[0] if c not in COMMON_COLUMNS and not is_measurement(c)]
+    return [c for c in extra if len({r.get(c) for r in rows}) > 1]
+
+
+@dataclass
+class Comparison:
+    a: Side
+    b: Side
+    statistic: str
+    margin: float
+    times: dict = field(default_factory=dict)  # point -> {"A": [...], "B": [...]}
+    iterations: dict = field(default_factory=dict)  # point -> {"A": n, "B": n}
+    info: dict = field(default_factory=dict)  # collective, ranks, link_gbps from rows
+
+    def add(self, side: Side, rows: list[dict]) -> None:
+        columns = config_columns(rows)
+        column = STATISTICS[self.statistic]
+        for row in rows:
+            point = point_of(row, columns)
+            value = float(row[column]) if row.get(column) not in ("", None) else math.nan
+            self.times.setdefault(point, {"A": [], "B": []})[side.label].append(value)
+            self.iterations.setdefault(point, {})[side.label] = int(row["iterations"])
+        first = rows[0]
+        self.info = {"collective": first.get("collective", ""), "ranks": first.get("ranks"),
+                     "link_gbps": first.get("link_gbps", "")}
+
+    def points(self) -> list[tuple]:
+        """Points both sides measured in every round, in size order."""
+        rounds = max((len(v["A"]) for v in self.times.values()), default=0)
+        return sorted(p for p, v in self.times.items()
+                      if len(v["A"]) == len(v["B"]) == rounds and rounds > 0)
+
+    def ratio(self, point) -> Ratio | None:
+        a, b = (np.array(self.times[point][s]) for s in ("A", "B"))
+        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))
+                and np.all(a > 0) and np.all(b > 0)):
+            return None
+        return ratio_interval(a, b)
+
+
+def run_rounds(jobs: list[tuple[Comparison, list[str]]], launcher: Launcher, rounds: int,
+               workdir: Path, progress=None) -> None:
+    """Interleave every comparison's sides: round k runs A B (k even) or B A (k odd), and
+    all comparisons take their round k before any takes round k + 1."""
+    for k in range(rounds):
+        for index, (comparison, common) in enumerate(jobs):
+            order = (comparison.a, comparison.b) if k % 2 == 0 else (comparison.b, comparison.a)
+            for side in order:
+                csv = workdir / f"job{index}-round{k}-{side.label}.csv"
+                comparison.add(side, launcher.run(side, common, csv))
+                if progress is not None:
+                    progress.update(1)
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def result_rows(comparison: Comparison, rounds: int, meta: dict) -> list[dict]:
+    rows = []
+    for point in comparison.points():
+        size, config = point
+        r = comparison.ratio(point)
+        a, b = comparison.times[point]["A"], comparison.times[point]["B"]
+        rows.append({
+            **meta, "a": comparison.a.text(), "b": comparison.b.text(),
+            "a_rev": comparison.a.rev or "", "b_rev": comparison.b.rev or "",
+            "collective": comparison.info.get("collective"),
+            "ranks": comparison.info.get("ranks"), "size_bytes": size, "config": config,
+            "statistic": comparison.statistic, "rounds": rounds,
+            "a_us": float(np.exp(np.mean(np.log(a)))) if r else None,
+            "b_us": float(np.exp(np.mean(np.log(b)))) if r else None,
+            "ratio": r.ratio if r else None, "ratio_low": r.low if r else None,
+            "ratio_high": r.high if r else None, "margin": comparison.margin,
+            "verdict": r.verdict(comparison.margin) if r else "not measured",
+            "a_iterations": comparison.iterations[point].get("A"),
+            "b_iterations": comparison.iterations[point].get("B"),
+            "link_gbps": comparison.info.get("link_gbps"),
+        })  # fmt: skip
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'# Size':<10}{'config':>14}{'A (us)':>14}{'B (us)':>14}{'B/A':>9}"
+          f"{'CI95 low':>10}{'CI95 high':>10}  verdict")
+    def num(r, key, spec, width):
+        value = r[key]
+        return f"{value:>{width}{spec}}" if value is not None else f"{'-':>{width}}"
+
+    for r in rows:
+        print(f"{r['size_bytes']:<10d}{r['config'] or '-':>14}{num(r, 'a_us', '.2f', 14)}"
+              f"{num(r, 'b_us', '.2f', 14)}{num(r, 'ratio', '.3f', 9)}"
+              f"{num(r, 'ratio_low', '.3f', 10)}{num(r, 'ratio_high', '.3f', 10)}"
+              f"  {r['verdict']}", flush=True)
+
+
+def run_meta() -> dict:
+    from ccbench.benchmarks.environment import git_sha
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return {"compare_id": f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}",
+            "timestamp": now.isoformat(timespec="seconds"),
+            "load_start": round(os.getloadavg()[0], 2),
+            "hostname": os.uname().nodename, "git_sha": git_sha()}
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ccbench compare", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("a", help='side A: "VARIANT [OPTIONS]"')
+    p.add_argument("b", nargs="?", help='side B (default: A\'s command, with --a-rev/--b-rev)')
+    p.add_argument("--a-rev", metavar="REV", help="run A from this git revision")
+    p.add_argument("--b-rev", metavar="REV", help="run B from this git revision")
+    p.add_argument("-n", "--ranks", type=int, default=2, help="MPI ranks (default 2)")
+    p.add_argument("--rounds", type=int, default=6, help="rounds of A and B (default 6)")
+    p.add_argument("-m", "--message-size", default="64K:1M",
+                   help="sizes for both sides, as the variants' -m (default 64K:1M)")
+    p.add_argument("--statistic", choices=tuple(STATISTICS), default="avg",
+                   help="what each round contributes: avg (mean over calls, default), "
+                        "fastest (the fastest call), p50")
+    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                   help=f"ratios within 1+-margin count as no difference "
+                        f"(default {DEFAULT_MARGIN})")
+    p.add_argument("--cluster", metavar="NAME",
+                   help="run both sides inside this emulated cluster (ccbench cluster up)")
+    p.add_argument("--no-bind", action="store_true", help="leave ranks unbound")
+    p.add_argument("--csv", metavar="PATH", help="append one row per size to this CSV")
+    p.add_argument("--timeout", type=float, default=1800.0,
+                   help="seconds one launch may take (default 1800)")
+    p.epilog = "Options after -- go to both sides, e.g. -- --collective allgather -i 20"
+    return p
+
+
+def split_common(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(compare's own arguments, the options after -- that both sides get)."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def sides_from(opts) -> tuple[Side, Side]:
+    a = parse_side("A", opts.a)
+    b = parse_side("B", opts.b) if opts.b else list(a)
+    if not opts.b and not (opts.a_rev or opts.b_rev):
+        raise UsageError("give two commands, or one with --a-rev and/or --b-rev")
+    return Side("A", a, opts.a_rev), Side("B", b, opts.b_rev)
+
+
+def check(opts) -> None:
+    if opts.ranks < 1:
+        raise UsageError("-n must be at least 1")
+    if opts.rounds < 2:
+        raise UsageError("--rounds must be at least 2: one round gives no interval")
+    if not 0 <= opts.margin < 1:
+        raise UsageError("--margin must be in [0, 1)")
+    if opts.csv:
+        check_header(opts.csv, COLUMNS)
+
+
+def main(argv: list[str]) -> int:
+    refuse_inside_mpi_launch("ccbench compare")
+    own, common = split_common(argv)
+    opts = build_parser().parse_args(own)
+    check(opts)
+    a, b = sides_from(opts)
+    for reserved in ("--csv", "--json", "-m", "--message-size"):
+        if reserved in common:
+            raise UsageError(f"{reserved} after --: give it to ccbench compare itself")
+    common = [*common, "-m", opts.message_size]
+    launcher = Launcher(opts.ranks, opts.cluster, binding_enabled(False if opts.no_bind
+                                                                   else None), opts.timeout)
+    comparison = Comparison(a, b, opts.statistic, opts.margin)
+    meta = run_meta()
+    with tempfile.TemporaryDirectory(prefix="ccbench-compare-") as tmp:
+        for side in (a, b):
+            if side.rev:
+                side.import_root = materialize(side.rev, Path(tmp) / side.label)
+        print(f"# ccbench compare: A = {a.text()}; B = {b.text()}; {opts.ranks} ranks, "
+              f"{opts.rounds} rounds (A B, B A, ...), statistic {opts.statistic}, "
+              f"load {meta['load_start']}", flush=True)
+        from ccbench.benchmarks.progress import progress_bar
+
+        started = time.monotonic()
+        with progress_bar(2 * opts.rounds, "compare", unit="launch") as bar:
+            run_rounds([(comparison, common)], launcher, opts.rounds, Path(tmp), bar)
+    meta["load_end"] = round(os.getloadavg()[0], 2)
+    rows = result_rows(comparison, opts.rounds, meta)
+    print_table(rows)
+    print(f"# B/A < 1: B is faster. {time.monotonic() - started:.0f} s, load "
+          f"{meta['load_start']} -> {meta['load_end']}", flush=True)
+    if opts.csv:
+        append_rows(opts.csv, rows, COLUMNS)
+        write_json_atomic(f"{opts.csv}.{meta['compare_id']}.json", {
+            "a": a.text(), "b": b.text(), "common": common, "rounds": opts.rounds,
+            "times": {f"{size}|{config}": v for (size, config), v in comparison.times.items()},
+        })
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

