@@ -264,8 +264,10 @@ def rate_sensitivity(data, style: Style) -> list[Figure]:
     return [Figure("seed000_rate_sensitivity", fig, caption)]
 
 
-RUN_KEYS = ("variant", "algorithm", "codec", "compress", "error_feedback")
+RUN_KEYS = ("framework", "variant", "algorithm", "codec", "compress", "error_feedback",
+            "strategy")
 SETTING_KEYS = ("model", "ranks", "link_gbps")
+FRAMEWORK_ORDER = {"fsdp": 0, "ddp": 1, "mgwfbp": 2, "own": 3}
 
 
 def training_frame(data) -> pd.DataFrame:
@@ -273,21 +275,35 @@ def training_frame(data) -> pd.DataFrame:
     for column in RUN_KEYS + SETTING_KEYS:
         if column not in frame.columns:
             frame = frame.assign(**{column: ""})
+    # files from before --framework: the compact trainer
+    framework = frame["framework"].astype(object).fillna("").astype(str).replace("", "own")
     frame = frame.assign(link_gbps=frame["link_gbps"].replace("", np.nan).astype(float)
                          .fillna(0.0),
+                         framework=framework,
+                         strategy=frame["strategy"].astype(object).fillna("").astype(str),
                          compress=frame["compress"].fillna("").astype(str),
                          error_feedback=frame["error_feedback"].fillna(0))
     return frame
 
 
-def run_label(key: tuple, varied_compress: bool) -> str:
-    variant, algorithm, codec, compress, feedback = key
+def run_label(key: tuple, varied_compress: bool, show_framework: bool = False) -> str:
+    framework, variant, algorithm, codec, compress, feedback, strategy = key
     label = series_label(variant, algorithm, codec)
+    if variant == "torch":
+        label = "torch" + (f" {codec} hook" if codec and codec != "none" else "")
     if varied_compress and compress:
         label += f" ({compress})"
     if feedback not in ("", 0, "0", False) and float(feedback or 0) > 0:
         label += " +EF"
-    return label
+    if strategy:
+        label += f" [{strategy}]"
+    return f"{framework}: {label}" if show_framework else label
+
+
+def is_baseline(label: str) -> bool:
+    """The uncompressed reference of a panel: ccbench's baseline or torch's collectives."""
+    name = label.split(": ", 1)[-1]
+    return name.startswith("baseline") or name == "torch"
 
 
 def training_settings(frame: pd.DataFrame):
@@ -311,11 +327,12 @@ def training_loss(data, style: Style) -> list[Figure]:
     handles, labels = [], []
     for ax, ((model, ranks, link), sub) in zip(axes, groups, strict=True):
         varied = sub.loc[sub["variant"] != "baseline", "compress"].nunique() > 1
+        several = sub["framework"].nunique() > 1
         finals = []
         for key, run in sub.groupby(list(RUN_KEYS), sort=False):
             run = run.sort_values("step")
-            variant, algorithm, codec = key[:3]
-            label = run_label(key, varied)
+            variant, algorithm, codec = key[1:4]
+            label = run_label(key, varied, several)
             marker = style.marker(codec)
             (line,) = ax.plot(run["step"], run["loss"], color=style.color(variant, algorithm),
                               markevery=max(1, len(run) // 8), label=label, linewidth=0.9,
@@ -327,19 +344,20 @@ def training_loss(data, style: Style) -> list[Figure]:
         ax.set_xlabel("Step")
         ax.set_ylabel("Training loss")
         ax.set_title(setting_title(model, ranks, link))
-        reference = [v for k, v in finals if k.startswith("baseline")]
+        reference = [v for k, v in finals if is_baseline(k)]
         if reference:
-            lines = ["final loss vs baseline:"] + [
+            lines = ["final loss vs uncompressed:"] + [
                 f"{k}: {100 * (v / reference[0] - 1):+.1f}%" for k, v in finals
-                if not k.startswith("baseline")]
+                if not is_baseline(k)]
             if len(lines) > 1:
                 panel_note(ax, "\n".join(lines), "best")
     legend_below(fig, handles, labels, ncol=2)
-    caption = ("Training loss per step (mean over ranks) of the sharded data-parallel "
-               "trainer whose parameter allgather and gradient reduce-scatter go through "
-               "each variant; same seeds and data for every run. The box compares the "
-               "final loss (mean of the last 10 steps) with the uncompressed baseline "
-               "(the paper: similar accuracy).")
+    caption = ("Training loss per step (mean over ranks) per (framework, variant, codec): "
+               "the compact sharded trainer (own), stock PyTorch FSDP2 / DDP with "
+               "ccbench's collectives plugged in, or MG-WFBP from gradient hooks; same "
+               "seeds and data for every run. The box compares the final loss (mean of "
+               "the last 10 steps) with the first uncompressed run (ccbench's baseline or "
+               "torch's own collectives; the paper: similar accuracy).")
     return [Figure("seed000_training_loss", fig, caption + runs_note(steps))]
 
 
@@ -365,10 +383,12 @@ def training_step_time(data, style: Style) -> list[Figure]:
     handles, labels = [], []
     for ax, ((model, ranks, link), sub) in zip(axes, groups, strict=True):
         varied = sub.loc[sub["variant"] != "baseline", "compress"].nunique() > 1
-        order = {"baseline": 0, "p2p_compressed": 1, "coll_compressed": 2}
-        sub = sub.assign(_order=sub["variant"].map(order).fillna(9),
+        several = sub["framework"].nunique() > 1
+        order = {"torch": -1, "baseline": 0, "p2p_compressed": 1, "coll_compressed": 2}
+        sub = sub.assign(_framework=sub["framework"].map(FRAMEWORK_ORDER).fillna(9),
+                         _order=sub["variant"].map(order).fillna(9),
                          _codec=sub["codec"].map(codec_sort_key))
-        sub = sub.sort_values(["_order", "_codec"])
+        sub = sub.sort_values(["_framework", "_order", "_codec"])
         scale, unit = time_unit(sub["step_us"])
         names = []
         for x, (_, run) in enumerate(sub.iterrows()):
@@ -391,8 +411,13 @@ def training_step_time(data, style: Style) -> list[Figure]:
                 ax.bar(x, run["step_us"] / scale, 0.6, color=color)
             ax.text(x, run["step_us"] / scale, f"{run['step_us'] / scale:.3g}", ha="center",
                     va="bottom", fontsize=5.8)
-            names.append(run_label(key, varied).replace("compressed, ", "\n"))
-        ax.set_xticks(range(len(names)), names, rotation=0, fontsize=5.8)
+            names.append(run_label(key, varied, several).replace("compressed, ", "\n")
+                         .replace(": ", ":\n"))
+        crowded = len(names) > 5
+        ax.set_xticks(range(len(names)), [n.replace("\n", " ") if crowded else n
+                                          for n in names],
+                      rotation=40 if crowded else 0, ha="right" if crowded else "center",
+                      fontsize=5.2 if crowded else 5.8)
         ax.grid(axis="x", visible=False)
         ax.set_ylabel(f"Time per step ({unit})")
         ax.set_title(setting_title(model, ranks, link))
@@ -406,24 +431,34 @@ def training_step_time(data, style: Style) -> list[Figure]:
     labels.append("communication (colour of the variant)")
     legend_below(fig, handles, labels, ncol=2)
     caption = ("Time per training step (after warm-up), split into compute (grey) and the "
-               "allgather + reduce-scatter communication (coloured by variant); an "
-               "outlined top is time spent elsewhere (optimizer, bookkeeping). The box "
-               "gives the collective-level variant's step time against the baseline and "
-               "point-to-point compression (the paper: 31.7% and 12.5% faster).")
+               "communication the step waited for (coloured by variant: all of the "
+               "allgather and reduce-scatter in the compact trainer, the part not hidden "
+               "behind compute in FSDP, DDP and MG-WFBP); an outlined top is time spent "
+               "elsewhere. The box gives the collective-level variant's step time against "
+               "the uncompressed baseline and point-to-point compression of the same "
+               "framework (the paper, FSDP: 31.7% and 12.5% faster).")
     return [Figure("seed000_training_step_time", fig, caption + runs_note(summary))]
 
 
 def step_time_changes(sub: pd.DataFrame) -> list[tuple[str, float | None, float | None]]:
-    """(codec, % faster than the baseline, % faster than p2p) for collective-level runs."""
-    base = sub[sub["variant"] == "baseline"]["step_us"]
+    """(label, % faster than the baseline, % faster than p2p) for collective-level runs,
+    each against runs of its own framework (FSDP first)."""
+    if "framework" not in sub.columns:
+        sub = sub.assign(framework="own")
     out = []
-    for _, run in sub[sub["variant"] == "coll_compressed"].iterrows():
-        p2p = sub[(sub["variant"] == "p2p_compressed") & (sub["codec"] == run["codec"])
-                  & (sub["compress"] == run["compress"])
-                  & (sub["error_feedback"] == run["error_feedback"])]["step_us"]
-        out.append((run["codec"],
-                    100 * (1 - run["step_us"] / base.min()) if not base.empty else None,
-                    100 * (1 - run["step_us"] / p2p.min()) if not p2p.empty else None))
+    several = sub["framework"].nunique() > 1
+    frameworks = sorted(sub["framework"].unique(), key=lambda f: FRAMEWORK_ORDER.get(f, 9))
+    for framework in frameworks:
+        own = sub[sub["framework"] == framework]
+        base = own[own["variant"] == "baseline"]["step_us"]
+        for _, run in own[own["variant"] == "coll_compressed"].iterrows():
+            p2p = own[(own["variant"] == "p2p_compressed") & (own["codec"] == run["codec"])
+                      & (own["compress"] == run["compress"])
+                      & (own["error_feedback"] == run["error_feedback"])]["step_us"]
+            label = f"{framework} {run['codec']}" if several else run["codec"]
+            out.append((label,
+                        100 * (1 - run["step_us"] / base.min()) if not base.empty else None,
+                        100 * (1 - run["step_us"] / p2p.min()) if not p2p.empty else None))
     return out
 
 

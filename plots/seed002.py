@@ -248,6 +248,58 @@ def iteration_time(data, style: Style) -> list[Figure]:
     return [Figure("seed002_iteration_time", fig, caption + runs_note(frame))]
 
 
+def training_strategies(data, style: Style) -> list[Figure]:
+    """MG-WFBP on a real backward pass (benchmarks.training --framework mgwfbp): the
+    measured iteration (step minus optimizer) of each strategy next to its prediction."""
+    frame = rows(data, "training")
+    if "framework" not in frame.columns or "predicted_us" not in frame.columns:
+        raise Skip("no --framework mgwfbp training rows")
+    frame = frame[(frame["framework"] == "mgwfbp") & (frame["row"] == "summary")]
+    frame = frame[frame["predicted_us"].notna() & frame["strategy"].notna()]
+    if frame.empty:
+        raise Skip("no --framework mgwfbp training rows")
+    frame = frame.assign(_link=link_of(frame),
+                         _measured=frame["step_us"] - frame["optimizer_us"].fillna(0.0))
+    settings = list(frame.groupby(["model", "ranks", "_link", "variant", "codec"], sort=True))
+    shown = settings[:2]
+    fig, axes = figure(len(shown), ncols=1, panel_height=2.2)
+    handles, labels = [], []
+    for ax, ((model, ranks, link, variant, codec), sub) in zip(axes, shown, strict=True):
+        sub = sub.drop_duplicates("strategy", keep="last")
+        strategies = sorted(sub["strategy"].astype(str), key=strategy_key)
+        scale, unit = time_unit(sub[["_measured", "predicted_us"]].to_numpy().ravel())
+        fastest = sub["_measured"].min()
+        for i, strategy in enumerate(strategies):
+            row = sub[sub["strategy"].astype(str) == strategy].iloc[-1]
+            color = style.strategy_color(strategy)
+            measured = float(row["_measured"]) / scale
+            bar = ax.bar(i - 0.18, measured, 0.36, color=color, linewidth=0)
+            ax.bar(i + 0.18, float(row["predicted_us"]) / scale, 0.36, color="white",
+                   edgecolor=color, hatch="/////", linewidth=0.6)
+            err = 100 * (float(row["predicted_us"]) / float(row["_measured"]) - 1)
+            ax.text(i, max(measured, float(row["predicted_us"]) / scale),
+                    f"{err:+.0f}%" + (" *" if row["_measured"] == fastest else ""),
+                    ha="center", va="bottom", fontsize=5.8)
+            handles.append(bar)
+            labels.append(strategy)
+        ax.set_xticks(range(len(strategies)), strategies, fontsize=6)
+        ax.grid(axis="x", visible=False)
+        ax.set_ylabel(f"Iteration time ({unit})")
+        ax.set_ylim(bottom=0)
+        transport = variant if codec in ("", "none") else f"{variant}, {codec}"
+        ax.set_title(f"{model}, {panel_title(ranks, link)}, {transport}")
+    handles.append(Patch(facecolor="white", edgecolor="0.3", hatch="/////"))
+    labels.append("predicted (hatched)")
+    legend_below(fig, handles, labels, ncol=min(4, len(set(labels))))
+    caption = ("MG-WFBP driven by a real backward pass: gradient-ready hooks launch each "
+               "merged group's allreduce while backward goes on. Measured iteration (step "
+               "time minus the optimizer, mean over the strategy's steps; the strategies "
+               "take turns step by step in one run) next to the planner's prediction from "
+               "the model's own profile and the measured alpha-beta fit (hatched); the "
+               "label is the prediction's error, * the fastest strategy.")
+    return [Figure("seed002_training_strategies", fig, caption + runs_note(frame))]
+
+
 SIM_SETTING = ("link_gbps", "hop_latency_us", "algorithm", "compute_speedup")
 
 
@@ -355,4 +407,7 @@ FIGURES = [
                ("iteration",), iteration_time),
     FigureSpec("seed002_scaling_efficiency", "seed 002", "Simulated scaling efficiency",
                ("simulation",), scaling_efficiency),
+    FigureSpec("seed002_training_strategies", "seed 002",
+               "MG-WFBP on a real backward pass: measured and predicted per strategy",
+               ("training",), training_strategies),
 ]
