@@ -292,6 +292,12 @@ def _train_and_report(argv: list[str], comm) -> int:
               f"{config.variant} ({result_algorithm(config)}), codec {config.codec}"
               f"{', error feedback' if config.error_feedback else ''}, {comm.size} ranks, "
               f"global batch {batch}, {config.steps} steps", flush=True)
+    profile = getattr(trainer, "profile", None)
+    if root and profile is not None:
+        print(f"# profile of this model's backward (no communication): forward "
+              f"{profile.forward_us / 1e3:.2f} ms, backward "
+              f"{profile.total_backward_us / 1e3:.2f} ms, {profile.ntensors} gradients, "
+              f"{profile.total_bytes / 2**20:.2f} MiB", flush=True)
     with progress_bar(config.steps, "training", unit="step", rank=comm.rank) as bar:
         def advance(step: int, loss: float) -> None:
             bar.set_postfix(loss=f"{loss:.4f}", refresh=False)

@@ -32,7 +32,13 @@ from torch import nn
 
 from ccbench.kernels.errors import UsageError
 from ccbench.training.sharded import StepRecord
-from ccbench.training.torch_comm import CommStream, DDPHook, Transport, set_fsdp_comms
+from ccbench.training.torch_comm import (
+    CommStream,
+    DDPHook,
+    ErrorFeedback,
+    Transport,
+    set_fsdp_comms,
+)
 
 FRAMEWORKS = ("own", "fsdp", "ddp", "mgwfbp")
 
@@ -221,6 +227,7 @@ class MergedGradientTrainer(StreamTrainer):
 
     def __init__(self, model, comm, transport, stream, lr):
         super().__init__(model, comm, transport, stream, lr)
+        self.feedback = ErrorFeedback(transport) if transport.spec.error_feedback else None
         self.plans: list = []
         self.params: list[nn.Parameter] = []
         self.flat = None
@@ -256,7 +263,14 @@ class MergedGradientTrainer(StreamTrainer):
         if self._remaining[g] == 0:
             a, b = self._groups()[g]
             chunk = self.flat[self.edges[a]:self.edges[b]]
-            self.stream.submit(lambda: self.transport.allreduce(chunk), "allreduce")
+            key = (self.strategy_index, g)
+
+            def run():
+                if self.feedback is not None:  # residual memory per group of each plan
+                    self.feedback.apply(key, chunk, self.comm.size)
+                self.transport.allreduce(chunk)
+
+            self.stream.submit(run, "allreduce")
 
     def after_backward(self) -> None:
         self.flat.div_(self.comm.size)

@@ -86,11 +86,14 @@ def init_torch_distributed(comm, backend: str | None = None) -> str:
     """Initialise torch.distributed over the ranks of ``comm`` (an MPI launch).
 
     Rank 0 opens a TCPStore on a free port and broadcasts its address over MPI; every
-    rank then joins the default process group with its MPI rank. Returns the backend.
+    rank then joins the default process group with its MPI rank. ``backend``: gloo (the
+    default, for models on the CPU, as the training benchmark's are) or nccl (models on a
+    GPU; each rank takes device rank % devices); ``CCBENCH_TORCH_BACKEND`` sets the
+    default. Returns the backend.
     """
     if dist.is_initialized():
         return dist.get_backend()
-    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    backend = backend or os.environ.get("CCBENCH_TORCH_BACKEND", "gloo")
     address = comm.mpi.bcast(rendezvous_address(comm), root=0)
     store = None
     if comm.rank == 0:
@@ -257,7 +260,7 @@ class Transport:
     recv = this rank's block of the sum. ``allreduce(buf)``: buf = the sum, in place.
     """
 
-    CACHE = 64
+    CACHE = 512  # bound collectives kept (MG-WFBP's per-layer plans have many groups)
 
     def __init__(self, comm, spec: TransportSpec):
         if spec.variant not in VARIANTS:
@@ -394,8 +397,8 @@ class Transport:
 
         def build():
             out = torch.empty_like(buf)
-            layout = make_layout(buf.numel(), self.spec.block_size, self.comm.size, 0, 2,
-                                 self.spec.fusion, self.spec.window)
+            layout = make_layout(buf.numel(), self.spec.block_size, self.comm.size,
+                                 fusion=self.spec.fusion, window=self.spec.window)
             return OmniReduce(self.comm, buf, out, layout), out
 
         engine, out = self._cached(("omnireduce", buf.data_ptr(), buf.numel()), build)
@@ -569,7 +572,7 @@ class DDPHook:
         buf = bucket.buffer()
         size = self.transport.comm.size
         future = torch.futures.Future()
-        index = bucket.index()
+        index = (bucket.index(), buf.data_ptr())  # DDP rebuilds its buckets once
 
         def run():
             try:
