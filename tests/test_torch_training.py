@@ -86,6 +86,12 @@ def test_torch_hooks_train(cases, hook):
 
 
 @pytest.mark.timeout(300)
+def test_fsdp_accumulates_gradients_as_torch_does(cases):
+    got = _get(cases, "fsdp-accumulate")
+    assert got["norm"] > 0 and got["diff"] <= 1e-6 * got["norm"]
+
+
+@pytest.mark.timeout(300)
 def test_mgwfbp_on_the_real_backward_trains_as_ddp(cases):
     got = _get(cases, "mgwfbp")
     assert got["strategies"] == ["wfbp", "single", "fixed:64MB", "ddp:25MB", "mgwfbp",

@@ -175,48 +175,26 @@ class DDPTrainer(StreamTrainer):
 def measure_profile(model: nn.Module, loss_fn, comm, iterations: int = 5, warmup: int = 2,
                     name: str = "model"):
     """This model's layer profile on its real backward pass (no communication), in
-    backward order, averaged over ranks so every rank plans the same schedule.
-
-    Gradients are left as they were (``None``); the model's weights are not changed."""
+    backward order, averaged over iterations and ranks so every rank plans the same
+    schedule (``training.profiler.backward_stamps``). Returns the profile and the
+    parameter indices in backward order; the weights are not changed."""
     from ccbench.collectives.mgwfbp import Profile
+    from ccbench.training.profiler import backward_stamps
 
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    index = {id(p): i for i, (_, p) in enumerate(params)}
-    stamps: list[tuple[int, int]] = []
-    handles = [p.register_post_accumulate_grad_hook(
-        lambda p: stamps.append((index[id(p)], time.perf_counter_ns()))) for _, p in params]
-    order, gaps, forward = None, [], []
-    try:
-        for it in range(warmup + iterations):
-            model.zero_grad(set_to_none=True)
-            t0 = time.perf_counter_ns()
-            loss = loss_fn(model)
-            t1 = time.perf_counter_ns()
-            stamps.clear()
-            loss.backward()
-            if it < warmup:
-                continue
-            seen = [i for i, _ in stamps]
-            if len(set(seen)) != len(params):
-                raise UsageError("MG-WFBP needs every parameter to get a gradient")
-            order = order or seen
-            ready = dict(stamps)
-            times = [ready[i] for i in order]
-            gaps.append(np.diff([t1, *times]) / 1e3)
-            forward.append((t1 - t0) / 1e3)
-    finally:
-        for h in handles:
-            h.remove()
-        model.zero_grad(set_to_none=True)
-    local = np.concatenate([[np.mean(forward)], np.mean(gaps, axis=0)])
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    params = dict(model.named_parameters())
+    order, gaps, forward_ns = backward_stamps(model, loss_fn, warmup, iterations)
+    order = comm.mpi.bcast(order, root=0)  # the same layout everywhere
+    local = np.concatenate([[forward_ns.mean()], gaps.mean(axis=0)]) / 1e3
+    if len(local) != len(order) + 1:
+        raise UsageError("ranks disagree on the model's gradients")
     mean = np.empty_like(local)
     comm.mpi.Allreduce(local, mean)
     mean /= comm.size
-    order = comm.mpi.bcast(order, root=0)
-    nbytes = [params[i][1].numel() * params[i][1].element_size() for i in order]
+    nbytes = [params[n].numel() * params[n].element_size() for n in order]
     profile = Profile.from_arrays(name, nbytes, np.maximum(mean[1:], 0.0), float(mean[0]),
-                                  params=[params[i][0] for i in order])
-    return profile, order
+                                  params=order)
+    return profile, [names.index(n) for n in order]
 
 
 class MergedGradientTrainer(StreamTrainer):

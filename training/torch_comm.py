@@ -33,6 +33,7 @@ gradient this rank sent, as the compact trainer does.
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import queue
 import socket
@@ -454,25 +455,27 @@ class ErrorFeedback:
 
 
 class _FSDPComm:
+    """What FSDP's two custom collectives share. ``allocate`` keeps one buffer per size:
+    the all-gather's output (FSDP copies the parameters out of it before the group's next
+    all-gather) and the reduce-scatter's input (FSDP copies the gradients into it), so
+    the same buffers, and the collectives bound to them, serve step after step."""
+
+
     def __init__(self, transport: Transport, stream: CommStream, name: str = "",
                  feedback: ErrorFeedback | None = None):
         self.transport, self.stream, self.name, self.feedback = transport, stream, name, feedback
         self._buffers: dict = {}
 
     def allocate(self, size, *, dtype, device):
-        return torch.empty(size, dtype=dtype, device=device)
-
-
-class CcbenchAllGather(_FSDPComm, AllGather):
-    """FSDP2's all-gather through a Transport. The output buffer is kept per size (FSDP
-    copies out of it before the next all-gather of the same group), so bound objects are
-    reused step after step."""
-
-    def allocate(self, size, *, dtype, device):
         key = (tuple(size), dtype, device)
         if key not in self._buffers:
             self._buffers[key] = torch.empty(size, dtype=dtype, device=device)
         return self._buffers[key]
+
+
+class CcbenchAllGather(_FSDPComm, AllGather):
+    """FSDP2's all-gather through a Transport, in place (the input is this rank's block
+    of the output)."""
 
     def __call__(self, output_tensor, input_tensor, group, async_op: bool = False):
         ticket = self.stream.submit(
@@ -490,14 +493,21 @@ class CcbenchReduceScatter(_FSDPComm, ReduceScatter):
     before backward ends (the queued drain), as on a GPU's reduce-scatter stream. FSDP
     reads the output then only when it accumulates into an existing gradient, so the
     training loop must free gradients between steps (``zero_grad(set_to_none=True)``,
-    torch's default); ``FSDPTrainer`` does. The input buffer is kept per size.
+    torch's default); ``FSDPTrainer`` does.
+
+    FSDP keeps the gradient as a view of the output, so the output is a fresh tensor
+    every call (the input, P times larger, is kept): a kept one would be overwritten by
+    the next step's reduce-scatter under a gradient that is being accumulated.
     """
 
+    _largest = 0
+
     def allocate(self, size, *, dtype, device):
-        key = (tuple(size), dtype, device)
-        if key not in self._buffers:
-            self._buffers[key] = torch.empty(size, dtype=dtype, device=device)
-        return self._buffers[key]
+        numel = math.prod(size)
+        if numel < self._largest:  # the output
+            return torch.empty(size, dtype=dtype, device=device)
+        self._largest = numel
+        return super().allocate(size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor, input_tensor, group, op=None, async_op: bool = False):
         if op is not None and not (_is_avg(op) or op == dist.ReduceOp.SUM):

@@ -158,8 +158,40 @@ def driver() -> int:
                        torch_hook=hook)
         got["param_diff"] = float(np.abs(got["params"] - results["ddp"]["params"]).max())
         emit(case_id("ddp", "torch", "mpi", hook), got)
+    _accumulation_case(comm, task, emit)
     _mgwfbp_case(comm, task, emit)
-    return 0
+
+
+def _accumulation_case(comm, task, emit):
+    """FSDP accumulating gradients over two micro-batches (no zero_grad between them, so
+    FSDP adds the second reduce-scatter's output to the gradient the first one left):
+    against stock FSDP with its own collectives."""
+    import numpy as np
+    from torch.distributed.fsdp import fully_shard
+
+    from ccbench.training import frameworks
+    from ccbench.training.models import build_model
+    from ccbench.training.torch_comm import CommStream, Transport, TransportSpec
+
+    def accumulate(model):
+        for step in (1, 2):
+            batch = task.batch(0, step, task.default_batch, comm.rank * 8, comm.rank * 8 + 8)
+            task.loss(model, batch).backward()
+        return np.concatenate([p.grad.to_local().reshape(-1).numpy()
+                               for p in model.parameters()])
+
+    stock = build_model(task, 0)
+    for unit in frameworks.shard_units(stock):
+        fully_shard(unit)
+    fully_shard(stock)
+    want = accumulate(stock)
+    transport = Transport(comm, TransportSpec(variant="baseline", algorithm="ring"))
+    trainer = frameworks.FSDPTrainer(build_model(task, 0), comm, transport,
+                                     CommStream(overlap=False), 1e-3)
+    got = accumulate(trainer.model)
+    trainer.close()
+    emit("fsdp-accumulate", {"diff": float(np.abs(want - got).max()),
+                             "norm": float(np.abs(want).max())})
 
 
 def _mgwfbp_case(comm, task, emit):
