@@ -65,6 +65,7 @@ class TrainResult:
     strategy: np.ndarray | None = None  # mgwfbp: index into strategies, per step
     strategies: list[str] = field(default_factory=list)
     predicted_us: list[float] = field(default_factory=list)  # per strategy (the planner)
+    predicted_exposed_us: list[float] = field(default_factory=list)  # its non-overlapped comm
     plan_groups: list[int] = field(default_factory=list)     # per strategy
 
     def timed(self) -> slice:
@@ -96,6 +97,7 @@ class TrainResult:
         if strategy is not None and self.strategies:
             out["strategy"] = self.strategies[strategy]
             out["predicted_us"] = self.predicted_us[strategy]
+            out["predicted_exposed_us"] = self.predicted_exposed_us[strategy]
             out["groups"] = self.plan_groups[strategy]
         return out
 
@@ -268,6 +270,7 @@ def run_training(comm, config: TrainConfig, task=None, trainer=None, keep_params
         strategy=local[:, -1].astype(int) if plans else None,
         strategies=[p.strategy for p in plans],
         predicted_us=[p.iteration_us for p in plans],
+        predicted_exposed_us=[p.nonoverlapped_us for p in plans],
         plan_groups=[p.ngroups for p in plans],
     )
 
