@@ -170,10 +170,6 @@ class CommStream:
         self._work.put((call, kind, ticket))
         return ticket
 
-    @property
-    def busy_s(self) -> float:
-        return sum(self.busy.values())
-
     def wait(self, ticket: Ticket):
         """Block until ``ticket`` is done (timed as exposed communication)."""
         if not ticket.event.is_set():
@@ -183,10 +179,6 @@ class CommStream:
         if ticket.error is not None:
             raise ticket.error
         return ticket.result
-
-    def run(self, call):
-        """Submit and wait: a blocking collective that keeps the stream's order."""
-        return self.wait(self.submit(call))
 
     def drain(self) -> None:
         """Wait for everything submitted so far."""
@@ -300,12 +292,6 @@ class Transport:
             return False
         return self.spec.compress == "both" or (
             self.spec.compress == ("params" if collective == "allgather" else "grads"))
-
-    @property
-    def counts_wire(self) -> bool:
-        """False where the bytes move inside a library Python cannot see."""
-        return not (self.spec.variant == "torch"
-                    or (self.spec.variant == "baseline" and self.spec.algorithm == "mpi"))
 
     def error_bound(self, collective: str, amaxes: list[float], dtype: str = "float32"):
         """Max abs error of one collective's result (None: exact up to summation order)."""
