@@ -32,7 +32,8 @@ def git_sha() -> str:
 
 
 def mpi_library() -> str:
-    return MPI.Get_library_version().strip().splitlines()[0].strip()
+    # Open MPI ends its version string with a NUL
+    return MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].strip()
 
 
 def link_gbps():
@@ -84,6 +85,9 @@ def run_info(comm, variant: str) -> dict:
         now = datetime.datetime.now(datetime.timezone.utc)
         info = {
             "run_id": f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}",
+            # the sweep this launch belongs to (`ccbench sweep` sets it): figures pair rows
+            # of one sweep only
+            "sweep_id": os.environ.get("CCBENCH_SWEEP_ID", ""),
             "timestamp": now.isoformat(timespec="seconds"),
             "variant": variant,
             "nodes": len(hosts),
@@ -127,7 +131,7 @@ def describe(info: dict, argv, ranks: int) -> dict:
         **{k: v for k, v in info.items() if k != "placement"},
         "argv": list(argv),
         "ranks": ranks,
-        "mpi_library_full": MPI.Get_library_version().strip(),
+        "mpi_library_full": MPI.Get_library_version().replace("\0", "").strip(),
         "mpi_version": "{}.{}".format(*MPI.Get_version()),
         "versions": _versions(),
         "platform": platform.platform(),

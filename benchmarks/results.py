@@ -15,10 +15,10 @@ from ccbench.kernels.errors import UsageError
 # The columns every micro-benchmark row carries, in this order; a variant's own columns
 # and its configuration columns (density, block size, ...) follow.
 COMMON_COLUMNS = (
-    "run_id", "timestamp", "variant", "algorithm", "collective", "codec", "dtype", "buffer",
-    "ranks", "nodes", "size_bytes", "bytes_per_rank", "total_bytes", "count", "iterations",
-    "warmup", "timing", "ci_target_pct", "time_budget_s", "stopped_by", "avg_us", "min_us",
-    "max_us", "p50_us", "p99_us", "fastest_us", "ci_low_us", "ci_high_us", "algbw_gbps",
+    "run_id", "sweep_id", "timestamp", "variant", "algorithm", "collective", "codec", "dtype",
+    "buffer", "ranks", "nodes", "size_bytes", "bytes_per_rank", "total_bytes", "count",
+    "iterations", "warmup", "timing", "ci_target_pct", "time_budget_s", "stopped_by", "avg_us",
+    "min_us", "max_us", "p50_us", "p99_us", "fastest_us", "ci_low_us", "ci_high_us", "algbw_gbps",
     "busbw_gbps", "wire_bytes_per_rank", "compression_ratio", "max_abs_err", "max_rel_err",
     "error_bound", "validation", "link_gbps", "mpi_library", "hostname", "git_sha",
 )  # fmt: skip
@@ -28,7 +28,7 @@ COMMON_COLUMNS = (
 # measured point: two rows that agree on every other column measured the same point.
 # Variants' own measured columns end with a measurement suffix or are listed here.
 RUN_COLUMNS = frozenset({
-    "run_id", "timestamp", "iterations", "warmup", "stopped_by", "validation", "mpi_library",
+    "run_id", "sweep_id", "timestamp", "iterations", "warmup", "stopped_by", "validation", "mpi_library",
     "hostname", "git_sha", "source", "bytes_per_rank", "total_bytes", "count", "nodes",
 })  # fmt: skip
 MEASURED_COLUMNS = frozenset({
@@ -52,7 +52,7 @@ def is_setting(column: str) -> bool:
 # MG-WFBP rows: one schema for measured (benchmarks.merged_gradient) and simulated
 # (`ccbench simulate`) iterations.
 MGWFBP_COLUMNS = (
-    "run_id", "timestamp", "variant", "model", "strategy", "ranks", "nodes", "transport",
+    "run_id", "sweep_id", "timestamp", "variant", "model", "strategy", "ranks", "nodes", "transport",
     "measured_us", "measured_std_us", "predicted_us", "forward_us", "backward_us",
     "measured_backward_us", "nonoverlapped_us", "measured_nonoverlapped_us", "comm_us",
     "measured_comm_us",

@@ -52,7 +52,7 @@ ROOMS = ("kernels", "collectives", "training", "benchmarks", "plots", "scripts")
 STATISTICS = {"avg": "avg_us", "fastest": "fastest_us", "p50": "p50_us"}
 
 COLUMNS = (
-    "compare_id", "timestamp", "a", "b", "a_rev", "b_rev", "collective", "ranks",
+    "compare_id", "sweep_id", "timestamp", "a", "b", "a_rev", "b_rev", "collective", "ranks",
     "size_bytes", "config", "statistic", "rounds", "a_us", "b_us", "ratio", "ratio_low",
     "ratio_high", "margin", "verdict", "a_iterations", "b_iterations", "link_gbps",
     "load_start", "load_end", "hostname", "git_sha",
@@ -95,11 +95,12 @@ def parse_side(label: str, text: str) -> list[str]:
     return words
 
 
-def materialize(rev: str, into: Path) -> Path:
-    """The code of git revision `rev` under `into`, importable as ccbench (PYTHONPATH)."""
+def materialize(rev: str, into: Path, repo: Path = REPO) -> Path:
+    """The code of git revision `rev` of `repo` under `into`, importable as ccbench
+    (put the returned folder on PYTHONPATH)."""
     source = into / "src"
     source.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev],
+    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", rev],
                              capture_output=True)
     if archive.returncode != 0:
         raise UsageError(f"git revision {rev!r}: "
@@ -344,6 +345,7 @@ def main(argv: list[str]) -> int:
                                                                    else None), opts.timeout)
     comparison = Comparison(a, b, opts.statistic, opts.margin)
     meta = run_meta()
+    meta["sweep_id"] = os.environ.get("CCBENCH_SWEEP_ID", "")
     with tempfile.TemporaryDirectory(prefix="ccbench-compare-") as tmp:
         for side in (a, b):
             if side.rev:
@@ -363,11 +365,28 @@ def main(argv: list[str]) -> int:
           f"{meta['load_start']} -> {meta['load_end']}", flush=True)
     if opts.csv:
         append_rows(opts.csv, rows, COLUMNS)
-        write_json_atomic(f"{opts.csv}.{meta['compare_id']}.json", {
+        write_sidecar(opts.csv, meta["compare_id"], {
             "a": a.text(), "b": b.text(), "common": common, "rounds": opts.rounds,
+            "ranks": opts.ranks, "cluster": opts.cluster, "statistic": opts.statistic,
             "times": {f"{size}|{config}": v for (size, config), v in comparison.times.items()},
         })
     return 0
+
+
+def write_sidecar(csv: str, compare_id: str, record: dict) -> None:
+    """`<csv>.json`: every comparison's per-round times, keyed by its id (as the harness
+    keys its runs, so a sweep sees the comparison finished)."""
+    import json
+
+    path = Path(f"{csv}.json")
+    runs = {}
+    if path.exists():
+        try:
+            runs = json.loads(path.read_text()).get("runs", {})
+        except (ValueError, AttributeError):
+            runs = {}
+    runs[compare_id] = record
+    write_json_atomic(path, {"runs": runs})
 
 
 if __name__ == "__main__":

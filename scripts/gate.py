@@ -40,6 +40,7 @@ from ccbench.kernels.errors import UsageError
 from ccbench.scripts.compare import (
     COLUMNS,
     REPO,
+    STATISTICS,
     Comparison,
     Launcher,
     Side,
@@ -69,6 +70,7 @@ class GateSpec:
     rounds: int
     threshold: float
     margin: float
+    statistic: str
     benchmarks: list[Gated]
 
 
@@ -91,27 +93,29 @@ def load_spec(path: Path) -> GateSpec:
         raise UsageError(f"{path}: no [[benchmark]] to gate")
     spec = GateSpec(int(gate.get("ranks", 2)), int(gate.get("rounds", 5)),
                     float(gate.get("threshold", 1.3)), float(gate.get("margin", 0.03)),
-                    benchmarks)
+                    str(gate.get("statistic", "p50")), benchmarks)
     if spec.rounds < 2 or spec.ranks < 1 or spec.threshold <= 1:
         raise UsageError(f"{path}: needs rounds >= 2, ranks >= 1 and threshold > 1")
+    if spec.statistic not in STATISTICS:
+        raise UsageError(f"{path}: statistic must be one of {', '.join(STATISTICS)}")
     return spec
 
 
-def git(*args: str) -> str:
-    proc = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+def git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
     if proc.returncode != 0:
         raise UsageError(f"git {' '.join(args)}: {proc.stderr.strip() or 'failed'}")
     return proc.stdout.strip()
 
 
-def default_base() -> str:
+def default_base(repo: Path) -> str:
     """The merge base of HEAD and its upstream (else origin/main, else main)."""
     for upstream in ("@{upstream}", "origin/main", "main"):
-        ok = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet",
+        ok = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet",
                              upstream], capture_output=True).returncode == 0
         if ok:
-            return git("merge-base", "HEAD", upstream)
-    return git("rev-parse", "HEAD")
+            return git(repo, "merge-base", "HEAD", upstream)
+    return git(repo, "rev-parse", "HEAD")
 
 
 def failed(row: dict, threshold: float) -> bool:
@@ -127,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "merge base of HEAD and its upstream)")
     p.add_argument("--spec", type=Path, default=DEFAULT_SPEC,
                    help="gated benchmarks (default sweeps/gate.toml)")
+    p.add_argument("--repo", type=Path, default=REPO,
+                   help="the checkout whose working tree is gated (default: this one)")
     p.add_argument("--rounds", type=int, help="rounds (default: the spec's)")
     p.add_argument("--only", metavar="TEXT", help="gate only benchmarks whose name has TEXT")
     p.add_argument("--list", action="store_true", help="print what is gated and exit")
@@ -151,26 +157,29 @@ def main(argv: list[str]) -> int:
         return 0
     if opts.csv:
         check_header(opts.csv, COLUMNS)
-    base = opts.base or default_base()
-    base_sha = git("rev-parse", "--short=12", base)
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-    head = git("rev-parse", "--short=12", "HEAD")
+    repo = opts.repo.resolve()
+    base = opts.base or default_base(repo)
+    base_sha = git(repo, "rev-parse", "--short=12", base)
+    dirty = bool(git(repo, "status", "--porcelain", "--untracked-files=no"))
+    head = git(repo, "rev-parse", "--short=12", "HEAD")
     tree = f"working tree ({head}{', uncommitted changes' if dirty else ''})"
     launcher = Launcher(spec.ranks, bind=binding_enabled(False if opts.no_bind else None))
     meta = run_meta()
     print(f"# ccbench gate: {tree} against {base_sha}; {len(benchmarks)} benchmarks, "
-          f"{rounds} rounds on {spec.ranks} bound ranks; a point fails at B/A >= "
+          f"{rounds} rounds on {spec.ranks} bound ranks, statistic {spec.statistic}; "
+          f"a point fails at B/A >= "
           f"{spec.threshold:g} with its interval above 1; load {meta['load_start']}",
           flush=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ccbench-gate-") as tmp:
-        base_root = materialize(base, Path(tmp) / "base")
-        tree_root = link_rooms(REPO, Path(tmp) / "tree" / "import")
+        base_root = materialize(base, Path(tmp) / "base", repo)
+        tree_root = link_rooms(repo, Path(tmp) / "tree" / "import")
         jobs = []
         for b in benchmarks:
             a = Side("A", b.command, base_sha, base_root)
             t = Side("B", b.command, "working-tree", tree_root)
-            jobs.append((Comparison(a, t, "avg", spec.margin), [*b.options, "-m", b.sizes]))
+            jobs.append((Comparison(a, t, spec.statistic, spec.margin),
+                         [*b.options, "-m", b.sizes]))
         with progress_bar(2 * rounds * len(jobs), "gate", unit="launch") as bar:
             run_rounds(jobs, launcher, rounds, Path(tmp), bar)
     meta["load_end"] = round(os.getloadavg()[0], 2)

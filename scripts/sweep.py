@@ -59,6 +59,8 @@ RESERVED = {"variant", "ranks", "link_gbps", "sizes", "iterations", "warmup", "o
 SWEEP_KEYS = RESERVED - {"variant"} | {"name", "output", "merge", "timeout"}
 SLURM_KEYS = {"mpi", "tasks_per_node", "gpus_per_node", "partition", "time", "sbatch",
               "max_parallel"}  # fmt: skip
+# A [[points]] table with variant = "compare" runs `ccbench compare` (one unsized task).
+COMPARE = "compare"
 # Variants that do not sweep message sizes (no -m; their own CSV schema). A [[points]]
 # table can say the same of any variant with `sizes = false`.
 UNSIZED_VARIANTS = ("merged_gradient", "training")
@@ -132,10 +134,58 @@ def _slug(variant: str, axes, ranks: int, link: float | None) -> str:
     return "_".join(parts)
 
 
+def _expand_compare(table: dict, defaults: dict, where: str) -> list[dict]:
+    """A `variant = "compare"` table: `ccbench compare A B` as one unsized task per value
+    of its lists (collective, link rate, ranks); see docs/sweeps-slurm-regression.md."""
+    from ccbench.scripts.compare import parse_side
+
+    for key in ("a", "b"):
+        if not isinstance(table.get(key), str):
+            raise UsageError(f"{where}: a compare needs a = \"VARIANT ...\" and b = \"...\"")
+        parse_side(f"{where}: {key}", table[key])
+    get = {**defaults, **table}.get
+    own = [table["a"], table["b"], "-m", str(get("sizes", "64K:1M"))]
+    for key in ("rounds", "margin", "statistic"):
+        if key in table:
+            own += option_args(key, table[key])
+    common = []
+    for key, flag in (("iterations", "-i"), ("warmup", "-x")):
+        if get(key) is not None:
+            common += [flag, str(int(get(key)))]
+    axes = []
+    for key, value in table.items():
+        if key in RESERVED | {"a", "b", "rounds", "margin", "statistic"}:
+            continue
+        if isinstance(value, list):
+            axes.append((key, [str(v) for v in _as_list(value, f"{where}: {key}")]))
+        else:
+            common += option_args(key, value)
+    common += [str(a) for a in [*defaults.get("options", []), *table.get("options", [])]]
+    ranks = [int(r) for r in _as_list(get("ranks", [2]), f"{where}: ranks")]
+    links = [None if v in ("", None) else float(v)
+             for v in _as_list(get("link_gbps") or [None], f"{where}: link_gbps")]  # fmt: skip
+    out = []
+    names = [k for k, _ in axes]
+    for link, nranks, values in itertools.product(links, ranks,
+                                                  itertools.product(*[v for _, v in axes])):
+        chosen = tuple(zip(names, values, strict=True))
+        args = list(common)
+        for key, value in chosen:
+            args += option_args(key, value)
+        words = [w.lstrip("-") for w in f"{table['a']} vs {table['b']}".split()]
+        label = (("cmp", _sanitize("-".join(words))[:80]),)
+        out.append({"variant": COMPARE, "ranks": nranks, "link_gbps": link,
+                    "axes": (*label, *((k, str(v)) for k, v in chosen)),
+                    "args": (*own, "--", *args), "sizes": ()})
+    return out
+
+
 def _expand_table(table: dict, defaults: dict, where: str) -> list[dict]:
     if "variant" not in table or not isinstance(table["variant"], str):
         raise UsageError(f"{where}: needs variant = \"NAME\"")
     variant = table["variant"]
+    if variant == COMPARE:
+        return _expand_compare(table, defaults, where)
     if not re.fullmatch(r"[a-z_][a-z0-9_]*", variant) or importlib.util.find_spec(
         f"ccbench.benchmarks.{variant}"
     ) is None:
@@ -277,7 +327,7 @@ def remaining_sizes(spec: Spec, task: Task) -> list:
     if not rows:
         return todo
     last = rows[-1]
-    finished = last.get("run_id") in _finished_runs(path)
+    finished = (last.get("run_id") or last.get("compare_id")) in _finished_runs(path)
     if not task.sizes:
         return [] if finished else todo
     largest = max(int(r["size_bytes"]) for r in rows)
@@ -302,6 +352,19 @@ def resume_args(task: Task, todo: list[int]) -> list[str]:
     return args
 
 
+def sweep_id(spec: Spec, fresh: bool) -> str:
+    """The id every row of this sweep's output carries (`sweep_id`): kept in the output
+    folder, so a resumed sweep is still one run; a new one when all is measured again."""
+    path = spec.output / ".sweep-id"
+    if not fresh and path.exists() and path.read_text().strip():
+        return path.read_text().strip()
+    now = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    value = f"{spec.name}-{now}-{hashlib.sha1(os.urandom(8)).hexdigest()[:6]}"
+    spec.output.mkdir(parents=True, exist_ok=True)
+    path.write_text(value + "\n")
+    return value
+
+
 # ----------------------------------------------------------------------------- launching
 
 
@@ -309,7 +372,21 @@ def variant_command(task: Task, args: list[str], csv: Path) -> list[str]:
     return [sys.executable, "-m", f"ccbench.benchmarks.{task.variant}", *args, "--csv", str(csv)]
 
 
+def compare_command(task: Task, csv: Path, launcher: str) -> list[str]:
+    """`ccbench compare` launches its ranks itself, on this host or the emulated cluster."""
+    if launcher == "srun":
+        raise UsageError(f"task {task.index} ({task.slug}): compare tasks run on local "
+                         "ranks or the emulated cluster, not as SLURM array tasks")
+    i = task.args.index("--")
+    where = ["--cluster", CLUSTER_NAME] if task.link_gbps is not None else []
+    unbound = [] if binding_enabled() else ["--no-bind"]
+    return [sys.executable, "-m", "ccbench.scripts.compare", *task.args[:i], "-n",
+            str(task.ranks), *where, *unbound, "--csv", str(csv), *task.args[i:]]
+
+
 def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher: str) -> list[str]:
+    if task.variant == COMPARE:
+        return compare_command(task, csv, launcher)
     command = variant_command(task, args, csv)
     if task.link_gbps is not None:
         unbound = [] if binding_enabled() else ["--no-bind"]
@@ -714,6 +791,9 @@ def main(argv: list[str]) -> int:
             for t in tasks:
                 for path in (csv_path(spec, t), Path(f"{csv_path(spec, t)}.json")):
                     path.unlink(missing_ok=True)
+        if not (opts.list or opts.dry_run or opts.submit or opts.merge_only):
+            fresh = opts.rerun and opts.task is None
+            os.environ["CCBENCH_SWEEP_ID"] = sweep_id(spec, fresh)
         if opts.submit:
             return submit(spec, tasks, opts.sbatch_arg, opts.dry_run)
         if opts.list or opts.dry_run:

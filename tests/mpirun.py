@@ -13,10 +13,11 @@ from ccbench.scripts.launch import binding_enabled, mpiexec_command
 REPO = Path(__file__).resolve().parent.parent
 
 
-# Open MPI's launcher prints its own notices (show_help blocks between dashed lines, and
-# lines naming prterun) when a rank exits non-zero; they are not ccbench's output.
+# Open MPI's launcher prints its own notices (show_help blocks between dashed lines, lines
+# naming prterun, PMIx runtime errors) when ranks exit non-zero; they are not ccbench's.
 _HELP_RULE = re.compile(r"^-{20,}$")
-_LAUNCHER_LINE = re.compile(r"^(prterun|mpiexec|mpirun)\b.*(detected|noticed|exited)")
+_LAUNCHER_LINE = re.compile(r"^(prterun|mpiexec|mpirun)\b.*(detected|noticed|exited)"
+                            r"|^\[[\w.-]+:\d+\] (PMIX|PRTE) ERROR")
 
 
 def without_launcher_notices(stderr: str) -> str:

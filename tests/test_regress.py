@@ -113,9 +113,15 @@ def test_catches_compression_ratio_drop(tmp_path, capsys):
     assert "compression_ratio" in out and "-20.0%" in out
 
 
+def test_timings_are_not_gated_unless_asked(tmp_path, capsys):
+    rows = edit(result_rows(seed=3), is_zfp, avg_us=lambda t: 3 * t)
+    assert gate(tmp_path, rows) == 0
+    assert "time_vs_baseline" not in capsys.readouterr().out
+
+
 def test_catches_variant_three_times_slower_than_baseline(tmp_path, capsys):
     rows = edit(result_rows(seed=3), is_zfp, avg_us=lambda t: 3 * t)
-    assert gate(tmp_path, rows) == 1
+    assert gate(tmp_path, rows, None, "--tolerance", "time_vs_baseline=:1.0") == 1
     out = capsys.readouterr().out
     fails = [ln for ln in out.splitlines() if ln.lstrip().startswith("FAIL")]
     assert fails and all("time_vs_baseline" in ln and "zfp:rate=8" in ln for ln in fails)
@@ -125,7 +131,7 @@ def test_catches_variant_three_times_slower_than_baseline(tmp_path, capsys):
 def test_baseline_slowing_down_flags_every_variant_faster_not(tmp_path, capsys):
     # a faster variant (or a slower library) is not a regression of the variant
     rows = edit(result_rows(), lambda r: r["variant"] != "baseline", avg_us=lambda t: t / 3)
-    assert gate(tmp_path, rows) == 0
+    assert gate(tmp_path, rows, None, "--tolerance", "time_vs_baseline=:1.0") == 0
     assert "time_vs_baseline" in capsys.readouterr().out  # listed as moved
 
 
