@@ -46,7 +46,12 @@ def checked_transport(comm, spec):
             dist.all_gather_into_tensor(out, mine)
             return out.tolist()
 
-        def _record(self, collective, got, want, amaxes):
+        def _check(self, collective, run, inp, got, reference):
+            """Run ours, then torch's on the saved input, and record the difference."""
+            inp = inp.clone()
+            amaxes = self._amaxes(inp)
+            run()
+            want = reference(inp)
             bound = self.error_bound(collective, amaxes)
             err = float((got - want).abs().max()) if got.numel() else 0.0
             # lossless: exact up to float32 summation order
@@ -55,25 +60,31 @@ def checked_transport(comm, spec):
                                 "exact": bound is None, "n": int(got.numel())})
 
         def allgather(self, send, recv):
-            inp = send.clone()
-            super().allgather(send, recv)
-            want = torch.empty_like(recv)
-            dist.all_gather_into_tensor(want, inp)
-            self._record("allgather", recv, want, self._amaxes(inp))
+            def reference(inp):
+                want = torch.empty_like(recv)
+                dist.all_gather_into_tensor(want, inp)
+                return want
+
+            self._check("allgather", lambda: super(Checked, self).allgather(send, recv),
+                        send, recv, reference)
 
         def reduce_scatter(self, send, recv):
-            inp = send.clone()
-            super().reduce_scatter(send, recv)
-            want = torch.empty_like(recv)
-            dist.reduce_scatter_tensor(want, inp)
-            self._record("reduce_scatter", recv, want, self._amaxes(inp))
+            def reference(inp):
+                want = torch.empty_like(recv)
+                dist.reduce_scatter_tensor(want, inp)
+                return want
+
+            self._check("reduce_scatter",
+                        lambda: super(Checked, self).reduce_scatter(send, recv),
+                        send, recv, reference)
 
         def allreduce(self, buf):
-            want = buf.clone()
-            amaxes = self._amaxes(want)
-            super().allreduce(buf)
-            dist.all_reduce(want)
-            self._record("allreduce", buf, want, amaxes)
+            def reference(inp):
+                dist.all_reduce(inp)
+                return inp
+
+            self._check("allreduce", lambda: super(Checked, self).allreduce(buf), buf, buf,
+                        reference)
 
     return Checked(comm, spec)
 
