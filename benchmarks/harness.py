@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from ccbench.benchmarks import environment, osu_format
+from ccbench.benchmarks import accuracy, environment, osu_format
 from ccbench.benchmarks.options import (
     build_parser,
     iterations_for,
@@ -34,9 +34,10 @@ from ccbench.benchmarks.results import (
 )
 from ccbench.benchmarks.statistics import relative_halfwidth, summarize
 from ccbench.collectives.comm import Communicator
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, inputs
 from ccbench.kernels.errors import DataError, UsageError
-from ccbench.kernels.vocabulary import COLLECTIVES, exact_amplitude, itemsize
+from ccbench.kernels.inputs import DataKind, parse_data_kind
+from ccbench.kernels.vocabulary import COLLECTIVES, itemsize
 
 # nccl-tests' bus-bandwidth factors: busbw = algbw * factor(n)
 DEFAULT_TIME_BUDGET_S = 10.0  # --ci-target without --time-budget
@@ -65,6 +66,7 @@ class Case:
     total_bytes: int  # nccl-tests' size: the whole gathered / reduced buffer
     seed: int = 0
     config: dict = field(default_factory=dict)
+    data: DataKind | None = None  # what the timed calls carry (--data)
 
 
 @dataclass
@@ -87,13 +89,18 @@ class Context:
 
 
 class Variant:
-    """Hooks a variant fills in; the defaults suit an uncompressed dense collective."""
+    """Hooks a variant fills in; the defaults suit an uncompressed dense collective.
+
+    Every size is timed on `make_input` (the --data kind: real gradients by default), and
+    the result of one more call on that data is compared with the exact result for the
+    row's accuracy columns. With -c, a separate pass checks one call on
+    `validation_input` (small integers, whose sums are exact in any order) against
+    `reference`, exactly or within `error_bound`.
+    """
 
     name = "variant"
     description = ""
     collectives: tuple[str, ...] = COLLECTIVES
-    # Lossy variants measure the error on every size, not only with -c.
-    always_measure_error = False
 
     def add_options(self, parser) -> None:
         """Add the variant's own options to the argparse parser."""
@@ -113,13 +120,19 @@ class Variant:
         raise NotImplementedError
 
     def make_input(self, case: Case, rank: int) -> np.ndarray:
-        return exact_input(case, rank)
+        """The timed data of `rank`."""
+        return inputs.values(case.data, case.send_count, rank, case.ranks, case.seed)
+
+    def validation_input(self, case: Case, rank: int) -> np.ndarray:
+        """The data of the validation pass (-c) on `rank`."""
+        return inputs.values("exact", case.send_count, rank, case.ranks, case.seed)
 
     def reference(self, case: Case, inputs: list[np.ndarray]) -> np.ndarray:
         return dense_reference(case, inputs)
 
-    def error_bound(self, case: Case, reference: np.ndarray) -> float | None:
-        """The absolute error the result may have; None means it must be exact."""
+    def error_bound(self, case: Case, reference: np.ndarray,
+                    inputs: list[np.ndarray]) -> float | None:
+        """The absolute error the result of these inputs may have; None: it must be exact."""
         return None
 
     def stdout_columns(self, opts) -> list[tuple[str, str, str]]:
@@ -128,26 +141,6 @@ class Variant:
 
 
 # Inputs and references -------------------------------------------------------------------
-
-
-def exact_input(case: Case, rank: int) -> np.ndarray:
-    """Seeded small integers: sums over all ranks are exact in every dtype, any order.
-
-    With P ranks the values lie in [-a, a], a = exact_amplitude(P), so every partial
-    sum is an integer of magnitude at most 127: int8 holds it, and so does bfloat16
-    (integers to 256), up to 127 ranks.
-    """
-    amplitude = exact_amplitude(case.ranks)
-    rng = np.random.default_rng([case.seed, rank, case.send_count])
-    return rng.integers(-amplitude, amplitude + 1, case.send_count).astype(np.float64)
-
-
-def gradient_like_input(case: Case, rank: int) -> np.ndarray:
-    """Seeded normal values with a per-block scale, like a layer's gradients."""
-    rng = np.random.default_rng([case.seed, rank, case.send_count])
-    scale = np.exp(rng.normal(-6.0, 1.0, size=max(1, case.send_count // 4096 + 1)))
-    values = rng.standard_normal(case.send_count)
-    return values * np.repeat(scale, 4096)[: case.send_count]
 
 
 def dense_reference(case: Case, inputs: list[np.ndarray]) -> np.ndarray:
@@ -318,14 +311,19 @@ def fill(buffer_array, values: np.ndarray, case: Case) -> None:
         buffer_array.copy_(staged) if hasattr(buffer_array, "copy_") else buffer_array.set(staged)
 
 
+def held(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values as a buffer of `dtype` holds them (rounded to nearest)."""
+    backend = "torch" if dtype == "bfloat16" else "numpy"
+    return arrays.to_numpy(arrays.from_numpy(backend, values, dtype)).astype(np.float64)
+
+
 def check_result(variant: Variant, case: Case, got, inputs: list[np.ndarray]) -> dict:
     """Compare this rank's result with the uncompressed reference (float64)."""
     reference = variant.reference(case, inputs)
     # the reference as the dtype holds it: what an exact collective of these inputs gives
-    expected = arrays.to_numpy(arrays.from_numpy("torch" if case.dtype == "bfloat16" else
-                                                 "numpy", reference, case.dtype))
+    expected = held(reference, case.dtype)
     result = arrays.to_numpy(got).astype(np.float64)
-    bound = variant.error_bound(case, reference)
+    bound = variant.error_bound(case, reference, inputs)
     if result.shape != reference.shape:
         return {"max_abs_err": float("inf"), "max_rel_err": float("inf"), "wrong": 1,
                 "error_bound": bound, "passed": False}
@@ -354,6 +352,7 @@ def _parse(variant: Variant, argv, comm: Communicator):
     opts = parser.parse_args(argv)
     opts.sizes = size_list(opts.message_size)
     arrays.check_supported(opts.buffer, opts.dtype)
+    opts.data_kind = parse_data_kind(opts.data)
     if opts.collective not in variant.collectives:
         raise UsageError(f"{variant.name} does not run {opts.collective}")
     if opts.time_budget is not None and opts.ci_target is None:
@@ -375,7 +374,7 @@ def _plan_cases(variant: Variant, opts, comm: Communicator) -> list[tuple[Case, 
         for config in variant.configurations(opts):
             cases.append(Case(opts.collective, opts.dtype, opts.buffer, comm.size, comm.rank,
                               size, count, send_count, recv_count, per_rank, total,
-                              opts.seed, dict(config)))  # fmt: skip
+                              opts.seed, dict(config), opts.data_kind))  # fmt: skip
     if not cases:
         raise UsageError(
             f"no size in -m {opts.message_size} holds one {opts.dtype} element per rank "
@@ -402,23 +401,24 @@ def _row(run_info: dict, variant_columns: dict, case: Case, iters: int, warmup: 
     })  # fmt: skip
     row.setdefault("codec", "none")
     row.update(variant_columns)
+    row["data"] = case.data.spec
     if check is not None:
-        row["max_abs_err"] = check["max_abs_err"]
-        row["max_rel_err"] = check["max_rel_err"]
+        row["validation_err"] = check["validation_err"]
         row["error_bound"] = check["error_bound"]
-        if opts.validate:
-            row["validation"] = "Pass" if check["passed"] else "Fail"
+        row["validation"] = "Pass" if check["passed"] else "Fail"
     row.update(stats)
     row.update(case.config)
     return row
 
 
-def _run_case(variant: Variant, ctx: Context, case: Case, measure_error: bool):
-    comm = ctx.comm
+def _run_case(variant: Variant, ctx: Context, case: Case):
+    comm, opts = ctx.comm, ctx.opts
     op = agreed(comm, lambda: variant.make_op(ctx, case))
-    inputs = agreed(comm, lambda: _inputs(variant, case, measure_error))
-    agreed(comm, lambda: fill(op.send, inputs[case.rank] if measure_error else inputs, case))
-    iters, warmup = iterations_for(case.size_bytes, ctx.opts)
+    # every rank's timed data: the exact result of the accuracy pass needs them all
+    timed = agreed(comm, lambda: [held(variant.make_input(case, r), case.dtype)
+                                  for r in range(case.ranks)])
+    agreed(comm, lambda: fill(op.send, timed[case.rank], case))
+    iters, warmup = iterations_for(case.size_bytes, opts)
     run = op.run
     if arrays.is_gpu(case.buffer):
         call = op.run
@@ -427,35 +427,43 @@ def _run_case(variant: Variant, ctx: Context, case: Case, measure_error: bool):
             call()
             arrays.synchronize(case.buffer)
 
-    opts = ctx.opts
     timing = measure(comm, run, iters, warmup, opts.timing,
                      ci_target=opts.ci_target / 100 if opts.ci_target else None,
                      budget_s=opts.time_budget)
     iters = timing.pop("iterations")
-    # one more call, on the same inputs, for the wire volume and the check
+    # one more call on the timed data: the wire volume, the ratio and the accuracy
     comm.reset_wire_bytes()
     run()
     wire = comm.mpi.allreduce(comm.wire_bytes, op=MPI.SUM) / comm.size
-    check = None
-    if measure_error:
-        mine = agreed(comm, lambda: check_result(variant, case, op.recv, inputs))
-        check = _combine_checks(comm, mine)
     stats = {"wire_bytes_per_rank": int(round(wire)) if op.measures_wire else None}
     if op.stats is not None:
         stats.update(agreed(comm, op.stats))
+    stats.update(_accuracy(comm, variant, case, op.recv, timed))
+    check = None
+    if opts.validate:  # its own pass, on integers whose sums are exact
+        exact = agreed(comm, lambda: [variant.validation_input(case, r)
+                                      for r in range(case.ranks)])
+        agreed(comm, lambda: fill(op.send, exact[case.rank], case))
+        run()
+        check = _combine_checks(comm, agreed(comm, lambda: check_result(variant, case,
+                                                                         op.recv, exact)))
     return iters, warmup, timing, check, stats
 
 
-def _inputs(variant: Variant, case: Case, all_ranks: bool):
-    if all_ranks:  # the check needs every rank's input to build the reference
-        return [variant.make_input(case, r) for r in range(case.ranks)]
-    return variant.make_input(case, case.rank)
+def _accuracy(comm: Communicator, variant: Variant, case: Case, got, timed) -> dict:
+    """The accuracy columns of this call's result on the timed data (every rank's)."""
+    mine = agreed(comm, lambda: accuracy.partial_sums(arrays.to_numpy(got),
+                                                      variant.reference(case, timed)))
+    sums, maxima = accuracy.split(mine)
+    total, largest = np.empty_like(sums), np.empty_like(maxima)
+    comm.mpi.Allreduce(sums, total, op=MPI.SUM)
+    comm.mpi.Allreduce(maxima, largest, op=MPI.MAX)
+    return accuracy.combine(total, largest, gradient=case.data.is_gradient)
 
 
 def _combine_checks(comm: Communicator, mine: dict) -> dict:
     return {
-        "max_abs_err": comm.mpi.allreduce(mine["max_abs_err"], op=MPI.MAX),
-        "max_rel_err": comm.mpi.allreduce(mine["max_rel_err"], op=MPI.MAX),
+        "validation_err": comm.mpi.allreduce(mine["max_abs_err"], op=MPI.MAX),
         "error_bound": mine["error_bound"],
         "passed": bool(comm.mpi.allreduce(int(mine["passed"]), op=MPI.MIN)),
     }
@@ -472,13 +480,12 @@ def _run(variant: Variant, argv, comm: Communicator) -> int:
     root = comm.rank == 0
     agreed(comm, lambda: check_header(opts.csv, columns) if root else None)
     run_info = environment.run_info(comm, variant.name)
-    measure_error = opts.validate or variant.always_measure_error
     printer = osu_format.Printer(opts, variant, run_info) if root else None
     if printer:
         printer.header(skipped)
     rows, failures = [], 0
     for case in cases:
-        iters, warmup, timing, check, stats = _run_case(variant, ctx, case, measure_error)
+        iters, warmup, timing, check, stats = _run_case(variant, ctx, case)
         row = _row(run_info, variant_columns, case, iters, warmup, timing, check, stats, opts)
         if check is not None and opts.validate and not check["passed"]:
             failures += 1

@@ -6,7 +6,10 @@ import argparse
 import re
 
 from ccbench.kernels.errors import UsageError
+from ccbench.kernels.inputs import DATA_KINDS
 from ccbench.kernels.vocabulary import BUFFERS, DTYPES
+
+DEFAULT_DATA = "gradient"
 
 LARGE_MESSAGE_SIZE = 8192  # OSU: above this, fewer iterations and warm-ups
 ITERATIONS, ITERATIONS_LARGE = 1000, 100
@@ -155,6 +158,10 @@ def build_parser(prog: str, description: str, collectives, quiet: bool) -> RankA
     common.add_argument("--json", metavar="PATH", help="write this run's rows and environment")
     common.add_argument("--seed", type=non_negative_int, default=0,
                         help="seed of the generated input data (default 0)")
+    common.add_argument("--data", default=DEFAULT_DATA, metavar="KIND",
+                        help=f"what the timed calls carry (default {DEFAULT_DATA}: real "
+                             f"gradients from the corpus); -c validates on exact integers "
+                             f"in a pass of its own. Kinds: {DATA_KINDS}")
     common.add_argument("--ci-target", type=positive_float, default=None, metavar="PCT",
                         help="time each size in rounds of -i calls until the 95%% interval "
                              "of the mean is within +-PCT%% (or --time-budget is spent)")

@@ -19,8 +19,9 @@ COMMON_COLUMNS = (
     "buffer", "ranks", "nodes", "size_bytes", "bytes_per_rank", "total_bytes", "count",
     "iterations", "warmup", "timing", "ci_target_pct", "time_budget_s", "stopped_by", "avg_us",
     "min_us", "max_us", "p50_us", "p99_us", "fastest_us", "ci_low_us", "ci_high_us", "algbw_gbps",
-    "busbw_gbps", "wire_bytes_per_rank", "compression_ratio", "max_abs_err", "max_rel_err",
-    "error_bound", "validation", "link_gbps", "mpi_library", "hostname", "git_sha",
+    "busbw_gbps", "wire_bytes_per_rank", "compression_ratio", "data", "rel_l2_err",
+    "max_abs_err", "max_rel_err", "psnr_db", "cosine", "validation", "validation_err",
+    "error_bound", "link_gbps", "mpi_library", "hostname", "git_sha",
 )  # fmt: skip
 
 
@@ -28,11 +29,13 @@ COMMON_COLUMNS = (
 # measured point: two rows that agree on every other column measured the same point.
 # Variants' own measured columns end with a measurement suffix or are listed here.
 RUN_COLUMNS = frozenset({
-    "run_id", "sweep_id", "timestamp", "iterations", "warmup", "stopped_by", "validation", "mpi_library",
-    "hostname", "git_sha", "source", "bytes_per_rank", "total_bytes", "count", "nodes",
+    "run_id", "sweep_id", "timestamp", "iterations", "warmup", "stopped_by", "validation",
+    "mpi_library", "hostname", "git_sha", "source", "bytes_per_rank", "total_bytes", "count",
+    "nodes",
 })  # fmt: skip
 MEASURED_COLUMNS = frozenset({
-    "compression_ratio", "error_bound", "nonzero_density", "union_density",
+    "compression_ratio", "error_bound", "psnr_db", "cosine", "nonzero_density", "union_density",
+    "overlap_efficiency", "chunk_used_bytes",
     "wire_min_bytes_per_rank", "wire_vs_min", "dropped_mass", "dropped_mass_rel",
     "min_wire_bytes_per_rank", "wire_over_min",
 })  # fmt: skip
@@ -52,8 +55,8 @@ def is_setting(column: str) -> bool:
 # MG-WFBP rows: one schema for measured (benchmarks.merged_gradient) and simulated
 # (`ccbench simulate`) iterations.
 MGWFBP_COLUMNS = (
-    "run_id", "sweep_id", "timestamp", "variant", "model", "strategy", "ranks", "nodes", "transport",
-    "measured_us", "measured_std_us", "predicted_us", "forward_us", "backward_us",
+    "run_id", "sweep_id", "timestamp", "variant", "model", "strategy", "ranks", "nodes",
+    "transport", "measured_us", "measured_std_us", "predicted_us", "forward_us", "backward_us",
     "measured_backward_us", "nonoverlapped_us", "measured_nonoverlapped_us", "comm_us",
     "measured_comm_us",
     "scaling_efficiency", "groups", "plan", "tensors", "total_bytes", "alpha_us",

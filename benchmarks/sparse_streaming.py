@@ -1,14 +1,18 @@
 """Sparse streaming allreduce (OmniReduce) against its baselines, swept over densities.
 
     mpiexec -n 4 python -m ccbench.benchmarks.sparse_streaming -m 1M:64M --density 1,0.1,0.01 -c
+    mpiexec -n 4 python -m ccbench.benchmarks.sparse_streaming --protocol stream-ahead --window 4
     mpiexec -n 4 python -m ccbench.benchmarks.sparse_streaming --algorithm dense --density paper
     mpiexec -n 6 python -m ccbench.benchmarks.sparse_streaming --aggregators 2 --density 0.1 -c
 
 Inputs have exactly round(density x blocks) non-zero blocks per rank (--overlap random:
 chosen per rank; all: the same on every rank; none: disjoint). Algorithms: omnireduce
-(blocks streamed through aggregators), dense (the MPI library's Allreduce), dense-ring
-(the ring over point-to-point calls), allgather-sparse (every rank gathers everyone's
-non-zero blocks and adds them).
+(blocks streamed through aggregators; --protocol request-driven, the paper's, where the
+aggregator asks for every block and each of its --slots slots aggregates one fused
+packet at a time, or stream-ahead, where workers stream up to --window messages ahead
+of the aggregator's answers), dense (the MPI library's Allreduce), dense-ring (the ring
+over point-to-point calls), allgather-sparse (every rank gathers everyone's non-zero
+blocks and adds them).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from mpi4py import MPI
 from ccbench.benchmarks.harness import Op, Variant, dense_reference, run_variant
 from ccbench.benchmarks.options import non_negative_int, positive_int
 from ccbench.collectives.baseline import bind_collective
-from ccbench.collectives.omnireduce import OmniReduce, make_layout, stream_share
+from ccbench.collectives.omnireduce import PROTOCOLS, OmniReduce, make_layout, stream_share
 from ccbench.collectives.sparse_baselines import AllgatherSparse
 from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
@@ -31,6 +35,9 @@ ALGORITHMS = ("omnireduce", "dense", "dense-ring", "allgather-sparse")
 SPARSE_ALGORITHMS = ("omnireduce", "allgather-sparse")
 # OmniReduce's micro-benchmark densities (Fei et al. 2021)
 PAPER_DENSITIES = (1.0, 0.8, 0.4, 0.2, 0.1, 0.08, 0.04, 0.02, 0.01)
+# omnireduce defaults: slots per aggregator (request-driven); window and streams per
+# aggregator (stream-ahead)
+DEFAULT_SLOTS, DEFAULT_WINDOW, DEFAULT_STREAMS = 2, 4, 2
 STATS_COLUMNS = ("nonzero_density", "union_density", "wire_min_bytes_per_rank", "wire_vs_min",
                  "dropped_mass", "dropped_mass_rel")
 
@@ -72,10 +79,19 @@ class SparseStreaming(Variant):
                            help="elements per block (default 256, as the paper)")
         group.add_argument("--fusion", type=positive_int, default=1024,
                            help="blocks per message (default 1024; 1 = no fusion)")
-        group.add_argument("--window", type=positive_int, default=4,
-                           help="omnireduce messages in flight per stream (default 4)")
-        group.add_argument("--streams", type=positive_int, default=2,
-                           help="omnireduce streams per aggregator (default 2)")
+        group.add_argument("--protocol", choices=PROTOCOLS, default="request-driven",
+                           help="omnireduce: request-driven (default; the paper's: a worker "
+                                "sends a block only when the aggregator asks for it) or "
+                                "stream-ahead (workers stream --window messages ahead)")
+        group.add_argument("--slots", type=positive_int, default=None,
+                           help="request-driven: slots per aggregator, each aggregating one "
+                                f"fused packet at a time (default {DEFAULT_SLOTS})")
+        group.add_argument("--window", type=positive_int, default=None,
+                           help="stream-ahead: messages in flight per stream and worker "
+                                f"(default {DEFAULT_WINDOW})")
+        group.add_argument("--streams", type=positive_int, default=None,
+                           help=f"stream-ahead: streams per aggregator (default "
+                                f"{DEFAULT_STREAMS})")
         group.add_argument("--overlap", choices=OVERLAP_MODES, default="random",
                            help="which blocks are non-zero: random per rank (default), "
                                 "all the same, or none shared")
@@ -92,6 +108,19 @@ class SparseStreaming(Variant):
                              f"{', '.join(FLOAT_DTYPES)}")
         if not opts.threshold >= 0:
             raise UsageError(f"--threshold must be >= 0, got {opts.threshold}")
+        driven = opts.protocol == "request-driven"
+        for name, value, applies in (("--slots", opts.slots, driven),
+                                     ("--window", opts.window, not driven),
+                                     ("--streams", opts.streams, not driven)):
+            if value is not None and not applies:
+                raise UsageError(f"{name} applies to --protocol "
+                                 f"{'request-driven' if name == '--slots' else 'stream-ahead'} "
+                                 f"only (this run: {opts.protocol})")
+        if driven:
+            opts.slots = opts.slots or DEFAULT_SLOTS
+        else:
+            opts.window = opts.window or DEFAULT_WINDOW
+            opts.streams = opts.streams or DEFAULT_STREAMS
         if opts.aggregators:
             if opts.algorithm != "omnireduce":
                 raise UsageError("--aggregators applies to --algorithm omnireduce only")
@@ -101,8 +130,12 @@ class SparseStreaming(Variant):
         self.opts, self.ranks = opts, ranks
 
     def columns(self, opts) -> dict:
+        omni = opts.algorithm == "omnireduce"  # the protocol columns are omnireduce's only
         constant = {"algorithm": opts.algorithm, "codec": "none", "block_size": opts.block_size,
-                    "fusion": opts.fusion, "window": opts.window, "streams": opts.streams,
+                    "fusion": opts.fusion, "protocol": opts.protocol if omni else None,
+                    "slots": opts.slots if omni else None,
+                    "window": opts.window if omni else None,
+                    "streams": opts.streams if omni else None,
                     "overlap": opts.overlap, "threshold": opts.threshold,
                     "aggregators": opts.aggregators}  # fmt: skip
         # declared here so the CSV has them; each row's values come from `stats`
@@ -126,8 +159,10 @@ class SparseStreaming(Variant):
 
     def layout(self, case):
         opts = self.opts
+        driven = opts.protocol == "request-driven"
         return make_layout(case.count, opts.block_size, case.ranks, opts.aggregators,
-                           opts.streams, opts.fusion, opts.window)
+                           opts.slots if driven else opts.streams, opts.fusion,
+                           opts.window or DEFAULT_WINDOW, opts.protocol)
 
     def make_input(self, case, rank: int) -> np.ndarray:
         opts = self.opts
@@ -136,6 +171,11 @@ class SparseStreaming(Variant):
         return sparse_input(case.send_count, opts.block_size, case.config["density"],
                             opts.overlap, rank, self.workers(case.ranks), case.seed)
 
+    def validation_input(self, case, rank: int) -> np.ndarray:
+        # the sparse inputs are exactly summable: -c checks the protocol on them, sparsity
+        # and dedicated aggregators included (dense integers never leave a block out)
+        return self.make_input(case, rank)
+
     def reference(self, case, inputs: list[np.ndarray]) -> np.ndarray:
         total = dense_reference(case, inputs)
         if case.rank >= self.workers(case.ranks):  # a dedicated aggregator: its streams only
@@ -143,7 +183,7 @@ class SparseStreaming(Variant):
             total = np.where(share[: case.count], total, 0.0)
         return total
 
-    def error_bound(self, case, reference: np.ndarray) -> float | None:
+    def error_bound(self, case, reference: np.ndarray, inputs) -> float | None:
         opts = self.opts
         if opts.threshold > 0 and opts.algorithm in SPARSE_ALGORITHMS:
             # every rank drops at most |x| <= T at any element
@@ -194,11 +234,13 @@ class SparseStreaming(Variant):
         nblocks = mask.shape[0]
         nnz = int(np.count_nonzero(mask))
         # bytes one block puts on the wire: its elements (a partial tail block only its
-        # own) and its int32 position
-        per_block = np.full(nblocks, block_bytes + SPARSE_INDEX_BYTES, dtype=np.int64)
+        # own) and its int32 position; request-driven omnireduce also its column's next
+        # position (the next index each block of the paper's packets carries)
+        index = SPARSE_INDEX_BYTES * (2 if opts.algorithm == "omnireduce"
+                                      and opts.protocol == "request-driven" else 1)
+        per_block = np.full(nblocks, block_bytes + index, dtype=np.int64)
         if case.count % opts.block_size:
-            per_block[-1] = ((case.count % opts.block_size) * itemsize(case.dtype)
-                            + SPARSE_INDEX_BYTES)
+            per_block[-1] = (case.count % opts.block_size) * itemsize(case.dtype) + index
         mine_min = 0
         if opts.algorithm == "omnireduce" and nblocks:
             share = stream_share(layout, comm.rank)

@@ -66,8 +66,11 @@ def test_coll_reduce_scatter_rows(tmp_path):
         assert float(row["compression_ratio"]) == pytest.approx(raw / wire, rel=1e-9)
         # bfp:rate=8 with 32-value blocks: 33 bytes per 32 values, per chunk
         assert float(row["compression_ratio"]) == pytest.approx(32 * 4 / 33, rel=0.02)
-        assert 0 < float(row["max_abs_err"]) <= float(row["error_bound"])
-        assert float(row["max_rel_err"]) < 0.05
+        # -c: integers through the lossy ring, within the stated bound
+        assert 0 < float(row["validation_err"]) <= float(row["error_bound"])
+        # the timed data (real gradients): a small error, the direction kept
+        assert row["data"].startswith("grad:")
+        assert 0 < float(row["max_rel_err"]) < 0.05 and float(row["cosine"]) > 0.999
     assert "Ratio" in proc.stdout and "MaxRelErr" in proc.stdout
 
 
@@ -80,12 +83,13 @@ def test_p2p_allreduce_lossless_odd_counts(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [int(r["size_bytes"]) for r in rows][:2] == [12, 24]
     for row in rows:
-        assert row["validation"] == "Pass" and float(row["max_abs_err"]) == 0.0
+        assert row["validation"] == "Pass" and float(row["validation_err"]) == 0.0
         assert row["error_bound"] == "" and int(row["threshold_bytes"]) == 1024
         assert int(row["compressions"]) == 2
         ratio = float(row["compression_ratio"])
-        # below the threshold the blocks travel raw; above, zstd on small integers wins
-        assert ratio == 1.0 if int(row["size_bytes"]) // 2 < 1024 else ratio > 1.5
+        # below the threshold the blocks travel raw; above, zstd saves a little on float32
+        # gradients (their low mantissa bytes are noise)
+        assert ratio == 1.0 if int(row["size_bytes"]) // 2 < 1024 else 1.0 < ratio < 1.5
 
 
 @pytest.mark.timeout(150)
@@ -102,14 +106,15 @@ def test_coll_allgather_torch_bfloat16(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_lossy_rows_carry_errors_without_c(tmp_path):
-    """Lossy codecs report their error on every size even without -c (no Pass/Fail)."""
+    """Every row reports its accuracy on the timed data, even without -c (no Pass/Fail)."""
     proc, rows = run_script(2, "p2p_compressed", [
         "--collective", "allgather", "--codec", "bfp:rate=16", "-m", "1K:4K", "-i", "2",
         "-x", "1"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     for row in rows:
-        assert row["validation"] == ""
-        assert math.isfinite(float(row["max_rel_err"])) and float(row["error_bound"]) > 0
+        assert row["validation"] == "" and row["error_bound"] == ""
+        assert 0 < float(row["max_rel_err"]) < 1e-3 and 0 < float(row["rel_l2_err"]) < 1e-3
+        assert math.isfinite(float(row["psnr_db"])) and float(row["cosine"]) > 0.999999
         assert float(row["compression_ratio"]) == pytest.approx(32 * 4 / 65)
 
 

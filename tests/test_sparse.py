@@ -212,11 +212,18 @@ def test_sparse_allreduce_matches_numpy_and_moves_only_nonzero_blocks(launched, 
     nranks, aggregators = LAUNCHES[launch]
     # the non-zero blocks must travel; beyond them only indices and message headers
     headers = 64 * max(1, result["streams"]) * (nranks - aggregators)
+    if "request-driven" in case_id:  # plus the first packets: a position per column
+        headers *= 2
     assert result["payload"] <= result["wire"] <= 1.10 * result["minimum"] + headers
     if result["union_blocks"] == 0:
         assert result["wire"] <= headers  # blocks zero on every rank never travel
     if "threshold" in case_id:
         assert result["dropped"] > 0
+    if "request-driven" in case_id:
+        # every packet of every rank is exactly the protocol's, replayed from the inputs
+        assert result["unrequested"] == 0
+        assert result["exact_packets"] and result["exact_positions"], result
+        assert result["exact_wire"], result
 
 
 # The benchmark script, as a user runs it ---------------------------------------------------
@@ -269,6 +276,29 @@ def test_script_baselines_overlap_threshold_and_dedicated_aggregators(tmp_path):
     assert row["validation"] == "Pass" and row["aggregators"] == "1"
 
 
+@pytest.mark.timeout(120)
+def test_script_protocols_validate_and_record_their_parameters(tmp_path):
+    common = [*variant_module("sparse_streaming"), "-m", "64K:64K", "-i", "2", "-x", "1",
+              "-c", "--density", "0.2", "--fusion", "16", "--csv", tmp_path / "p.csv"]
+    for extra in ([], ["--slots", "3"], ["--protocol", "stream-ahead"],
+                  ["--protocol", "stream-ahead", "--window", "2", "--streams", "1"]):
+        proc = mpirun(2, [*common, *extra], timeout=60)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = _rows(tmp_path / "p.csv")
+    assert [(r["protocol"], r["slots"], r["window"], r["streams"]) for r in rows] == [
+        ("request-driven", "2", "", ""), ("request-driven", "3", "", ""),
+        ("stream-ahead", "", "4", "2"), ("stream-ahead", "", "2", "1")]
+    for row in rows:
+        assert row["validation"] == "Pass"
+        wire, minimum = int(row["wire_bytes_per_rank"]), int(row["wire_min_bytes_per_rank"])
+        assert minimum <= wire <= 1.1 * minimum + 2048
+    # request-driven blocks carry their next position too: 4 more bytes each in the minimum
+    driven, ahead = rows[0], rows[2]
+    blocks = (int(driven["wire_min_bytes_per_rank"]) - int(ahead["wire_min_bytes_per_rank"])) / 4
+    assert blocks > 0 and blocks == int(blocks)
+    assert int(ahead["wire_min_bytes_per_rank"]) == pytest.approx(blocks * (256 * 4 + 4))
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("args,message", [
     (["--density", "1.5"], "outside [0, 1]"),
@@ -276,6 +306,10 @@ def test_script_baselines_overlap_threshold_and_dedicated_aggregators(tmp_path):
     (["--aggregators", "2"], "leaves no worker"),
     (["--overlap", "some"], "invalid choice"),
     (["-T", "int8"], "floating-point"),
+    (["--window", "2"], "stream-ahead only"),
+    (["--streams", "3"], "stream-ahead only"),
+    (["--protocol", "stream-ahead", "--slots", "3"], "request-driven only"),
+    (["--protocol", "ahead"], "invalid choice"),
 ])  # fmt: skip
 def test_script_bad_options_fail_with_one_line(args, message):
     proc = mpirun(2, [*variant_module("sparse_streaming"), "-m", "4K:4K", *args], timeout=50)
