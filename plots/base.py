@@ -25,11 +25,16 @@ class Figure:
 
 @dataclass(frozen=True)
 class Headline:
-    """One row of the headline table: a measured number next to the paper's."""
+    """One row of the headline table: an interleaved comparison next to the paper's
+    number. `measured` carries the ratio and its 95% interval; `samples` the rounds and
+    iterations behind it; `verdict` faster / slower / no difference (or why there is no
+    measurement)."""
 
     paper: str
     claim: str
     measured: str
+    verdict: str
+    samples: str
     published: str
     where: str = ""
 
@@ -92,31 +97,93 @@ def series_keys(frame: pd.DataFrame) -> list[tuple[str, str, str]]:
     return sorted(keys, key=lambda k: (order.get(k[0], 9), k[0], k[1], codec_sort_key(k[2])))
 
 
-def has_spread(frame: pd.DataFrame) -> bool:
-    """Min/max across ranks are worth drawing: present, and not all equal to the average."""
-    if not {"min_us", "max_us"} <= set(frame.columns):
-        return False
-    spread = frame[["min_us", "max_us"]].notna().all(axis=1)
-    return bool(spread.all()) and bool((frame["max_us"] > frame["min_us"]).any())
+# What an error bar is, by where it came from (captions quote it).
+INTERVALS = {
+    "ci": "error bars: the 95% t interval of the mean over the timed calls (ci_low_us, "
+          "ci_high_us)",
+    "ranks": "error bars: the fastest and slowest rank's average (min_us, max_us), the "
+             "only spread these rows carry (no confidence interval recorded)",
+}
+
+
+def time_bounds(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """(low, high, kind) of each row's avg_us: the 95% t interval of the mean where the
+    rows carry it, else the min/max across ranks, else none (NaN bounds)."""
+    n = len(frame)
+    for low, high, kind in (("ci_low_us", "ci_high_us", "ci"), ("min_us", "max_us", "ranks")):
+        if {low, high} <= set(frame.columns):
+            lo = frame[low].to_numpy(dtype=float)
+            hi = frame[high].to_numpy(dtype=float)
+            if np.isfinite(lo).any() and np.isfinite(hi).any():
+                return lo, hi, kind
+    return np.full(n, np.nan), np.full(n, np.nan), None
+
+
+def interval_caption(kinds) -> str:
+    """Caption text naming the intervals drawn (and saying so when there are none)."""
+    kinds = {k for k in kinds if k}
+    if not kinds:
+        return " No interval: the rows carry none."
+    return " " + "; ".join(INTERVALS[k][0].upper() + INTERVALS[k][1:]
+                           for k in sorted(kinds)) + "."
+
+
+def separate_ratio(a: float, a_low: float, a_high: float, b: float, b_low: float,
+                   b_high: float) -> tuple[float, float, float]:
+    """B/A of two separately measured means and the widest ratio their intervals allow:
+    [b_low / a_high, b_high / a_low]. A time's interval can reach below zero (few, noisy
+    calls): the ratio is then unbounded on that side (0 or inf). NaN bounds when either
+    interval is missing."""
+    ratio = b / a
+    if not all(np.isfinite(v) for v in (a_low, a_high, b_low, b_high)):
+        return ratio, np.nan, np.nan
+    low = max(b_low, 0.0) / a_high if a_high > 0 else np.inf
+    high = b_high / a_low if a_low > 0 else np.inf
+    return ratio, low, high
+
+
+def change_text(ratio: float, low: float, high: float) -> str:
+    """A ratio of times as a latency change with its interval: '-45% [-50, -39]'."""
+    text = f"{100 * (ratio - 1):+.0f}%"
+    if np.isfinite(low) and not np.isnan(high):
+        upper = f"{100 * (high - 1):+.0f}" if np.isfinite(high) else "+inf"
+        text += f" [{100 * (low - 1):+.0f}, {upper}]"
+    return text
 
 
 def draw_series(ax, frame: pd.DataFrame, x: str, y: str, scale: float = 1.0,
-                errorbars: bool = True, **style):
-    """One measured line, with error bars from the min and max across ranks where the
-    rows carry them (the harness records them on every run; -f prints them)."""
+                low: str | None = None, high: str | None = None, **style):
+    """One measured line with its interval as error bars: the columns `low` and `high`
+    (in the units of `y`), or for avg_us the rows' own interval (time_bounds).
+    Returns (line, interval kind or None)."""
     frame = frame.sort_values(x)
     xs = frame[x].to_numpy(dtype=float)
-    ys = frame[y].to_numpy(dtype=float) / scale
-    if errorbars and y == "avg_us" and has_spread(frame):
-        low = ys - frame["min_us"].to_numpy(dtype=float) / scale
-        high = frame["max_us"].to_numpy(dtype=float) / scale - ys
-        container = ax.errorbar(xs, ys, yerr=[np.clip(low, 0, None), np.clip(high, 0, None)],
-                                capsize=1.5, elinewidth=0.6, **style)
+    ys = frame[y].to_numpy(dtype=float)
+    kind = None
+    if low is not None and high is not None:
+        lo, hi, kind = frame[low].to_numpy(dtype=float), frame[high].to_numpy(dtype=float), "ci"
+    elif y == "avg_us":
+        lo, hi, kind = time_bounds(frame)
+    else:
+        lo = hi = np.full(len(frame), np.nan)
+    has = np.isfinite(lo) & np.isfinite(hi)
+    if has.any():
+        below = np.where(has, np.clip(ys - lo, 0, None), 0.0) / scale
+        above = np.where(has, np.clip(hi - ys, 0, None), 0.0) / scale
+        container = ax.errorbar(xs, ys / scale, yerr=[below, above], capsize=1.5,
+                                elinewidth=0.6, **style)
         line = container.lines[0]
         line.set_label(style.get("label", "_nolegend_"))  # the series, not the container
-        return line
-    (line,) = ax.plot(xs, ys, **style)
-    return line
+        return line, kind
+    (line,) = ax.plot(xs, ys / scale, **style)
+    return line, None
+
+
+def wire_measured(frame: pd.DataFrame) -> pd.Series:
+    """Whether a row counted its wire bytes (False: wire_bytes falls back to a formula)."""
+    if "wire_bytes_per_rank" not in frame.columns:
+        return pd.Series(False, index=frame.index)
+    return frame["wire_bytes_per_rank"].astype(float) > 0
 
 
 def wire_bytes(frame: pd.DataFrame) -> pd.Series:

@@ -1,23 +1,26 @@
 """`ccbench plot RESULTS... -o OUTDIR`: redraw the seed papers' figures from CSVs.
 
 Reads result CSVs only (never reruns a benchmark), draws every figure the data allow as
-PNG and PDF, skips the others with the reason, and writes OUTDIR/index.html.
+PNG and PDF, skips the others with the reason, and writes OUTDIR/index.html. The rows
+of one run only (one sweep, or one launch outside a sweep) are drawn together: inputs
+holding several runs are refused unless --run picks one or --each-run draws each apart.
 Exit status: 0 all inputs read; 1 some input file was bad or a figure failed (the rest
-are still drawn); 2 usage error (no such path, no CSV at all).
+are still drawn); 2 usage error (no such path, no CSV at all, several runs).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import traceback
 from pathlib import Path
 
 from ccbench.kernels.errors import UsageError
-from ccbench.plots import general, seed000, seed001, seed002
+from ccbench.plots import general, headlines, seed000, seed001, seed002
 from ccbench.plots.base import Skip
-from ccbench.plots.data import TITLES, Data, load
-from ccbench.plots.report import RenderedFigure, ReportContent, write_index
+from ccbench.plots.data import RUN, TITLES, Data, Run, load
+from ccbench.plots.report import RenderedFigure, ReportContent, write_index, write_runs_index
 from ccbench.plots.style import PNG_DPI, Style, close_all, save
 
 MODULES = (seed000, seed001, seed002, general)
@@ -46,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated image formats, of png and pdf (default both)")
     parser.add_argument("--dpi", type=int, default=PNG_DPI,
                         help=f"PNG resolution (default {PNG_DPI}: sharp at paper column width)")
+    parser.add_argument("--run", metavar="ID",
+                        help="draw the run (sweep id, or launch id outside a sweep) whose id "
+                             "is or contains ID; 'latest': the run with the newest row")
+    parser.add_argument("--each-run", action="store_true",
+                        help="draw every run apart, each in OUTDIR/<run id>/ with its own "
+                             "index.html, linked from OUTDIR/index.html")
     parser.add_argument("--list", action="store_true",
                         help="list the figures and the CSV kinds they need, then exit")
     return parser
@@ -116,14 +125,79 @@ def describe_failure(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def collect_headlines(data: Data) -> tuple[list, list[str]]:
-    headlines, problems = [], []
-    for module in MODULES:
-        try:
-            headlines += module.headlines(data)
-        except Exception as exc:  # a headline must not cost the figures
-            problems.append(f"{module.__name__} headlines: {describe_failure(exc)}")
-    return headlines, problems
+def collect_headlines(data: Data) -> tuple[list, list[str], list[str]]:
+    """(headlines, notes, problems): a failing headline must not cost the figures."""
+    try:
+        found, notes = headlines.collect(data)
+    except Exception as exc:
+        return [], [], [f"headlines: {describe_failure(exc)}"]
+    return found, notes, []
+
+
+def choose_runs(data: Data, opts) -> list[Run]:
+    """The runs to draw: one, picked or alone, or every one with --each-run; several
+    without either is a usage error naming them."""
+    runs = data.runs()
+    if opts.run == "latest" and runs:
+        return [max(runs, key=lambda r: (r.latest, r.label))]
+    if opts.run:
+        exact = [r for r in runs if r.id == opts.run]
+        chosen = exact or [r for r in runs if opts.run in r.id]
+        if len(chosen) != 1:
+            what = "matches no run" if not chosen else \
+                f"matches {len(chosen)} runs ({', '.join(r.id for r in chosen)})"
+            raise UsageError(f"--run {opts.run} {what}; the inputs hold: "
+                             + "; ".join(r.describe() for r in runs))
+        return chosen
+    if len(runs) > 1 and not opts.each_run:
+        raise UsageError(f"the inputs hold {len(runs)} runs, which are never drawn "
+                         "together: " + "; ".join(r.describe() for r in runs)
+                         + ". Pick one with --run ID or draw each apart with --each-run")
+    return runs
+
+
+def folder_name(run: Run) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", run.id).strip("-") or "run"
+
+
+def render(data: Data, outdir: Path, opts, formats, run: Run | None) -> int:
+    """Draw one run's figures and index.html into outdir; the exit status."""
+    rendered, skipped, failed = draw_all(data, outdir, opts.only, formats, opts.dpi)
+    selected = [spec for spec in all_figures()
+                if not opts.only or any(text in spec.name for text in opts.only)]
+    written = {path for figure in rendered for path in figure.files}
+    for path in remove_stale(outdir, selected, written):
+        print(f"removed {path}: left by an earlier run, not drawn from these inputs")
+    found, headline_notes, problems = collect_headlines(data)
+    for paper, title, why in skipped:
+        print(f"skipped [{paper}] {title}: {why}")
+    for paper, title, why in failed:
+        print(f"error: [{paper}] {title} failed: {why}", file=sys.stderr)
+    for text in problems:
+        print(f"error: {text}", file=sys.stderr)
+    notes = list(data.notes) + headline_notes
+    for note in notes:
+        print(f"note: {note}")
+    shared = set()  # files every run draws: layer profiles, fits that name no run
+    for frame in data.frames.values():
+        if "source" in frame.columns:
+            mine = frame if RUN not in frame.columns else frame[frame[RUN] == ""]
+            shared |= set(mine["source"].astype(str))
+    inputs = []
+    for r in data.files:
+        what, status = r.describe(), "error" if r.error else ("note" if r.ignored else "")
+        if run is not None and r.kind and str(r.path) not in set(run.files) | shared:
+            what, status = f"{what}; another run's, not drawn here", "note"
+        inputs.append((str(r.path), what, status))
+    content = ReportContent(
+        inputs=inputs, figures=rendered, headlines=found,
+        skipped=skipped + [(p, t, f"failed: {w}") for p, t, w in failed],
+        notes=notes + [f"error: {t}" for t in problems],
+        run=run.label if run is not None else "")
+    outdir.mkdir(parents=True, exist_ok=True)
+    index = write_index(outdir, content)
+    print(f"{len(rendered)} figure(s) written to {outdir}; open {index}")
+    return 1 if data.bad_files or failed or problems else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--only {unmatched[0]} matches no figure (see --list)")
         if not 30 <= opts.dpi <= 1200:
             raise UsageError(f"--dpi must be between 30 and 1200, not {opts.dpi}")
+        if opts.run and opts.each_run:
+            raise UsageError("--run and --each-run exclude each other")
         data = load(opts.results)
+        runs = choose_runs(data, opts)
     except UsageError as exc:
         print(f"ccbench plot: {exc}", file=sys.stderr)
         return 2
@@ -152,32 +229,19 @@ def main(argv: list[str] | None = None) -> int:
     for report in data.files:
         print(("error: " if report.error else "") + report.line(),
               file=sys.stderr if report.error else sys.stdout)
-    rendered, skipped, failed = draw_all(data, outdir, opts.only, formats, opts.dpi)
-    selected = [spec for spec in all_figures()
-                if not opts.only or any(text in spec.name for text in opts.only)]
-    written = {path for figure in rendered for path in figure.files}
-    for path in remove_stale(outdir, selected, written):
-        print(f"removed {path}: left by an earlier run, not drawn from these inputs")
-    headlines, problems = collect_headlines(data)
-    for paper, title, why in skipped:
-        print(f"skipped [{paper}] {title}: {why}")
-    for paper, title, why in failed:
-        print(f"error: [{paper}] {title} failed: {why}", file=sys.stderr)
-    for text in problems:
-        print(f"error: {text}", file=sys.stderr)
-    notes = list(data.notes)
-    for note in notes:
-        print(f"note: {note}")
-    inputs = [(str(r.path), r.describe(), "error" if r.error else ("note" if r.ignored else ""))
-              for r in data.files]
-    content = ReportContent(
-        inputs=inputs, figures=rendered, headlines=headlines,
-        skipped=skipped + [(p, t, f"failed: {w}") for p, t, w in failed],
-        notes=notes + [f"error: {t}" for t in problems])
-    outdir.mkdir(parents=True, exist_ok=True)
-    index = write_index(outdir, content)
-    print(f"{len(rendered)} figure(s) written to {outdir}; open {index}")
-    return 1 if data.bad_files or failed or problems else 0
+    if not opts.each_run:
+        run = runs[0] if runs else None
+        return render(data.only(run.label) if run else data, outdir, opts, formats, run)
+    status, made = 0, []
+    for run in runs:
+        folder = folder_name(run)
+        print(f"{run.label}: drawn into {outdir / folder}")
+        status = max(status, render(data.only(run.label), outdir / folder, opts, formats,
+                                    run))
+        made.append((run.label, folder, f"{run.rows} rows"))
+    index = write_runs_index(outdir, made)
+    print(f"{len(made)} run(s) drawn apart under {outdir}; open {index}")
+    return status
 
 
 if __name__ == "__main__":

@@ -1,14 +1,19 @@
 """Reading result CSVs: find them, tell their kind by their columns, refuse bad ones.
 
 Every CSV the suite writes is one of a few kinds (harness rows, codec throughput,
-MG-WFBP profiles / fits / iterations / simulations, training steps). The kind is told
-by the columns, never by the file name, so renamed or merged files still plot. A file
-that cannot be read (empty, malformed, a needed column missing) is reported with its
-name and left out; everything else is still drawn.
+MG-WFBP profiles / fits / iterations / simulations, training steps, interleaved
+comparisons). The kind is told by the columns, never by the file name, so renamed or
+merged files still plot. A file that cannot be read (empty, malformed, a needed column
+missing) is reported with its name and left out; everything else is still drawn.
+
+Every row belongs to one *run*: the sweep that produced it (`sweep_id`, or its launch's
+entry in the CSV's JSON sidecar), else its own launch (`run_id`, `compare_id`). Rows of
+different runs are never paired: the command line draws one run, or each apart.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +99,17 @@ KINDS = (
         order="timestamp",
     ),
     CsvKind(
+        "compare", "interleaved comparisons (ccbench compare)",
+        signature=("compare_id", "ratio", "ratio_low", "ratio_high"),
+        required=("a", "b", "size_bytes", "ratio", "verdict"),
+        numeric=("ranks", "size_bytes", "rounds", "a_us", "b_us", "ratio", "ratio_low",
+                 "ratio_high", "margin", "a_iterations", "b_iterations", "link_gbps",
+                 "load_start", "load_end"),
+        identity=("a", "b", "a_rev", "b_rev", "collective", "ranks", "size_bytes", "config",
+                  "statistic", "link_gbps"),
+        order="timestamp",
+    ),
+    CsvKind(
         "harness", "micro-benchmark (harness) rows",
         signature=("variant", "collective", "size_bytes"),
         required=("variant", "collective", "size_bytes", "ranks", "avg_us"),
@@ -119,7 +135,19 @@ TEXT_DEFAULTS = {"harness": {"algorithm": "", "codec": "none", "dtype": "float32
                  "training": {"algorithm": "", "model": "", "row": "step"},
                  "mgwfbp": {"transport": "", "variant": ""}, "costfit": {"model": "",
                                                                           "transport": ""},
-                 "profile": {}, "codec": {"data": "random"}}
+                 "profile": {}, "codec": {"data": "random"},
+                 "compare": {"collective": "", "config": "", "a_rev": "", "b_rev": "",
+                             "statistic": "avg"}}
+
+# Kinds that describe inputs rather than measurements of a run: shared by every run.
+INPUT_KINDS = ("profile",)
+# Kinds whose files may name no run at all (the fit CSV of benchmarks.merged_gradient):
+# without a run column they are drawn on their own, in every run's report; no figure
+# pairs their rows with another kind's.
+UNTIED_KINDS = ("costfit",)
+# The column naming a launch, per kind (run_id elsewhere).
+LAUNCH_COLUMN = {"compare": "compare_id"}
+RUN = "_run"  # the column every loaded frame gets: the run a row belongs to
 
 
 @dataclass
@@ -144,6 +172,25 @@ class FileReport:
         return f"{self.path}: {self.describe()}"
 
 
+@dataclass(frozen=True)
+class Run:
+    """One run in the inputs: a sweep, or a launch outside any sweep."""
+
+    label: str  # "sweep ID", "run ID", "comparison ID" or "file NAME"
+    rows: int
+    files: tuple[str, ...]
+    latest: str = ""  # the newest timestamp among its rows (ISO 8601, UTC)
+
+    @property
+    def id(self) -> str:
+        return self.label.split(" ", 1)[1]
+
+    def describe(self) -> str:
+        first = self.files[0] + (f" and {len(self.files) - 1} more" if len(self.files) > 1
+                                 else "")
+        return f"{self.label} ({self.rows} rows, {first})"
+
+
 @dataclass
 class Data:
     """The loaded results: one DataFrame per kind, plus what happened to every file."""
@@ -161,6 +208,35 @@ class Data:
     @property
     def bad_files(self) -> list[FileReport]:
         return [f for f in self.files if f.error]
+
+    def runs(self) -> list[Run]:
+        """The runs the measured rows belong to, in order of their labels."""
+        rows: dict[str, int] = {}
+        files: dict[str, set[str]] = {}
+        latest: dict[str, str] = {}
+        for name, frame in self.frames.items():
+            if name in INPUT_KINDS or name in DERIVED or RUN not in frame.columns:
+                continue
+            for label, sub in frame.groupby(RUN, sort=True):
+                if not label:
+                    continue
+                rows[label] = rows.get(label, 0) + len(sub)
+                files.setdefault(label, set()).update(sub["source"].astype(str))
+                stamps = [t for t in text_column(sub, "timestamp") if t]
+                latest[label] = max([latest.get(label, ""), *stamps])
+        return [Run(label, rows[label], tuple(sorted(files[label])), latest[label])
+                for label in sorted(rows)]
+
+    def only(self, label: str) -> Data:
+        """The rows of one run, with the shared inputs (layer profiles)."""
+        frames = {}
+        for name, frame in self.frames.items():
+            if name in INPUT_KINDS or RUN not in frame.columns:
+                frames[name] = frame
+            else:
+                keep = (frame[RUN] == label) | (frame[RUN] == "")
+                frames[name] = frame[keep].reset_index(drop=True)
+        return Data(frames=frames, files=self.files, notes=list(self.notes))
 
 
 def find_csvs(paths) -> list[tuple[Path, bool]]:
@@ -242,8 +318,47 @@ def read_one(path: Path, explicit: bool = True) -> tuple[pd.DataFrame | None, Fi
         report.kind = None
         return None, report
     frame["source"] = str(path)
+    if kind.name not in INPUT_KINDS:
+        frame[RUN] = run_labels(frame, kind.name, path)
     report.rows = len(frame)
     return frame, report
+
+
+def text_column(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A column as stripped text, '' where absent or empty."""
+    if column not in frame.columns:
+        return pd.Series("", index=frame.index)
+    values = frame[column].astype(object).where(frame[column].notna(), "")
+    return values.astype(str).str.strip().replace("nan", "")
+
+
+def sidecar_sweeps(path: Path) -> dict[str, str]:
+    """launch id -> sweep id, from the JSON sidecar the harness writes beside a CSV (files
+    whose rows carry no sweep_id column, e.g. training steps, still name their sweep)."""
+    try:
+        runs = json.loads(Path(f"{path}.json").read_text()).get("runs", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(runs, dict):
+        return {}
+    return {str(k): str(v.get("sweep_id") or "") for k, v in runs.items()
+            if isinstance(v, dict)}
+
+
+def run_labels(frame: pd.DataFrame, kind: str, path: Path) -> pd.Series:
+    """The run of each row: its sweep, else its own launch, else its file ('' for rows of
+    an untied kind that name no run)."""
+    launch_column = LAUNCH_COLUMN.get(kind, "run_id")
+    if kind in UNTIED_KINDS and not {"sweep_id", launch_column} & set(frame.columns):
+        return pd.Series("", index=frame.index)
+    sweep = text_column(frame, "sweep_id")
+    launch = text_column(frame, launch_column)
+    if (sweep == "").any():
+        known = sidecar_sweeps(path)
+        sweep = sweep.where(sweep != "", launch.map(lambda r: known.get(r, "")))
+    what = "comparison" if kind == "compare" else "run"
+    labels = ("sweep " + sweep).where(sweep != "", what + " " + launch)
+    return labels.where((sweep != "") | (launch != ""), f"file {path.name}")
 
 
 def deduplicate(kind: CsvKind, frame: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
@@ -252,6 +367,8 @@ def deduplicate(kind: CsvKind, frame: pd.DataFrame) -> tuple[pd.DataFrame, str |
         key = [c for c in frame.columns if is_setting(c)]
     else:
         key = [c for c in kind.identity if c in frame.columns]
+    if key and RUN in frame.columns and RUN not in key:
+        key.append(RUN)  # a point measured by two runs stays in each
     if not key:
         return frame, None
     # Identical rows from two files (a merged file read with its parts) are one row.
@@ -262,7 +379,7 @@ def deduplicate(kind: CsvKind, frame: pd.DataFrame) -> tuple[pd.DataFrame, str |
     if not duplicated.any():
         return frame, None
     note = (f"{kind.title}: {int(duplicated.sum())} row(s) repeat a point measured again "
-            "in a later run; the latest is drawn")
+            "later in the same run; the latest is drawn")
     return frame[~duplicated], note
 
 
@@ -283,7 +400,8 @@ def load(paths) -> Data:
         for column, default in TEXT_DEFAULTS.get(name, {}).items():
             if column not in frame.columns:
                 frame[column] = default
-            frame[column] = frame[column].fillna(default).astype(str)
+            values = frame[column].astype(object)
+            frame[column] = values.where(values.notna(), default).astype(str)
         frame, note = deduplicate(kind, frame)
         if note:
             notes.append(note)

@@ -8,11 +8,11 @@ import pandas as pd
 from ccbench.plots.base import (
     Figure,
     FigureSpec,
-    Headline,
     Skip,
     draw_series,
     held_text,
     hold_configuration,
+    interval_caption,
     link_of,
     main_codecs,
     panel_title,
@@ -20,12 +20,17 @@ from ccbench.plots.base import (
     rows,
     runs_note,
     series_keys,
+    time_bounds,
 )
+from ccbench.plots.headlines import REAL_GRADIENT
 from ccbench.plots.style import (
     COLLECTIVE_LABELS,
     Style,
+    codec_label,
     codec_sort_key,
     figure,
+    format_bytes,
+    is_lossless,
     legend_below,
     series_label,
     size_axis,
@@ -51,23 +56,33 @@ def busbw_vs_size(data, style: Style) -> list[Figure]:
     shown = settings[:MAX_ROWS]
     fig, axes = figure(len(shown) * len(collectives), ncols=len(collectives),
                        panel_height=2.1)
-    keys, ceiling = [], None
+    keys, ceiling, kinds = [], None, set()
     for row, (ranks, link) in enumerate(shown):
         setting = frame[(frame["ranks"] == ranks) & (link_of(frame) == link)]
         for col, collective in enumerate(collectives):
             ax = axes[row * len(collectives) + col]
             sub = setting[setting["collective"] == collective]
+            if "timestamp" in sub.columns:
+                sub = sub.sort_values("timestamp", kind="stable")
+            sub = sub.drop_duplicates(["variant", "algorithm", "codec", "size_bytes"],
+                                      keep="last")
+            # busbw is inversely proportional to the time: the time's interval, inverted
+            low, high, kind = time_bounds(sub)
+            average = sub["avg_us"].to_numpy(dtype=float)
+            sub = sub.assign(_lo=sub["busbw_gbps"] * average / high,
+                             _hi=sub["busbw_gbps"] * average / low)
             for variant, algorithm, codec in series_keys(sub):
                 series = sub[(sub["variant"] == variant) & (sub["algorithm"] == algorithm)
                              & (sub["codec"] == codec)]
-                draw_series(ax, series, "size_bytes", "busbw_gbps",
-                            color=style.color(variant, algorithm),
-                            label=series_label(variant, algorithm, codec),
-                            **style.marker(codec))
+                _, drawn = draw_series(ax, series, "size_bytes", "busbw_gbps", low="_lo",
+                                       high="_hi", color=style.color(variant, algorithm),
+                                       label=series_label(variant, algorithm, codec),
+                                       **style.marker(codec))
+                kinds.add(kind if drawn else None)
                 keys.append((variant, algorithm, codec))
             if link > 0:
                 ceiling = ax.axhline(link / 8.0, color="#c0392b", linestyle="--",
-                                     linewidth=0.9, label="link rate (ceiling)")
+                                     linewidth=0.9, label="model: link rate (ceiling)")
             if sub.empty:
                 ax.text(0.5, 0.5, "no rows", transform=ax.transAxes, ha="center")
             else:
@@ -87,16 +102,19 @@ def busbw_vs_size(data, style: Style) -> list[Figure]:
                "Reduce-Scatter, x 2(n-1)/n for Allreduce, in GB/s of uncompressed data) "
                "against message size; colour: variant, marker: codec.")
     if ceiling is not None:
-        caption += (" Dashed red: the emulated link rate, the ceiling of an uncompressed "
-                    "collective; compressed variants can pass it because busbw counts "
-                    "the bytes before compression.")
+        caption += (" Dashed red, a model: the emulated link rate, the ceiling of an "
+                    "uncompressed collective; compressed variants can pass it because busbw "
+                    "counts the bytes before compression.")
+    caption += interval_caption(kinds).replace("of the mean over the timed calls",
+                                               "of the mean time, as bandwidth")
     if sparse.any():
         caption += " Sparse-streaming rows are drawn in the seed 001 figures instead."
     if len(settings) > len(shown):
         caption += " Not shown: " + ", ".join(panel_title(*k) for k in settings[len(shown):])
         caption += "."
     if left_out:
-        caption += f" Also measured, left out for legibility: {', '.join(left_out)}."
+        others = ", ".join(map(codec_label, left_out))
+        caption += f" Also measured, left out for legibility: {others}."
     return [Figure("general_busbw", fig, caption + held_text(held) + runs_note(frame))]
 
 
@@ -133,12 +151,12 @@ def codec_throughput(data, style: Style) -> list[Figure]:
         top = every_top
         if "copy_gbps" in sub and sub["copy_gbps"].notna().any():
             copy = float(sub["copy_gbps"].median())
-            line = ax.axvline(copy, color="black", linestyle="--", linewidth=0.9,
+            line = ax.axvline(copy, color="black", linestyle=":", linewidth=0.9,
                               label="plain copy")
             handles.append(line)
             labels.append("plain copy")
         ratios = sub["ratio"] if "ratio" in sub else pd.Series(np.nan, index=sub.index)
-        ax.set_yticks(y, [f"{c} ({r:.3g}x)" if np.isfinite(r) else str(c)
+        ax.set_yticks(y, [f"{codec_label(c)} ({r:.3g}x)" if np.isfinite(r) else codec_label(c)
                           for c, r in zip(sub["codec"], ratios, strict=True)])
         if wide:
             ax.set_xscale("log")
@@ -151,15 +169,86 @@ def codec_throughput(data, style: Style) -> list[Figure]:
         ax.grid(axis="y", visible=False)
     legend_below(fig, handles, labels)
     caption = ("Codec throughput on one core: encode and decode rate in GB/s of "
-               "uncompressed data, against a plain copy of the same buffer (dashed, the "
+               "uncompressed data, against a plain copy of the same buffer (dotted, the "
                "median over codecs); the achieved compression ratio follows each codec\'s "
                "name. The suite's goals: casts at least 0.5x and bfp at least "
-               "0.25x the copy rate. A log axis when rates span more than 30x.")
+               "0.25x the copy rate. A log axis when rates span more than 30x. No interval: "
+               "the rows carry one rate per codec, not its spread over repeats.")
     return [Figure("general_codec_throughput", fig, caption + runs_note(frame))]
 
 
-def headlines(data) -> list[Headline]:
-    return []
+ACCURACY = (("rel_l2_err", "Relative L2 error", True), ("psnr_db", "PSNR (dB)", False))
+
+
+def is_real_gradient(kinds: pd.Series) -> pd.Series:
+    """Rows measured on the corpus's real gradients (data kind grad:MODEL[:PHASE])."""
+    return kinds.astype(str).str.split(":").str[0] == REAL_GRADIENT
+
+
+def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
+    frame = rows(data, "harness")
+    metrics = [m for m in ACCURACY if m[0] in frame.columns and frame[m[0]].notna().any()]
+    if "data" not in frame.columns or "compression_ratio" not in frame.columns or not metrics:
+        raise Skip("the harness rows carry no data kind and accuracy columns (data, "
+                   "compression_ratio, rel_l2_err or psnr_db)")
+    frame = frame[(frame["codec"] != "none") & is_real_gradient(frame["data"])
+                  & frame["compression_ratio"].notna()]
+    if frame.empty:
+        raise Skip(f"no compressed rows measured on real gradients (a {REAL_GRADIENT}:MODEL "
+                   "data kind, e.g. --data gradient after ccbench corpus)")
+    frame, held = hold_configuration(frame)
+    collectives = [c for c in COLLECTIVE_LABELS if c in set(frame["collective"])]
+    fig, axes = figure(len(metrics) * len(collectives), ncols=len(collectives),
+                       panel_height=1.9)
+    keys, lossless_shown, sizes = [], set(), {}
+    for col, collective in enumerate(collectives):
+        sub = frame[frame["collective"] == collective]
+        # one point per (variant, codec): the row at the largest size measured
+        if "timestamp" in sub.columns:
+            sub = sub.sort_values("timestamp", kind="stable")
+        sub = sub.sort_values("size_bytes", kind="stable").drop_duplicates(
+            ["variant", "algorithm", "codec"], keep="last")
+        sizes[collective] = sorted(set(sub["size_bytes"]))
+        for row_index, (column, name, log) in enumerate(metrics):
+            ax = axes[row_index * len(collectives) + col]
+            values = sub[column].to_numpy(dtype=float)
+            positive = values[np.isfinite(values) & (values > 0)]
+            for _, point in sub.iterrows():
+                value = float(point[column])
+                lossless = bool(is_lossless(point["codec"]))
+                kw = dict(color=style.color(point["variant"], point["algorithm"]),
+                          linestyle="none", **style.marker(point["codec"]))
+                if lossless and log and value == 0:
+                    lossless_shown.add(point["codec"])
+                    # error exactly 0: on the bottom edge of the log axis
+                    ax.plot([point["compression_ratio"]], [0.0], clip_on=False,
+                            transform=ax.get_xaxis_transform(), **kw)
+                elif np.isfinite(value):
+                    ax.plot([point["compression_ratio"]], [value], **kw)
+                keys.append((point["variant"], point["algorithm"], point["codec"]))
+            if log and positive.size:
+                ax.set_yscale("log")
+                tidy_log_axis(ax)
+            ax.set_xlabel("Compression ratio (achieved)")
+            ax.set_ylabel(name)
+            if row_index == 0:
+                ax.set_title(COLLECTIVE_LABELS[collective])
+    handles, labels = variant_codec_handles(style, keys)
+    legend_below(fig, handles, labels)
+    kinds = ", ".join(sorted(set(frame["data"].astype(str))))
+    where = "; ".join(f"{COLLECTIVE_LABELS[c]} {', '.join(format_bytes(s) for s in v)}"
+                      for c, v in sizes.items())
+    caption = ("Compression ratio against accuracy on real gradients (data kind "
+               f"{kinds}): one point per variant and codec, at the largest size measured "
+               f"({where}). Colour: variant; marker: codec. The ratio and the errors are "
+               "measured on the timed data against the uncompressed result; they are "
+               "deterministic for the corpus, so no interval. Up and to the right is "
+               "better for PSNR, down and to the right for the relative error.")
+    if lossless_shown:
+        caption += (" " + ", ".join(codec_label(c) for c in sorted(lossless_shown))
+                    + ": error exactly 0, drawn on the bottom edge of the error panel.")
+    return [Figure("general_ratio_vs_accuracy", fig, caption + held_text(held)
+                   + runs_note(frame))]
 
 
 FIGURES = [
@@ -167,4 +256,7 @@ FIGURES = [
                busbw_vs_size),
     FigureSpec("general_codec_throughput", "general", "Codec throughput against a copy",
                ("codec",), codec_throughput),
+    FigureSpec("general_ratio_vs_accuracy", "general",
+               "Compression ratio against accuracy on real gradients", ("harness",),
+               ratio_vs_accuracy),
 ]

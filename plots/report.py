@@ -51,6 +51,7 @@ class ReportContent:
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (paper, title, why)
     headlines: list[Headline] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    run: str = ""  # the run every figure is drawn from
 
 
 def esc(text) -> str:
@@ -61,11 +62,13 @@ def headline_table(headlines: list[Headline]) -> list[str]:
     if not headlines:
         return ["<p class='note'>No headline numbers: the results hold none of the "
                 "comparisons the papers quote.</p>"]
-    out = ["<table>", "<tr><th>Paper</th><th>Claim</th><th>Measured here</th>"
-           "<th>Paper</th><th>Where measured</th></tr>"]
+    out = ["<table>", "<tr><th>Paper</th><th>Claim</th><th>Measured here: change of B "
+           "against A (95% interval)</th><th>Verdict</th><th>Rounds x iterations</th>"
+           "<th>The paper</th><th>Where measured</th></tr>"]
     for h in headlines:
         out.append(f"<tr><td>{esc(h.paper)}</td><td>{esc(h.claim)}</td>"
-                   f"<td><b>{esc(h.measured)}</b></td><td>{esc(h.published)}</td>"
+                   f"<td><b>{esc(h.measured)}</b></td><td>{esc(h.verdict)}</td>"
+                   f"<td>{esc(h.samples)}</td><td>{esc(h.published)}</td>"
                    f"<td>{esc(h.where)}</td></tr>")
     out.append("</table>")
     return out
@@ -76,11 +79,19 @@ def write_index(outdir: Path, content: ReportContent) -> Path:
     out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
            "<title>ccbench figures</title>", f"<style>{CSS}</style></head><body>",
            "<h1>ccbench figures</h1>"]
+    if content.run:
+        out.append(f"<p>Every figure and number below comes from one run: "
+                   f"<b>{esc(content.run)}</b>.</p>")
     out.append("<h2>Headline numbers: measured next to the papers'</h2>")
     out += headline_table(content.headlines)
-    out.append("<p>The papers measured GPU clusters; numbers here come from the machine "
-               "and link named in each row, so compare the shape, not the digits. "
-               "Details of what is a reconstruction: <code>docs/plots.md</code>.</p>")
+    out.append("<p>Every number measured here is an interleaved comparison (B and A run "
+               "in alternating rounds: <code>ccbench compare</code>, or MG-WFBP strategies "
+               "taking turns step by step), never a ratio of two separate runs. Verdict: B "
+               "is faster or slower when the whole interval clears a margin around 1, "
+               "otherwise no difference this run can show. The papers measured GPU "
+               "clusters; numbers here come from the machine and link named in each row, so "
+               "compare the shape, not the digits. The papers' numbers and where they are "
+               "stated: <code>docs/references.md</code>.</p>")
     if content.figures:
         out.append("<h2>Contents</h2><ul>")
         out += [f"<li><a href='#{esc(f.name)}'>{esc(f.title)}</a></li>"
@@ -112,6 +123,24 @@ def write_index(outdir: Path, content: ReportContent) -> Path:
         out += [f"<li class='note'>{esc(n)}</li>" for n in content.notes]
         out.append("</ul>")
     out.append("</body></html>")
+    path = outdir / "index.html"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return path
+
+
+def write_runs_index(outdir: Path, runs: list[tuple[str, str, str]]) -> Path:
+    """OUTDIR/index.html when each run is drawn apart: one link per run's own report.
+    `runs`: (run label, sub-folder, what became of it)."""
+    out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
+           "<title>ccbench figures: runs</title>", f"<style>{CSS}</style></head><body>",
+           "<h1>ccbench figures, one report per run</h1>",
+           "<p>The inputs hold several runs. Rows of different runs are never drawn "
+           "together: each run has its own figures and headline table.</p>",
+           "<table><tr><th>Run</th><th>Report</th></tr>"]
+    for label, folder, what in runs:
+        out.append(f"<tr><td>{esc(label)}</td><td><a href='{esc(folder)}/index.html'>"
+                   f"{esc(folder)}/</a> {esc(what)}</td></tr>")
+    out.append("</table></body></html>")
     path = outdir / "index.html"
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
     return path

@@ -2,6 +2,7 @@
 
 Latency against message size for the uncompressed baseline, point-to-point compression
 and collective-level compression; sensitivity to the fixed rate; the training run.
+Every note beside a panel is computed from the points drawn in that panel.
 """
 
 from __future__ import annotations
@@ -9,16 +10,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ccbench.plots import papers
 from ccbench.plots.base import (
     Figure,
     FigureSpec,
-    Headline,
     Skip,
+    change_text,
     draw_series,
-    finite,
-    has_spread,
     held_text,
     hold_configuration,
+    interval_caption,
     link_bound_us,
     link_of,
     main_codecs,
@@ -26,12 +27,17 @@ from ccbench.plots.base import (
     panels,
     rows,
     runs_note,
+    separate_ratio,
     series_keys,
+    time_bounds,
 )
+from ccbench.plots.steps import FRAMEWORK_ORDER, Launch, interval, launches, training_frame
 from ccbench.plots.style import (
     COLLECTIVE_LABELS,
+    FULL_WIDTH,
     Style,
     codec_family,
+    codec_label,
     codec_rate,
     codec_sort_key,
     figure,
@@ -48,6 +54,18 @@ from ccbench.plots.style import (
 
 VARIANTS = ("baseline", "p2p_compressed", "coll_compressed")
 MAX_PANELS = 4
+POINT_KEYS = ["variant", "algorithm", "codec", "size_bytes"]
+SEPARATE = ("Bounds: the widest ratio the two 95% intervals allow (separate launches, "
+            "not an interleaved comparison; the headline table holds those).")
+
+
+def drawn_points(sub: pd.DataFrame) -> pd.DataFrame:
+    """One row per (series, size) with its interval (_lo, _hi): what a panel draws."""
+    if "timestamp" in sub.columns:
+        sub = sub.sort_values("timestamp", kind="stable")
+    sub = sub.drop_duplicates(POINT_KEYS, keep="last")
+    low, high, _ = time_bounds(sub)
+    return sub.assign(_lo=low, _hi=high)
 
 
 def baseline_reference(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:
@@ -56,52 +74,41 @@ def baseline_reference(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     for algorithm in ("mpi", "ring"):
         chosen = base[base["algorithm"] == algorithm]
         if not chosen.empty:
-            return algorithm.upper() if algorithm == "mpi" else "ring", chosen
+            return ("MPI" if algorithm == "mpi" else "ring"), chosen
     return "", base
 
 
-def reductions(frame: pd.DataFrame) -> list[dict]:
-    """Latency reduction of collective-level compression at the largest common size.
+def _at(frame: pd.DataFrame, size) -> pd.Series | None:
+    hit = frame[frame["size_bytes"] == size]
+    return None if hit.empty else hit.iloc[-1]
 
-    One entry per (ranks, link, codec): percent lower than the baseline and than
-    point-to-point compression with the same codec (the paper's two headline numbers).
-    """
+
+def reductions(points: pd.DataFrame) -> list[dict]:
+    """Per collective-level codec drawn in a panel: its latency over the baseline's and
+    over point-to-point compression's (same codec), with bounds, at the largest size
+    where the collective-level series and the baseline both have a point."""
+    base_name, base = baseline_reference(points)
+    coll = points[points["variant"] == "coll_compressed"]
     found = []
-    if frame.empty:
-        return found
-    for (ranks, link), sub in panels(frame):
-        base_name, base = baseline_reference(sub)
-        coll = sub[sub["variant"] == "coll_compressed"]
-        for codec in sorted(coll["codec"].unique(), key=codec_sort_key):
-            mine = coll[coll["codec"] == codec].groupby("size_bytes")["avg_us"].min()
-            p2p = sub[(sub["variant"] == "p2p_compressed") & (sub["codec"] == codec)]
-            p2p = p2p.groupby("size_bytes")["avg_us"].min()
-            ref = base.groupby("size_bytes")["avg_us"].min() if not base.empty else None
-            sizes = set(mine.index)
-            if ref is not None:
-                sizes &= set(ref.index)
-            if not sizes:
-                continue
-            size = max(sizes)
-            entry = {"ranks": ranks, "link": link, "codec": codec, "size": size,
-                     "baseline": base_name, "vs_baseline": None, "vs_p2p": None}
-            if ref is not None:
-                entry["vs_baseline"] = 100.0 * (1.0 - mine[size] / ref[size])
-            if size in p2p.index:
-                entry["vs_p2p"] = 100.0 * (1.0 - mine[size] / p2p[size])
-            found.append(entry)
+    for codec in sorted(coll["codec"].unique(), key=codec_sort_key):
+        mine = coll[coll["codec"] == codec]
+        sizes = set(mine["size_bytes"]) & set(base["size_bytes"])
+        if not sizes:
+            continue
+        size = max(sizes)
+        b = _at(mine, size)
+        entry = {"codec": codec, "size": size, "baseline": base_name, "vs_baseline": None,
+                 "vs_p2p": None}
+        a = _at(base, size)
+        entry["vs_baseline"] = separate_ratio(a["avg_us"], a["_lo"], a["_hi"], b["avg_us"],
+                                              b["_lo"], b["_hi"])
+        p2p = points[(points["variant"] == "p2p_compressed") & (points["codec"] == codec)]
+        a = _at(p2p, size)
+        if a is not None:
+            entry["vs_p2p"] = separate_ratio(a["avg_us"], a["_lo"], a["_hi"], b["avg_us"],
+                                             b["_lo"], b["_hi"])
+        found.append(entry)
     return found
-
-
-def percent(value) -> str:
-    if value is None or not np.isfinite(value):
-        return "n/a"
-    return f"{value:.0f}% lower" if value >= 0 else f"{-value:.0f}% higher"
-
-
-def change(reduction: float | None) -> str:
-    """A reduction in percent as the latency change it means: 45 -> '-45%'."""
-    return "n/a" if reduction is None else f"{-reduction:+.0f}%"
 
 
 def reduction_text(entries: list[dict]) -> str:
@@ -109,9 +116,14 @@ def reduction_text(entries: list[dict]) -> str:
         return ""
     size = format_bytes(entries[0]["size"])
     base = entries[0]["baseline"] or "baseline"
-    lines = [f"collective-level at {size}:", f"vs {base} / vs p2p"]
-    lines += [f"{e['codec']}: {change(e['vs_baseline'])} / {change(e['vs_p2p'])}"
-              for e in entries]
+    any_p2p = any(e["vs_p2p"] is not None for e in entries)
+    lines = [f"collective-level latency change at {size} [bounds]"]
+    for e in entries:
+        text = f"{codec_label(e['codec'])}: {change_text(*e['vs_baseline'])} vs {base}"
+        if any_p2p:
+            text += ("; " + change_text(*e["vs_p2p"]) + " vs p2p" if e["vs_p2p"] is not None
+                     else "; no p2p point")
+        lines.append(text)
     return "\n".join(lines)
 
 
@@ -137,6 +149,17 @@ def draw_model_lines(ax, sub: pd.DataFrame, style: Style, scale: float) -> bool:
     return drawn
 
 
+def paper_numbers(collective: str) -> str:
+    keys = {"allgather": "allgather", "reduce_scatter": "reduce_scatter"}
+    if collective not in keys:
+        return (" The paper states no Allreduce numbers; this figure shows the same "
+                "comparison for the collective FSDP does not use.")
+    base = papers.CLAIMS[f"{keys[collective]}_vs_baseline"]
+    p2p = papers.CLAIMS[f"{keys[collective]}_vs_p2p"]
+    return (f" The paper ({papers.PAPERS['seed 000'].short}, {base.source}): "
+            f"{base.value} than the baseline, {p2p.value} than point-to-point compression.")
+
+
 def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     frame = rows(data, "harness", collective=collective, variant=VARIANTS)
     if frame.empty:
@@ -147,52 +170,58 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     frame, held = hold_configuration(frame)
     groups = panels(frame)
     shown, omitted = groups[:MAX_PANELS], groups[MAX_PANELS:]
-    fig, axes = figure(len(shown))
-    keys, modelled = [], False
+    fig, axes = figure(len(shown), panel_height=2.35 + 0.12 * (len(codecs) + 1))
+    keys, modelled, kinds, no_p2p = [], False, set(), False
     for ax, ((ranks, link), sub) in zip(axes, shown, strict=True):
-        scale, unit = time_unit(sub["avg_us"])
-        for variant, algorithm, codec in series_keys(sub):
-            series = sub[(sub["variant"] == variant) & (sub["algorithm"] == algorithm)
-                         & (sub["codec"] == codec)]
-            draw_series(ax, series, "size_bytes", "avg_us", scale,
-                        color=style.color(variant, algorithm),
-                        label=series_label(variant, algorithm, codec), **style.marker(codec))
+        points = drawn_points(sub)
+        scale, unit = time_unit(points["avg_us"])
+        for variant, algorithm, codec in series_keys(points):
+            series = points[(points["variant"] == variant) & (points["algorithm"] == algorithm)
+                            & (points["codec"] == codec)]
+            _, kind = draw_series(ax, series, "size_bytes", "avg_us", scale,
+                                  low="_lo", high="_hi", color=style.color(variant, algorithm),
+                                  label=series_label(variant, algorithm, codec),
+                                  **style.marker(codec))
+            kinds.add(kind)
             keys.append((variant, algorithm, codec))
         if link > 0:
-            modelled |= draw_model_lines(ax, sub, style, scale)
-        size_axis(ax, sub["size_bytes"])
+            modelled |= draw_model_lines(ax, points, style, scale)
+        size_axis(ax, points["size_bytes"])
         ax.set_yscale("log")
         tidy_log_axis(ax)
         ax.set_ylabel(f"Latency ({unit})")
         ax.set_title(panel_title(ranks, link))
-        text = reduction_text(reductions(sub))
+        entries = reductions(points)
+        no_p2p |= bool(entries) and all(e["vs_p2p"] is None for e in entries)
+        text = reduction_text(entries)
         if text:
-            panel_note(ax, text, "best")
+            panel_note(ax, text)
     handles, labels = variant_codec_handles(style, keys)
     if modelled:
-        proxy = model_handle("link-bound model: wire bytes / link rate")
+        proxy = model_handle("model: link-bound, wire bytes / link rate")
         handles.append(proxy)
         labels.append(proxy.get_label())
     legend_below(fig, handles, labels)
     name = COLLECTIVE_LABELS.get(collective, collective)
     caption = (f"{name} latency (average over ranks, log scale) against message size "
                "(OSU convention: per-rank send size for Allgather, whole buffer "
-               "otherwise). Colour: variant; marker: codec. The box gives the "
-               "collective-level variant's latency change at the largest size against the "
-               "uncompressed baseline and against point-to-point compression with the "
-               "same codec (the paper: Allgather 83.6% / 30.3% lower, Reduce-Scatter "
-               "88.1% / 40.6%).")
+               "otherwise). Colour: variant; marker: codec. The note under each panel "
+               "gives, from the points drawn, the collective-level variant's latency change "
+               "at the largest size it shares with the baseline: against the baseline and "
+               "against point-to-point compression with the same codec. " + SEPARATE
+               + paper_numbers(collective))
+    if no_p2p:
+        caption += " No point-to-point compressed rows were drawn, so there is no 'vs p2p'."
     if modelled:
-        caption += (" Dashed: link-bound model, the bytes each rank puts on the wire "
-                    "divided by the emulated link rate.")
-    if any(has_spread(sub) for _, sub in shown):
-        caption += (" Error bars: the fastest and slowest rank's average (min_us, max_us; "
-                    "OSU prints them with -f).")
+        caption += (" Dashed: a model, the bytes each rank puts on the wire divided by the "
+                    "emulated link rate.")
+    caption += interval_caption(kinds)
     if omitted:
         caption += " Not shown: " + ", ".join(panel_title(*k) for k, _ in omitted) + "."
     if left_out:
-        caption += (f" Also measured, left out for legibility: {', '.join(left_out)} "
-                    "(see the rate-sensitivity figure).")
+        others = ", ".join(map(codec_label, left_out))
+        caption += (f" Also measured, left out for legibility: {others} (see the "
+                    "rate-sensitivity figure).")
     caption += held_text(held) + runs_note(frame)
     return [Figure(f"seed000_{collective}_latency", fig, caption)]
 
@@ -212,7 +241,7 @@ def rate_sensitivity(data, style: Style) -> list[Figure]:
     collectives = [c for c in COLLECTIVE_LABELS if c in set(sub["collective"])]
     fig, axes = figure(2 * len(collectives), ncols=len(collectives),
                        panel_height=1.9, width=None if len(collectives) > 1 else 3.5)
-    handles, labels = [], []
+    handles, labels, kinds = [], [], set()
     everything = rows(data, "harness", collective=tuple(collectives))
     everything = everything[(everything["ranks"] == ranks) & (link_of(everything) == link)]
     for col, collective in enumerate(collectives):
@@ -220,32 +249,39 @@ def rate_sensitivity(data, style: Style) -> list[Figure]:
         part = sub[sub["collective"] == collective]
         counts = part.groupby("size_bytes")["codec"].nunique()
         size = max(counts[counts == counts.max()].index)
-        part = part[part["size_bytes"] == size]
+        part = drawn_points(part[part["size_bytes"] == size]).assign(
+            rate=lambda f: f["codec"].map(codec_rate), family=lambda f: f["codec"].map(
+                codec_family))
         scale, unit = time_unit(part["avg_us"])
         for (variant, family), series in part.groupby(["variant", "family"], sort=True):
-            series = series.sort_values("rate")
             marker = style.marker(series["codec"].iloc[0])
             marker["fillstyle"] = "full"
             label = f"{series_label(variant, None)}, {family}"
             kw = dict(color=style.color(variant), label=label, **marker)
-            (line,) = ax_time.plot(series["rate"], series["avg_us"] / scale, **kw)
+            line, kind = draw_series(ax_time, series, "rate", "avg_us", scale, low="_lo",
+                                     high="_hi", **kw)
+            kinds.add(kind)
             if "max_rel_err" in series and series["max_rel_err"].notna().any():
-                ax_err.plot(series["rate"], series["max_rel_err"], **kw)
+                ax_err.plot(series.sort_values("rate")["rate"],
+                            series.sort_values("rate")["max_rel_err"], **kw)
             handles.append(line)
             labels.append(label)
         _, base = baseline_reference(everything[(everything["collective"] == collective)
                                                 & (everything["size_bytes"] == size)])
         if not base.empty:
-            value = base["avg_us"].min() / scale
-            line = ax_time.axhline(value, color="black", linestyle=":", linewidth=0.9,
-                                   label="uncompressed baseline")
+            row = drawn_points(base).iloc[-1]
+            line = ax_time.axhline(row["avg_us"] / scale, color="black", linestyle=":",
+                                   linewidth=0.9, label="uncompressed baseline")
+            if np.isfinite(row["_lo"]) and np.isfinite(row["_hi"]):
+                ax_time.axhspan(row["_lo"] / scale, row["_hi"] / scale, color="black",
+                                alpha=0.12, linewidth=0)
             handles.append(line)
             labels.append("uncompressed baseline")
         ax_time.set_title(f"{COLLECTIVE_LABELS[collective]}, {format_bytes(size)}")
         ax_time.set_ylabel(f"Latency ({unit})")
         ax_time.set_ylim(bottom=0)
-        errors = finite(part.get("max_rel_err", pd.Series(dtype=float)))
-        if errors.size and (errors > 0).any():
+        errors = part["max_rel_err"].to_numpy(dtype=float) if "max_rel_err" in part else []
+        if np.isfinite(errors).any() and (np.asarray(errors) > 0).any():
             ax_err.set_yscale("log")
             tidy_log_axis(ax_err)
         ax_err.set_ylabel("Max relative error")
@@ -258,255 +294,254 @@ def rate_sensitivity(data, style: Style) -> list[Figure]:
     caption = ("Sensitivity to the fixed rate of the lossy codecs: latency (top) and "
                "max relative error against the uncompressed result (bottom) as a "
                "function of the bits per value; the dotted line is the uncompressed "
-               "baseline at the same size. Point-to-point compression recompresses at "
-               "every hop, so its error can grow with the rank count." + held_text(held)
+               "baseline at the same size, its shaded band its interval. Point-to-point "
+               "compression recompresses at every hop, so its error can grow with the "
+               "rank count. Errors are measured once on the run's inputs (deterministic: "
+               "no interval)." + interval_caption(kinds) + held_text(held)
                + runs_note(sub))
     return [Figure("seed000_rate_sensitivity", fig, caption)]
 
 
-RUN_KEYS = ("framework", "variant", "algorithm", "codec", "compress", "error_feedback",
-            "strategy")
-SETTING_KEYS = ("model", "ranks", "link_gbps")
-FRAMEWORK_ORDER = {"fsdp": 0, "ddp": 1, "mgwfbp": 2, "own": 3}
+# ---------------------------------------------------------------- training
 
 
-def training_frame(data) -> pd.DataFrame:
-    frame = rows(data, "training")
-    for column in RUN_KEYS + SETTING_KEYS:
-        if column not in frame.columns:
-            frame = frame.assign(**{column: ""})
-    # files from before --framework: the compact trainer
-    framework = frame["framework"].astype(object).fillna("").astype(str).replace("", "own")
-    frame = frame.assign(link_gbps=frame["link_gbps"].replace("", np.nan).astype(float)
-                         .fillna(0.0),
-                         framework=framework,
-                         strategy=frame["strategy"].astype(object).fillna("").astype(str),
-                         compress=frame["compress"].fillna("").astype(str),
-                         error_feedback=frame["error_feedback"].fillna(0))
-    return frame
-
-
-def run_label(key: tuple, varied_compress: bool, show_framework: bool = False) -> str:
-    framework, variant, algorithm, codec, compress, feedback, strategy = key
+def run_label(launch: Launch, show_framework: bool, varied_compress: bool) -> str:
+    framework, variant, algorithm, codec, compress, feedback = launch.key
     label = series_label(variant, algorithm, codec)
     if variant == "torch":
         label = "torch" + (f" {codec} hook" if codec and codec != "none" else "")
     if varied_compress and compress:
         label += f" ({compress})"
-    if feedback not in ("", 0, "0", False) and float(feedback or 0) > 0:
+    if float(feedback or 0) > 0:
         label += " +EF"
-    if strategy:
-        label += f" [{strategy}]"
+    if len(launch.strategies) > 1:
+        label += " [strategies rotated]"
     return f"{framework}: {label}" if show_framework else label
 
 
-def is_baseline(label: str) -> bool:
-    """The uncompressed reference of a panel: ccbench's baseline or torch's collectives."""
-    name = label.split(": ", 1)[-1]
-    return name.startswith("baseline") or name == "torch"
+def is_uncompressed(launch: Launch) -> bool:
+    """ccbench's baseline or torch's own collectives without a compression hook."""
+    _, variant, _, codec, _, _ = launch.key
+    return variant == "baseline" or (variant == "torch" and codec in ("", "none"))
 
 
-def training_settings(frame: pd.DataFrame):
-    """(model, ranks, link) settings, emulated links first, at most two."""
-    groups = list(frame.groupby(list(SETTING_KEYS), sort=True))
-    groups.sort(key=lambda g: (g[0][2] <= 0, -g[0][2], str(g[0][0]), g[0][1]))
-    return groups
+def training_settings(runs: list[Launch]) -> list[tuple[tuple, list[Launch]]]:
+    """(model, ranks, link) settings, emulated links first."""
+    settings: dict[tuple, list[Launch]] = {}
+    for launch in runs:
+        settings.setdefault(launch.setting, []).append(launch)
+    return sorted(settings.items(),
+                  key=lambda s: (s[0][2] <= 0, -s[0][2], str(s[0][0]), s[0][1]))
 
 
 def setting_title(model, ranks, link) -> str:
     return f"{model}, {panel_title(ranks, link)}" if model else panel_title(ranks, link)
 
 
+LINESTYLES = ("-", ":", "-.", (0, (3, 1, 1, 1, 1, 1)))  # dashed is kept for models
+PALETTE = ("#000000", "#1f66b4", "#e6770b", "#2a9d2a", "#c0392b", "#9a4fc4", "#8c564b",
+           "#17a2b8")
+
+
+def loss_notes(group: list[Launch], labels: list[str]) -> list[str]:
+    """Final loss of each run: the mean of its last steps with the 95% t interval."""
+    lines = []
+    for launch, label in zip(group, labels, strict=True):
+        mean, low, high, n = interval(launch.final_losses())
+        bounds = f" [{low:.3f}, {high:.3f}]" if np.isfinite(low) else ""
+        lines.append(f"{label}: {mean:.3f}{bounds} (last {n} steps)")
+    return lines
+
+
 def training_loss(data, style: Style) -> list[Figure]:
-    frame = training_frame(data)
-    steps = frame[(frame["row"] == "step") & frame["step"].notna()]
-    if steps.empty:
+    runs = launches(training_frame(data))
+    if not runs:
         raise Skip("no per-step training rows")
-    groups = training_settings(steps)[:2]
-    fig, axes = figure(len(groups))
+    settings = training_settings(runs)[:2]
+    fig, axes = figure(2 * len(settings), ncols=len(settings), width=FULL_WIDTH * 0.8,
+                       panel_height=1.7 + 0.1 * max(len(g) for _, g in settings))
     handles, labels = [], []
-    for ax, ((model, ranks, link), sub) in zip(axes, groups, strict=True):
-        varied = sub.loc[sub["variant"] != "baseline", "compress"].nunique() > 1
-        several = sub["framework"].nunique() > 1
-        finals = []
-        for key, run in sub.groupby(list(RUN_KEYS), sort=False):
-            run = run.sort_values("step")
-            variant, algorithm, codec = key[1:4]
-            label = run_label(key, varied, several)
-            marker = style.marker(codec)
-            (line,) = ax.plot(run["step"], run["loss"], color=style.color(variant, algorithm),
-                              markevery=max(1, len(run) // 8), label=label, linewidth=0.9,
-                              **marker)
+    for col, ((model, ranks, link), group) in enumerate(settings):
+        ax, ax_diff = axes[col], axes[len(settings) + col]
+        several = len({la.key[0] for la in group}) > 1
+        varied = len({la.key[4] for la in group if la.key[1] != "baseline"}) > 1
+        names = [run_label(la, several, varied) for la in group]
+        # the reference: an uncompressed run of the compact trainer, one strategy
+        plain = sorted((la for la in group if is_uncompressed(la)),
+                       key=lambda la: (len(la.strategies) > 1, la.key[0] != "own"))
+        reference = plain[0] if plain else None
+        ref_loss = (reference.steps.set_index("step")["loss"] if reference is not None
+                    else None)
+        for i, (launch, name) in enumerate(zip(group, names, strict=True)):
+            steps = launch.steps
+            kw = dict(color=PALETTE[i % len(PALETTE)], linestyle=LINESTYLES[i % 4],
+                      marker="osD^v<>p"[i % 8], markersize=2.6, linewidth=0.9,
+                      markevery=(i % 4, max(1, len(steps) // 8)), label=name)
+            (line,) = ax.plot(steps["step"], steps["loss"], **kw)
             handles.append(line)
-            labels.append(label)
-            window = run["loss"].tail(max(1, min(10, len(run))))
-            finals.append((label, float(window.mean())))
-        ax.set_xlabel("Step")
+            labels.append(name)
+            if ref_loss is not None and launch is not reference:
+                shared = steps[steps["step"].isin(ref_loss.index)]
+                ax_diff.plot(shared["step"], shared["loss"].to_numpy()
+                             - ref_loss.loc[shared["step"]].to_numpy(), **kw)
         ax.set_ylabel("Training loss")
         ax.set_title(setting_title(model, ranks, link))
-        reference = [v for k, v in finals if is_baseline(k)]
-        if reference:
-            lines = ["final loss vs uncompressed:"] + [
-                f"{k}: {100 * (v / reference[0] - 1):+.1f}%" for k, v in finals
-                if not is_baseline(k)]
-            if len(lines) > 1:
-                panel_note(ax, "\n".join(lines), "best")
+        ax_diff.axhline(0.0, color="0.5", linewidth=0.6)
+        ax_diff.set_xlabel("Step")
+        ax_diff.set_ylabel("Loss difference")
+        ax_diff.set_title("minus " + names[group.index(reference)] if reference is not None
+                          else "no uncompressed run to compare with")
+        panel_note(ax_diff, "final loss, mean of the last steps [95% interval]\n"
+                   + "\n".join(loss_notes(group, names)))
     legend_below(fig, handles, labels, ncol=2)
-    caption = ("Training loss per step (mean over ranks) per (framework, variant, codec): "
-               "the compact sharded trainer (own), stock PyTorch FSDP2 / DDP with "
-               "ccbench's collectives plugged in, or MG-WFBP from gradient hooks; same "
-               "seeds and data for every run. The box compares the final loss (mean of "
-               "the last 10 steps) with the first uncompressed run (ccbench's baseline or "
-               "torch's own collectives; the paper: similar accuracy).")
+    reference_text = ("an uncompressed run (ccbench's baseline, the compact trainer's "
+                      "first; or torch's own collectives), named above the panel")
+    caption = ("Training loss per step (top; mean over ranks) for each run (framework, "
+               "variant, codec): the compact sharded trainer (own), stock PyTorch FSDP2 / "
+               "DDP with ccbench's collectives plugged in, or MG-WFBP from gradient hooks "
+               "(one run, its strategies rotated step by step); same seeds and data for "
+               "every run. Bottom: each run's loss minus that of " + reference_text
+               + " at the same step, so runs whose curves coincide above stay apart. The "
+               "note gives each run's final loss (the mean over the last steps, as the "
+               "run's summary takes it) with the 95% t interval over those steps. The "
+               f"paper ({papers.PAPERS['seed 000'].short}, abstract): similar accuracy "
+               "with compression.")
+    steps = training_frame(data)
     return [Figure("seed000_training_loss", fig, caption + runs_note(steps))]
 
 
-def training_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: its summary row, or the mean of its step rows if none."""
-    summary = frame[frame["row"] == "summary"]
-    steps = frame[frame["row"] == "step"]
-    keys = list(RUN_KEYS + SETTING_KEYS)
-    have = set(map(tuple, summary[keys].astype(str).values))
-    missing = steps[[tuple(r) not in have for r in steps[keys].astype(str).values]]
-    if not missing.empty:
-        means = missing.groupby(keys, as_index=False).mean(numeric_only=True)
-        summary = pd.concat([summary, means], ignore_index=True)
-    return summary
+def step_bars(group: list[Launch]) -> list[dict]:
+    """One bar per run (per strategy for MG-WFBP runs): the mean time per timed step with
+    its 95% t interval, and the mean compute and exposed communication."""
+    bars = []
+    for launch in group:
+        for strategy in launch.strategies or [None]:
+            timed = launch.timed(strategy)
+            mean, low, high, n = interval(timed["step_us"])
+            bars.append({"launch": launch, "strategy": strategy, "step_us": mean,
+                         "low": low, "high": high, "n": n,
+                         "compute_us": float(timed["compute_us"].mean())
+                         if "compute_us" in timed else np.nan,
+                         "comm_us": float(timed["comm_us"].mean())
+                         if "comm_us" in timed else np.nan})
+    order = {"torch": -1, "baseline": 0, "p2p_compressed": 1, "coll_compressed": 2}
+    return sorted(bars, key=lambda b: (FRAMEWORK_ORDER.get(b["launch"].key[0], 9),
+                                       order.get(b["launch"].key[1], 9),
+                                       codec_sort_key(b["launch"].key[3]),
+                                       str(b["strategy"])))
+
+
+def step_time_changes(bars: list[dict]) -> list[tuple[str, tuple | None, tuple | None]]:
+    """(label, collective-level over baseline, over p2p) per collective-level run, each
+    against bars of its own framework: (ratio, low, high) from the drawn bars."""
+    out = []
+    frameworks = list(dict.fromkeys(b["launch"].key[0] for b in bars))
+    several = len(frameworks) > 1
+    for framework in frameworks:
+        own = [b for b in bars if b["launch"].key[0] == framework and b["strategy"] is None]
+        base = next((b for b in own if b["launch"].key[1] == "baseline"), None)
+        for bar in (b for b in own if b["launch"].key[1] == "coll_compressed"):
+            codec, compress, feedback = bar["launch"].key[3:6]
+            p2p = next((b for b in own if b["launch"].key[1] == "p2p_compressed"
+                        and b["launch"].key[3:6] == (codec, compress, feedback)), None)
+
+            def against(a, b=bar):
+                if a is None:
+                    return None
+                return separate_ratio(a["step_us"], a["low"], a["high"], b["step_us"],
+                                      b["low"], b["high"])
+
+            label = f"{framework} {codec_label(codec)}" if several else codec_label(codec)
+            if base is not None or p2p is not None:
+                out.append((label, against(base), against(p2p)))
+    return out
+
+
+def step_time_text(bars: list[dict]) -> str:
+    changes = step_time_changes(bars)
+    if not changes:
+        return ""
+    show = lambda v: "no run" if v is None else change_text(*v)  # noqa: E731
+    return "\n".join(["collective-level step time change [bounds]"]
+                     + [f"{c}: {show(b)} vs baseline; {show(p)} vs p2p"
+                        for c, b, p in changes])
+
+
+def bar_label(bar: dict, several: bool, varied: bool) -> str:
+    label = run_label(bar["launch"], several, varied).replace(" [strategies rotated]", "")
+    if bar["strategy"]:
+        label += f" [{bar['strategy']}]"
+    return label
 
 
 def training_step_time(data, style: Style) -> list[Figure]:
-    summary = training_summary(training_frame(data))
-    if summary.empty:
-        raise Skip("no training rows")
-    groups = training_settings(summary)[:2]
-    fig, axes = figure(len(groups))
+    runs = launches(training_frame(data))
+    if not runs:
+        raise Skip("no per-step training rows")
+    settings = training_settings(runs)[:2]
+    fig, axes = figure(len(settings), panel_height=2.9)
     handles, labels = [], []
-    for ax, ((model, ranks, link), sub) in zip(axes, groups, strict=True):
-        varied = sub.loc[sub["variant"] != "baseline", "compress"].nunique() > 1
-        several = sub["framework"].nunique() > 1
-        order = {"torch": -1, "baseline": 0, "p2p_compressed": 1, "coll_compressed": 2}
-        sub = sub.assign(_framework=sub["framework"].map(FRAMEWORK_ORDER).fillna(9),
-                         _order=sub["variant"].map(order).fillna(9),
-                         _codec=sub["codec"].map(codec_sort_key))
-        sub = sub.sort_values(["_framework", "_order", "_codec"])
-        scale, unit = time_unit(sub["step_us"])
+    inferred = all(la.inferred for _, group in settings for la in group)
+    for ax, ((model, ranks, link), group) in zip(axes, settings, strict=True):
+        several = len({la.key[0] for la in group}) > 1
+        varied = len({la.key[4] for la in group if la.key[1] != "baseline"}) > 1
+        bars = step_bars(group)
+        scale, unit = time_unit([b["high"] if np.isfinite(b["high"]) else b["step_us"]
+                                 for b in bars])
         names = []
-        for x, (_, run) in enumerate(sub.iterrows()):
-            key = tuple(run[k] for k in RUN_KEYS)
-            color = style.color(run["variant"], run["algorithm"])
-            compute = run.get("compute_us", np.nan)
-            comm = run.get("comm_us", np.nan)
+        for x, bar in enumerate(bars):
+            variant, algorithm = bar["launch"].key[1:3]
+            color = style.color(variant, algorithm)
+            compute, comm, step = bar["compute_us"], bar["comm_us"], bar["step_us"]
             if np.isfinite(compute) and np.isfinite(comm):
                 a = ax.bar(x, compute / scale, 0.6, color="0.8", label="compute")
-                b = ax.bar(x, comm / scale, 0.6, bottom=compute / scale, color=color,
-                           label="communication")
-                rest = run["step_us"] - compute - comm
-                if rest > 0.02 * run["step_us"]:
+                ax.bar(x, comm / scale, 0.6, bottom=compute / scale, color=color)
+                rest = step - compute - comm
+                if rest > 0.02 * step:
                     ax.bar(x, rest / scale, 0.6, bottom=(compute + comm) / scale,
                            color="white", edgecolor="0.6", linewidth=0.5)
-                handles += [a]
-                labels += ["compute"]
-                del b
+                handles.append(a)
+                labels.append("compute")
             else:
-                ax.bar(x, run["step_us"] / scale, 0.6, color=color)
-            ax.text(x, run["step_us"] / scale, f"{run['step_us'] / scale:.3g}", ha="center",
-                    va="bottom", fontsize=5.8)
-            names.append(run_label(key, varied, several).replace("compressed, ", "\n")
-                         .replace(": ", ":\n"))
-        crowded = len(names) > 5
-        ax.set_xticks(range(len(names)), [n.replace("\n", " ") if crowded else n
-                                          for n in names],
-                      rotation=40 if crowded else 0, ha="right" if crowded else "center",
-                      fontsize=5.2 if crowded else 5.8)
+                ax.bar(x, step / scale, 0.6, color=color)
+            if np.isfinite(bar["low"]):
+                ax.errorbar(x, step / scale, yerr=[[(step - bar["low"]) / scale],
+                                                   [(bar["high"] - step) / scale]],
+                            color="black", capsize=2, elinewidth=0.7, linestyle="none")
+            names.append(bar_label(bar, several, varied))
+        crowded = len(names) > 4
+        ax.set_xticks(range(len(names)), names, rotation=40 if crowded else 0,
+                      ha="right" if crowded else "center", fontsize=5.2 if crowded else 5.8)
         ax.grid(axis="x", visible=False)
         ax.set_ylabel(f"Time per step ({unit})")
         ax.set_title(setting_title(model, ranks, link))
-        ax.set_ylim(0, 1.4 * float(sub["step_us"].max()) / scale)  # room for the note
-        text = step_time_text(sub)
+        ax.set_ylim(bottom=0)
+        text = step_time_text(bars)
         if text:
-            panel_note(ax, text, "upper left")
+            panel_note(ax, text)
     from matplotlib.patches import Patch
 
     handles.append(Patch(facecolor="0.5", label="communication (colour of the variant)"))
     labels.append("communication (colour of the variant)")
     legend_below(fig, handles, labels, ncol=2)
-    caption = ("Time per training step (after warm-up), split into compute (grey) and the "
-               "communication the step waited for (coloured by variant: all of the "
-               "allgather and reduce-scatter in the compact trainer, the part not hidden "
-               "behind compute in FSDP, DDP and MG-WFBP); an outlined top is time spent "
-               "elsewhere. The box gives the collective-level variant's step time against "
-               "the uncompressed baseline and point-to-point compression of the same "
-               "framework (the paper, FSDP: 31.7% and 12.5% faster).")
-    return [Figure("seed000_training_step_time", fig, caption + runs_note(summary))]
-
-
-def step_time_changes(sub: pd.DataFrame) -> list[tuple[str, float | None, float | None]]:
-    """(label, % faster than the baseline, % faster than p2p) for collective-level runs,
-    each against runs of its own framework (FSDP first)."""
-    if "framework" not in sub.columns:
-        sub = sub.assign(framework="own")
-    out = []
-    several = sub["framework"].nunique() > 1
-    frameworks = sorted(sub["framework"].unique(), key=lambda f: FRAMEWORK_ORDER.get(f, 9))
-    for framework in frameworks:
-        own = sub[sub["framework"] == framework]
-        base = own[own["variant"] == "baseline"]["step_us"]
-        for _, run in own[own["variant"] == "coll_compressed"].iterrows():
-            p2p = own[(own["variant"] == "p2p_compressed") & (own["codec"] == run["codec"])
-                      & (own["compress"] == run["compress"])
-                      & (own["error_feedback"] == run["error_feedback"])]["step_us"]
-            label = f"{framework} {run['codec']}" if several else run["codec"]
-            out.append((label,
-                        100 * (1 - run["step_us"] / base.min()) if not base.empty else None,
-                        100 * (1 - run["step_us"] / p2p.min()) if not p2p.empty else None))
-    return out
-
-
-def step_time_text(sub: pd.DataFrame) -> str:
-    changes = step_time_changes(sub)
-    if not changes:
-        return ""
-    show = lambda v: "n/a" if v is None else f"{-v:+.0f}%"  # noqa: E731
-    return "\n".join(["collective-level step time", "vs baseline / vs p2p"]
-                     + [f"{c}: {show(b)} / {show(p)}" for c, b, p in changes])
-
-
-def headlines(data) -> list[Headline]:
-    found = []
-    claims = {"allgather": ("83.6%", "30.3%"), "reduce_scatter": ("88.1%", "40.6%")}
-    for collective, (vs_base, vs_p2p) in claims.items():
-        entries = reductions(hold_configuration(
-            rows(data, "harness", collective=collective, variant=VARIANTS))[0])
-        name = COLLECTIVE_LABELS[collective]
-        for key, published, against in (("vs_baseline", vs_base, "the baseline"),
-                                         ("vs_p2p", vs_p2p, "point-to-point compression")):
-            valid = [e for e in entries if e[key] is not None]
-            if not valid:
-                continue
-            best = max(valid, key=lambda e: e[key])
-            found.append(Headline(
-                "seed 000", f"{name}: collective-level latency lower than {against}",
-                percent(best[key]), f"up to {published} lower",
-                f"{best['codec']}, {format_bytes(best['size'])}, "
-                f"{panel_title(best['ranks'], best['link'])}"))
-    if not data.has("training"):
-        return found
-    summary = training_summary(training_frame(data))
-    changes = []
-    for (model, ranks, link), sub in training_settings(summary) if not summary.empty else []:
-        changes += [(c, b, p, setting_title(model, ranks, link))
-                    for c, b, p in step_time_changes(sub)]
-    for index, published, against in ((1, "31.7%", "the baseline"),
-                                       (2, "12.5%", "point-to-point compression")):
-        valid = [c for c in changes if c[index] is not None]
-        if valid:
-            best = max(valid, key=lambda c: c[index])
-            measured = (f"{best[index]:.1f}% faster" if best[index] >= 0
-                        else f"{-best[index]:.1f}% slower")
-            found.append(Headline("seed 000", f"Training step time: collective-level "
-                                  f"compression against {against}", measured,
-                                  f"{published} faster (FSDP)", f"{best[0]}, {best[3]}"))
-    return found
+    claims = papers.CLAIMS
+    caption = ("Time per training step, the mean over the timed steps (after warm-up) of "
+               "each run's per-step rows, split into compute (grey) and the communication "
+               "the step waited for (coloured by variant: all of the allgather and "
+               "reduce-scatter in the compact trainer, the part not hidden behind compute "
+               "in FSDP, DDP and MG-WFBP); an outlined top is time spent elsewhere. Error "
+               "bars: the 95% t interval of the mean over the timed steps. The note gives "
+               "the collective-level run's step time against the uncompressed baseline and "
+               "point-to-point compression of the same framework, from the bars drawn. "
+               + SEPARATE + f" The paper ({papers.PAPERS['seed 000'].short}, FSDP, "
+               f"{claims['training_vs_baseline'].source}): "
+               f"{claims['training_vs_baseline'].value} than the baseline, "
+               f"{claims['training_vs_p2p'].value} than point-to-point compression.")
+    if not inferred:
+        caption += (" Some runs have no summary row: their warm-up is the training "
+                    "loop's default.")
+    return [Figure("seed000_training_step_time", fig, caption
+                   + runs_note(training_frame(data)))]
 
 
 FIGURES = [

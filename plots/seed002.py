@@ -13,16 +13,21 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
+from ccbench.benchmarks.statistics import t_quantile
+from ccbench.plots import papers
 from ccbench.plots.base import (
     Figure,
     FigureSpec,
-    Headline,
     Skip,
+    draw_series,
+    interval_caption,
     link_of,
     panel_title,
     rows,
     runs_note,
+    time_bounds,
 )
+from ccbench.plots.steps import interval, launches, training_frame
 from ccbench.plots.style import (
     COLUMN_WIDTH,
     FULL_WIDTH,
@@ -65,14 +70,13 @@ def layer_profiles(data, style: Style) -> list[Figure]:
         ax_time.set_xlabel("Gradient tensor, in backward order (0 = last layer)")
         ax_time.set_xlim(index.min() - 1, index.max() + 1)
         total = sub["bytes"].sum()
-        panel_note(ax_size, f"{len(sub)} tensors, {format_bytes(total)}B in total",
-                   "upper left")
-        panel_note(ax_time, f"backward {sub['backward_us'].sum() / 1e3:.1f} ms", "upper left")
-        ax_size.set_title(f"{model}")
+        ax_size.set_title(f"{model}: {len(sub)} tensors, {format_bytes(total)}B in total")
+        ax_time.set_title(f"backward {sub['backward_us'].sum() / 1e3:.1f} ms in total")
         caption = (f"Layer profile of {model}: gradient size of each parameter tensor "
                    "(top, log scale) and the backward time between one gradient and the "
-                   "next (bottom), measured with gradient hooks and averaged after warm-up; "
-                   "tensors in the order backward produces them.")
+                   "next (bottom), measured with gradient hooks and averaged after warm-up "
+                   "(the profile keeps no spread, so no interval); tensors in the order "
+                   "backward produces them.")
         details = []
         for column, text, scale in (("batch", "batch {:g}", 1), ("width", "width x{:g}", 1),
                                     ("forward_us", "forward pass {:.1f} ms", 1e3)):
@@ -89,24 +93,14 @@ def layer_profiles(data, style: Style) -> list[Figure]:
 
 
 def fit_settings(data) -> list[tuple[tuple, pd.DataFrame, dict]]:
-    """Fit points per (model, ranks, transport) run, with what the iteration rows of the
-    same run add: the link rate and the fit's R^2."""
+    """Fit points per (model, ranks, transport, link) in the fit CSV."""
     frame = rows(data, "costfit")
-    runs = rows(data, "iteration")
+    frame = frame.assign(_link=link_of(frame))
     out = []
-    for key, sub in frame.groupby(["model", "ranks", "transport"], sort=True):
-        model, ranks, transport = key
-        own = float(link_of(sub).max())  # the fit CSV's own link_gbps, 0 when absent
-        extra = {"link": own}
-        if not runs.empty:
-            same = runs[(runs["model"] == model) & (runs["ranks"] == ranks)
-                        & (runs["transport"] == transport)]
-            if not same.empty:
-                if own <= 0:  # older fit files carry no link rate: the run's rows do
-                    extra["link"] = float(link_of(same).iloc[-1])
-                if "fit_r2" in same and same["fit_r2"].notna().any():
-                    extra["r2"] = float(same["fit_r2"].iloc[-1])
-        out.append((key, sub.sort_values("size_bytes"), extra))
+    for key, sub in frame.groupby(["model", "ranks", "transport", "_link"], sort=True):
+        model, ranks, transport, link = key
+        sub = sub.sort_values("size_bytes").assign(_lo=np.nan, _hi=np.nan)
+        out.append(((model, ranks, transport), sub, {"link": float(link)}))
     return out
 
 
@@ -124,17 +118,28 @@ def fit_from_harness(data) -> list[tuple[tuple, pd.DataFrame, dict]]:
     for (_, ranks, link, transport), sub in runs.groupby(["model", "ranks", "_link",
                                                          "transport"]):
         points = base[(base["ranks"] == ranks) & (base["_link"] == link)]
-        points = points.groupby("size_bytes", as_index=False)["avg_us"].min()
+        if "timestamp" in points.columns:
+            points = points.sort_values("timestamp", kind="stable")
+        points = points.drop_duplicates("size_bytes", keep="last").sort_values("size_bytes")
         if len(points) < 2:
             continue
+        low, high, _ = time_bounds(points)
         last = sub.iloc[-1]
-        points = points.rename(columns={"avg_us": "measured_us"}).assign(
-            fitted_us=last["alpha_us"] + last["beta_us_per_byte"] * points["size_bytes"])
-        extra = {"link": float(link), "harness": True}
-        if "fit_r2" in sub and np.isfinite(last["fit_r2"]):
-            extra["r2"] = float(last["fit_r2"])
-        out.append(((str(last["model"]), ranks, transport), points, extra))
+        points = pd.DataFrame({
+            "size_bytes": points["size_bytes"].to_numpy(dtype=float),
+            "measured_us": points["avg_us"].to_numpy(dtype=float), "_lo": low, "_hi": high,
+            "fitted_us": last["alpha_us"] + last["beta_us_per_byte"]
+            * points["size_bytes"].to_numpy(dtype=float)})
+        out.append(((str(last["model"]), ranks, transport), points,
+                    {"link": float(link), "harness": True}))
     return out
+
+
+def r_squared(measured, fitted) -> float:
+    """1 - SS_res / SS_tot of a line against the points it is drawn with."""
+    measured, fitted = np.asarray(measured, float), np.asarray(fitted, float)
+    total = float(np.sum((measured - measured.mean()) ** 2))
+    return 1.0 - float(np.sum((measured - fitted) ** 2)) / total if total > 0 else 1.0
 
 
 def allreduce_fit(data, style: Style) -> list[Figure]:
@@ -144,20 +149,23 @@ def allreduce_fit(data, style: Style) -> list[Figure]:
                    "iteration rows and baseline (mpi) allreduce rows at the same rank count")
     from_harness = any(extra.get("harness") for _, _, extra in settings)
     shown = settings[:4]
-    fig, axes = figure(len(shown))
-    handles, labels = [], []
+    fig, axes = figure(len(shown), panel_height=2.6)
+    handles, labels, kinds = [], [], set()
     for ax, ((model, ranks, transport), sub, extra) in zip(axes, shown, strict=True):
         sizes = sub["size_bytes"].to_numpy(dtype=float)
+        fitted = sub["fitted_us"].to_numpy(dtype=float)
         # the fitted line is stored at each size: its two coefficients, exactly
-        beta, alpha = np.polyfit(sizes, sub["fitted_us"].to_numpy(dtype=float), 1)
+        beta, alpha = np.polyfit(sizes, fitted, 1)
         scale, unit = time_unit(sub["measured_us"])
         label = "baseline MPI Allreduce (harness)" if extra.get("harness") else \
             "measured allreduce"
-        (meas,) = ax.plot(sizes, sub["measured_us"] / scale, "o", color="black",
-                          label=label)
+        meas, kind = draw_series(ax, sub, "size_bytes", "measured_us", scale, low="_lo",
+                                 high="_hi", color="black", marker="o", linestyle="none",
+                                 label=label)
+        kinds.add(kind)
         grid = np.geomspace(sizes.min(), sizes.max(), 100)
-        (fit,) = ax.plot(grid, (alpha + beta * grid) / scale, "-", color="#1f66b4",
-                         label="fit: alpha + beta x size")
+        (fit,) = ax.plot(grid, (alpha + beta * grid) / scale, "--", color="#1f66b4",
+                         label="model: alpha + beta x size (fitted)")
         handles += [meas, fit]
         labels += [meas.get_label(), fit.get_label()]
         size_axis(ax, sizes)
@@ -168,25 +176,39 @@ def allreduce_fit(data, style: Style) -> list[Figure]:
         ax.set_title(f"{where}" + (f", {transport}" if transport else "")
                      + (f" ({model} run's fit)" if extra.get("harness")
                         else f" ({model} sizes)" if model else ""))
-        text = f"alpha = {alpha:.1f} µs"
+        text = f"alpha = {round(alpha, 1) + 0.0:.1f} µs, beta = {beta * 1e3:.4g} µs/KB"
         if beta > 0:
-            text += f"\nbeta = {beta * 1024:.3g} µs/KiB\n({8e-3 / beta:.2f} Gbit/s)"
-        if "r2" in extra:
-            text += f"\nR² = {extra['r2']:.4f}"
-        panel_note(ax, text, "best")
+            text += f" ({8e-3 / beta:.2f} Gbit/s)"
+        text += f"\nR² = {r_squared(sub['measured_us'], fitted):.4f} against the points drawn"
+        panel_note(ax, text)
     legend_below(fig, handles, labels)
     caption = ("Allreduce time against size on the communicator in use (OSU-style timing, "
-               "mean over ranks), with the fitted cost model t(s) = alpha + beta s that "
-               "the MG-WFBP planner uses; alpha and beta are measured, never assumed. The "
-               "Gbit/s figure is 8/beta, the rate the whole allreduce moves data at.")
+               "mean over ranks), with the fitted cost model t(s) = alpha + beta s (dashed) "
+               "that the MG-WFBP planner uses; alpha and beta are measured, never assumed. "
+               "KB = 1000 bytes, as the command line prints it; the Gbit/s figure is 8/beta, "
+               "the rate the whole allreduce moves data at. R² is that of the drawn line "
+               "against the drawn points.")
     if from_harness:
         caption += (" No fit CSV was given: the points are the harness's baseline MPI "
                     "Allreduce at the same rank count and link, the line the alpha and beta "
-                    "the MG-WFBP run fitted (its iteration rows), so the two measurements "
-                    "check each other.")
+                    "the MG-WFBP run fitted on its own points (its iteration rows), so the "
+                    "two measurements check each other.")
+    caption += interval_caption(kinds)
+    fits = rows(data, "costfit")
+    if not from_harness and "_run" in fits.columns and (fits["_run"] == "").all():
+        caption += (" The fit file names no run (it has no run_id column), so it is drawn "
+                    "as it is, beside whichever run is shown.")
     if len(settings) > len(shown):
         caption += f" {len(settings) - len(shown)} more fit(s) not shown."
     return [Figure("seed002_allreduce_fit", fig, caption + runs_note(rows(data, "costfit")))]
+
+
+def mean_bounds(mean: float, std: float, n) -> tuple[float, float]:
+    """The 95% t interval of a mean from a standard deviation over n values."""
+    if not (np.isfinite(std) and np.isfinite(n) and n >= 2):
+        return np.nan, np.nan
+    half = t_quantile(int(n)) * std / np.sqrt(n)
+    return mean - half, mean + half
 
 
 def iteration_time(data, style: Style) -> list[Figure]:
@@ -198,7 +220,7 @@ def iteration_time(data, style: Style) -> list[Figure]:
     models = sorted(frame["model"].astype(str).unique())
     width = min(FULL_WIDTH, max(COLUMN_WIDTH, 1.3 + 1.5 * len(models)))
     fig, axes = figure(len(shown), ncols=1, width=width, panel_height=2.2)
-    handles, labels = [], []
+    handles, labels, bounded = [], [], False
     for ax, ((ranks, link, transport), sub) in zip(axes, shown, strict=True):
         strategies = sorted(sub["strategy"].astype(str).unique(), key=strategy_key)
         scale, unit = time_unit(sub[["measured_us", "predicted_us"]].to_numpy().ravel())
@@ -207,7 +229,6 @@ def iteration_time(data, style: Style) -> list[Figure]:
             part = sub[sub["model"].astype(str) == model]
             if part.empty:
                 continue
-            fastest = part["measured_us"].min()
             for i, strategy in enumerate(strategies):
                 row = part[part["strategy"].astype(str) == strategy]
                 if row.empty:
@@ -215,17 +236,18 @@ def iteration_time(data, style: Style) -> list[Figure]:
                 row = row.iloc[-1]
                 x = m - 0.4 + slot * (i + 0.5)
                 color = style.strategy_color(strategy)
-                measured = float(row["measured_us"]) / scale
-                spread = row.get("measured_std_us", np.nan)
-                spread = float(spread) / scale if np.isfinite(spread) else None
-                bar = ax.bar(x - slot / 4, measured, slot / 2, color=color, label=strategy,
-                             linewidth=0, yerr=spread, error_kw={"elinewidth": 0.6,
-                                                                 "capsize": 1.2})
+                mean = float(row["measured_us"])
+                low, high = mean_bounds(mean, float(row.get("measured_std_us", np.nan)),
+                                        float(row.get("iterations", np.nan)))
+                yerr = None
+                if np.isfinite(low):
+                    yerr = [[(mean - low) / scale], [(high - mean) / scale]]
+                    bounded = True
+                bar = ax.bar(x - slot / 4, mean / scale, slot / 2, color=color, label=strategy,
+                             linewidth=0, yerr=yerr, error_kw={"elinewidth": 0.6,
+                                                               "capsize": 1.2})
                 ax.bar(x + slot / 4, float(row["predicted_us"]) / scale, slot / 2,
                        color="white", edgecolor=color, hatch="/////", linewidth=0.6)
-                if row["measured_us"] == fastest:
-                    ax.text(x - slot / 4, measured + (spread or 0), "*", ha="center",
-                            va="bottom", fontsize=7)
                 handles.append(bar)
                 labels.append(strategy)
         ax.set_xticks(range(len(models)), models)
@@ -236,67 +258,87 @@ def iteration_time(data, style: Style) -> list[Figure]:
         ax.set_title(panel_title(ranks, link) + (f", {transport}" if transport else ""))
     proxy = Patch(facecolor="white", edgecolor="0.3", hatch="/////", label="predicted")
     handles.append(proxy)
-    labels.append("predicted (hatched)")
+    labels.append("model: planner's prediction (hatched)")
     legend_below(fig, handles, labels, ncol=min(4, len(set(labels))))
-    caption = ("Iteration time per merge strategy and model: measured (solid, error bar: "
-               "one standard deviation over iterations) next to the planner's prediction "
-               "from the layer profile and the fitted alpha-beta model (hatched, same "
-               "colour); * marks the fastest measured strategy of each model.")
+    caption = ("Iteration time per merge strategy and model: measured (solid) next to a "
+               "model, the planner's prediction from the layer profile and the fitted "
+               "alpha-beta model (hatched, same colour). The strategies ran one after "
+               "another, not interleaved: compare them by their intervals, and see the "
+               "headline table for interleaved comparisons.")
+    caption += (" Error bars: the 95% t interval of the mean iteration, from "
+                "measured_std_us over the run's iterations." if bounded else
+                " No interval: the rows carry no measured_std_us.")
     if len(groups) > len(shown):
         caption += " Not shown: " + ", ".join(panel_title(*k[:2]) for k, _ in groups[2:])
         caption += "."
     return [Figure("seed002_iteration_time", fig, caption + runs_note(frame))]
 
 
+def strategy_bars(launch) -> list[dict]:
+    """Per strategy of a rotated MG-WFBP run: the measured iteration (step time minus the
+    optimizer) over its timed steps with the 95% t interval, and the planner's
+    prediction."""
+    out = []
+    for strategy in launch.strategies:
+        timed = launch.timed(strategy)
+        measured = timed["step_us"] - timed["optimizer_us"].fillna(0.0)
+        mean, low, high, n = interval(measured)
+        predicted = float(timed["predicted_us"].dropna().iloc[-1]) \
+            if timed["predicted_us"].notna().any() else np.nan
+        out.append({"strategy": strategy, "mean": mean, "low": low, "high": high, "n": n,
+                    "predicted": predicted})
+    return out
+
+
 def training_strategies(data, style: Style) -> list[Figure]:
     """MG-WFBP on a real backward pass (benchmarks.training --framework mgwfbp): the
     measured iteration (step minus optimizer) of each strategy next to its prediction."""
-    frame = rows(data, "training")
-    if "framework" not in frame.columns or "predicted_us" not in frame.columns:
+    frame = training_frame(data)
+    if "predicted_us" not in frame.columns:
         raise Skip("no --framework mgwfbp training rows")
-    frame = frame[(frame["framework"] == "mgwfbp") & (frame["row"] == "summary")]
-    frame = frame[frame["predicted_us"].notna() & frame["strategy"].notna()]
-    if frame.empty:
+    runs = [la for la in launches(frame[frame["framework"] == "mgwfbp"]) if la.strategies]
+    if not runs:
         raise Skip("no --framework mgwfbp training rows")
-    frame = frame.assign(_link=link_of(frame),
-                         _measured=frame["step_us"] - frame["optimizer_us"].fillna(0.0))
-    settings = list(frame.groupby(["model", "ranks", "_link", "variant", "codec"], sort=True))
-    shown = settings[:2]
+    shown = runs[:2]
     fig, axes = figure(len(shown), ncols=1, panel_height=2.2)
     handles, labels = [], []
-    for ax, ((model, ranks, link, variant, codec), sub) in zip(axes, shown, strict=True):
-        sub = sub.drop_duplicates("strategy", keep="last")
-        strategies = sorted(sub["strategy"].astype(str), key=strategy_key)
-        scale, unit = time_unit(sub[["_measured", "predicted_us"]].to_numpy().ravel())
-        fastest = sub["_measured"].min()
-        for i, strategy in enumerate(strategies):
-            row = sub[sub["strategy"].astype(str) == strategy].iloc[-1]
-            color = style.strategy_color(strategy)
-            measured = float(row["_measured"]) / scale
-            bar = ax.bar(i - 0.18, measured, 0.36, color=color, linewidth=0)
-            ax.bar(i + 0.18, float(row["predicted_us"]) / scale, 0.36, color="white",
-                   edgecolor=color, hatch="/////", linewidth=0.6)
-            err = 100 * (float(row["predicted_us"]) / float(row["_measured"]) - 1)
-            ax.text(i, max(measured, float(row["predicted_us"]) / scale),
-                    f"{err:+.0f}%" + (" *" if row["_measured"] == fastest else ""),
-                    ha="center", va="bottom", fontsize=5.8)
-            handles.append(bar)
-            labels.append(strategy)
-        ax.set_xticks(range(len(strategies)), strategies, fontsize=6)
+    for ax, launch in zip(axes, shown, strict=True):
+        model, ranks, link = launch.setting
+        bars = sorted(strategy_bars(launch), key=lambda b: strategy_key(b["strategy"]))
+        scale, unit = time_unit([v for b in bars for v in (b["high"], b["predicted"])
+                                 if np.isfinite(v)] or [b["mean"] for b in bars])
+        for i, bar in enumerate(bars):
+            color = style.strategy_color(bar["strategy"])
+            mean = bar["mean"]
+            yerr = ([[(mean - bar["low"]) / scale], [(bar["high"] - mean) / scale]]
+                    if np.isfinite(bar["low"]) else None)
+            patch = ax.bar(i - 0.18, mean / scale, 0.36, color=color, linewidth=0, yerr=yerr,
+                           error_kw={"elinewidth": 0.6, "capsize": 1.5})
+            ax.bar(i + 0.18, bar["predicted"] / scale, 0.36, color="white", edgecolor=color,
+                   hatch="/////", linewidth=0.6)
+            error = 100 * (bar["predicted"] / mean - 1)
+            top = max(bar["high"] if np.isfinite(bar["high"]) else mean, bar["predicted"])
+            ax.text(i, top / scale, f"{error:+.0f}%", ha="center", va="bottom", fontsize=5.8)
+            handles.append(patch)
+            labels.append(bar["strategy"])
+        ax.set_xticks(range(len(bars)), [b["strategy"] for b in bars], fontsize=6)
         ax.grid(axis="x", visible=False)
         ax.set_ylabel(f"Iteration time ({unit})")
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.08)  # room for the labels above the bars
+        variant, codec = launch.key[1], launch.key[3]
         transport = variant if codec in ("", "none") else f"{variant}, {codec}"
         ax.set_title(f"{model}, {panel_title(ranks, link)}, {transport}")
     handles.append(Patch(facecolor="white", edgecolor="0.3", hatch="/////"))
-    labels.append("predicted (hatched)")
+    labels.append("model: planner's prediction (hatched)")
     legend_below(fig, handles, labels, ncol=min(4, len(set(labels))))
     caption = ("MG-WFBP driven by a real backward pass: gradient-ready hooks launch each "
                "merged group's allreduce while backward goes on. Measured iteration (step "
-               "time minus the optimizer, mean over the strategy's steps; the strategies "
-               "take turns step by step in one run) next to the planner's prediction from "
-               "the model's own profile and the measured alpha-beta fit (hatched); the "
-               "label is the prediction's error, * the fastest strategy.")
+               "time minus the optimizer, the mean over the strategy's timed steps; the "
+               "strategies take turns step by step in one run) with the 95% t interval over "
+               "those steps, next to a model, the planner's prediction from the model's own "
+               "profile and the measured alpha-beta fit (hatched); the label is the "
+               "prediction's error against the measured mean drawn. The headline table "
+               "pairs the strategies' steps turn by turn for an interleaved comparison.")
     return [Figure("seed002_training_strategies", fig, caption + runs_note(frame))]
 
 
@@ -336,11 +378,11 @@ def scaling_efficiency(data, style: Style) -> list[Figure]:
         for strategy in sorted(sub["strategy"].astype(str).unique(), key=strategy_key):
             series = sub[sub["strategy"].astype(str) == strategy]
             series = series.groupby("ranks", as_index=False)["scaling_efficiency"].mean()
+            kw = {**style.strategy_line(strategy), "linestyle": "--"}
             (line,) = ax.plot(series["ranks"], series["scaling_efficiency"],
-                              markersize=3.2, label=strategy,
-                              **style.strategy_line(strategy))
+                              markersize=3.2, label=f"model: {strategy}", **kw)
             handles.append(line)
-            labels.append(strategy)
+            labels.append(line.get_label())
         ranks = sorted(sub["ranks"].unique())
         ax.set_xscale("log", base=2)
         step = max(1, int(np.ceil(len(ranks) / 6)))
@@ -349,52 +391,20 @@ def scaling_efficiency(data, style: Style) -> list[Figure]:
         ax.minorticks_off()
         ax.set_ylim(0, 1.05)
         ax.set_xlabel("Ranks (simulated)")
-        ax.set_ylabel("Scaling efficiency")
+        ax.set_ylabel("Scaling efficiency (simulated)")
         ax.set_title(model)
     legend_below(fig, handles, labels, ncol=min(6, len(set(labels))))
-    caption = ("Trace-based simulation: scaling efficiency per strategy as the rank count "
-               "grows, from the measured layer profile and a ring-allreduce network model"
-               + (f" ({setting})" if setting else "") + ". The paper simulates 4 to 2048 "
-               "GPUs and finds MG-WFBP scales better than WFBP and single merge.")
+    caption = ("Trace-based simulation, a model throughout (dashed): scaling efficiency per "
+               "strategy as the rank count grows, from the measured layer profile and a "
+               "ring-allreduce network model"
+               + (f" ({setting})" if setting else "") + ". No interval: a simulation is "
+               f"deterministic. The paper ({papers.PAPERS['seed 002'].short}, abstract) "
+               f"simulates {papers.MGWFBP_SIMULATED_GPUS[0]} to "
+               f"{papers.MGWFBP_SIMULATED_GPUS[1]} GPUs and finds MG-WFBP scales much "
+               "better than existing methods.")
     if others:
         caption += f" {others} other network setting(s) in the data are not shown."
     return [Figure("seed002_scaling_efficiency", fig, caption + runs_note(frame))]
-
-
-def headlines(data) -> list[Headline]:
-    out = []
-    sim, setting, _ = simulation_setting(rows(data, "simulation"))
-    if not sim.empty:
-        top = sim["ranks"].max()
-        at_top = sim[sim["ranks"] == top]
-        for model, sub in at_top.groupby("model", sort=True):
-            values = {s: float(sub.loc[sub["strategy"] == s, "scaling_efficiency"].mean())
-                      for s in ("mgwfbp", "wfbp", "single") if (sub["strategy"] == s).any()}
-            if "mgwfbp" not in values:
-                continue
-            text = ", ".join(f"{k} {v:.2f}" for k, v in values.items())
-            out.append(Headline("seed 002", f"Simulated scaling efficiency at {int(top)} "
-                                f"ranks ({model})", text,
-                                "MG-WFBP scales better than WFBP and single merge",
-                                setting))
-    it = rows(data, "iteration")
-    if not it.empty:
-        it = it.assign(_link=link_of(it))
-        for (model, ranks, link), sub in it.groupby(["model", "ranks", "_link"], sort=True):
-            mine = sub[sub["strategy"] == "mgwfbp"]
-            others = sub[~sub["strategy"].isin(("mgwfbp", "optimal"))]
-            if mine.empty or others.empty:
-                continue
-            best = others.loc[others["measured_us"].idxmin()]
-            gain = 100.0 * (1.0 - float(mine["measured_us"].iloc[-1]) / best["measured_us"])
-            error = 100.0 * (mine["predicted_us"].iloc[-1] / mine["measured_us"].iloc[-1] - 1)
-            verdict = "faster" if gain >= 0 else "slower"
-            out.append(Headline(
-                "seed 002", f"MG-WFBP measured iteration time against the best other "
-                f"strategy ({model})", f"{abs(gain):.1f}% {verdict} than {best['strategy']} "
-                f"(prediction {error:+.1f}% off)", "MG-WFBP fastest of the strategies",
-                panel_title(ranks, link)))
-    return out
 
 
 FIGURES = [

@@ -140,13 +140,38 @@ def codec_sort_key(codec: str):
     return (rank, family, -(codec_rate(codec) or 0.0), str(codec))
 
 
+_LOSSLESS: dict[str, bool | None] = {}
+
+
+def is_lossless(codec: str) -> bool | None:
+    """Whether a codec spec compresses without loss (None: not a codec ccbench knows;
+    'none' is no compression, not a lossless codec)."""
+    codec = str(codec)
+    if codec not in _LOSSLESS:
+        from ccbench.kernels.errors import UsageError
+
+        try:
+            from ccbench.kernels.codecs import parse_codec
+
+            _LOSSLESS[codec] = None if codec_family(codec) == "none" else \
+                not parse_codec(codec).lossy
+        except (UsageError, ImportError):
+            _LOSSLESS[codec] = None
+    return _LOSSLESS[codec]
+
+
+def codec_label(codec: str) -> str:
+    """A codec's name as figures show it: lossless codecs say so."""
+    return f"{codec} (lossless)" if is_lossless(codec) else str(codec)
+
+
 def series_label(variant: str, algorithm: str | None, codec: str | None = None) -> str:
     """Legend text: 'baseline (mpi)', 'collective compressed, fp16'."""
     name = VARIANT_LABELS.get(variant, str(variant))
     if variant in ("baseline", "sparse_streaming") and algorithm:
         name = f"{name} ({algorithm})" if variant == "baseline" else str(algorithm)
     if codec and codec != "none":
-        name = f"{name}, {codec}"
+        name = f"{name}, {codec_label(codec)}"
     return name
 
 
@@ -310,6 +335,10 @@ def legend_below(fig, handles, labels, ncol: int | None = None) -> None:
     unique = dict(zip(labels, handles, strict=True))
     if ncol is None:
         ncol = min(len(unique), 4 if fig.get_figwidth() > COLUMN_WIDTH + 0.1 else 2)
+    # no wider than the figure: a column is the handle, the gaps and the longest label
+    em = RC["legend.fontsize"] / 72.0
+    column = (RC["legend.handlelength"] + 2.0) * em + 0.5 * em * max(map(len, unique))
+    ncol = max(1, min(ncol, len(unique), int(fig.get_figwidth() // column)))
     fig.legend(list(unique.values()), list(unique.keys()), loc="outside lower center",
                ncol=ncol, columnspacing=1.2)
 
@@ -328,30 +357,57 @@ def variant_codec_handles(style: Style, keys) -> tuple[list, list]:
         handles.append(Line2D([], [], color=style.color(variant, algo), label=label))
         labels.append(label)
     for codec in sorted(seen_codecs, key=codec_sort_key):
-        label = "uncompressed" if codec == "none" else str(codec)
+        label = "uncompressed" if codec == "none" else codec_label(codec)
         handles.append(Line2D([], [], color="0.3", linestyle="none", label=label,
                               **style.marker(codec)))
         labels.append(label)
     return handles, labels
 
 
-def model_handle(label: str = "link-bound model") -> Line2D:
-    """Legend proxy for the dashed cost-model lines."""
+def model_handle(label: str = "model: link-bound") -> Line2D:
+    """Legend proxy for the dashed model lines."""
     return Line2D([], [], color="0.35", linestyle="--", linewidth=0.9, label=label)
 
 
-def panel_note(ax, text: str, loc: str = "best") -> None:
-    """A small boxed note inside a panel (percentages, fit parameters).
-
-    Drawn as a legend without handles so that loc="best" lets matplotlib put it where
-    it hides the fewest data points."""
+def panel_note(ax, text: str, where: str = "below") -> None:
+    """A small boxed note next to a panel (percentages, fit parameters), outside the
+    axes so it never hides a point: under the axis's tick labels and label (placed when
+    the figure is saved, once their size is known), or at the right of the panel."""
     lines = text.split("\n")
     handles = [Line2D([], [], linestyle="none", marker="none") for _ in lines]
-    note = ax.legend(handles, lines, loc=loc, handlelength=0, handletextpad=0,
+    if where == "right":
+        anchor, loc = (1.02, 1.0), "upper left"
+    else:
+        anchor, loc = (0.5, 0.0), "upper center"
+    note = ax.legend(handles, lines, loc=loc, bbox_to_anchor=anchor,
+                     bbox_transform=ax.transAxes, handlelength=0, handletextpad=0,
                      borderpad=0.35, labelspacing=0.15, fontsize=6, frameon=True,
-                     fancybox=True, framealpha=0.9, edgecolor="0.7")
+                     fancybox=True, framealpha=1.0, edgecolor="0.7", borderaxespad=0.0)
     note.get_frame().set_linewidth(0.5)
-    note.set_zorder(5)
+    note.set_gid("note-below" if where != "right" else "note-right")
+
+
+def place_notes(fig) -> None:
+    """Move every note placed under a panel below that panel's x-axis decorations."""
+    from matplotlib.transforms import offset_copy
+
+    notes = [ax for ax in fig.axes if ax.get_legend() is not None
+             and ax.get_legend().get_gid() == "note-below"]
+    if not notes:
+        return
+    fig.canvas.draw()  # lays the figure out: tick labels and x labels get their size
+    renderer = fig.canvas.get_renderer()
+    for ax in notes:
+        below = ax.get_window_extent(renderer).y0 - ax.xaxis.get_tightbbox(renderer).y0
+        gap = max(below, 0.0) * 72.0 / fig.dpi + 3.0  # points
+        ax.get_legend().set_bbox_to_anchor(
+            (0.5, 0.0), transform=offset_copy(ax.transAxes, fig=fig, y=-gap, units="points"))
+
+
+def note_texts(ax) -> list[str]:
+    """The lines of a panel's note (for tests and the report)."""
+    legend = ax.get_legend()
+    return [t.get_text() for t in legend.get_texts()] if legend is not None else []
 
 
 def close_all() -> None:
@@ -362,6 +418,7 @@ def close_all() -> None:
 def save(fig, outdir: Path, name: str, formats=("png", "pdf"), dpi: int = PNG_DPI) -> list[Path]:
     """Write NAME.png and/or NAME.pdf with no timestamps: reruns give identical bytes."""
     outdir.mkdir(parents=True, exist_ok=True)
+    place_notes(fig)
     written = []
     if "png" in formats:
         written.append(outdir / f"{name}.png")

@@ -389,5 +389,14 @@ def write_sidecar(csv: str, compare_id: str, record: dict) -> None:
     write_json_atomic(path, {"runs": runs})
 
 
+def entry(argv: list[str]) -> int:
+    """`python -m ccbench.scripts.compare`: errors as one line, as `ccbench compare` gives."""
+    try:
+        return main(argv)
+    except UsageError as exc:
+        print(f"ccbench compare: error: {exc}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(entry(sys.argv[1:]))

@@ -205,5 +205,14 @@ def main(argv: list[str]) -> int:
     return 1 if failures else 0
 
 
+def entry(argv: list[str]) -> int:
+    """`python -m ccbench.scripts.gate`: errors as one line, as `ccbench gate` gives."""
+    try:
+        return main(argv)
+    except UsageError as exc:
+        print(f"ccbench gate: error: {exc}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(entry(sys.argv[1:]))

@@ -1,0 +1,242 @@
+"""The headline table: each paper's number next to an interleaved comparison measured here.
+
+A headline number is a ratio B/A measured in interleaved rounds, with its 95% interval,
+the rounds and iterations behind it and its verdict: a `ccbench compare` row, or MG-WFBP
+strategies that took turns step by step in one training run. A ratio of two separately
+measured rows never becomes a headline; a claim with no interleaved comparison in the
+inputs gets a row that says what to run.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+
+import numpy as np
+import pandas as pd
+
+from ccbench.benchmarks.statistics import DEFAULT_MARGIN, ratio_interval, verdict
+from ccbench.kernels.inputs import ALIASES
+from ccbench.plots import papers
+from ccbench.plots.base import Headline, link_of, panel_title, rows
+from ccbench.plots.steps import launches, training_frame
+from ccbench.plots.style import COLLECTIVE_LABELS, codec_label, format_bytes, is_lossless
+
+REAL_GRADIENT = ALIASES["gradient"]  # the corpus's gradient tensors: data kinds grad:...
+# Lossless codecs enter the table only if they compress real gradients better than this.
+LOSSLESS_MIN_RATIO = 1.3
+
+
+def parse_side(text: str) -> dict:
+    """'coll_compressed --codec fp16 @ REV' -> {'variant': ..., 'codec': 'fp16', ...}."""
+    command = str(text).split(" @ ", 1)[0]
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    side = {"variant": words[0] if words else "", "algorithm": "", "codec": "none"}
+    for flag, value in zip(words[1:], words[2:], strict=False):
+        if flag.startswith("--") and not value.startswith("-"):
+            side[flag[2:].replace("-", "_")] = value
+    return side
+
+
+def claim_of(a: dict, b: dict, collective: str) -> tuple[str, bool] | None:
+    """(claim key, whether A and B are swapped relative to the claim) or None."""
+    pairs = []
+    if collective in ("allgather", "reduce_scatter"):
+        pairs += [(("baseline", None), ("coll_compressed", None), f"{collective}_vs_baseline"),
+                  (("p2p_compressed", None), ("coll_compressed", None),
+                   f"{collective}_vs_p2p")]
+    pairs.append((("sparse_streaming", "dense"), ("sparse_streaming", "omnireduce"),
+                   "omnireduce_speedup"))
+
+    def matches(side, want):
+        variant, algorithm = want
+        return side["variant"] == variant and (algorithm is None
+                                               or side["algorithm"] == algorithm)
+
+    for first, second, key in pairs:
+        same_codec = key.endswith("_vs_p2p")
+        if same_codec and a["codec"] != b["codec"]:
+            continue
+        if matches(a, first) and matches(b, second):
+            return key, False
+        if matches(b, first) and matches(a, second):
+            return key, True
+    return None
+
+
+def real_data_ratios(data) -> dict[str, float]:
+    """codec -> median compression ratio measured on real gradients (harness rows of a
+    grad:... data kind, and codec throughput rows on them)."""
+    found: dict[str, list[float]] = {}
+    for kind, column in (("harness", "compression_ratio"), ("codec", "ratio")):
+        frame = rows(data, kind)
+        if frame.empty or "data" not in frame or column not in frame:
+            continue
+        real = frame[frame["data"].astype(str).str.split(":").str[0] == REAL_GRADIENT]
+        for codec, sub in real.groupby("codec"):
+            values = sub[column].to_numpy(dtype=float)
+            found.setdefault(str(codec), []).extend(values[np.isfinite(values)])
+    return {codec: float(np.median(v)) for codec, v in found.items() if v}
+
+
+def percent_change(ratio: float, low: float, high: float) -> str:
+    """B/A as the change of B's time: '-89% (95% interval -90% to -88%)'."""
+    text = f"{100 * (ratio - 1):+.1f}%"
+    if math.isfinite(low) and math.isfinite(high):
+        text += f" (95% interval {100 * (low - 1):+.1f}% to {100 * (high - 1):+.1f}%)"
+    return text
+
+
+def speedup(ratio: float, low: float, high: float) -> str:
+    """A/B as a speed-up of B: '2.10x (95% interval 1.90x to 2.30x)'."""
+    text = f"{1 / ratio:.2f}x"
+    if math.isfinite(low) and math.isfinite(high):
+        text += f" (95% interval {1 / high:.2f}x to {1 / low:.2f}x)"
+    return text
+
+
+def samples(rounds, a_iterations, b_iterations, unit: str = "iterations") -> str:
+    def whole(v):
+        return "?" if v is None or not np.isfinite(float(v)) else f"{int(v)}"
+
+    each = whole(a_iterations) if whole(a_iterations) == whole(b_iterations) else \
+        f"{whole(a_iterations)} (A) / {whole(b_iterations)} (B)"
+    return f"{whole(rounds)} rounds x {each} {unit}"
+
+
+def compare_headlines(data) -> tuple[list[Headline], list[str]]:
+    """Headlines from `ccbench compare` rows: per claim and configuration, the largest
+    size compared. Returns (headlines, notes on what was left out)."""
+    frame = rows(data, "compare")
+    if frame.empty:
+        return [], []
+    ratios = real_data_ratios(data)
+    frame = frame.assign(_link=link_of(frame))
+    found, notes, lossless_out = [], [], {}
+    groups: dict[tuple, list] = {}
+    for _, row in frame.iterrows():
+        a, b = parse_side(row["a"]), parse_side(row["b"])
+        claim = claim_of(a, b, str(row.get("collective", "")))
+        if claim is None:
+            continue
+        key, swapped = claim
+        codec = (a if swapped else b)["codec"]
+        if is_lossless(codec):
+            ratio = ratios.get(codec)
+            if ratio is None or ratio <= LOSSLESS_MIN_RATIO:
+                lossless_out[codec] = ratio
+                continue
+        group = (key, codec, row["ranks"], row["_link"], row["config"], row["a_rev"],
+                 row["b_rev"], row["statistic"])
+        groups.setdefault(group, []).append((row, swapped))
+    for group, members in sorted(groups.items(), key=lambda g: str(g[0])):
+        row, swapped = max(members, key=lambda m: m[0]["size_bytes"])
+        key, codec = group[0], group[1]
+        ratio, low, high = (float(row[c]) for c in ("ratio", "ratio_low", "ratio_high"))
+        margin = float(row["margin"]) if np.isfinite(row.get("margin", np.nan)) \
+            else DEFAULT_MARGIN
+        a_it, b_it = row.get("a_iterations"), row.get("b_iterations")
+        if swapped:  # the claim reads the other way round: invert the ratio and interval
+            ratio, low, high = 1 / ratio, 1 / high, 1 / low
+            a_it, b_it = b_it, a_it
+        claim = papers.CLAIMS[key]
+        measured = speedup(ratio, low, high) if key == "omnireduce_speedup" \
+            else percent_change(ratio, low, high)
+        where = [f"size {format_bytes(row['size_bytes'])}", panel_title(row["ranks"],
+                                                                    row["_link"])]
+        if codec != "none":
+            where.insert(0, codec_label(codec))
+        if row["config"]:
+            where.insert(0, str(row["config"]))
+        where.append(f"ccbench compare {row['compare_id']}")
+        found.append(Headline(claim.paper, claim.text, measured,
+                              verdict(low, high, margin) + (" (B is collective-level)"
+                                                            if key != "omnireduce_speedup"
+                                                            else " (B is OmniReduce)"),
+                              samples(row["rounds"], a_it, b_it), published(claim),
+                              ", ".join(where)))
+    for codec, ratio in sorted(lossless_out.items()):
+        how = (f"its compression ratio on real gradients is {ratio:.2f}" if ratio is not None
+               else "no rows measure its compression ratio on real gradients")
+        notes.append(f"{codec_label(codec)} left out of the headline table: {how} (a "
+                     f"lossless codec enters it above {LOSSLESS_MIN_RATIO:g})")
+    return found, notes
+
+
+def rotation_headlines(data) -> list[Headline]:
+    """MG-WFBP against each other strategy from a training run that rotated them step by
+    step: each rotation is a round; B/A = MG-WFBP's iteration over the other's."""
+    frame = training_frame(data)
+    if frame.empty or "predicted_us" not in frame.columns:
+        return []
+    out = []
+    for launch in launches(frame[frame["framework"] == "mgwfbp"]):
+        order = launch.strategies
+        if "mgwfbp" not in order or len(order) < 2:
+            continue
+        steps = launch.steps[launch.steps["step"] > launch.warmup]
+        steps = steps.assign(_iteration=steps["step_us"] - steps["optimizer_us"].fillna(0.0),
+                             _round=(steps["step"] - 1) // len(order))
+        table = steps.pivot_table(index="_round", columns="strategy", values="_iteration",
+                                  aggfunc="first")
+        model, ranks, link = launch.setting
+        for other in order:
+            if other == "mgwfbp" or other not in table:
+                continue
+            pairs = table[["mgwfbp", other]].dropna()
+            if len(pairs) < 2:
+                continue
+            r = ratio_interval(pairs[other].to_numpy(), pairs["mgwfbp"].to_numpy())
+            claim = papers.CLAIMS["mgwfbp_fastest"]
+            out.append(Headline(
+                claim.paper, f"{claim.text}: against {other}",
+                percent_change(r.ratio, r.low, r.high),
+                r.verdict() + " (B is MG-WFBP)", samples(r.rounds, 1, 1, "step each"),
+                published(claim), f"{model}, {panel_title(ranks, link)}, training run "
+                f"{launch.steps['run_id'].iloc[0]} (strategies rotated step by step)"))
+    return out
+
+
+NOT_MEASURED = "not measured"
+
+
+def published(claim: papers.Claim) -> str:
+    return f"{claim.value} ({papers.PAPERS[claim.paper].short}, {claim.source})"
+
+
+def missing(claim_key: str, how: str) -> Headline:
+    claim = papers.CLAIMS[claim_key]
+    return Headline(claim.paper, claim.text, "-", NOT_MEASURED, "-", published(claim), how)
+
+
+def collect(data) -> tuple[list[Headline], list[str]]:
+    """Every headline row, in the papers' order, and notes on what was left out."""
+    found, notes = compare_headlines(data)
+    found += rotation_headlines(data)
+    have = {h.claim.split(": against", 1)[0] for h in found}
+    for key, claim in papers.CLAIMS.items():
+        if claim.text in have:
+            continue
+        if key.startswith("training_"):
+            how = ("needs an interleaved comparison of training runs, which ccbench compare "
+                   "cannot run yet; the step-time figure shows the separate runs")
+        elif key == "mgwfbp_fastest":
+            how = ("needs a training run with --framework mgwfbp rotating mgwfbp and other "
+                   "strategies")
+        else:
+            name = COLLECTIVE_LABELS.get(key.split("_vs_")[0])
+            how = ("needs a ccbench compare of the two sides" + (f" on {name}" if name else "")
+                   + " (a variant = \"compare\" table in the sweep)")
+        found.append(missing(key, how))
+    order = list(papers.CLAIMS)
+    position = {papers.CLAIMS[k].text: i for i, k in enumerate(order)}
+    found.sort(key=lambda h: (position.get(h.claim.split(": against", 1)[0], 99)))
+    return found, notes
+
+
+def table_frame(headlines: list[Headline]) -> pd.DataFrame:
+    """The table as a frame (tests, tools)."""
+    return pd.DataFrame([h.__dict__ for h in headlines])

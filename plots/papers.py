@@ -1,0 +1,103 @@
+"""The papers' numbers that figures and the headline table quote, and the plots' defaults.
+
+Every number the plots print next to a measurement comes from here (cited in
+docs/references.md); defaults that belong to a benchmark are read from the module that
+defines them, never copied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class Paper:
+    key: str  # "seed 000"
+    short: str  # how captions name it
+    title: str
+
+
+PAPERS = {
+    "seed 000": Paper("seed 000", "compression-assisted Allgather/Reduce-Scatter (IEEE, 2023)",
+                      "Accelerating Distributed Deep Learning Training with Compression "
+                      "Assisted Allgather and Reduce-Scatter Communication"),
+    "seed 001": Paper("seed 001", "OmniReduce (Fei et al., SIGCOMM 2021)",
+                      "Efficient sparse collective communication and its application to "
+                      "accelerate distributed deep learning"),
+    "seed 002": Paper("seed 002", "MG-WFBP (Shi, Chu, Li, TPDS 2021)",
+                      "MG-WFBP: Merging gradients wisely for efficient communication in "
+                      "distributed deep learning"),
+}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One number a paper states, as the headline table shows it."""
+
+    paper: str
+    text: str  # what is claimed, in the headline table's words
+    value: str  # the paper's number, as written in docs/references.md
+    source: str  # "abstract" or where in the paper
+
+
+CLAIMS = {
+    "allgather_vs_baseline": Claim(
+        "seed 000", "Allgather latency, collective-level compression vs the uncompressed "
+        "baseline", "up to 83.6% lower", "abstract"),
+    "allgather_vs_p2p": Claim(
+        "seed 000", "Allgather latency, collective-level vs point-to-point compression",
+        "up to 30.3% lower", "abstract"),
+    "reduce_scatter_vs_baseline": Claim(
+        "seed 000", "Reduce-Scatter latency, collective-level compression vs the "
+        "uncompressed baseline", "up to 88.1% lower", "abstract"),
+    "reduce_scatter_vs_p2p": Claim(
+        "seed 000", "Reduce-Scatter latency, collective-level vs point-to-point compression",
+        "up to 40.6% lower", "abstract"),
+    "training_vs_baseline": Claim(
+        "seed 000", "FSDP training time, collective-level compression vs the baseline",
+        "31.7% faster", "abstract"),
+    "training_vs_p2p": Claim(
+        "seed 000", "FSDP training time, collective-level vs point-to-point compression",
+        "up to 12.5% faster", "abstract"),
+    "omnireduce_speedup": Claim(
+        "seed 001", "OmniReduce allreduce against dense allreduce",
+        "1.4-2.9x at 100 Gbps for network-bottlenecked DNNs; up to 8.2x faster training "
+        "(end-to-end, not a micro-benchmark)", "abstract"),
+    "mgwfbp_fastest": Claim(
+        "seed 002", "MG-WFBP iteration time against the other merge strategies",
+        "much better scaling performance than existing methods", "abstract"),
+}
+
+# Seed 001's micro-benchmark setup (the paper's evaluation, not its abstract).
+OMNIREDUCE_BLOCK_SIZE = 256
+# Seed 002's trace-based simulation range (abstract).
+MGWFBP_SIMULATED_GPUS = (4, 2048)
+
+
+def omnireduce_densities() -> tuple[float, ...]:
+    """The densities of the paper's micro-benchmark, as the benchmark defines them."""
+    from ccbench.benchmarks.sparse_streaming import PAPER_DENSITIES
+
+    return tuple(PAPER_DENSITIES)
+
+
+@lru_cache(maxsize=1)
+def sparse_defaults() -> dict:
+    """The sparse-streaming benchmark's option defaults (what a run without the option
+    records), read from its own parser."""
+    import argparse
+
+    from ccbench.benchmarks import sparse_streaming as bench
+
+    parser = argparse.ArgumentParser(add_help=False)
+    bench.SparseStreaming().add_options(parser)
+    values = vars(parser.parse_args([]))
+    # options whose default depends on the protocol: the module's constants
+    for column, constant in (("slots", "DEFAULT_SLOTS"), ("window", "DEFAULT_WINDOW"),
+                             ("streams", "DEFAULT_STREAMS")):
+        if values.get(column) is None:
+            values[column] = getattr(bench, constant)
+    return {k: values[k] for k in ("block_size", "fusion", "overlap", "threshold",
+                                   "aggregators", "window", "streams", "slots", "protocol")
+            if k in values}
