@@ -35,7 +35,8 @@ from ccbench.kernels.vocabulary import DTYPES, itemsize
 DEFAULT_CODECS = ("fp16", "bf16", "bfp:rate=16", "bfp:rate=8", "bfp:rate=4", "zfp:rate=16",
                   "zfp:rate=8", "zfp:tol=1e-3", "zstd")
 DEFAULT_DATA = ("gradient", "weights")
-COLUMNS = ("run_id", "timestamp", "codec", "lossless", "data", "dtype", "buffer", "size_bytes",
+COLUMNS = ("run_id", "sweep_id", "timestamp", "codec", "lossless", "data", "dtype", "buffer",
+           "size_bytes",
            "repeats", "clock", "encode_gbps", "decode_gbps", "copy_gbps", "encode_vs_copy",
            "decode_vs_copy", "ratio", "max_abs_err", "max_rel_err", "rel_l2_err", "psnr_db",
            "cosine", "error_bound", "hostname", "git_sha")  # fmt: skip

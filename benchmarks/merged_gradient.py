@@ -253,7 +253,9 @@ def _run(argv, comm: Communicator) -> int:
               f" backward {profile.total_backward_us / 1e3:.2f} ms, {comm.size} ranks")
         _report_fit(fit, points, comm.size, opts.transport)
         if opts.fit_csv:
-            write_csv_atomic(opts.fit_csv, [{"model": profile.model, "ranks": comm.size,
+            write_csv_atomic(opts.fit_csv, [{"run_id": info["run_id"],
+                                             "sweep_id": info["sweep_id"],
+                                             "model": profile.model, "ranks": comm.size,
                                              "transport": opts.transport,
                                              "link_gbps": info["link_gbps"], **p}
                                             for p in points])

@@ -24,7 +24,8 @@ from ccbench.kernels.errors import UsageError
 from ccbench.training.loop import TrainConfig, TrainResult, build_trainer, run_training
 
 COLUMNS = (
-    "run_id", "timestamp", "row", "framework", "variant", "algorithm", "codec", "compress",
+    "run_id", "sweep_id", "timestamp", "row", "framework", "variant", "algorithm", "codec",
+    "compress",
     "error_feedback", "overlap", "strategy", "model", "dataset", "params", "ranks", "nodes",
     "global_batch", "lr", "seed", "steps", "step", "loss", "step_us", "compute_us",
     "comm_us", "forward_us", "backward_us", "optimizer_us", "allgather_us",
