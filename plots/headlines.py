@@ -37,7 +37,10 @@ def parse_side(text: str) -> dict:
     side = {"variant": words[0] if words else "", "algorithm": "", "codec": "none"}
     for flag, value in zip(words[1:], words[2:], strict=False):
         if flag.startswith("--") and not value.startswith("-"):
-            side[flag[2:].replace("-", "_")] = value
+            key = flag[2:].replace("-", "_")
+            side["variant_option" if key == "variant" else key] = value
+    if side["variant"] == "training":
+        side.setdefault("variant_option", "baseline")  # the training script's default
     return side
 
 
@@ -50,9 +53,18 @@ def claim_of(a: dict, b: dict, collective: str) -> tuple[str, bool] | None:
                    f"{collective}_vs_p2p")]
     pairs.append((("sparse_streaming", "dense"), ("sparse_streaming", "omnireduce"),
                    "omnireduce_speedup"))
+    # FSDP training: `training --framework fsdp --variant V` step times
+    if a["variant"] == b["variant"] == "training" and a.get("framework") == b.get(
+            "framework") == "fsdp":
+        pairs += [(("training", "baseline"), ("training", "coll_compressed"),
+                   "training_vs_baseline"),
+                  (("training", "p2p_compressed"), ("training", "coll_compressed"),
+                   "training_vs_p2p")]
 
     def matches(side, want):
         variant, algorithm = want
+        if variant == "training":  # the training script's --variant says what carries it
+            return side["variant"] == variant and side.get("variant_option") == algorithm
         return side["variant"] == variant and (algorithm is None
                                                or side["algorithm"] == algorithm)
 
@@ -145,11 +157,12 @@ def compare_headlines(data) -> tuple[list[Headline], list[str]]:
         claim = papers.CLAIMS[key]
         measured = speedup(ratio, low, high) if key == "omnireduce_speedup" \
             else percent_change(ratio, low, high)
-        where = [f"size {format_bytes(row['size_bytes'])}", panel_title(row["ranks"],
-                                                                    row["_link"])]
+        size = (f"size {format_bytes(row['size_bytes'])}" if row["config"] != "step"
+                else "time per training step")
+        where = [size, panel_title(row["ranks"], row["_link"])]
         if codec != "none":
             where.insert(0, codec_label(codec))
-        if row["config"]:
+        if row["config"] and row["config"] != "step":
             where.insert(0, str(row["config"]))
         where.append(f"ccbench compare {row['compare_id']}")
         found.append(Headline(claim.paper, claim.text, measured,
@@ -221,8 +234,8 @@ def collect(data) -> tuple[list[Headline], list[str]]:
         if claim.text in have:
             continue
         if key.startswith("training_"):
-            how = ("needs an interleaved comparison of training runs, which ccbench compare "
-                   "cannot run yet; the step-time figure shows the separate runs")
+            how = ("needs a ccbench compare of two FSDP training runs (training --framework "
+                   "fsdp, --variant baseline / p2p_compressed / coll_compressed)")
         elif key == "mgwfbp_fastest":
             how = ("needs a training run with --framework mgwfbp rotating mgwfbp and other "
                    "strategies")

@@ -161,6 +161,28 @@ class Launcher:
 # ----------------------------------------------------------------------------- rounds
 
 
+# Benchmarks without message sizes: which rows they compare on, and their time per point.
+# training: the summary row's mean step time over the timed steps; merged_gradient: each
+# strategy's measured iteration time.
+UNSIZED = {
+    "training": (lambda r: r.get("row") == "summary", lambda r: "step", "step_us", "steps"),
+    "merged_gradient": (lambda r: bool(r.get("measured_us")),
+                        lambda r: f"strategy={r['strategy']}", "measured_us", "iterations"),
+}
+
+
+def unsized_points(variant: str, rows: list[dict]) -> list[tuple[tuple[int, str], float, int]]:
+    """(point, time in us, iterations) of an unsized benchmark's rows."""
+    keep, name, column, count = UNSIZED[variant]
+    out = []
+    for row in filter(keep, rows):
+        value = float(row[column]) if row.get(column) not in ("", None) else math.nan
+        out.append(((0, name(row)), value, int(row.get(count) or 0)))
+    if not out:
+        raise UsageError(f"{variant} wrote no rows to compare")
+    return out
+
+
 def point_of(row: dict, config_columns: list[str]) -> tuple[int, str]:
     """A row's point: its size and its configuration (density, ...) as text."""
     config = ",".join(f"{c}={row[c]}" for c in config_columns if row.get(c, "") != "")
@@ -184,13 +206,17 @@ class Comparison:
     info: dict = field(default_factory=dict)  # collective, ranks, link_gbps from rows
 
     def add(self, side: Side, rows: list[dict]) -> None:
-        columns = config_columns(rows)
-        column = STATISTICS[self.statistic]
-        for row in rows:
-            point = point_of(row, columns)
-            value = float(row[column]) if row.get(column) not in ("", None) else math.nan
+        if side.variant in UNSIZED:
+            measured = unsized_points(side.variant, rows)
+        else:
+            columns = config_columns(rows)
+            column = STATISTICS[self.statistic]
+            measured = [(point_of(row, columns),
+                         float(row[column]) if row.get(column) not in ("", None) else math.nan,
+                         int(row["iterations"])) for row in rows]
+        for point, value, iterations in measured:
             self.times.setdefault(point, {"A": [], "B": []})[side.label].append(value)
-            self.iterations.setdefault(point, {})[side.label] = int(row["iterations"])
+            self.iterations.setdefault(point, {})[side.label] = iterations
         first = rows[0]
         self.info = {"collective": first.get("collective", ""), "ranks": first.get("ranks"),
                      "link_gbps": first.get("link_gbps", "")}
@@ -340,7 +366,12 @@ def main(argv: list[str]) -> int:
     for reserved in ("--csv", "--json", "-m", "--message-size"):
         if reserved in common:
             raise UsageError(f"{reserved} after --: give it to ccbench compare itself")
-    common = [*common, "-m", opts.message_size]
+    unsized = {a.variant in UNSIZED, b.variant in UNSIZED}
+    if len(unsized) > 1:
+        raise UsageError("compare a benchmark with message sizes to one with sizes, and "
+                         "training or merged_gradient to one of the two")
+    if True not in unsized:
+        common = [*common, "-m", opts.message_size]
     launcher = Launcher(opts.ranks, opts.cluster, binding_enabled(False if opts.no_bind
                                                                    else None), opts.timeout)
     comparison = Comparison(a, b, opts.statistic, opts.margin)

@@ -126,3 +126,25 @@ def test_compare_bad_input_exits_2(args, words):
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0], proc.stderr
+
+
+def test_compare_reads_unsized_benchmarks_from_their_own_rows():
+    """Training compares on its summary row's mean step time, MG-WFBP per strategy."""
+    from ccbench.scripts.compare import Comparison, Side
+
+    a, b = Side("A", ["training"]), Side("B", ["training", "--variant", "coll_compressed"])
+    comparison = Comparison(a, b, "avg", 0.03)
+    for ta, tb in [(100.0, 50.0), (200.0, 100.0)]:
+        steps = [{"row": "step", "step_us": "999"}, {"row": "step", "step_us": "1"}]
+        comparison.add(a, [*steps, {"row": "summary", "step_us": str(ta), "steps": "20"}])
+        comparison.add(b, [*steps, {"row": "summary", "step_us": str(tb), "steps": "20"}])
+    (point,) = comparison.points()
+    assert point == (0, "step")
+    r = comparison.ratio(point)
+    assert (r.ratio, r.low, r.high) == pytest.approx((0.5, 0.5, 0.5))
+
+    mg = Comparison(Side("A", ["merged_gradient"]), Side("B", ["merged_gradient"]), "avg", 0.03)
+    for side in (mg.a, mg.b):
+        mg.add(side, [{"strategy": "wfbp", "measured_us": "10", "iterations": "5"},
+                      {"strategy": "mgwfbp", "measured_us": "8", "iterations": "5"}])
+    assert [p[1] for p in mg.points()] == ["strategy=mgwfbp", "strategy=wfbp"]
