@@ -6,11 +6,15 @@ A shared base beside the harness (nccl-tests' shape): `p2p_compressed` and
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+from mpi4py import MPI
 
 from ccbench.benchmarks.harness import Op, Variant, held
-from ccbench.benchmarks.options import parse_size
+from ccbench.benchmarks.options import iterations_for, parse_size
 from ccbench.collectives.compressed import bind_compressed, compressions_on_path, error_bound
+from ccbench.collectives.pipeline import FIELDS, pipeline_floor
 from ccbench.kernels import arrays, inputs
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.vocabulary import COLLECTIVES
@@ -47,14 +51,15 @@ class CompressedVariant(Variant):
         self.codec = parse_codec(opts.codec)
         self.codec.check_supported(opts.buffer, opts.dtype)
 
-    def options(self, opts) -> dict:
-        """Keyword options of the bound collective."""
+    def options(self, opts, case) -> dict:
+        """Keyword options of the bound collective for this case."""
         return {}
 
     def columns(self, opts) -> dict:
         # compressions: encode/decode round trips on the worst element's path
         return {"algorithm": "ring", "codec": self.codec.spec,
-                "compressions": compressions_on_path(self.kind, opts.collective, self.ranks)}
+                "compressions": compressions_on_path(self.kind, opts.collective, self.ranks),
+                **dict.fromkeys(BREAKDOWN_COLUMNS)}  # each row's values come from `stats`
 
     def stdout_columns(self, opts) -> list[tuple[str, str, str]]:
         columns = [("Ratio", "compression_ratio", ".3f")]
@@ -66,14 +71,22 @@ class CompressedVariant(Variant):
         comm = ctx.comm
         send = arrays.empty(case.buffer, case.send_count, case.dtype)
         recv = arrays.empty(case.buffer, case.recv_count, case.dtype)
+        options = self.options(ctx.opts, case)
         run = bind_compressed(comm, self.kind, case.collective, self.codec, send, recv,
-                              **self.options(ctx.opts))
+                              **options)
+        warmup = iterations_for(case.size_bytes, ctx.opts)[1]
 
         def stats() -> dict:
             # the harness ran one more call just before and left its bytes in the counter
             raw = comm.mpi.allreduce(run.raw_bytes)
             wire = comm.mpi.allreduce(comm.wire_bytes)
-            return {"compression_ratio": raw / wire if wire else float("nan")}
+            row = {"compression_ratio": raw / wire if wire else float("nan")}
+            # the timed calls: after the warm-up, before the harness's untimed last call
+            row.update(breakdown_columns(comm, run.breakdown.mean(warmup, last=-1),
+                                         comm.wire_bytes))
+            if "chunk_bytes" in options:  # what --chunk-bytes auto chose for this size
+                row["chunk_used_bytes"] = options["chunk_bytes"]
+            return row
 
         return Op(run=run, send=send, recv=recv, stats=stats)
 
@@ -88,3 +101,50 @@ class CompressedVariant(Variant):
             return None
         amaxes = [float(np.abs(held(x, case.dtype)).max()) if x.size else 0.0 for x in inputs]
         return error_bound(self.codec, self.kind, case.collective, amaxes, case.dtype)
+
+
+# The time breakdown of the timed calls ---------------------------------------------------
+
+BREAKDOWN_COLUMNS = (
+    "call_us", "encode_us", "decode_us", "reduce_us", "wait_us", "idle_us", "codec_cpu_us",
+    "wire_floor_us", "codec_floor_us", "floor_us", "overlap_efficiency", "floor_link_gbps",
+    "ranks_per_core",
+)  # fmt: skip
+
+
+def link_goodput_gbps() -> float | None:
+    """The link's payload rate for the floor: measured by `ccbench cluster selfcheck`, else
+    the TCP ceiling of the configured rate (set by `ccbench cluster run`); None off it."""
+    for name in ("CCBENCH_LINK_GOODPUT_GBPS", "CCBENCH_LINK_GBPS"):
+        value = os.environ.get(name, "")
+        if value:
+            return float(value)
+    return None
+
+
+def breakdown_columns(comm, mean, wire_bytes: int) -> dict:
+    """The breakdown on the critical rank (the one whose calls took longest), its floor
+    and the overlap efficiency (call time over floor). `mean` is this rank's per-call mean
+    of pipeline.FIELDS in seconds; `wire_bytes` what it sent in one call. Collective."""
+    where = (MPI.Get_processor_name(), sorted(os.sched_getaffinity(0)))
+    everyone = comm.mpi.allgather((list(map(float, mean)), int(wire_bytes), where))
+    critical = max(range(len(everyone)), key=lambda r: everyone[r][0][0])
+    values, sent, (host, _) = everyone[critical]
+    same_host = [w for _, _, w in everyone if w[0] == host]
+    cores = len({core for _, affinity in same_host for core in affinity}) or 1
+    per_core = len(same_host) / cores
+    got = dict(zip(FIELDS, values, strict=True))
+    link = link_goodput_gbps()
+    floor = pipeline_floor(sent, link * 1e9 if link else None, got["codec_cpu"], per_core)
+    busy = got["encode"] + got["decode"] + got["reduce"] + got["wait"]
+    us = 1e6
+    return {
+        "call_us": got["call"] * us, "encode_us": got["encode"] * us,
+        "decode_us": got["decode"] * us, "reduce_us": got["reduce"] * us,
+        "wait_us": got["wait"] * us, "idle_us": max(0.0, got["call"] - busy) * us,
+        "codec_cpu_us": got["codec_cpu"] * us,
+        "wire_floor_us": floor["wire"] * us if floor["wire"] is not None else None,
+        "codec_floor_us": floor["codec"] * us, "floor_us": floor["floor"] * us,
+        "overlap_efficiency": got["call"] / floor["floor"] if floor["floor"] > 0 else None,
+        "floor_link_gbps": link, "ranks_per_core": per_core,
+    }

@@ -36,11 +36,12 @@ class P2PCompressed(CompressedVariant):
         if opts.threshold < 0:
             raise UsageError("--threshold must not be negative")
 
-    def options(self, opts) -> dict:
+    def options(self, opts, case) -> dict:
         return {"threshold": opts.threshold}
 
     def columns(self, opts) -> dict:
         return {**super().columns(opts), "threshold_bytes": opts.threshold}
+
 
 def main(argv: list[str] | None = None) -> int:
     return run_variant(P2PCompressed(), argv)

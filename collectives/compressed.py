@@ -19,10 +19,27 @@ uncompressed ring sends per call on this rank; the Communicator counts what was 
 
 from __future__ import annotations
 
-import os
+import time
 
 from array_api_compat import is_cupy_array, is_torch_array
 
+from ccbench.collectives.pipeline import (
+    DECODE,
+    DEFAULT_PROGRESS,
+    DEFAULT_WAIT,
+    ENCODE,
+    PROGRESS_MODES,
+    REDUCE,
+    SUB_CHUNK_BYTES,
+    WAIT,
+    WAIT_MODES,
+    Breakdown,
+    Engine,
+    idle_wait,
+    splittable,
+    sub_ranges,
+    timed,
+)
 from ccbench.collectives.ring import (
     RingScratch,
     allgather_schedule,
@@ -56,25 +73,20 @@ def _device_sync(x) -> None:
         arrays.synchronize("cupy")
 
 
-def _test(request) -> bool:
-    """Non-blocking completion test; staged (GPU) receives can only be waited for."""
-    test = getattr(request, "Test", None)
-    return bool(test()) if test is not None else False
-
-
-def _wait(request) -> None:
-    """Wait, yielding the core between progress polls instead of spinning in MPI.
+def _wait(request, mode: str = DEFAULT_WAIT) -> None:
+    """Wait, giving the core away between progress polls instead of spinning in MPI.
 
     Ranks often outnumber cores (4 ranks on 2 cores on an emulated cluster): a rank
     spinning in MPI_Wait takes the core from a rank that is encoding. Each Test drives
-    MPI's progress engine; sched_yield returns at once when nobody else wants the core.
+    MPI's progress engine; in between, pipeline.idle_wait yields or sleeps.
     """
     test = getattr(request, "Test", None)
     if test is None:
         request.Wait()
         return
+    since = time.perf_counter()
     while not test():
-        os.sched_yield()
+        idle_wait(since, mode)
 
 
 def collective_bounds(collective: str, count: int, size: int) -> list[tuple[int, int]]:
@@ -187,12 +199,13 @@ class P2PCompressed(_Bound):
         self.send_payload = empty_payload(sendbuf, self._slot_nbytes(longest))
         self.recv_payload = empty_payload(sendbuf, self._slot_nbytes(longest))
         self.scratch = RingScratch(sendbuf, longest)
+        self.breakdown = Breakdown()
 
     def __call__(self) -> None:
+        started = self.breakdown.start()
         if self.size == 1:
             copy_into(self.recvbuf, self.sendbuf)
-            return
-        if self.collective == "allgather":
+        elif self.collective == "allgather":
             start, stop = self.bounds[self.rank]
             copy_into(self.recvbuf[start:stop], self.sendbuf)
             self._allgather(self.recvbuf)
@@ -202,27 +215,31 @@ class P2PCompressed(_Bound):
             start, stop = self.bounds[self.rank]
             self._reduce_scatter(self.recvbuf[start:stop])
             self._allgather(self.recvbuf)
+        self.breakdown.finish(started)
 
     def _hop(self, data, out) -> None:
         """Send `data` right and receive `out` from the left, each compressed if large
         enough. Either may be empty (fewer elements than ranks): then it is skipped, as
         the neighbour's matching side is empty too."""
+        timing = self.breakdown
         request = None
         if data.shape[0]:
             if nbytes(data) >= self.threshold:
-                data = self.codec.encode(data, out=self.send_payload)
+                data = timed(timing, ENCODE, self.codec.encode, data, self.send_payload)
             _device_sync(data)  # GPU-aware MPI reads device memory: finish queued kernels
             request = self.comm.isend(data, self.right, _TAG_P2P)
         if out.shape[0]:
-            if nbytes(out) >= self.threshold:
+            compressed = nbytes(out) >= self.threshold
+            if compressed:
                 capacity = self.codec.max_encoded_nbytes(out.shape[0], self.dtype)
                 incoming = self.recv_payload[:capacity]
-                self.comm.recv(incoming, self.left, _TAG_P2P)
-                self.codec.decode(incoming, out)
             else:
-                self.comm.recv(out, self.left, _TAG_P2P)
+                incoming = out
+            timed(timing, WAIT, _wait, self.comm.irecv(incoming, self.left, _TAG_P2P))
+            if compressed:
+                timed(timing, DECODE, self.codec.decode, incoming, out)
         if request is not None:
-            request.Wait()
+            timed(timing, WAIT, _wait, request)
 
     def _allgather(self, buf) -> None:
         for _, send_block, recv_block in allgather_schedule(self.rank, self.size):
@@ -240,11 +257,40 @@ class P2PCompressed(_Bound):
             incoming = self.scratch.incoming[:r1 - r0]
             self._hop(outgoing, incoming)
             target = out if step == self.size - 2 else self.scratch.partial[:r1 - r0]
-            add_into(target, incoming, self.sendbuf[r0:r1])
+            timed(self.breakdown, REDUCE, add_into, target, incoming, self.sendbuf[r0:r1])
             outgoing = target
 
 
 # ------------------------------------------------------------------ collective level
+
+# --chunk-bytes auto: a chunk's per-message cost against the pipeline's fill and drain
+# a chunk's hand-shake and progress delay over TCP, fitted: on 1 Gbit/s links, 256 KiB
+# chunks lost to whole 1-2 MiB blocks by 13-30% (allreduce, bfp:rate=8; docs/compression.md)
+PER_MESSAGE_S = 4e-3
+AUTO_CODEC_BPS = 1e9               # codec bytes/s a rank gets when none is measured
+AUTO_CHUNK_RANGE = (64 << 10, 4 << 20)
+
+
+def auto_chunk_bytes(codec: Codec, dtype: str, block_bytes: int, ranks: int,
+                     link_gbps: float | None, codec_bps: float = AUTO_CODEC_BPS) -> int:
+    """Chunk size (uncompressed bytes) for blocks of `block_bytes` on `ranks` ranks over
+    links of `link_gbps` (None: shared memory, where the default is kept).
+
+    n chunks of a block of B bytes cost n x o of per-message time (o = PER_MESSAGE_S) and
+    leave the link idle for the first chunk's encode and the last one's decode, 2 B/(n c),
+    and for the forwarding of a chunk along the ring, (P-2) B / (n r L) (c: codec bytes/s,
+    r: compression ratio, L: link bytes/s). The sum is least at
+    B/n = sqrt(o B / (2/c + (P-2)/(r L))); rounded down to a power of two, in 64K..4M.
+    """
+    if not link_gbps or block_bytes <= 0:
+        return DEFAULT_CHUNK_BYTES
+    ratio = codec.nominal_ratio(dtype) if codec.fixed_size else 1.0
+    per_byte = 2 / codec_bps + max(ranks - 2, 1) / (ratio * link_gbps * 1e9 / 8)
+    best = (PER_MESSAGE_S * block_bytes / per_byte) ** 0.5
+    chunk = 1 << max(0, int(best).bit_length() - 1)
+    low, high = AUTO_CHUNK_RANGE
+    return max(low, min(high, chunk))
+
 
 def chunk_count_for(codec: Codec, dtype: str, chunk_bytes: int) -> int:
     """Elements per chunk: chunk_bytes of data, a multiple of the codec's granularity."""
@@ -280,13 +326,31 @@ class _Slots:
 
 
 class CollCompressed(_Bound):
-    """Collective-level compression with chunked, non-blocking pipelining."""
+    """Collective-level compression with chunked, non-blocking pipelining.
+
+    `progress` and `codec_threads` choose how MPI keeps moving bytes while the codec
+    works (collectives/pipeline.py). `fused` (allreduce only) runs reduce-scatter and
+    allgather as one pipeline: the last reduce-scatter step of a chunk encodes the reduced
+    chunk once and sends it on as the allgather's first message at once, while later
+    chunks are still being reduced; without it the allgather starts once the whole
+    reduce-scatter has finished (two collectives back to back).
+    """
 
     variant = "coll"
 
     def __init__(self, comm, codec: Codec, collective: str, sendbuf, recvbuf,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: str = DEFAULT_PROGRESS,
+                 codec_threads: int = 0, fused: bool = True,
+                 sub_chunk_bytes: int = SUB_CHUNK_BYTES, wait: str = DEFAULT_WAIT):
         super().__init__(comm, codec, collective, sendbuf, recvbuf)
+        if progress not in PROGRESS_MODES:
+            raise UsageError(f"progress {progress!r}: choose one of {', '.join(PROGRESS_MODES)}")
+        if codec_threads not in (0, 1):
+            raise UsageError(f"codec threads must be 0 or 1, got {codec_threads}")
+        if wait not in WAIT_MODES:
+            raise UsageError(f"wait {wait!r}: choose one of {', '.join(WAIT_MODES)}")
+        self.progress, self.codec_threads, self.fused = progress, codec_threads, fused
+        self.wait = wait
         self.chunk_count = chunk_count_for(codec, self.dtype, chunk_bytes)
         self.chunks = [split_chunks(start, stop, self.chunk_count) for start, stop in self.bounds]
         sizes = {}
@@ -305,110 +369,170 @@ class CollCompressed(_Bound):
                 for c, (c0, c1) in enumerate(chunks):
                     sizes["ag", b, c] = self._slot_nbytes(c1 - c0)
         self.slots = _Slots(sendbuf, sizes)
-        self.sends: list = []
+        # codec work is cut into sub-chunks, with MPI progress in between, when asked for
+        # and when the codec's payloads concatenate
+        piece = 0
+        if progress == "testall" and not codec_threads:
+            grain = codec.granularity
+            piece = max(grain, sub_chunk_bytes // itemsize(self.dtype) // grain * grain)
+            if not splittable(codec, self.dtype, piece):
+                piece = 0
+        self.piece = piece
+        self.breakdown = Breakdown()
+        self.engine: Engine | None = None
 
     def __call__(self) -> None:
+        started = self.breakdown.start()
         if self.size == 1:
             copy_into(self.recvbuf, self.sendbuf)
-            return
-        self.sends = []
-        if self.collective == "allgather":
-            start, stop = self.bounds[self.rank]
-            self._allgather(self.sendbuf, self.recvbuf, start)
+        elif self.collective == "allgather":
+            start, _ = self.bounds[self.rank]
+            self._run(lambda e: self._allgather(e, self.sendbuf, self.recvbuf, start))
         elif self.collective == "reduce_scatter":
-            self._reduce_scatter(self.recvbuf, self.bounds[self.rank][0])
+            self._run(lambda e: self._reduce_scatter(e, self.recvbuf, self.bounds[self.rank][0]))
+        elif self.fused:
+            start, stop = self.bounds[self.rank]
+            out = self.recvbuf[start:stop]
+
+            def both(engine):
+                self._reduce_scatter(engine, out, start, fuse_into=self.recvbuf)
+                self._allgather(engine, None, self.recvbuf, start)
+            self._run(both)
         else:
             start, stop = self.bounds[self.rank]
-            self._reduce_scatter(self.recvbuf[start:stop], start)
-            self._allgather(self.recvbuf[start:stop], self.recvbuf, start)
-        for request in self.sends:
-            _wait(request)
+            out = self.recvbuf[start:stop]
+            self._run(lambda e: self._reduce_scatter(e, out, start))
+            self._run(lambda e: self._allgather(e, out, self.recvbuf, start))
+        self.breakdown.finish(started)
+
+    def _run(self, build) -> None:
+        self.engine = Engine(self.breakdown, self.codec_threads, self.wait)
+        build(self.engine)
+        self.engine.run()
 
     def _tag(self, phase: int, step: int) -> int:
         # per-step tags: a neighbour may send step s+1 chunks before its last step-s chunk
         return _TAG_BASE + phase * self.size + step
 
-    def _send(self, payload, tag: int) -> None:
+    def _send(self, payload, tag: int):
         _device_sync(payload)
-        self.sends.append(self.comm.isend(payload, self.right, tag))
+        return self.comm.isend(payload, self.right, tag)
 
-    @staticmethod
-    def _drain(pending, k: int, process, block: bool) -> int:
-        """Process arrivals in posting order; without `block`, stop at the first not here."""
-        while k < len(pending):
-            request = pending[k][0]
-            if block:
-                _wait(request)
-            elif not _test(request):
-                break
-            process(*pending[k][1:])
-            k += 1
-        return k
+    # codec work, in sub-chunks with MPI progress between them ------------------------
+
+    def _pieces(self, count: int) -> list[tuple[int, int]]:
+        return sub_ranges(count, self.piece) if self.piece else [(0, count)]
+
+    def _offset(self, count: int) -> int:
+        return self.codec.encoded_nbytes(count, self.dtype) if count else 0
+
+    def _encode(self, x, slot):
+        """Encode x into slot; the payload (a view of slot)."""
+        pieces = self._pieces(x.shape[0])
+        if len(pieces) == 1:
+            return timed(self.breakdown, ENCODE, self.codec.encode, x, slot)
+        for a, b in pieces:
+            timed(self.breakdown, ENCODE, self.codec.encode, x[a:b], slot[self._offset(a):])
+            self.engine.poke()
+        return slot[:self._offset(x.shape[0])]
+
+    def _decode(self, payload, out) -> None:
+        pieces = self._pieces(out.shape[0])
+        if len(pieces) == 1:
+            timed(self.breakdown, DECODE, self.codec.decode, payload, out)
+            return
+        for a, b in pieces:
+            timed(self.breakdown, DECODE, self.codec.decode,
+                  payload[self._offset(a):self._offset(b)], out[a:b])
+            self.engine.poke()
+
+    def _decode_add(self, payload, own, target, slot=None):
+        """target = decode(payload) + own, piece by piece; with `slot`, the target is also
+        encoded into it (the partial sum sent on) and that payload returned."""
+        n = target.shape[0]
+        incoming = self.scratch.incoming[:n]
+        pieces = self._pieces(n)
+        if len(pieces) == 1:
+            timed(self.breakdown, DECODE, self.codec.decode, payload, incoming)
+            timed(self.breakdown, REDUCE, add_into, target, incoming, own)
+            if slot is None:
+                return None
+            return timed(self.breakdown, ENCODE, self.codec.encode, target, slot)
+        for a, b in pieces:
+            timed(self.breakdown, DECODE, self.codec.decode,
+                  payload[self._offset(a):self._offset(b)], incoming[a:b])
+            timed(self.breakdown, REDUCE, add_into, target[a:b], incoming[a:b], own[a:b])
+            if slot is not None:
+                timed(self.breakdown, ENCODE, self.codec.encode, target[a:b],
+                      slot[self._offset(a):])
+            self.engine.poke()
+        return None if slot is None else slot[:self._offset(n)]
 
     # allgather: compress once, forward compressed bytes, decompress off the critical path
-    def _allgather(self, own, buf, own_start: int) -> None:
-        """buf[block b] = decoded block of rank b; `own` is this rank's uncompressed block."""
-        codec, rank, last = self.codec, self.rank, self.size - 2
-        pending = []
+    def _allgather(self, engine, own, buf, own_start: int) -> None:
+        """buf[block b] = decoded block of rank b. `own` is this rank's uncompressed block,
+        or None when the fused reduce-scatter encodes it chunk by chunk."""
+        rank, last = self.rank, self.size - 2
         for step, _, recv_block in allgather_schedule(rank, self.size):
             for c in range(len(self.chunks[recv_block])):
                 slot = self.slots["ag", recv_block, c]
                 request = self.comm.irecv(slot, self.left, self._tag(1, step))
-                pending.append((request, step, recv_block, c))
+                engine.post(request, lambda s=step, b=recv_block, c=c: arrived(s, b, c))
 
         def arrived(step, block, c):
             c0, c1 = self.chunks[block][c]
             slot = self.slots["ag", block, c]
             if step < last:  # forward the compressed bytes untouched, then decode
-                self._send(slot[:self._payload_len(slot, c1 - c0)], self._tag(1, step + 1))
-            codec.decode(slot, buf[c0:c1])
+                engine.send(self._send, slot[:self._payload_len(slot, c1 - c0)],
+                            self._tag(1, step + 1))
+            engine.local.append(lambda: self._decode(slot, buf[c0:c1]))
 
-        k = 0
-        encoded = []
+        if own is None:
+            return
         for c, (c0, c1) in enumerate(self.chunks[rank]):
-            payload = codec.encode(own[c0 - own_start:c1 - own_start],
-                                   out=self.slots["ag", rank, c])
-            self._send(payload, self._tag(1, 0))
-            encoded.append(payload)
-            k = self._drain(pending, k, arrived, block=False)
-        # every rank ends with the same decoded values, its own block included
-        for payload, (c0, c1) in zip(encoded, self.chunks[rank], strict=True):
-            codec.decode(payload, buf[c0:c1])
-            k = self._drain(pending, k, arrived, block=False)
-        self._drain(pending, k, arrived, block=True)
+            engine.first.append(lambda c=c, c0=c0, c1=c1: self._own_chunk(
+                engine, own[c0 - own_start:c1 - own_start], buf[c0:c1], c))
+
+    def _own_chunk(self, engine, data, result, c) -> None:
+        """Encode one chunk of this rank's block once, send it, and decode it back later
+        (every rank ends with the same decoded values, the owner included)."""
+        payload = self._encode(data, self.slots["ag", self.rank, c])
+        engine.send(self._send, payload, self._tag(1, 0))
+        engine.local.append(lambda: self._decode(payload, result))
 
     # reduce-scatter: decompress, reduce, recompress, chunk by chunk
-    def _reduce_scatter(self, out, out_start: int) -> None:
-        """out = block `rank` of the sum; out_start is its offset in the buffer."""
-        codec, rank, last = self.codec, self.rank, self.size - 2
+    def _reduce_scatter(self, engine, out, out_start: int, fuse_into=None) -> None:
+        """out = block `rank` of the sum; out_start is its offset in the buffer. With
+        `fuse_into` (the allreduce's result), each reduced chunk starts the allgather."""
+        rank, last = self.rank, self.size - 2
         send = self.sendbuf
-        pending = []
         schedule = list(reduce_scatter_schedule(rank, self.size))
         for step, _, recv_block in schedule:
             for c in range(len(self.chunks[recv_block])):
                 slot = self.slots["rs-in", step, c]
                 request = self.comm.irecv(slot, self.left, self._tag(0, step))
-                pending.append((request, step, recv_block, c))
+                engine.post(request, lambda s=step, b=recv_block, c=c:
+                            engine.wire.append(lambda: reduce(s, b, c)))
 
-        def arrived(step, block, c):
+        def reduce(step, block, c):
             c0, c1 = self.chunks[block][c]
-            incoming = self.scratch.incoming[:c1 - c0]
-            codec.decode(self.slots["rs-in", step, c], incoming)
+            incoming = self.slots["rs-in", step, c]
             if step == last:
-                add_into(out[c0 - out_start:c1 - out_start], incoming, send[c0:c1])
+                target = out[c0 - out_start:c1 - out_start]
+                self._decode_add(incoming, send[c0:c1], target)
+                if fuse_into is not None:
+                    self._own_chunk(engine, target, target, c)
                 return
             partial = self.scratch.partial[:c1 - c0]
-            add_into(partial, incoming, send[c0:c1])
-            payload = codec.encode(partial, out=self.slots["rs-out", step + 1, c])
-            self._send(payload, self._tag(0, step + 1))
+            payload = self._decode_add(incoming, send[c0:c1], partial,
+                                       self.slots["rs-out", step + 1, c])
+            engine.send(self._send, payload, self._tag(0, step + 1))
 
-        k = 0
         first_block = schedule[0][1]
         for c, (c0, c1) in enumerate(self.chunks[first_block]):
-            payload = codec.encode(send[c0:c1], out=self.slots["rs-out", 0, c])
-            self._send(payload, self._tag(0, 0))
-            k = self._drain(pending, k, arrived, block=False)
-        self._drain(pending, k, arrived, block=True)
+            engine.first.append(lambda c=c, c0=c0, c1=c1: engine.send(
+                self._send, self._encode(send[c0:c1], self.slots["rs-out", 0, c]),
+                self._tag(0, 0)))
 
 
 VARIANTS = {"p2p": P2PCompressed, "coll": CollCompressed}

@@ -142,3 +142,95 @@ def test_nan_input_stops_the_job(variant):
     assert proc.returncode == 3, proc.stderr
     assert "rank 1: codec bfp:rate=8: input contains NaN" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ pipeline: floor, chunks
+
+def test_pipeline_floor_by_hand():
+    from ccbench.collectives.pipeline import pipeline_floor
+
+    # 1 MB over 1 Gbit/s is 8 ms on the wire; 3 ms of codec CPU on a core shared by two
+    # ranks is 6 ms: the wire bounds the call
+    got = pipeline_floor(1e6, 1e9, 3e-3, 2.0)
+    assert got == pytest.approx({"wire": 8e-3, "codec": 6e-3, "floor": 8e-3})
+    # a costlier codec bounds it instead; one rank per core (or fewer) counts once
+    got = pipeline_floor(1e6, 1e9, 10e-3, 0.5)
+    assert got == pytest.approx({"wire": 8e-3, "codec": 10e-3, "floor": 10e-3})
+    # shared memory: no link, the codec alone
+    assert pipeline_floor(1e6, None, 2e-3, 2.0) == {"wire": None, "codec": 4e-3, "floor": 4e-3}
+
+
+def test_auto_chunk_bytes_by_hand():
+    from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, auto_chunk_bytes
+    from ccbench.kernels.codecs import parse_codec
+
+    fp16 = parse_codec("fp16")
+    # B = 16 MiB, 4 ranks, 1 Gbit/s, ratio 2, codec 1 GB/s: per byte 2/1e9 + 2/(2 x 1.25e8)
+    # = 1e-8 s; sqrt(4e-3 x 16777216 / 1e-8) = 2,590,541 B -> 2 MiB
+    assert auto_chunk_bytes(fp16, "float32", 16 << 20, 4, 1.0) == 2 << 20
+    # a slower codec (200 MB/s): 2/2e8 + 8e-9 = 1.8e-8 s per byte; sqrt(67108.9 / 1.8e-8)
+    # = 1,930,9xx B -> 1 MiB (the pipeline's fill and drain cost more: smaller chunks)
+    assert auto_chunk_bytes(fp16, "float32", 16 << 20, 4, 1.0, codec_bps=2e8) == 1 << 20
+    # 4x the block: 5.18 MB, held at the 4 MiB ceiling; a 16 KiB block at the 64 KiB floor
+    assert auto_chunk_bytes(fp16, "float32", 64 << 20, 4, 1.0) == 4 << 20
+    assert auto_chunk_bytes(fp16, "float32", 16 << 10, 4, 1.0) == 64 << 10
+    # shared memory keeps the default
+    assert auto_chunk_bytes(fp16, "float32", 16 << 20, 4, None) == DEFAULT_CHUNK_BYTES
+
+
+def test_sub_chunks_only_for_concatenating_payloads():
+    """Codec work is cut where a range's payload is its pieces' payloads end to end."""
+    import numpy as np
+
+    from ccbench.collectives.pipeline import splittable, sub_ranges
+    from ccbench.kernels.codecs import parse_codec
+
+    assert sub_ranges(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert sub_ranges(10, 0) == [(0, 10)]
+    x = np.random.default_rng(3).standard_normal(3 * 8192 + 77).astype(np.float32)
+    for spec, piece in (("fp16", 1000), ("bfp:rate=8", 8192), ("zfp:rate=8", 64)):
+        codec = parse_codec(spec)
+        assert splittable(codec, "float32", piece), spec
+        whole = np.asarray(codec.encode(x))
+        parts = [np.asarray(codec.encode(x[a:b])) for a, b in sub_ranges(x.size, piece)]
+        assert np.array_equal(whole, np.concatenate(parts)), spec
+    assert not splittable(parse_codec("bfp:rate=8"), "float32", 1000)  # not whole tiles
+    assert not splittable(parse_codec("zstd"), "float32", 1024)        # variable size
+
+
+@pytest.mark.timeout(150)
+def test_breakdown_columns_add_up(tmp_path):
+    """The breakdown of the critical rank and the floor, against the row's own numbers:
+    idle is the call's rest, the wire floor is the wire bytes over the link's payload rate
+    (set here, as `ccbench cluster run` sets it), the codec floor the codec's CPU time
+    times the ranks per core, the efficiency the call over the larger floor."""
+    import os
+
+    out = tmp_path / "coll.csv"
+    proc = mpirun(4, [*variant_module("coll_compressed"), "--collective", "allgather",
+                      "--codec", "bfp:rate=8", "-m", "256K:1M", "-i", "4", "-x", "1",
+                      "--chunk-bytes", "auto", "--csv", str(out)],
+                  env={"CCBENCH_LINK_GOODPUT_GBPS": "0.5"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = list(csv.DictReader(out.open()))
+    cores = min(len(os.sched_getaffinity(0)), 4)
+    for row in rows:
+        f = {k: float(row[k]) for k in ("call_us", "encode_us", "decode_us", "reduce_us",
+                                         "wait_us", "idle_us", "codec_cpu_us",
+                                         "wire_floor_us", "codec_floor_us", "floor_us",
+                                         "overlap_efficiency", "wire_bytes_per_rank")}
+        busy = f["encode_us"] + f["decode_us"] + f["reduce_us"] + f["wait_us"]
+        assert f["idle_us"] == pytest.approx(max(0.0, f["call_us"] - busy), abs=1e-6)
+        assert f["encode_us"] > 0 and f["decode_us"] > 0 and f["reduce_us"] == 0
+        # allgather: every rank sends the same bytes, so the critical rank's are the mean's
+        assert f["wire_floor_us"] == pytest.approx(f["wire_bytes_per_rank"] * 8 / 0.5e9 * 1e6)
+        assert float(row["ranks_per_core"]) == pytest.approx(4 / cores)
+        assert f["codec_floor_us"] == pytest.approx(f["codec_cpu_us"] * 4 / cores)
+        assert f["floor_us"] == pytest.approx(max(f["wire_floor_us"], f["codec_floor_us"]))
+        assert f["overlap_efficiency"] == pytest.approx(f["call_us"] / f["floor_us"])
+        assert float(row["floor_link_gbps"]) == 0.5
+        assert row["chunk_bytes"] == "auto" and row["progress"] == "chunk"
+    # auto at 0.5 Gbit/s, bfp (ratio 3.88): 2e-9 + 2/(3.88 x 6.25e7) = 1.025e-8 s per byte;
+    # sqrt(4e-3 B / 1.025e-8): 319,8xx B -> 256 KiB at B = 256 KiB, 639,7xx -> 512 KiB at 1 MiB
+    used = [int(float(r["chunk_used_bytes"])) for r in rows]
+    assert used == [256 << 10, 256 << 10, 512 << 10]

@@ -4,10 +4,12 @@ Run under mpiexec; rank 0 prints one JSON line per case: {"case": id, "ok": bool
 Each case checks, on every rank:
   * the result against the uncompressed one computed here with numpy (float64, then
     rounded to the dtype as the buffer holds it): exact for lossless codecs (inputs are
-    small integers, exact in any summation order), within the stated bound otherwise;
+    small integers, exact in any summation order), otherwise within the bound that
+    docs/compression.md states, computed here from its formulas (not with
+    collectives.compressed.error_bound);
   * the bytes this rank put on the wire against an independent count from the codec's
-    sizes (fixed-size codecs: exact; variable-size: between 1 byte per message and the
-    codec's maximum);
+    sizes and the documented chunking (fixed-size codecs: exact; variable-size: between
+    1 byte per message and the codec's maximum);
   * a second call on the same buffers gives the same result;
   * collective-level allgather and allreduce leave the same bits on every rank.
 Float32 numpy buffers run every codec x variant x collective at several counts; the
@@ -18,6 +20,7 @@ subset.
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import numpy as np
@@ -33,8 +36,17 @@ VARIANTS = (("p2p", {}), ("coll", {"chunk_bytes": 4096}))
 # fewer elements than ranks (4) and counts that do not divide by the ranks
 COUNTS = {"allgather": (1, 300, 16387), "reduce_scatter": (1, 300, 16387),
           "allreduce": (3, 301, 32775)}
-# the other options: one chunk per block, and a threshold that leaves small blocks raw
-OPTION_CASES = (("coll", {"chunk_bytes": 0}), ("p2p", {"threshold": 2048}))
+# the other options: one chunk per block, a threshold that leaves small blocks raw, and
+# the pipeline's progress modes: codec work cut into sub-chunks with Testall between them
+# (4 KiB pieces of 64 KiB chunks: fp16 16 pieces, bfp 2 whole tiles, zstd never cut), a
+# codec thread, allreduce as two collectives back to back, waits that only yield
+OPTION_CASES = (
+    ("coll", {"chunk_bytes": 0}), ("p2p", {"threshold": 2048}),
+    ("coll", {"chunk_bytes": 65536, "progress": "testall", "sub_chunk_bytes": 4096}),
+    ("coll", {"chunk_bytes": 4096, "codec_threads": 1}),
+    ("coll", {"chunk_bytes": 4096, "fused": False}),
+    ("coll", {"chunk_bytes": 4096, "wait": "yield"}),
+)
 OPTION_CODECS = ("fp16", "bfp:rate=8", "zstd")
 DTYPE_CODECS = ("none", "bf16", "bfp:rate=8", "zfp:rate=8", "zstd")
 DTYPES = (("float64", "numpy"), ("float16", "numpy"), ("bfloat16", "torch"))
@@ -58,6 +70,8 @@ def cases():
     for codec in OPTION_CODECS:
         for variant, options in OPTION_CASES:
             for collective in COLLECTIVES:
+                if "fused" in options and collective != "allreduce":
+                    continue
                 for count in (300, 16387):
                     yield case(variant, options, collective, codec, "float32", "numpy", count)
     for codec in DTYPE_CODECS:
@@ -91,9 +105,87 @@ def held(values: np.ndarray, dtype: str) -> np.ndarray:
     return arrays.to_numpy(arrays.from_numpy(backend, values, dtype)).astype(np.float64)
 
 
+# docs/compression.md: rounding to a dtype costs at most half an ulp plus half the
+# smallest subnormal: (relative, absolute) per dtype
+ROUNDING = {"float64": (2.0**-53, 2.0**-1075), "float32": (2.0**-24, 2.0**-150),
+            "float16": (2.0**-11, 2.0**-25), "bfloat16": (2.0**-8, 2.0**-134)}
+LOSSLESS = ("none", "zstd")
+
+
+def rounding(dtype: str, a: float) -> float:
+    relative, absolute = ROUNDING[dtype]
+    return relative * a + absolute
+
+
+def parameters(spec: str) -> tuple[str, dict]:
+    name, _, text = spec.partition(":")
+    return name, dict(kv.split("=") for kv in text.split(",")) if text else {}
+
+
+def round_trip_bound(spec: str, a: float, dtype: str) -> float:
+    """e(a): the documented error of one encode / decode of values with max|x| = a."""
+    name, params = parameters(spec)
+    if name == "fp16":
+        e = rounding("float16", a)
+    elif name == "bf16":  # float64 data reaches bfloat16 through float32
+        e = rounding("bfloat16", a) + (rounding("float32", a) if dtype == "float64" else 0.0)
+    elif name == "bfp":  # half a step of 2^(emax - R + 1); float64 goes through float32
+        rate = int(params["rate"])
+        staged = float(np.float32(a))
+        emax = -126
+        while not staged < 2.0**emax * (1 - 2.0**-rate):
+            emax += 1
+        e = 2.0 ** (emax - rate) + (rounding("float32", a) if dtype == "float64" else 0.0)
+    elif name == "zfp":  # values below the floor are flushed to zero
+        floor = 2.0**-960 if dtype == "float64" else 2.0**-97
+        exponent = math.frexp(a)[1]
+        if a == 0:
+            e = 0.0
+        elif "rate" in params:
+            e = 2.0 ** (exponent + 7 - int(params["rate"])) + floor
+        else:
+            e = float(params["tol"]) + 2.0 ** (exponent - (52 if dtype == "float64" else 24))
+            e += floor
+    else:
+        raise ValueError(f"no stated bound for {spec}")
+    if dtype in ("float16", "bfloat16"):  # the decoded value is rounded to the dtype again
+        e += rounding(dtype, a + e)
+    return e
+
+
+def stated_bound(spec, variant, collective, amaxes, dtype) -> float | None:
+    """The result's bound as docs/compression.md composes it from e(a); None: exact."""
+    if parameters(spec)[0] in LOSSLESS:
+        return None
+    ranks, big, total = len(amaxes), max(amaxes), sum(amaxes)
+    gather_hops = 1 if variant == "coll" and ranks > 1 else ranks - 1
+    err = 0.0
+    if collective == "allgather":
+        for _ in range(gather_hops):
+            err += round_trip_bound(spec, big + err, dtype)
+        return err
+    for _ in range(ranks - 1):  # each hop recompresses a partial sum and adds in the dtype
+        err += round_trip_bound(spec, total + err, dtype) + rounding(dtype, total + err)
+    err += sum(rounding(dtype, a) for a in amaxes) + rounding(dtype, total)
+    if collective == "allreduce":
+        for _ in range(gather_hops):
+            err += round_trip_bound(spec, total + err, dtype)
+    return err
+
+
+def chunk_values(spec: str, dtype: str, chunk_bytes: int) -> int:
+    """Values per pipelined chunk: --chunk-bytes rounded down to the codec's grain (bfp:
+    whole tiles of block x 256 values, zfp: its 4-value blocks), at least one grain; 0 =
+    one chunk per block."""
+    if chunk_bytes <= 0:
+        return 0
+    name, params = parameters(spec)
+    grain = {"bfp": int(params.get("block", 32)) * 256, "zfp": 4}.get(name, 1)
+    return max(grain, chunk_bytes // itemsize(dtype) // grain * grain)
+
+
 def expected_wire(variant, options, collective, codec, dtype, rank, size, count):
     """(low, high) bytes this rank sends, from the codec's sizes alone."""
-    from ccbench.collectives.compressed import chunk_count_for
     from ccbench.collectives.ring import block_bounds
 
     item = itemsize(dtype)
@@ -105,7 +197,7 @@ def expected_wire(variant, options, collective, codec, dtype, rank, size, count)
     else:
         sent = [count] * (size - 1)
     if variant == "coll":
-        per_chunk = chunk_count_for(codec, dtype, options.get("chunk_bytes", 0))
+        per_chunk = chunk_values(codec.spec, dtype, options.get("chunk_bytes", 0))
         messages = []
         for n in filter(None, sent):
             step = per_chunk or n
@@ -128,7 +220,7 @@ def expected_wire(variant, options, collective, codec, dtype, rank, size, count)
 
 
 def run_case(comm, variant, options, collective, spec, dtype, buffer, count):
-    from ccbench.collectives.compressed import bind_compressed, error_bound
+    from ccbench.collectives.compressed import bind_compressed
     from ccbench.kernels import arrays
     from ccbench.kernels.codecs import parse_codec
 
@@ -156,16 +248,45 @@ def run_case(comm, variant, options, collective, spec, dtype, buffer, count):
     expected = held(reference, dtype)
     err = float(np.abs(got - expected).max()) if got.size else 0.0
     amaxes = [float(np.abs(held(x, dtype)).max()) for x in inputs]
-    bound = error_bound(codec, variant, collective, amaxes, dtype)
+    bound = stated_bound(spec, variant, collective, amaxes, dtype)
     within = (err == 0.0) if bound is None else (err <= bound and bool(np.isfinite(got).all()))
     low, high = expected_wire(variant, options, collective, codec, dtype, rank, size, count)
     wire_ok = low <= wire <= high
     repeatable = bool(np.array_equal(first, got))
     must_match = variant == "coll" and collective in ("allgather", "allreduce")
-    ok = within and wire_ok and repeatable
+    # (below a p2p threshold blocks travel raw: no codec work to see)
+    timing = timing_ok(op.breakdown.rows, collective, size > 1 and not options.get("threshold"))
+    fusion = True
+    if variant == "coll" and collective == "allreduce":
+        # the fused pipeline and the two collectives back to back encode the same chunks
+        # of the same sums once each: the same bits
+        other = arrays.empty(buffer, recv_count, dtype)
+        flipped = {**options, "fused": not options.get("fused", True)}
+        bind_compressed(comm, variant, collective, codec, send, other, **flipped)()
+        fusion = bool(np.array_equal(arrays.to_numpy(other).astype(np.float64), got))
+    ok = within and wire_ok and repeatable and timing and fusion
     detail = {"err": err, "bound": bound, "wire": wire, "wire_expected": [low, high],
-              "repeatable": repeatable}
+              "repeatable": repeatable, "timing": timing, "fused_equal": fusion}
     return ok, detail, (got if must_match else None)
+
+
+def timing_ok(rows, collective: str, moved: bool) -> bool:
+    """One breakdown row per call; its parts are times within the call: encode, decode,
+    reduce and wait never negative and, being disjoint, adding up to at most the call
+    (a codec thread's work lies within the call too). Where data moved, the codec ran
+    (encode and decode), and the reducing collectives added."""
+    if len(rows) != 2:
+        return False
+    for call, encode, decode, reduce, wait, cpu in rows:
+        if min(call, encode, decode, reduce, wait, cpu) < 0:
+            return False
+        if encode + decode + reduce + wait > call * 1.0001 + 1e-6:
+            return False
+        if moved and (encode <= 0 or decode <= 0):
+            return False
+        if moved and collective != "allgather" and reduce <= 0:
+            return False
+    return True
 
 
 def main() -> int:

@@ -1,0 +1,123 @@
+"""Where the time of a compressed collective goes, across sizes: a row per collective.
+
+For each message size, three bars side by side: the MPI library's call (its time only:
+Python cannot see inside it), point-to-point compression and collective-level compression,
+each stacked from the breakdown columns of its row (encode, decode, reduce, wait, idle on
+the critical rank; docs/compression.md). Every bar is divided by the MPI call at that
+size (1.0: as fast as the library; no MPI row: by the collective-level call), so sizes
+of different magnitude share one axis; a black tick marks the collective-level
+pipeline's floor, max(wire, codec). One panel per codec, for the first (ranks, link)
+setting, emulated links first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.patches import Patch
+
+from ccbench.plots.base import Figure, FigureSpec, Skip, link_of, panel_title, panels, rows
+from ccbench.plots.style import (
+    COLLECTIVE_LABELS,
+    Style,
+    codec_label,
+    figure,
+    format_bytes,
+    legend_below,
+)
+
+PARTS = (("encode_us", "encode", "#1f77b4"), ("decode_us", "decode", "#ff7f0e"),
+         ("reduce_us", "reduce", "#2ca02c"), ("wait_us", "wait (wire)", "#9467bd"),
+         ("idle_us", "idle", "#c7c7c7"))
+BARS = (("baseline", "MPI"), ("p2p_compressed", "p2p"), ("coll_compressed", "coll"))
+MAX_CODECS = 3
+TOTAL_COLOR = "#7f7f7f"
+
+
+def newest(frame):
+    if "timestamp" in frame.columns:
+        frame = frame.sort_values("timestamp", kind="stable")
+    return frame.drop_duplicates(["variant", "algorithm", "codec", "size_bytes"], keep="last")
+
+
+def breakdown(data, style: Style) -> list[Figure]:
+    frame = rows(data, "harness")
+    compressed = frame[frame["variant"].isin(["p2p_compressed", "coll_compressed"])]
+    if compressed.empty:
+        raise Skip("no p2p_compressed or coll_compressed rows")
+    if "encode_us" not in compressed.columns:  # rows from before the breakdown existed
+        compressed = compressed.assign(**{column: np.nan for column, _, _ in PARTS},
+                                       call_us=np.nan, floor_us=np.nan)
+    mpi = frame[(frame["variant"] == "baseline") & (frame["algorithm"] == "mpi")]
+    (ranks, link), _ = panels(compressed)[0]
+    compressed = compressed[(compressed["ranks"] == ranks) & (link_of(compressed) == link)]
+    mpi = mpi[(mpi["ranks"] == ranks) & (link_of(mpi) == link)]
+    collectives = [c for c in COLLECTIVE_LABELS if c in set(compressed["collective"])]
+    codecs = sorted(set(compressed["codec"]))[:MAX_CODECS]
+    fig, axes = figure(len(collectives) * len(codecs), ncols=len(codecs), panel_height=2.2)
+    for r, collective in enumerate(collectives):
+        base = newest(mpi[mpi["collective"] == collective]).set_index("size_bytes")["avg_us"]
+        sub = newest(compressed[compressed["collective"] == collective])
+        for c, codec in enumerate(codecs):
+            ax = axes[r * len(codecs) + c]
+            draw_panel(ax, sub[sub["codec"] == codec], base)
+            ax.set_title(f"{COLLECTIVE_LABELS[collective]}, {codec_label(codec)}")
+            if c == 0:
+                ax.set_ylabel("time / MPI's time")
+    handles = [Patch(color=color, label=label) for _, label, color in PARTS]
+    handles += [Patch(color=TOTAL_COLOR, label="call (no breakdown in the row)"),
+                Patch(facecolor="white", edgecolor="black", hatch="///", label="MPI call"),
+                Patch(color="black", label="coll floor")]
+    legend_below(fig, handles, [h.get_label() for h in handles])
+    caption = (f"{panel_title(ranks, link)}. Per collective (rows) and codec (columns), per "
+               "message size: the MPI library's call (hatched), point-to-point (p2p) and "
+               "collective-level (coll) compression stacked from the critical rank's "
+               "breakdown, each divided by the MPI call at that size (or by coll where MPI "
+               "was not run); black tick: the collective-level pipeline's floor, "
+               "max(wire, codec).")
+    return [Figure("seed000_breakdown", fig, caption)]
+
+
+def draw_panel(ax, sub, base) -> None:
+    sizes = sorted(set(sub["size_bytes"]))
+    width = 0.27
+    for i, size in enumerate(sizes):
+        at = sub[sub["size_bytes"] == size]
+        coll = at[at["variant"] == "coll_compressed"]
+        scale = base.get(size, np.nan)
+        if not np.isfinite(scale) and not coll.empty:
+            scale = float(coll["avg_us"].iloc[0])
+        if not np.isfinite(scale) or scale <= 0:
+            continue
+        for k, (variant, _) in enumerate(BARS):
+            x = i + (k - 1) * width
+            if variant == "baseline":
+                if size in base.index:
+                    ax.bar(x, base[size] / scale, width, facecolor="white",
+                           edgecolor="black", hatch="///", linewidth=0.6)
+                continue
+            row = at[at["variant"] == variant]
+            if row.empty:
+                continue
+            row = row.iloc[0]
+            bottom = 0.0
+            if not np.isfinite(row["encode_us"]):  # no breakdown: the call as one part
+                ax.bar(x, float(row["avg_us"]) / scale, width, color=TOTAL_COLOR, linewidth=0)
+                continue
+            for column, _, color in PARTS:
+                value = float(row[column]) / scale if np.isfinite(row[column]) else 0.0
+                ax.bar(x, value, width, bottom=bottom, color=color, linewidth=0)
+                bottom += value
+            if variant == "coll_compressed" and np.isfinite(row.get("floor_us", np.nan)):
+                floor = float(row["floor_us"]) / scale
+                ax.plot([x - width / 2, x + width / 2], [floor, floor], color="black",
+                        linewidth=1.4)
+    ax.set_xticks(range(len(sizes)))
+    ax.set_xticklabels([format_bytes(s) for s in sizes], fontsize="small")
+    ax.set_xlabel("Message size (bytes); bars: MPI, p2p, coll")
+    ax.axhline(1.0, color="black", linewidth=0.5, linestyle=":")
+
+
+FIGURES = [
+    FigureSpec("seed000_breakdown", "seed 000",
+               "Where the time goes: encode, decode, reduce, wire", ("harness",), breakdown),
+]
