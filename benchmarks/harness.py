@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from ccbench.benchmarks import accuracy, environment, osu_format
+from ccbench.benchmarks import accuracy, environment, osu_format, timing_c
 from ccbench.benchmarks.options import (
     build_parser,
     iterations_for,
@@ -252,17 +252,32 @@ def _timed_batch(run, barrier, iterations: int, clock) -> np.ndarray:
 
 def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str,
             ci_target: float | None = None, budget_s: float | None = None,
-            clock=MPI.Wtime) -> dict:
+            clock=MPI.Wtime, timer: str | None = None) -> dict:
     """Time `run` on every rank; the statistics across ranks (the same on every rank).
 
     Without `ci_target`, `iterations` calls are timed. With it, calls are timed in rounds
     of `iterations` until the 95% interval's half-width is at most `ci_target` of the
     mean, or `budget_s` seconds of timing have passed (all ranks stop together).
+
+    The MPI library's own collectives are timed by the same loops compiled in C
+    (benchmarks/timing_c.py) when `timer` (default: CCBENCH_TIMER, else auto) allows and
+    a compiler was found; the result's `timer` says which loop ran: c or python.
     """
-    timer = _timed_batch if timing == "batch" else _timed_per_call
     barrier = comm.mpi.Barrier
+    compiled = None
+    if clock is MPI.Wtime:  # the C loop reads MPI_Wtime: a custom clock keeps Python's
+        asked = timer or agreed(comm, timing_c.requested_timer)
+        compiled, _ = agreed(comm, lambda: timing_c.compiled_loop(comm.mpi, run, asked))
+    if compiled is not None:
+        def timer_loop(run, barrier, calls, clock):
+            return compiled.timed(calls, timing)
+    else:
+        timer_loop = _timed_batch if timing == "batch" else _timed_per_call
     comm.barrier()
-    _warm_up(run, barrier, warmup, timing)
+    if compiled is not None:
+        compiled.warm_up(warmup, timing)
+    else:
+        _warm_up(run, barrier, warmup, timing)
     rounds, stopped_by, start = [], "iterations", time.monotonic()
     stats: dict = {}
     while True:
@@ -274,7 +289,9 @@ def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str,
             if budget_s is not None:
                 left = budget_s - (time.monotonic() - start)
                 calls = int(min(calls, max(iterations, left / (stats["avg_us"] * 1e-6))))
-        rounds.append(timer(run, barrier, calls, clock))
+                # the clocks' start differs by rank: rank 0's count, or Allgather truncates
+                calls = comm.mpi.bcast(calls, root=0)
+        rounds.append(timer_loop(run, barrier, calls, clock))
         mine = np.concatenate(rounds)
         everyone = np.empty((comm.size, mine.size))
         comm.mpi.Allgather(mine, everyone)
@@ -292,7 +309,8 @@ def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str,
         if stopped_by is not None:
             break
     calls = sum(r.size for r in rounds) if timing == "per-call" else iterations * len(rounds)
-    stats.update(iterations=calls, stopped_by=stopped_by)
+    stats.update(iterations=calls, stopped_by=stopped_by,
+                 timer="c" if compiled is not None else "python")
     if timing == "batch":  # no single calls to rank: blocks are not calls
         stats.update(p50_us=None, p99_us=None)
     del stats["samples"]

@@ -1,7 +1,10 @@
 /* The timing loop of OSU's C collective benchmarks, for the overhead comparison:
  * MPI_Wtime around one blocking MPI_Allgather of MPI_CHAR, barrier outside the timed
- * region, per-rank average, then the average across ranks. Built and run by
- * `python -m benchmarks.overhead` with the mpicc of the MPI in use.
+ * region, per-rank average, then the average across ranks: the reference a ccbench row of
+ * the library's allgather is held to (docs/compression.md, "Harness overhead"). Built and
+ * run by hand with the MPI in use:
+ *   mpicc -O2 -o osu_style_allgather benchmarks/osu_style_allgather.c
+ *   mpiexec -bind-to core -n 2 ./osu_style_allgather 1 4096 20000 2000
  * usage: osu_style_allgather MIN MAX ITERATIONS WARMUP */
 #include <mpi.h>
 #include <stdio.h>

@@ -1,136 +1,158 @@
-"""How much the Python harness adds to a small-message collective.
+"""What the Python harness adds to a small-message collective, and what the C loop saves.
 
-    python -m ccbench.benchmarks.overhead [--ranks 2] [--iterations 20000] [--rounds 5]
+    mpiexec -n 2 ccbench overhead [-m 1:4K] [--iterations 20000] [--rounds 5]
 
-Runs, in one mpiexec launch, 1 B .. 4 KiB allgathers of int8 timed four ways: a bare
-mpi4py loop with OSU's method (barrier outside, Wtime around each call), the harness's
-per-call timing of the baseline variant's op, and both again in batch mode (Wtime
-around back-to-back calls). Rounds alternate the methods and the best round counts, so
-background noise hits all of them alike. Where mpicc is found beside the Python or on
-PATH, OSU's C timing loop (benchmarks/osu_style_allgather.c) runs against the same MPI.
+An MPI program like every other variant: in one launch, through one communicator, it
+times int8 allgathers of each size six ways, in interleaved rounds (the order rotates
+from round to round, so background load hits every method alike; the best round of each
+counts):
+
+  bare      a bare mpi4py loop with OSU's method: Wtime around each call, barrier outside
+  harness   the harness's per-call loop (`measure`, Python timer) on the baseline's op
+  C         the same loop compiled against this MPI (benchmarks/timing_c.py), as the
+            harness runs it for the library's collectives
+  bare batch, batch, C batch: the same three with one Wtime around back-to-back calls
+
+OSU's own C benchmark runs in a launch of its own (benchmarks/osu_style_allgather.c is
+its timing loop; see docs/compression.md, "Harness overhead"). Launches nothing itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
-SIZES = [2**k for k in range(13)]  # 1 B .. 4 KiB
+import numpy as np
+from mpi4py import MPI
+
+from ccbench.benchmarks.harness import agreed, measure, run_main
+from ccbench.benchmarks.options import RankAwareParser, size_list
+from ccbench.benchmarks.timing_c import compiled_loop
+from ccbench.collectives.baseline import bind_collective
+from ccbench.kernels.errors import UsageError
+
+METHODS = ("bare", "harness", "c", "bare_batch", "batch", "c_batch")
 
 
-def _worker(iterations: int, rounds: int) -> None:
-    import numpy as np
-    from mpi4py import MPI
+def build_parser(quiet: bool = False) -> RankAwareParser:
+    parser = RankAwareParser(prog="ccbench overhead", description=__doc__, quiet=quiet,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-m", "--message-size", default="1:4K",
+                        help="sizes, as every variant's -m (default 1:4K)")
+    parser.add_argument("-i", "--iterations", type=int, default=20000,
+                        help="timed calls per method, size and round (default 20000)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
+    parser.add_argument("--json", metavar="PATH", help="also write the table as JSON")
+    return parser
 
-    from ccbench.benchmarks.harness import measure
-    from ccbench.collectives.baseline import bind_collective
-    from ccbench.collectives.comm import Communicator
 
-    comm = Communicator(MPI.COMM_WORLD)
-    mpi, barrier, wtime = comm.mpi, comm.mpi.Barrier, MPI.Wtime
-    warmup = iterations // 10
-
-    def bare_per_call(send, recv):
-        allgather = mpi.Allgather
-        total = 0.0
-        for i in range(iterations + warmup):
-            t0 = wtime()
-            allgather(send, recv)
-            t1 = wtime()
-            if i >= warmup:
-                total += t1 - t0
-            barrier()
-        return mpi.allreduce(total / iterations, op=MPI.SUM) / comm.size * 1e6
-
-    def bare_batch(send, recv):
-        allgather = mpi.Allgather
-        for _ in range(warmup):
-            allgather(send, recv)
-        barrier()
+def bare_per_call(mpi, send, recv, iterations: int, warmup: int) -> float:
+    """OSU's loop in plain mpi4py; this rank's mean seconds per call."""
+    allgather, barrier, wtime = mpi.Allgather, mpi.Barrier, MPI.Wtime
+    total = 0.0
+    barrier()
+    for i in range(iterations + warmup):
         t0 = wtime()
-        for _ in range(iterations):
-            allgather(send, recv)
+        allgather(send, recv)
         t1 = wtime()
-        return mpi.allreduce((t1 - t0) / iterations, op=MPI.SUM) / comm.size * 1e6
-
-    for size in SIZES:
-        send = np.zeros(size, np.int8)
-        recv = np.zeros(size * comm.size, np.int8)
-        run = bind_collective(comm, "mpi", "allgather", send, recv)
-        best = {"bare": [], "harness": [], "bare_batch": [], "harness_batch": []}
-        for _ in range(rounds):
-            best["bare"].append(bare_per_call(send, recv))
-            best["harness"].append(measure(comm, run, iterations, warmup, "per-call")["avg_us"])
-            best["bare_batch"].append(bare_batch(send, recv))
-            best["harness_batch"].append(
-                measure(comm, run, iterations, warmup, "batch")["avg_us"])
-        if comm.rank == 0:
-            print(json.dumps({"size": size, **{k: min(v) for k, v in best.items()}}), flush=True)
+        if i >= warmup:
+            total += t1 - t0
+        barrier()
+    return total / iterations
 
 
-def _mpi_tool(name: str) -> str | None:
-    beside = Path(sys.executable).parent / name
-    return str(beside) if beside.exists() else shutil.which(name)
+def bare_batch(mpi, send, recv, iterations: int, warmup: int) -> float:
+    allgather = mpi.Allgather
+    for _ in range(warmup):
+        allgather(send, recv)
+    mpi.Barrier()
+    t0 = MPI.Wtime()
+    for _ in range(iterations):
+        allgather(send, recv)
+    return (MPI.Wtime() - t0) / iterations
 
 
-def _osu_c(ranks: int, iterations: int) -> dict[int, float]:
-    mpicc, mpiexec = _mpi_tool("mpicc"), _mpi_tool("mpiexec")
-    if mpicc is None:
-        return {}
-    source = Path(__file__).with_name("osu_style_allgather.c")
-    with tempfile.TemporaryDirectory() as tmp:
-        binary = Path(tmp) / "osu_style_allgather"
-        built = subprocess.run([mpicc, "-O2", "-o", str(binary), str(source)],
-                               capture_output=True, text=True)
-        if built.returncode != 0:
-            print(f"# mpicc failed, no C reference: {built.stderr.strip()[:200]}")
-            return {}
-        out = subprocess.run([mpiexec, "-n", str(ranks), str(binary), str(SIZES[0]),
-                              str(SIZES[-1]), str(iterations), str(iterations // 10)],
-                             capture_output=True, text=True, check=True)
-    return {int(s): float(t) for s, t in (line.split() for line in out.stdout.splitlines())}
+def time_size(comm, size: int, iterations: int, rounds: int) -> dict:
+    """Best round of each method at `size`, in microseconds (mean over ranks)."""
+    mpi = comm.mpi
+    warmup = max(1, iterations // 10)
+    send = np.zeros(size, np.int8)
+    recv = np.zeros(size * comm.size, np.int8)
+    run = bind_collective(comm, "mpi", "allgather", send, recv)
+    compiled, why = compiled_loop(mpi, run, "auto")
+
+    def harness(timer: str, timing: str) -> float:
+        return measure(comm, run, iterations, warmup, timing, timer=timer)["avg_us"] * 1e-6
+
+    def mean_over_ranks(seconds: float) -> float:
+        return mpi.allreduce(seconds, op=MPI.SUM) / comm.size * 1e6
+
+    methods = {
+        "bare": lambda: mean_over_ranks(bare_per_call(mpi, send, recv, iterations, warmup)),
+        "harness": lambda: harness("python", "per-call") * 1e6,
+        "c": lambda: harness("c", "per-call") * 1e6,
+        "bare_batch": lambda: mean_over_ranks(bare_batch(mpi, send, recv, iterations, warmup)),
+        "batch": lambda: harness("python", "batch") * 1e6,
+        "c_batch": lambda: harness("c", "batch") * 1e6,
+    }
+    if compiled is None:
+        for name in ("c", "c_batch"):
+            del methods[name]
+    best = {name: [] for name in methods}
+    names = list(methods)
+    for k in range(rounds):
+        for name in names[k % len(names):] + names[:k % len(names)]:
+            best[name].append(methods[name]())
+    result = {"size": size, **{name: min(v) for name, v in best.items()}}
+    if compiled is None:
+        result["no_c"] = why
+    return result
+
+
+def table_line(row: dict) -> str:
+    def cell(key, width=9):
+        return f"{row[key]:{width}.2f}" if key in row else f"{'-':>{width}}"
+
+    c_minus = f"{row['c'] - row['bare']:9.2f}" if "c" in row else f"{'-':>9}"
+    return (f"{row['size']:<8}{cell('bare')}{cell('harness')}{cell('c')}"
+            f"{row['harness'] - row['bare']:11.2f}{c_minus}{cell('bare_batch', 12)}"
+            f"{cell('batch')}{cell('c_batch')}")
+
+
+def parse(argv: list[str], quiet: bool):
+    opts = build_parser(quiet).parse_args(argv)
+    if opts.iterations < 1 or opts.rounds < 1:
+        raise UsageError("--iterations and --rounds must be at least 1")
+    return opts, size_list(opts.message_size)
+
+
+def body(argv: list[str], comm) -> int:
+    opts, sizes = agreed(comm, lambda: parse(argv, comm.rank != 0))
+    root = comm.rank == 0
+    rows = []
+    if root:
+        print(f"# ccbench overhead: allgather of int8 on {comm.size} ranks, best of "
+              f"{opts.rounds} rounds x {opts.iterations} calls per method (us per call)",
+              flush=True)
+        print(f"{'# Size':<8}{'bare':>9}{'harness':>9}{'C':>9}{'harn-bare':>11}{'C-bare':>9}"
+              f"{'bare batch':>12}{'batch':>9}{'C batch':>9}", flush=True)
+    for size in sizes:
+        row = time_size(comm, size, opts.iterations, opts.rounds)
+        rows.append(row)
+        if root:
+            print(table_line(row), flush=True)
+    if root:
+        if "no_c" in rows[0]:
+            print(f"# no C loop: {rows[0]['no_c']}", flush=True)
+        if opts.json:
+            with open(opts.json, "w") as f:
+                json.dump({"ranks": comm.size, "iterations": opts.iterations,
+                           "rounds": opts.rounds, "rows": rows}, f, indent=1)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ccbench.benchmarks.overhead",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--iterations", type=int, default=20000)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    opts = parser.parse_args(argv)
-    if opts.worker:
-        _worker(opts.iterations, opts.rounds)
-        return 0
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-    proc = subprocess.run([_mpi_tool("mpiexec") or "mpiexec", "-n", str(opts.ranks),
-                           sys.executable, "-m", "ccbench.benchmarks.overhead", "--worker",
-                           "--iterations", str(opts.iterations), "--rounds", str(opts.rounds)],
-                          capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        print(proc.stderr, file=sys.stderr)
-        return proc.returncode
-    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    osu = _osu_c(opts.ranks, opts.iterations)
-    print(f"# Harness overhead, allgather of int8 on {opts.ranks} ranks, best of "
-          f"{opts.rounds} rounds x {opts.iterations} iterations (us)")
-    print(f"{'# Size':<8}{'OSU C':>9}{'bare py':>10}{'harness':>10}{'overhead':>10}"
-          f"{'bare batch':>12}{'batch':>10}{'overhead':>10}{'batch-C':>10}")
-    for r in rows:
-        c = osu.get(r["size"])
-        c_text = f"{c:9.2f}" if c is not None else f"{'-':>9}"
-        vs_c = f"{r['harness_batch'] - c:10.2f}" if c is not None else f"{'-':>10}"
-        print(f"{r['size']:<8}{c_text}{r['bare']:10.2f}{r['harness']:10.2f}"
-              f"{r['harness'] - r['bare']:10.2f}{r['bare_batch']:12.2f}"
-              f"{r['harness_batch']:10.2f}{r['harness_batch'] - r['bare_batch']:10.2f}{vs_c}")
-    return 0
+    return run_main(body, argv)
 
 
 if __name__ == "__main__":

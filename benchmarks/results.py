@@ -17,9 +17,9 @@ from ccbench.kernels.errors import UsageError
 COMMON_COLUMNS = (
     "run_id", "sweep_id", "timestamp", "variant", "algorithm", "collective", "codec", "dtype",
     "buffer", "ranks", "nodes", "size_bytes", "bytes_per_rank", "total_bytes", "count",
-    "iterations", "warmup", "timing", "ci_target_pct", "time_budget_s", "stopped_by", "avg_us",
-    "min_us", "max_us", "p50_us", "p99_us", "fastest_us", "ci_low_us", "ci_high_us", "algbw_gbps",
-    "busbw_gbps", "wire_bytes_per_rank", "compression_ratio", "data", "rel_l2_err",
+    "iterations", "warmup", "timing", "timer", "ci_target_pct", "time_budget_s", "stopped_by",
+    "avg_us", "min_us", "max_us", "p50_us", "p99_us", "fastest_us", "ci_low_us", "ci_high_us",
+    "algbw_gbps", "busbw_gbps", "wire_bytes_per_rank", "compression_ratio", "data", "rel_l2_err",
     "max_abs_err", "max_rel_err", "psnr_db", "cosine", "validation", "validation_err",
     "error_bound", "link_gbps", "mpi_library", "hostname", "git_sha",
 )  # fmt: skip

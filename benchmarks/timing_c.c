@@ -1,0 +1,84 @@
+/* OSU's timing loop for the MPI library's collectives, called by ccbench's harness through
+ * ctypes (benchmarks/timing_c.py builds it with the mpicc of the MPI mpi4py uses).
+ *
+ * Handles arrive as pointers to the caller's MPI_Comm / MPI_Datatype / MPI_Op (mpi4py's
+ * MPI._addressof), so the same source is right for MPICH (int handles) and Open MPI
+ * (pointer handles). The loops are the harness's Python loops, line for line:
+ *   warm-up:  WARMUP calls, a barrier after each (per-call) or none (batch), then a barrier;
+ *   per-call: Wtime around each call, the barrier outside the timed region;
+ *   batch:    the calls cut into min(10, N) blocks (numpy.array_split's sizes), Wtime around
+ *             each block, a barrier after it; one time per block, per call. */
+#include <mpi.h>
+#include <string.h>
+
+enum { ALLGATHER = 0, REDUCE_SCATTER = 1, ALLREDUCE = 2 };
+#define BATCH_BLOCKS 10
+
+int ccbench_handle_size(void) { return (int)sizeof(MPI_Comm); }
+
+int ccbench_library_version(char *out, int len) {
+    char text[MPI_MAX_LIBRARY_VERSION_STRING];
+    int n = 0;
+    MPI_Get_library_version(text, &n);
+    if (len <= 0) return n;
+    strncpy(out, text, (size_t)len - 1);
+    out[len - 1] = '\0';
+    return n;
+}
+
+static int call(int coll, const void *send, void *recv, int count, MPI_Datatype type,
+                MPI_Op op, MPI_Comm comm) {
+    switch (coll) {
+    case ALLGATHER:
+        return MPI_Allgather(send, count, type, recv, count, type, comm);
+    case REDUCE_SCATTER:
+        return MPI_Reduce_scatter_block(send, recv, count, type, op, comm);
+    case ALLREDUCE:
+        return MPI_Allreduce(send, recv, count, type, op, comm);
+    default:
+        return MPI_ERR_ARG;
+    }
+}
+
+int ccbench_warm_up(const MPI_Comm *comm, int coll, const void *send, void *recv, int count,
+                    const MPI_Datatype *type, const MPI_Op *op, int warmup, int per_call) {
+    for (int i = 0; i < warmup; i++) {
+        int err = call(coll, send, recv, count, *type, *op, *comm);
+        if (err != MPI_SUCCESS) return err;
+        if (per_call) MPI_Barrier(*comm);
+    }
+    return MPI_Barrier(*comm);
+}
+
+int ccbench_timed_per_call(const MPI_Comm *comm, int coll, const void *send, void *recv,
+                           int count, const MPI_Datatype *type, const MPI_Op *op,
+                           int iterations, double *times) {
+    for (int i = 0; i < iterations; i++) {
+        double t0 = MPI_Wtime();
+        int err = call(coll, send, recv, count, *type, *op, *comm);
+        double t1 = MPI_Wtime();
+        if (err != MPI_SUCCESS) return err;
+        times[i] = t1 - t0;
+        MPI_Barrier(*comm);
+    }
+    return MPI_SUCCESS;
+}
+
+int ccbench_timed_batch(const MPI_Comm *comm, int coll, const void *send, void *recv,
+                        int count, const MPI_Datatype *type, const MPI_Op *op,
+                        int iterations, double *times) {
+    int blocks = iterations < BATCH_BLOCKS ? iterations : BATCH_BLOCKS;
+    int base = iterations / blocks, extra = iterations % blocks;
+    for (int b = 0; b < blocks; b++) {
+        int calls = base + (b < extra ? 1 : 0);
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < calls; i++) {
+            int err = call(coll, send, recv, count, *type, *op, *comm);
+            if (err != MPI_SUCCESS) return err;
+        }
+        double t1 = MPI_Wtime();
+        times[b] = (t1 - t0) / calls;
+        MPI_Barrier(*comm);
+    }
+    return MPI_SUCCESS;
+}
