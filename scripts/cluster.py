@@ -12,7 +12,18 @@ name) exist only inside those namespaces.
 host namespace; Hydra's proxy forks every rank as ``ip netns exec <name>-<i> COMMAND``.
 The rank inherits its PMI connection to the proxy as a file descriptor (``PMI_FD``), so
 the launch needs no network between namespaces, while MPI traffic is forced onto TCP over
-``<name>-eth``. The cluster's layout is kept in ``/run/ccbench/<name>.json``.
+``<name>-eth``. The cluster's layout is kept in ``<state dir>/<name>.json`` (root:
+``/run/ccbench``).
+
+Without root, where unprivileged user namespaces are allowed, ``up`` starts a keeper
+process in a user, network and mount namespace of its own (``unshare -Urnm``) with a
+private tmpfs on ``/run/netns``; it builds the same layout there and sleeps until
+``down``. The other actions enter its namespaces with ``nsenter`` (``--preserve-
+credentials``): the ranks are as isolated, and nothing on the host is touched.
+
+``up --codec SPEC --codec-ratio R`` sets the link rate from the codec's throughput on
+this host (one encode and one decode, CPU time, one core; shared by the ranks that share
+a core) divided by R: the regime of a GPU codec R times faster than the network.
 """
 
 from __future__ import annotations
@@ -21,14 +32,17 @@ import argparse
 import contextlib
 import fcntl
 import json
+import math
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -38,8 +52,10 @@ from pathlib import Path
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.launch import MPICH, find_mpiexec, placement_args, refuse_inside_mpi_launch
 
-STATE_DIR = Path("/run/ccbench")
+ROOT_STATE_DIR = Path("/run/ccbench")
+ROOT, USERNS = "root", "userns"  # how a cluster was built: capabilities, or a user namespace
 DEFAULT_NAME = "ccb"
+DEFAULT_RATE = "1gbit"
 NAME_RE = re.compile(r"[a-z][a-z0-9]{0,7}")  # keeps "<name>-p<rank>" within 15 characters
 MAX_RANKS = 250  # one /24
 SELFCHECK_PORT = 18515  # inside the cluster's namespaces only, so it never clashes
@@ -135,6 +151,10 @@ class Cluster:
     burst_bytes: int
     limit_bytes: int
     created: str = ""
+    mode: str = ROOT
+    keeper_pid: int = 0  # userns mode: the process holding the namespaces
+    goodput_bps: float = 0.0  # TCP payload rate measured by `selfcheck` (0: not yet)
+    regime: dict | None = None  # --codec / --codec-ratio: how the rate was chosen
     # Derived from the name alone, so `down` finds leftovers without a state file, and a
     # hash of the name picks the subnet, so clusters of different names do not share one.
     subnet: str = field(init=False)
@@ -161,8 +181,12 @@ class Cluster:
         return self.rate_bps / 1e9
 
     def shaping(self) -> tuple:
-        return (self.ranks, self.rate_bps, self.delay_us, self.mtu, self.burst_bytes,
-                self.limit_bytes)  # fmt: skip
+        # a rate matched to a codec is measured anew each time: the regime names it
+        rate = (self.regime["codec"], self.regime["codec_link_ratio"]) if self.regime \
+            else self.rate_bps
+        return (self.mode, self.ranks, rate, self.delay_us, self.mtu,
+                None if self.regime else self.burst_bytes,
+                None if self.regime else self.limit_bytes)  # fmt: skip
 
     def tcp_goodput_bps(self) -> float:
         """Rate left for TCP payload: tbf counts Ethernet (14 B) + IPv4 (20) + TCP (32) headers."""
@@ -184,8 +208,19 @@ def default_limit(rate_bps: int, burst: int) -> int:
     return max(rate_bps // 8 // 50, 1 << 20, 2 * burst)
 
 
+def state_dir() -> Path:
+    """Root: /run/ccbench (a tmpfs, cleared at reboot as the namespaces are). Others:
+    $XDG_RUNTIME_DIR/ccbench, else ccbench-<uid> in the temporary directory."""
+    if os.geteuid() == 0:
+        return ROOT_STATE_DIR
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.access(runtime, os.W_OK):
+        return Path(runtime) / "ccbench"
+    return Path(tempfile.gettempdir()) / f"ccbench-{os.getuid()}"
+
+
 def state_path(name: str) -> Path:
-    return STATE_DIR / f"{name}.json"
+    return state_dir() / f"{name}.json"
 
 
 def load_state(name: str) -> Cluster | None:
@@ -199,11 +234,13 @@ def load_state(name: str) -> Cluster | None:
         ) from exc
     fields = {k: data[k] for k in ("name", "ranks", "rate_bps", "delay_us", "mtu",
                                    "burst_bytes", "limit_bytes", "created")}  # fmt: skip
+    optional = ("mode", "keeper_pid", "goodput_bps", "regime")
+    fields.update({k: data[k] for k in optional if k in data})
     return Cluster(**fields)
 
 
 def save_state(cluster: Cluster) -> None:
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    state_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
     path = state_path(cluster.name)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps({**asdict(cluster), "link_gbps": cluster.link_gbps}, indent=2) + "\n")
@@ -214,8 +251,8 @@ def save_state(cluster: Cluster) -> None:
 def state_lock():
     """Serialise `up` and `down` (two shells at once); one lock file for all names, as
     both take well under a second."""
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
-    with open(STATE_DIR / ".lock", "w") as f:
+    state_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(state_dir() / ".lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
 
@@ -223,18 +260,46 @@ def state_lock():
 # ----------------------------------------------------------------------------- system
 
 
-def require_tools_and_privileges() -> None:
+def require_tools_and_privileges(userns: bool = False) -> str:
+    """ROOT or USERNS: how clusters are built here; UsageError (one line) when neither.
+    `userns`: a user namespace even where root could build on the host."""
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
     if missing:
         raise UsageError(
             f"ccbench cluster needs iproute2 ({' and '.join(missing)} not found); "
             "install it, e.g. apt-get install -y iproute2"
         )
-    if not has_privileges():
+    if has_privileges() and not userns:
+        return ROOT
+    why = userns_unavailable()
+    if why:
         raise UsageError(
-            "ccbench cluster needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) to create "
-            "network namespaces; run it as root"
+            "ccbench cluster needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) or unprivileged "
+            f"user namespaces to create network namespaces, and {why}"
         )
+    return USERNS
+
+
+_USERNS_PROBE: dict[str, str] = {}
+
+
+def userns_unavailable() -> str:
+    """Why an unprivileged user namespace with its own network and mounts cannot be made
+    here ('' when it can): `unshare -Urnm` must run and mount a tmpfs inside."""
+    if "why" in _USERNS_PROBE:
+        return _USERNS_PROBE["why"]
+    missing = [tool for tool in ("unshare", "nsenter", "mount") if shutil.which(tool) is None]
+    if missing:
+        why = f"{' and '.join(missing)} (util-linux) not found"
+    else:
+        probe = subprocess.run(["unshare", "-Urnm", "mount", "-t", "tmpfs", "ccbench",
+                                tempfile.gettempdir()], capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, timeout=30, check=False)
+        detail = (probe.stderr.strip().splitlines() or ["failed"])[-1]
+        why = "" if probe.returncode == 0 else (
+            f"unprivileged user namespaces are not allowed here (`unshare -Urnm`: {detail})")
+    _USERNS_PROBE["why"] = why
+    return why
 
 
 def has_privileges() -> bool:
@@ -246,7 +311,32 @@ def has_privileges() -> bool:
     return all(caps >> bit & 1 for bit in (CAP_NET_ADMIN, CAP_SYS_ADMIN))
 
 
+_ENTER: list[str] = []  # the nsenter prefix of a userns cluster's commands, else empty
+
+
+def enter_command(cluster: Cluster) -> list[str]:
+    """What runs a command in the cluster's user, mount and network namespaces."""
+    if cluster.mode != USERNS:
+        return []
+    # --wd: the caller's directory (relative paths of the command), else the keeper's
+    return ["nsenter", "-t", str(cluster.keeper_pid), "-U", "-m", "-n",
+            "--preserve-credentials", f"--wd={os.getcwd()}", "--"]
+
+
+@contextlib.contextmanager
+def entered(cluster: Cluster | None):
+    """Within this block, `sh` and the helpers run their commands inside `cluster`."""
+    global _ENTER
+    old = _ENTER
+    _ENTER = enter_command(cluster) if cluster is not None else []
+    try:
+        yield
+    finally:
+        _ENTER = old
+
+
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    args = (*_ENTER, *args)
     proc = subprocess.run(args, capture_output=True, text=True, check=False)
     if check and proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines() or [str(proc.returncode)]
@@ -294,7 +384,7 @@ def tsq_bytes(cluster: Cluster) -> int:
 
 def set_sysctl(netns: str, key: str, value: int) -> None:
     """Write a per-namespace sysctl from inside the namespace (no procps needed)."""
-    proc = subprocess.run(["ip", "netns", "exec", netns, "tee", f"/proc/sys/{key}"],
+    proc = subprocess.run([*_ENTER, "ip", "netns", "exec", netns, "tee", f"/proc/sys/{key}"],
                           input=f"{value}\n", capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise ClusterError(f"setting {key} in {netns} failed: {proc.stderr.strip()}")
@@ -323,8 +413,19 @@ def build(cluster: Cluster) -> None:
         shape_link(sw, port, cluster, 0)
 
 
-def teardown(name: str) -> list[str]:
-    """Delete every namespace of cluster `name` (links and qdiscs go with them)."""
+def teardown(name: str, mode: str = ROOT) -> list[str]:
+    """Delete every namespace of cluster `name` (links and qdiscs go with them). A
+    userns cluster's namespaces live as long as its keeper: stopping it removes them."""
+    if mode == USERNS:
+        cluster = load_state(name)
+        names = []
+        if cluster is not None and cluster.mode == USERNS:
+            if keeper_alive(cluster):
+                names = [*cluster.namespaces, cluster.switch_namespace]
+            stop_keeper(cluster.keeper_pid)
+        state_path(name).unlink(missing_ok=True)
+        state_path(name).with_suffix(".log").unlink(missing_ok=True)
+        return names
     names = leftover_namespaces(name)  # the state's names all match this pattern
     for ns in names:
         proc = sh("ip", "netns", "del", ns, check=False)
@@ -332,6 +433,93 @@ def teardown(name: str) -> list[str]:
             raise ClusterError(f"`ip netns del {ns}` failed: {proc.stderr.strip()}")
     state_path(name).unlink(missing_ok=True)
     return names
+
+
+# ----------------------------------------------------------------------------- userns keeper
+
+
+def keeper_alive(cluster: Cluster) -> bool:
+    """The keeper of a userns cluster still runs (and is ours: its command line says so)."""
+    if cluster.keeper_pid <= 0:
+        return False
+    try:
+        cmdline = Path(f"/proc/{cluster.keeper_pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"_keeper" in cmdline and cluster.name.encode() in cmdline
+
+
+def stop_keeper(pid: int, timeout: float = 10.0) -> None:
+    """SIGTERM the keeper, then SIGKILL if it lingers; its namespaces go with it."""
+    if pid <= 0:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.waitpid(pid, os.WNOHANG)  # our child when `up` stops it on failure
+            except ChildProcessError:
+                pass
+            if not Path(f"/proc/{pid}").exists() or _zombie(pid):
+                return
+            time.sleep(0.05)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def start_keeper(cluster: Cluster, timeout: float = 120.0) -> int:
+    """Start the keeper of a userns cluster and wait until it has built the layout.
+    Returns its pid (the process whose namespaces `nsenter` enters)."""
+    log = state_path(cluster.name).with_suffix(".log")
+    log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    layout = json.dumps({k: v for k, v in asdict(cluster).items()
+                         if k in ("name", "ranks", "rate_bps", "delay_us", "mtu",
+                                  "burst_bytes", "limit_bytes")})
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            ["unshare", "-Urnm", "--propagation", "private", sys.executable, "-m",
+             "ccbench.scripts.cluster", "_keeper", layout],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+            start_new_session=True, text=True)  # fmt: skip
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    line = proc.stdout.readline().strip() if ready else ""
+    proc.stdout.close()
+    if line != "ready":
+        stop_keeper(proc.pid)
+        tail = log.read_text().strip().splitlines() if log.exists() else []
+        raise ClusterError("building the cluster in a user namespace failed: "
+                           f"{tail[-1] if tail else 'no answer within ' + str(timeout) + ' s'}")
+    return proc.pid
+
+
+def keeper_main(argv: list[str]) -> int:
+    """Inside `unshare -Urnm`: a private /run/netns, the layout, then sleep until told to
+    stop (the namespaces live as long as this process)."""
+    cluster = Cluster(**json.loads(argv[0]))
+    netns_dir = Path("/run/netns")
+    # `ip netns add` keeps its namespaces under /run/netns: a tmpfs of this mount
+    # namespace's own, over it or, where it does not exist yet, over /run
+    target = netns_dir if netns_dir.is_dir() else netns_dir.parent
+    sh("mount", "-t", "tmpfs", "-o", "mode=755", "ccbench", str(target))
+    netns_dir.mkdir(exist_ok=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    build(cluster)
+    print("ready", flush=True)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    while not stop.wait(3600):
+        pass
+    return 0
 
 
 @contextlib.contextmanager
@@ -352,7 +540,10 @@ def terminate_as_interrupt():
 
 
 def intact(cluster: Cluster) -> bool:
-    return {*cluster.namespaces, cluster.switch_namespace} <= list_namespaces()
+    if cluster.mode == USERNS and not keeper_alive(cluster):
+        return False
+    with entered(cluster):
+        return {*cluster.namespaces, cluster.switch_namespace} <= list_namespaces()
 
 
 def require_cluster(name: str) -> Cluster:
@@ -370,10 +561,23 @@ def require_cluster(name: str) -> Cluster:
 
 
 def cmd_up(opts) -> int:
-    require_tools_and_privileges()
+    mode = require_tools_and_privileges(opts.userns)
     if not 1 <= opts.ranks <= MAX_RANKS:
         raise UsageError(f"--ranks must be between 1 and {MAX_RANKS}")
-    rate = parse_rate(opts.rate)
+    regime = None
+    if (opts.codec is None) != (opts.codec_ratio is None):
+        raise UsageError("--codec and --codec-ratio go together: the link rate is the "
+                         "codec's throughput on this host divided by the ratio")
+    if opts.codec is not None:
+        if opts.rate is not None:
+            raise UsageError("give --rate or --codec with --codec-ratio, not both")
+        if not opts.codec_ratio > 0:
+            raise UsageError("--codec-ratio must be positive")
+        regime = regime_rate(opts.codec, opts.codec_ratio, opts.ranks)
+        print(describe_regime(regime, opts.ranks))
+        rate = regime["rate_bps"]
+    else:
+        rate = parse_rate(opts.rate or DEFAULT_RATE)
     delay = parse_delay(opts.delay)
     if not 576 <= opts.mtu <= 65000:
         raise UsageError("--mtu must be between 576 and 65000")
@@ -382,36 +586,112 @@ def cmd_up(opts) -> int:
     if burst < opts.mtu + 14:
         raise UsageError(f"--burst must hold one frame ({opts.mtu + 14} bytes)")
     want = Cluster(opts.name, opts.ranks, rate, delay, opts.mtu, burst, limit,
-                   created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))  # fmt: skip
+                   created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), mode=mode,
+                   regime=regime)  # fmt: skip
     with state_lock(), terminate_as_interrupt():
         have = load_state(opts.name)
         if have is not None and have.shaping() == want.shaping() and intact(have):
             print(f"cluster {opts.name} is already up: {describe(have)}")
             return 0
-        if have is not None or leftover_namespaces(opts.name):
-            removed = teardown(opts.name)
+        stray = mode == ROOT and leftover_namespaces(opts.name)
+        if have is not None or stray:
+            removed = teardown(opts.name, have.mode if have is not None else mode)
             print(f"cluster {opts.name}: removed the previous layout ({len(removed)} namespaces)")
         try:
-            build(want)
+            if mode == USERNS:
+                want.keeper_pid = start_keeper(want)
+            else:
+                build(want)
             save_state(want)
         except BaseException:
-            teardown(opts.name)
+            if mode == USERNS:
+                stop_keeper(want.keeper_pid)
+                state_path(opts.name).unlink(missing_ok=True)
+            else:
+                teardown(opts.name)
             raise
     print(f"cluster {opts.name} is up: {describe(want)}")
     return 0
 
 
+# ----------------------------------------------------------------------------- regime
+
+
+def codec_throughput(spec: str, nbytes: int = 16 << 20, repeats: int = 5) -> dict:
+    """The codec's encode and decode rates on this host, in bytes/s of uncompressed
+    float32, from the CPU time of the best of `repeats` (one core; other jobs on the host
+    do not slow a CPU clock the way they slow a wall clock)."""
+    import numpy as np
+
+    from ccbench.kernels.codec_base import empty_payload
+    from ccbench.kernels.codecs import parse_codec
+
+    codec = parse_codec(spec)
+    if "torch" in sys.modules:  # the fp16/bf16 kernels: one thread, as each rank runs them
+        sys.modules["torch"].set_num_threads(1)
+    count = nbytes // 4
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(count) * 1e-3).astype(np.float32)  # gradient-sized values
+    payload = empty_payload(x, codec.max_encoded_nbytes(count, "float32"))
+    out = np.empty_like(x)
+    encode, decode = [], []
+    for _ in range(repeats):
+        t0 = time.thread_time()
+        encoded = codec.encode(x, out=payload)
+        t1 = time.thread_time()
+        codec.decode(encoded, out)
+        t2 = time.thread_time()
+        encode.append(t1 - t0)
+        decode.append(t2 - t1)
+    enc, dec = max(min(encode), 1e-9), max(min(decode), 1e-9)
+    return {"encode_bps": count * 4 / enc, "decode_bps": count * 4 / dec,
+            "round_trip_bps": count * 4 / (enc + dec)}
+
+
+def regime_rate(spec: str, ratio: float, ranks: int, cores: int | None = None,
+                measured: dict | None = None) -> dict:
+    """The link rate at which the codec is `ratio` times faster than the link.
+
+    codec rate per rank = round trip bytes/s on one core x min(1, cores / ranks) (ranks on
+    one host share its cores); link bytes/s = that / ratio, rounded to 3 significant
+    digits (at least 1 Mbit/s)."""
+    cores = cores or len(os.sched_getaffinity(0))
+    measured = measured or codec_throughput(spec)
+    share = min(1.0, cores / ranks)
+    per_rank = measured["round_trip_bps"] * share
+    bps = per_rank * 8 / ratio
+    digits = 2 - int(math.floor(math.log10(bps)))  # 3 significant digits
+    rate = max(10**6, int(round(bps, digits)))
+    return {"codec": spec, "codec_link_ratio": ratio, "cores": cores, "share": share,
+            "encode_gbytes_per_s": measured["encode_bps"] / 1e9,
+            "decode_gbytes_per_s": measured["decode_bps"] / 1e9,
+            "round_trip_gbytes_per_s": measured["round_trip_bps"] / 1e9,
+            "per_rank_gbytes_per_s": per_rank / 1e9, "rate_bps": rate}
+
+
+def describe_regime(r: dict, ranks: int) -> str:
+    return (f"codec {r['codec']} on this host (CPU time, one core): encode "
+            f"{r['encode_gbytes_per_s']:.2f} GB/s, decode {r['decode_gbytes_per_s']:.2f} "
+            f"GB/s, round trip {r['round_trip_gbytes_per_s']:.2f} GB/s; {ranks} ranks on "
+            f"{r['cores']} cores: {r['per_rank_gbytes_per_s']:.3f} GB/s per rank; / "
+            f"{r['codec_link_ratio']:g} -> links of {format_rate(r['rate_bps'])}")
+
+
 def describe(c: Cluster) -> str:
     delay = f", +{c.delay_us} us one-way" if c.delay_us else ""
-    return (f"{c.ranks} ranks, {format_rate(c.rate_bps)} full-duplex links{delay}, "
+    regime = (f" (codec {c.regime['codec']} {c.regime['codec_link_ratio']:g}x the link)"
+              if c.regime else "")
+    where = f"; in a user namespace (keeper pid {c.keeper_pid})" if c.mode == USERNS else ""
+    return (f"{c.ranks} ranks, {format_rate(c.rate_bps)} full-duplex links{regime}{delay}, "
             f"MTU {c.mtu}, subnet {c.subnet}, namespaces {c.namespaces[0]}.."
-            f"{c.namespaces[-1]}")  # fmt: skip
+            f"{c.namespaces[-1]}{where}")  # fmt: skip
 
 
 def cmd_down(opts) -> int:
-    require_tools_and_privileges()
+    mode = require_tools_and_privileges()
     with state_lock(), terminate_as_interrupt():
-        removed = teardown(opts.name)
+        have = load_state(opts.name)
+        removed = teardown(opts.name, have.mode if have is not None else mode)
     if removed:
         print(f"cluster {opts.name} is down ({len(removed)} namespaces removed)")
     else:
@@ -430,9 +710,12 @@ def qdisc_stats(netns: str, dev: str) -> dict:
 
 
 def cmd_status(opts) -> int:
-    require_tools_and_privileges()
+    mode = require_tools_and_privileges()
     cluster = load_state(opts.name)
-    stray = leftover_namespaces(opts.name)
+    if cluster is not None:
+        with entered(cluster):
+            return _status(opts, cluster)
+    stray = leftover_namespaces(opts.name) if mode == ROOT else []
     if cluster is None:
         info = {"name": opts.name, "up": False, "stray_namespaces": stray}
         if opts.json:
@@ -441,7 +724,12 @@ def cmd_status(opts) -> int:
             extra = f" (stray namespaces: {' '.join(stray)}; run `down`)" if stray else ""
             print(f"cluster {opts.name} is not up{extra}")
         return 1
-    present = list_namespaces()
+    return _status(opts, cluster)
+
+
+def _status(opts, cluster: Cluster) -> int:
+    alive = cluster.mode != USERNS or keeper_alive(cluster)
+    present = list_namespaces() if alive else set()
     ranks = []
     for i, (ns, port, addr) in enumerate(zip(cluster.namespaces, cluster.ports,
                                              cluster.addresses, strict=True)):  # fmt: skip
@@ -478,10 +766,14 @@ def check_hydra(mpiexec: str) -> None:
 
 
 def rank_environment(cluster: Cluster, nranks: int) -> dict[str, str]:
+    # the payload rate the compressed variants' floor uses: measured by `selfcheck`,
+    # else the TCP ceiling of the configured rate
+    goodput = cluster.goodput_bps or cluster.tcp_goodput_bps()
     env = {
         **MPICH_TCP_ENV,
         "FI_TCP_IFACE": cluster.rank_iface,
         "CCBENCH_LINK_GBPS": f"{cluster.link_gbps:g}",
+        "CCBENCH_LINK_GOODPUT_GBPS": f"{goodput / 1e9:.6g}",
     }
     if "OMP_NUM_THREADS" not in os.environ:
         # the emulated nodes share the host's cores: no rank should spawn a thread per core
@@ -495,7 +787,8 @@ def mpiexec_command(cluster: Cluster, command: list[str], nranks: int,
     if command[0] in ("python", "python3"):
         command = [sys.executable, *command[1:]]  # the Python with mpi4py, even under sudo
     # Hydra binds each rank to a core of the host the emulated nodes share
-    args = [mpiexec, "-launcher", "fork", *placement_args(MPICH, nranks, bind)]
+    args = [*enter_command(cluster), mpiexec, "-launcher", "fork",
+            *placement_args(MPICH, nranks, bind)]
     for key, value in rank_environment(cluster, nranks).items():
         args += ["-genv", key, value]
     for i in range(nranks):
@@ -539,6 +832,18 @@ def cmd_run(opts) -> int:
     return launch(args)
 
 
+def cmd_check(opts) -> int:
+    """One line: how clusters are built here, or why they cannot be (exit 1)."""
+    try:
+        mode = require_tools_and_privileges()
+    except UsageError as exc:
+        print(str(exc))
+        return 1
+    print("root: namespaces on the host" if mode == ROOT else
+          "unprivileged: namespaces inside a user namespace (unshare -Urnm)")
+    return 0
+
+
 # ----------------------------------------------------------------------------- selfcheck
 
 
@@ -550,7 +855,8 @@ def tcp_flows(cluster: Cluster, pairs: list[tuple[int, int]], nbytes: int) -> di
     env = dict(os.environ)
     helper = [sys.executable, "-m", "ccbench.scripts.cluster", "_tcp-flow", "--bytes", str(nbytes)]
     for rank in sorted(set(receivers) | set(senders)):
-        args = ["ip", "netns", "exec", cluster.namespaces[rank], *helper]
+        args = [*enter_command(cluster), "ip", "netns", "exec", cluster.namespaces[rank],
+                *helper]
         if rank in receivers:
             args += ["--listen", cluster.addresses[rank],
                      "--peers", str(sum(1 for _, d in pairs if d == rank))]  # fmt: skip
@@ -695,6 +1001,12 @@ def cmd_selfcheck(opts) -> int:
     ring = [(i, (i + 1) % cluster.ranks) for i in range(cluster.ranks)]
     worst = min(tcp_flows(cluster, ring, nbytes).values())
     print(f"tcp  ring of {cluster.ranks} (all at once), slowest: {judge(worst)}")
+    # the compressed variants' floor uses this rate from now on (CCBENCH_LINK_GOODPUT_GBPS)
+    with state_lock():
+        current = load_state(cluster.name)
+        if current is not None and current.keeper_pid == cluster.keeper_pid:
+            current.goodput_bps = float(worst)
+            save_state(current)
     if opts.mpi:
         size = parse_bytes(opts.mpi_bytes)
         bound = (cluster.ranks - 1) * size * 8 / rate
@@ -742,12 +1054,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = add("up", "create the namespaces, bridge, veth links and tc shaping")
     up.add_argument("--ranks", "-n", type=int, required=True, help="number of ranks (namespaces)")
-    up.add_argument("--rate", default="1gbit", help="link rate per direction (default 1gbit)")
+    up.add_argument("--rate", help=f"link rate per direction (default {DEFAULT_RATE})")
+    up.add_argument("--codec", metavar="SPEC",
+                    help="with --codec-ratio: set the rate from this codec's throughput here")
+    up.add_argument("--codec-ratio", type=float, metavar="R",
+                    help="the codec's throughput per rank over the link rate (the paper's "
+                         "regime: a GPU codec several times faster than the network)")
+    up.add_argument("--userns", action="store_true",
+                    help="build inside a user namespace even as root (what users without "
+                         "root get; nothing is added to the host's /run/netns)")
     up.add_argument("--delay", default="0", help="extra one-way delay, e.g. 50us (needs netem)")
     up.add_argument("--mtu", type=int, default=9000, help="link MTU (default 9000, jumbo frames)")
     up.add_argument("--burst", help="token bucket size in bytes (default: 1 ms at the rate)")
     up.add_argument("--limit", help="queue limit in bytes (default: 20 ms at the rate, >= 1 MiB)")
     add("down", "remove everything `up` created")
+    add("check", "say whether clusters can be built here (root, user namespaces) or why not")
     st = add("status", "show the cluster, its addresses and per-link byte and drop counters")
     st.add_argument("--json", action="store_true", help="print one JSON object")
     run = add("run", "run COMMAND as an MPI job, one rank per namespace, MPICH over TCP")
@@ -765,8 +1086,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "run": cmd_run,
+            "check": cmd_check,
             "selfcheck": cmd_selfcheck}  # fmt: skip
-HELPERS = {"_tcp-flow": tcp_flow_main, "_mpi-allgather": mpi_allgather_main}
+HELPERS = {"_tcp-flow": tcp_flow_main, "_mpi-allgather": mpi_allgather_main,
+           "_keeper": keeper_main}
 
 
 def main(argv: list[str]) -> int:

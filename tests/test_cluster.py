@@ -128,8 +128,63 @@ def test_mpiexec_command_puts_each_rank_in_its_namespace():
         assert f"-n 1 ip netns exec ccb-{i} {sys.executable} -m x" in seg
     pairs = {args[k + 1]: args[k + 2] for k, a in enumerate(args) if a == "-genv"}
     pairs.pop("OMP_NUM_THREADS", None)  # set only when the caller has not
+    # the floor's payload rate before any selfcheck: the TCP ceiling, 1448 of 1514 bytes
+    ceiling = f"{(1500 - 52) / (1500 + 14):.6g}"
     assert pairs == {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi",
-                     "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "ccb-eth", "CCBENCH_LINK_GBPS": "1"}
+                     "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "ccb-eth", "CCBENCH_LINK_GBPS": "1",
+                     "CCBENCH_LINK_GOODPUT_GBPS": ceiling}
+    c.goodput_bps = 0.9e9  # measured by selfcheck: that one
+    args = cl.mpiexec_command(c, ["python", "-m", "x"], 3, "/bin/mpiexec")
+    assert args[args.index("CCBENCH_LINK_GOODPUT_GBPS") + 1] == "0.9"
+
+
+def test_userns_commands_enter_the_keeper():
+    c = cl.Cluster("ccb", 2, 10**9, 0, 1500, 125000, 1 << 20, mode=cl.USERNS, keeper_pid=4242)
+    enter = ["nsenter", "-t", "4242", "-U", "-m", "-n", "--preserve-credentials",
+             f"--wd={os.getcwd()}", "--"]
+    assert cl.mpiexec_command(c, ["x"], 2, "/bin/mpiexec")[:len(enter) + 1] == [
+        *enter, "/bin/mpiexec"]
+    assert cl.enter_command(cl.Cluster("ccb", 2, 10**9, 0, 1500, 1, 1)) == []
+
+
+def test_state_dir_of_other_users(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert cl.state_path("ccb") == tmp_path / "ccbench" / "ccb.json"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert cl.state_dir().name == f"ccbench-{os.getuid()}"
+
+
+def test_regime_rate_by_hand():
+    # round trip 2 GB/s on a core; 4 ranks on 2 cores get half each: 1 GB/s = 8 Gbit/s;
+    # a codec 8 times faster than the link: 1 Gbit/s
+    two = {"encode_bps": 4e9, "decode_bps": 4e9, "round_trip_bps": 2e9}
+    r = cl.regime_rate("fp16", 8, ranks=4, cores=2, measured=two)
+    assert r["share"] == 0.5 and r["rate_bps"] == 10**9
+    assert r["per_rank_gbytes_per_s"] == pytest.approx(1.0)
+    # 2.8389 GB/s / 2 x 8 / 9 = 1.26173 Gbit/s, kept to 3 significant digits
+    odd = {**two, "round_trip_bps": 2.8389e9}
+    assert cl.regime_rate("bfp:rate=8", 9, ranks=4, cores=2, measured=odd)["rate_bps"] == (
+        1_260_000_000)
+    # fewer ranks than cores: each has a whole core, no more
+    assert cl.regime_rate("fp16", 8, ranks=1, cores=2, measured=two)["rate_bps"] == 2 * 10**9
+
+
+def test_codec_throughput_is_measured():
+    m = cl.codec_throughput("fp16", nbytes=1 << 20, repeats=2)
+    assert m["encode_bps"] > 0 and m["decode_bps"] > 0
+    # one encode and one decode of the same bytes: the rates add harmonically
+    assert m["round_trip_bps"] == pytest.approx(1 / (1 / m["encode_bps"] + 1 / m["decode_bps"]))
+
+
+def test_up_refuses_rate_and_codec_together(capsys):
+    if can_build() is not None:
+        pytest.skip(can_build())
+    assert cl.main(["up", "--name", "ccbv", "--ranks", "2", "--rate", "1gbit", "--codec",
+                    "fp16", "--codec-ratio", "4"]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert cl.main(["up", "--name", "ccbv", "--ranks", "2", "--codec", "fp16"]) == 2
+    assert "go together" in capsys.readouterr().err
 
 
 def test_default_bucket_and_queue():
@@ -138,19 +193,40 @@ def test_default_bucket_and_queue():
     assert cl.default_limit(10**9, 125_000) == 2_500_000  # 20 ms at 1 Gbit/s
 
 
-def test_without_privileges_one_line():
+def unprivileged(*args: str) -> subprocess.CompletedProcess:
+    """`ccbench cluster ARGS` as nobody, without capabilities."""
     setpriv = shutil.which("setpriv")
     if setpriv is None or os.geteuid() != 0:
         pytest.skip("needs root and setpriv to drop privileges")
-    proc = subprocess.run(
+    return subprocess.run(
         [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-         "--bounding-set=-all", sys.executable, "-m", "ccbench.scripts.cluster", "up",
-         "--name", "ccbv", "--ranks", "2"],
+         "--bounding-set=-all", sys.executable, "-m", "ccbench.scripts.cluster", *args],
         cwd=REPO, capture_output=True, text=True, timeout=60, env=dict(os.environ),
     )  # fmt: skip
+
+
+def test_without_privileges_one_line():
+    """Without root: `check` says in one line how clusters would be built (a user
+    namespace) or why they cannot be; then `up` fails in one line with status 2."""
+    proc = unprivileged("check")
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1 and not proc.stderr, proc
+    if proc.returncode == 0:
+        assert lines[0].startswith("unprivileged: namespaces inside a user namespace")
+        return
+    assert proc.returncode == 1
+    assert "needs root" in lines[0] or "iproute2" in lines[0]
+    proc = unprivileged("up", "--name", "ccbv", "--ranks", "2")
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "needs root" in proc.stderr or "iproute2" in proc.stderr
+
+
+def test_check_as_root():
+    if can_build() is not None:
+        pytest.skip(can_build())
+    proc = ccb("check")
+    assert proc.returncode == 0 and proc.stdout.strip() == "root: namespaces on the host"
 
 
 # ----------------------------------------------------------------------------- root
@@ -232,10 +308,6 @@ def test_run_subset_and_errors(cluster):
 
 @needs_namespaces
 def test_compressed_allgather_validates_inside(cluster, tmp_path):
-    try:
-        import ccbench.benchmarks.coll_compressed  # noqa: F401
-    except ImportError:
-        pytest.skip("ccbench.benchmarks.coll_compressed is not in this tree")
     csv = tmp_path / "cc.csv"
     proc = ccb("run", "--name", NAME, "--", "python", *variant_module("coll_compressed"),
                "--collective", "allgather", "--codec", "fp16", "-m", "64K:256K",
@@ -298,3 +370,88 @@ def test_failed_up_leaves_nothing(monkeypatch, capsys, failure):
         assert not cl.state_path(name).exists()
     finally:
         cl.main(["down", "--name", name])
+
+
+# ----------------------------------------------------------------------------- user namespace
+# What a user without root gets: the same layout inside a user namespace held by a keeper
+# process, entered with nsenter. Built here with `up --userns` (root could build on the
+# host; the code path is the unprivileged one, the rate matched to a codec).
+
+USERNS_NAME = "ccbw"
+USERNS_RATIO = 40.0
+
+
+@pytest.fixture(scope="module")
+def userns_cluster():
+    if can_build() is not None:
+        pytest.skip(can_build())
+    why = cl.userns_unavailable()
+    if why:
+        pytest.skip(why)
+    ccb("down", "--name", USERNS_NAME)
+    proc = ccb("up", "--name", USERNS_NAME, "--ranks", "2", "--userns", "--codec", "bfp:rate=8",
+               "--codec-ratio", str(USERNS_RATIO), timeout=120)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        yield cl.load_state(USERNS_NAME), proc.stdout
+    finally:
+        proc = ccb("down", "--name", USERNS_NAME)
+        assert proc.returncode == 0, proc.stderr
+        assert not cl.state_path(USERNS_NAME).exists()
+
+
+@needs_namespaces
+def test_userns_cluster_leaves_the_host_alone(userns_cluster):
+    c, printed = userns_cluster
+    assert c.mode == cl.USERNS and cl.keeper_alive(c) and cl.intact(c)
+    assert not [ns for ns in cl.list_namespaces() if ns.startswith(f"{USERNS_NAME}-")]
+    # the rate: the measured round trip, shared by 2 ranks on this host's cores, over 40
+    r = c.regime
+    share = min(1.0, len(os.sched_getaffinity(0)) / 2)
+    bps = r["round_trip_gbytes_per_s"] * 1e9 * share * 8 / USERNS_RATIO
+    assert c.rate_bps == pytest.approx(bps, rel=5e-3)
+    assert f"/ {USERNS_RATIO:g} -> links of {cl.format_rate(c.rate_bps)}" in printed
+    # the same regime again is the same cluster, though its measurement moved
+    proc = ccb("up", "--name", USERNS_NAME, "--ranks", "2", "--userns", "--codec",
+               "bfp:rate=8", "--codec-ratio", str(USERNS_RATIO), timeout=120)
+    assert proc.returncode == 0 and "already up" in proc.stdout, proc.stdout + proc.stderr
+
+
+@needs_namespaces
+def test_userns_ranks_run_over_the_shaped_links(userns_cluster, tmp_path):
+    c, _ = userns_cluster
+    before = json.loads(ccb("status", "--name", USERNS_NAME, "--json").stdout)
+    out = tmp_path / "b.csv"
+    proc = ccb("run", "--name", USERNS_NAME, "--", "python", *variant_module("baseline"),
+               "--collective", "allgather", "-m", "1M:1M", "-i", "3", "-x", "1", "-c",
+               "--csv", str(out), timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    import pandas as pd
+
+    rows = pd.read_csv(out)
+    assert (rows["validation"] == "Pass").all()
+    assert rows["link_gbps"].iloc[0] == pytest.approx(c.rate_bps / 1e9)
+    after = json.loads(ccb("status", "--name", USERNS_NAME, "--json").stdout)
+    for old, new in zip(before["ranks_detail"], after["ranks_detail"], strict=True):
+        # 5 allgathers of 1 MiB (warm-up, 3 timed, 1 checked) left each rank's shaper
+        assert new["sent"]["bytes"] - old["sent"]["bytes"] >= 5 * (1 << 20)
+    proc = ccb("selfcheck", "--name", USERNS_NAME, "--no-mpi", "--bytes", "4m", timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr  # 1: rates off on a loaded host
+    assert "tcp  rank 0 -> 1" in proc.stdout
+    assert cl.load_state(USERNS_NAME).goodput_bps > 0  # the floor's rate from now on
+
+
+@needs_namespaces
+def test_userns_down_stops_the_keeper():
+    name = "ccbx"
+    if cl.userns_unavailable():
+        pytest.skip(cl.userns_unavailable())
+    proc = ccb("up", "--name", name, "--ranks", "1", "--rate", "10mbit", "--userns")
+    assert proc.returncode == 0, proc.stderr
+    c = cl.load_state(name)
+    assert cl.keeper_alive(c)
+    proc = ccb("down", "--name", name)
+    assert proc.returncode == 0 and "is down" in proc.stdout, proc.stdout
+    assert not Path(f"/proc/{c.keeper_pid}").exists() or cl._zombie(c.keeper_pid)
+    assert not cl.state_path(name).exists()
+    assert not cl.state_path(name).with_suffix(".log").exists()
