@@ -393,13 +393,57 @@ def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher:
         return [sys.executable, "-m", "ccbench.scripts.cluster", "run", "--name", CLUSTER_NAME,
                 "-n", str(task.ranks), *unbound, "--", *command]  # fmt: skip
     if launcher == "srun":
-        mpi = os.environ.get("CCBENCH_SRUN_MPI") or spec.slurm.get("mpi", "pmix")
+        mpi, _ = srun_mpi(spec)
         srun = ["srun", f"--mpi={mpi}", *srun_placement_args(), "-n", str(task.ranks),
                 *shlex.split(os.environ.get("CCBENCH_SRUN_ARGS", ""))]  # fmt: skip
         if int(spec.slurm.get("gpus_per_node", 0)) > 0:
             srun.append(str(BIND_GPU))
         return [*srun, *command]
     return mpiexec_command(task.ranks, command)
+
+
+def srun_mpi(spec: Spec) -> tuple[str, str]:
+    """srun's --mpi for the tasks, and where it came from: CCBENCH_SRUN_MPI, else the
+    spec's [slurm] mpi, else pmix where it works in this allocation and pmi2 otherwise
+    (Debian's SLURM lists pmix but has no PMIx library; the MPICH wheel speaks PMI-2)."""
+    if os.environ.get("CCBENCH_SRUN_MPI"):
+        return os.environ["CCBENCH_SRUN_MPI"], "from CCBENCH_SRUN_MPI"
+    if spec.slurm.get("mpi"):
+        return str(spec.slurm["mpi"]), f"from [slurm] mpi of {spec.path.name}"
+    return _probe_srun_mpi()
+
+
+_SRUN_MPI: list[tuple[str, str]] = []  # the probe's answer, once per process
+
+
+def _probe_srun_mpi() -> tuple[str, str]:
+    if _SRUN_MPI:
+        return _SRUN_MPI[0]
+    try:
+        listed = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True,
+                                timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+        text = listed.stdout + listed.stderr
+    except (OSError, subprocess.TimeoutExpired) as e:
+        text = str(e)
+    plugins = sorted(set(re.findall(r"\b(pmix\w*|pmi2|cray_shasta|none)\b", text)))
+    if not any(p.startswith("pmix") for p in plugins):
+        why = f"srun --mpi=list offers {', '.join(plugins) or 'nothing readable'}; no pmix"
+        answer = ("pmi2", why)
+    elif not os.environ.get("SLURM_JOB_ID"):  # a step here would ask for an allocation
+        answer = ("pmix", "srun --mpi=list offers pmix (not tried outside an allocation)")
+    else:
+        # a listed plugin may still lack its library: try a one-task step
+        try:
+            probe = subprocess.run(["srun", "--mpi=pmix", "-n", "1", "true"], capture_output=True,
+                                   text=True, timeout=60, stdin=subprocess.DEVNULL)
+            status, tail = probe.returncode, (probe.stderr.strip().splitlines() or [""])[-1]
+        except (OSError, subprocess.TimeoutExpired) as e:
+            status, tail = 1, str(e)
+        answer = (("pmix", "srun --mpi=list offers pmix and a test step with it ran")
+                  if status == 0 else
+                  ("pmi2", f"srun --mpi=pmix lists but fails here ({tail.strip()})"))
+    _SRUN_MPI.append(answer)
+    return answer
 
 
 def _cluster(action: str, *args: str) -> None:
@@ -416,12 +460,18 @@ def _osu_size(line: str) -> str | None:
     return first if first.isdigit() else None
 
 
-def run_task(cmd: list[str], log: Path, timeout: float | None, echo: bool, on_row) -> int:
+def run_task(cmd: list[str], log: Path, timeout: float | None, echo: bool, on_row,
+             note: str | None = None) -> int:
     """Run one task, its output to `log` (and the terminal with `echo`); call on_row(size)
-    for each OSU result line. Returns the exit status (124 on timeout)."""
+    for each OSU result line. `note` is a line said before the output. Returns the exit
+    status (124 on timeout)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as f:
         f.write("$ " + shlex.join(cmd) + "\n")
+        if note:
+            f.write(note + "\n")
+            if echo:
+                print(note, flush=True)
         f.flush()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=dict(os.environ), start_new_session=True)  # fmt: skip
@@ -583,8 +633,12 @@ def run_sweep(spec: Spec, selected: list[Task], launcher: str, echo: bool, fail_
             csv = csv_path(spec, task).resolve()
             cmd = launch_command(spec, task, resume_args(task, sizes), csv, launcher)
             rows = RowCounter(progress, len(sizes) if task.sizes else 0)
+            note = None
+            if launcher == "srun" and cmd[0] == "srun":
+                mpi, why = srun_mpi(spec)
+                note = f"# srun --mpi={mpi}: {why}"
             status = run_task(cmd, spec.output / "logs" / f"{task.slug}.log", spec.timeout,
-                              echo, rows)  # fmt: skip
+                              echo, rows, note)  # fmt: skip
             finished = not remaining_sizes(spec, task)
             if status == 1 and finished:
                 invalid.append(task)  # finished; some sizes failed validation

@@ -50,8 +50,11 @@ def slurm():
         cluster("down", timeout=60)
 
 
-def submit(spec: Path) -> tuple[str, list[str]]:
-    env = {**os.environ, "CCBENCH_PYTHON": sys.executable, "CCBENCH_SRUN_MPI": "pmi2"}
+def submit(spec: Path, srun_mpi: str | None = "pmi2") -> tuple[str, list[str]]:
+    env = {k: v for k, v in os.environ.items() if k != "CCBENCH_SRUN_MPI"}
+    env["CCBENCH_PYTHON"] = sys.executable
+    if srun_mpi:
+        env["CCBENCH_SRUN_MPI"] = srun_mpi
     proc = subprocess.run([str(SLURM / "submit.sh"), str(spec)], capture_output=True,
                           text=True, timeout=60, env=env, cwd=spec.parent,
                           stdin=subprocess.DEVNULL)  # fmt: skip
@@ -131,3 +134,59 @@ def test_job_array_cancelled_resubmitted_and_merged(slurm, tmp_path):
     text = "".join((out / "slurm" / n).read_text() for n in array_logs)
     assert "Pass" in text and "MPICH" in text
     assert any(n.startswith(f"ccbench-slurmtest-merge-{again[1]}") for n in logs)
+
+
+FAILING = """
+[sweep]
+name = "slurmfail"
+output = "out"
+ranks = [2]
+sizes = "1K:2K"
+iterations = 2
+warmup = 0
+options = ["-c"]
+timeout = 90
+
+[[points]]
+variant = "baseline"
+collective = "allgather"
+algorithm = ["mpi", "nosuch"]
+"""
+
+
+def job_states(array_job: str) -> dict[str, str]:
+    """Array task id -> JobState, from the job completion log local-cluster.sh configures."""
+    log = Path(os.environ.get("CCBENCH_SLURM_DIR", "/var/tmp/ccbench-slurm")) / "jobcomp.log"
+    states = {}
+    for line in log.read_text().splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if fields.get("ArrayJobId") == array_job:
+            states[fields["ArrayTaskId"]] = fields["JobState"]
+    return states
+
+
+@pytest.mark.timeout(300)
+def test_default_srun_mpi_works_and_a_failed_task_fails_its_array_task(slurm, tmp_path):
+    """No [slurm] mpi, no CCBENCH_SRUN_MPI: the task picks a --mpi this SLURM can run (here
+    pmi2: Debian's SLURM lists pmix but has no PMIx library) and says so in its log. A task
+    that fails is shown as failed, counts no points and ends its array task with FAILED."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(FAILING)
+    printed, jobs = submit(spec, srun_mpi=None)
+    assert "# 2 of 2 tasks to run" in printed and len(jobs) == 2
+    wait_gone(jobs, timeout=200)
+    slurm_out = tmp_path / "out" / "slurm"
+    good = (slurm_out / f"ccbench-slurmfail-{jobs[0]}_0.out").read_text()
+    bad = (slurm_out / f"ccbench-slurmfail-{jobs[0]}_1.out").read_text()
+    chosen = re.search(r"^# srun --mpi=(\w+): (.+)$", good, re.MULTILINE)
+    assert chosen, good
+    assert "Pass" in good and "sweep: 2/2 points, 1/1 tasks," in good and " failed" not in good
+    assert "sweep: 0/2 points, 1/1 tasks, 1 failed," in bad, bad
+    assert "task 1 baseline_nosuch_r2 failed" in bad
+    deadline = time.monotonic() + 30  # slurmctld writes the log as jobs complete
+    while len(states := job_states(jobs[0])) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert states == {"0": "COMPLETED", "1": "FAILED"}, states
+    with open(tmp_path / "out.csv", newline="") as f:  # the merge job still ran
+        rows = list(csv.DictReader(f))
+    assert [(r["algorithm"], r["validation"]) for r in rows] == [("mpi", "Pass")] * 2

@@ -195,6 +195,51 @@ variant = "baseline"
     assert cmd[-2:] == ["--csv", str(tmp_path / "x.csv")]
 
 
+FAKE_SRUN = """#!/bin/sh
+# srun --mpi=list prints the plugins; a step with --mpi=pmix fails as without libpmix
+case "$1" in
+    --mpi=list) printf 'MPI plugin types are...\\n\\tnone\\n\\tcray_shasta\\n%s' "$LISTED" ;;
+    --mpi=pmix) [ "$PMIX_STATUS" = 0 ] || echo "srun: error: mpi/pmix: can not load PMIx \\
+library" >&2; exit "$PMIX_STATUS" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("listed, pmix_status, job, expected, why", [
+    ("\tpmi2\n\tpmix\nspecific pmix plugin versions available: pmix_v4\n", 1, "7", "pmi2",
+     "can not load PMIx library"),
+    ("\tpmi2\n\tpmix\n", 0, "7", "pmix", "a test step with it ran"),
+    ("\tpmi2\n", 0, "7", "pmi2", "offers cray_shasta, none, pmi2; no pmix"),
+    ("\tpmi2\n\tpmix\n", 1, None, "pmix", "not tried outside an allocation"),
+])  # fmt: skip
+def test_srun_mpi_prefers_pmix_only_where_it_works(tmp_path, monkeypatch, listed, pmix_status,
+                                                   job, expected, why):
+    fake = tmp_path / "bin" / "srun"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_SRUN)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("LISTED", listed)
+    monkeypatch.setenv("PMIX_STATUS", str(pmix_status))
+    monkeypatch.delenv("CCBENCH_SRUN_MPI", raising=False)
+    if job:  # inside an allocation the probe runs a one-task step
+        monkeypatch.setenv("SLURM_JOB_ID", job)
+    else:
+        monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setattr(sweep, "_SRUN_MPI", [])
+    spec = sweep.load_spec(write_spec(tmp_path / "s.toml", "[[points]]\nvariant = 'baseline'\n"))
+    mpi, reason = sweep.srun_mpi(spec)
+    assert mpi == expected and why in reason
+    cmd = sweep.launch_command(spec, spec.tasks[0], list(spec.tasks[0].args), tmp_path / "x.csv",
+                               "srun")  # fmt: skip
+    assert cmd[:2] == ["srun", f"--mpi={expected}"]
+    # the spec's [slurm] mpi, then CCBENCH_SRUN_MPI, win over the probe
+    spec.slurm["mpi"] = "cray_shasta"
+    assert sweep.srun_mpi(spec)[0] == "cray_shasta"
+    monkeypatch.setenv("CCBENCH_SRUN_MPI", "none")
+    assert sweep.srun_mpi(spec) == ("none", "from CCBENCH_SRUN_MPI")
+
+
 @pytest.mark.parametrize("visible, local_id, bind, expected", [
     ("0,1,2,3", "2", "local", "2"),
     ("4,5", "3", "local", "5"),   # more ranks than GPUs: round robin
@@ -432,6 +477,14 @@ algorithm = ["nosuch", "mpi"]
     assert len(data_rows(tmp_path / "out" / "baseline_allgather_mpi_r2.csv")) == 2
     assert "invalid choice" in (tmp_path / "out" / "logs" /
                                 "baseline_allgather_nosuch_r2.log").read_text()  # fmt: skip
+    # the failed task's 2 sizes are not progress: 2 of 4 points, and the failure is counted
+    last = [ln for ln in proc.stderr.splitlines() if ln.startswith("sweep: ")][-1]
+    assert last.startswith("sweep: 2/4 points, 2/2 tasks, 1 failed,"), proc.stderr
+    # -v on a task that is complete says so instead of printing nothing
+    again = run_sweep(spec, "--task", "1", "-v")
+    assert again.returncode == 0, again.stderr
+    assert "nothing to do: the 2 points of 1 task(s) are already in" in again.stderr
+    assert again.stdout == ""
 
 
 @pytest.mark.root
