@@ -36,6 +36,11 @@ def variant_module(name: str) -> list[str]:
     return ["-m", f"ccbench.benchmarks.{name}"]
 
 
+def is_case_driver(module: str) -> bool:
+    """tests/drivers/*_cases.py: many cases in one launch, one JSON line per case."""
+    return module.startswith("tests.drivers.") and module.endswith("_cases")
+
+
 def mpirun(nranks: int, args: list[str], timeout: float = 120, env: dict | None = None,
            cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run `args` under `mpiexec -n nranks` with this Python; output captured as text.
@@ -50,7 +55,12 @@ def mpirun(nranks: int, args: list[str], timeout: float = 120, env: dict | None 
     full_env.setdefault("OMP_NUM_THREADS", "1")
     if env:
         full_env.update(env)
-    command = mpiexec_command(nranks, [sys.executable, *map(str, args)],
+    args = list(map(str, args))
+    if args[:1] == ["-m"] and is_case_driver(args[1]):
+        # mpi4py's runner calls MPI_Abort on an uncaught exception: a rank that raises
+        # ends the launch at once instead of leaving the others waiting in a collective
+        args = ["-m", "mpi4py", *args]
+    command = mpiexec_command(nranks, [sys.executable, *args],
                               bind=binding_enabled(environ=full_env))
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                           env=full_env, cwd=cwd or REPO, stdin=subprocess.DEVNULL)

@@ -8,6 +8,7 @@ codec cannot carry must raise DataError instead of coming back corrupted.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -134,7 +135,7 @@ def test_bfp_size_formula():
         assert codec.encoded_nbytes(count) == math.ceil(count / 16) * (1 + 16 * 5 // 8)
 
 
-@pytest.mark.parametrize("spec", ["fp16", "bf16", "bfp:rate=8", "bfp:rate=5", "bfp:rate=16"])
+@pytest.mark.parametrize("spec", ["bfp:rate=8", "bfp:rate=5", "bfp:rate=16"])
 @pytest.mark.parametrize("count", [5, 8192, 8200])
 def test_numpy_and_torch_give_the_same_payload(spec, count):
     codec = parse_codec(spec)
@@ -148,6 +149,90 @@ def test_numpy_and_torch_give_the_same_payload(spec, count):
     y = np.empty_like(x)
     codec.decode(p_np, y)
     assert np.array_equal(out.numpy(), y)
+
+
+# ---------------------------------------------------------------- the cast codecs, bit for bit
+
+# (significant bits, exponent of the smallest normal as frexp gives it) of the 2-byte types
+CAST_FORMATS = {"fp16": (11, -13), "bf16": (8, -125)}
+
+
+def nearest_even(x32: np.ndarray, spec: str) -> np.ndarray:
+    """float32 values rounded to fp16 / bf16, nearest even, as 16-bit patterns: worked in
+    float64, where x / step is exact and np.round breaks ties to even (no cast library)."""
+    bits, min_exp = CAST_FORMATS[spec]
+    x = x32.astype(np.float64)
+    exponent = np.maximum(np.frexp(x)[1], min_exp)  # below the normals the step is fixed
+    step = np.ldexp(1.0, exponent - bits)
+    rounded = np.round(x / step) * step
+    if spec == "fp16":
+        return rounded.astype(np.float16).view(np.uint16)
+    return (rounded.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+@pytest.fixture
+def without_torch(monkeypatch):
+    """The cast codecs as on a host without torch: `import torch` fails for them."""
+    from ccbench.kernels import codec_cast
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setattr(codec_cast, "_torch", None)  # forget an earlier successful import
+
+
+def cast_inputs(spec: str) -> np.ndarray:
+    """Ties in both directions, subnormals, signed zeros and random values of every scale."""
+    bits, min_exp = CAST_FORMATS[spec]
+    ulp = 2.0 ** (1 - bits)  # between 1 and 2
+    ties = [1 + ulp / 2, 1 + 3 * ulp / 2, -(1 + ulp / 2), 3 * 2.0 ** (min_exp - bits - 1)]
+    near = [1 + ulp / 2 + 2.0**-23, 1 + ulp / 2 - 2.0**-23, 0.0, -0.0, 1e-45, -3e-41, 5e-39]
+    rng = np.random.default_rng(5)
+    spread = rng.standard_normal(4000) * 2.0 ** rng.integers(-40, 14, 4000)
+    return np.concatenate([ties, near, spread]).astype(np.float32)
+
+
+@pytest.mark.parametrize("spec", ["fp16", "bf16"])
+def test_cast_codecs_without_torch_round_to_nearest_even(spec, without_torch):
+    codec = parse_codec(spec)
+    x = cast_inputs(spec)
+    payload = codec.encode(x)
+    assert isinstance(payload, np.ndarray)
+    expected = nearest_even(x, spec)
+    got = payload.view(np.uint16)
+    assert np.array_equal(got, expected), np.flatnonzero(got != expected)[:5]
+    out = np.empty_like(x)
+    codec.decode(payload, out)
+    if spec == "fp16":
+        wide = expected.view(np.float16).astype(np.float32)
+    else:
+        wide = (expected.astype(np.uint32) << 16).view(np.float32)
+    assert np.array_equal(out.view(np.uint32), wide.view(np.uint32))
+
+
+@pytest.mark.parametrize("spec", ["fp16", "bf16"])
+@PROPERTY
+@given(x=np_arrays(np.float32, st.integers(1, 500), elements=st.floats(
+    min_value=-60000, max_value=60000, width=32, allow_nan=False, allow_subnormal=True)))
+def test_cast_codecs_without_torch_property(spec, x):
+    from ccbench.kernels import codec_cast
+
+    saved = codec_cast._torch  # torch is imported above: sys.modules holds it
+    sys.modules["torch"], codec_cast._torch = None, None  # hypothesis runs outside fixtures
+    try:
+        payload = parse_codec(spec).encode(x)
+    finally:
+        sys.modules["torch"], codec_cast._torch = torch, saved
+    assert np.array_equal(payload.view(np.uint16), nearest_even(x, spec))
+
+
+@pytest.mark.parametrize("spec", ["fp16", "bf16"])
+def test_cast_codecs_with_torch_round_to_nearest_even(spec):
+    """numpy arrays borrow torch's kernels, torch tensors use them: the same bits."""
+    codec = parse_codec(spec)
+    x = cast_inputs(spec)
+    expected = nearest_even(x, spec)
+    assert np.array_equal(codec.encode(x).view(np.uint16), expected)
+    assert np.array_equal(codec.encode(torch.from_numpy(x.copy())).numpy().view(np.uint16),
+                          expected)
 
 
 def test_bfp_unaligned_torch_payload():
@@ -190,6 +275,39 @@ def test_variable_size_header():
     body = int.from_bytes(payload[:HEADER_NBYTES].tobytes(), "little")
     assert body == payload.shape[0] - HEADER_NBYTES
     assert payload.shape[0] < x.nbytes / 10  # zeros compress
+
+
+def test_collective_error_bounds_hand_worked():
+    """collectives.compressed.error_bound against docs/compression.md's composition, worked
+    by hand for fp16 on float32 data: e(a) = 2^-11 a + 2^-25; rounding r(a) = 2^-24 a +
+    2^-150."""
+    from ccbench.collectives.compressed import error_bound
+
+    fp16, none = parse_codec("fp16"), parse_codec("none")
+
+    def e(a):
+        return 2.0**-11 * a + 2.0**-25
+
+    def r(a):
+        return 2.0**-24 * a + 2.0**-150
+
+    # allgather, collective level: one round trip of the largest input (M = 5)
+    assert error_bound(fp16, "coll", "allgather", [3.0, 5.0], "float32") == pytest.approx(
+        e(5.0), rel=1e-12)
+    # point to point on 3 ranks: two hops, the second re-encodes the first's output
+    first = e(4.0)
+    assert error_bound(fp16, "p2p", "allgather", [1.0, 2.0, 4.0], "float32") == pytest.approx(
+        first + e(4.0 + first), rel=1e-12)
+    # reduce-scatter on 2 ranks (S = 3): one hop re-encodes the partial sum and adds in
+    # float32, plus rounding the inputs (1, 2) and the reference (3)
+    hop = e(3.0) + r(3.0)
+    inputs = r(1.0) + r(2.0) + r(3.0)
+    rs = error_bound(fp16, "p2p", "reduce_scatter", [1.0, 2.0], "float32")
+    assert rs == pytest.approx(hop + inputs, rel=1e-6)
+    # allreduce, collective level: that, then one more round trip of the sums
+    assert error_bound(fp16, "coll", "allreduce", [1.0, 2.0], "float32") == pytest.approx(
+        rs + e(3.0 + rs), rel=1e-12)
+    assert error_bound(none, "coll", "allreduce", [1.0, 2.0], "float32") is None
 
 
 # ---------------------------------------------------------------- bad data

@@ -19,7 +19,7 @@ from tests.mpirun import REPO
 SPEC = """
 [gate]
 ranks = 2
-rounds = 2
+rounds = 3
 threshold = 1.3
 [[benchmark]]
 name = "ring allgather"
@@ -58,7 +58,7 @@ def test_gate_passes_an_unchanged_tree(clone, spec, tmp_path):
     proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec), "--csv", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = list(csv.DictReader(out.open()))
-    assert [r["size_bytes"] for r in rows] == ["4096"] and rows[0]["rounds"] == "2"
+    assert [r["size_bytes"] for r in rows] == ["4096"] and rows[0]["rounds"] == "3"
     assert "0 failed" in proc.stdout
 
 

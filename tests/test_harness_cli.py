@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 
-from ccbench.benchmarks.results import COMMON_COLUMNS
-from tests.mpirun import mpirun, variant_module
+from tests.mpirun import case_results, mpirun, variant_module
 
 QUICK = ["-i", "5", "-x", "1"]
+# The README's Results table; the harness may add columns of its own
+DOCUMENTED_COLUMNS = (
+    "run_id", "timestamp", "variant", "algorithm", "collective", "codec", "dtype", "buffer",
+    "ranks", "nodes", "size_bytes", "bytes_per_rank", "total_bytes", "count", "iterations",
+    "warmup", "timing", "avg_us", "min_us", "max_us", "p50_us", "p99_us", "algbw_gbps",
+    "busbw_gbps", "wire_bytes_per_rank", "compression_ratio", "max_abs_err", "max_rel_err",
+    "error_bound", "validation", "link_gbps", "mpi_library", "hostname", "git_sha",
+)  # fmt: skip
 
 
 def parse_osu(stdout: str) -> list[list[str]]:
@@ -51,11 +61,17 @@ def test_full_validated_sweep_writes_osu_rows_csv_and_json(tmp_path, collective)
     assert all(r[4] == "5" and r[5] == "Pass" for r in rows)
     with open(out, newline="") as f:
         table = list(csv.DictReader(f))
-    assert list(table[0])[: len(COMMON_COLUMNS)] == list(COMMON_COLUMNS)
+    header = list(table[0])
+    assert header[0] == "run_id" and len(set(header)) == len(header)
+    assert [c for c in DOCUMENTED_COLUMNS if c not in header] == []
     assert len(table) == len(rows)
     big = table[-1]
     assert int(big["size_bytes"]) == 65536 and big["validation"] == "Pass"
     assert big["ranks"] == "2" and big["codec"] == "none" and big["algorithm"] == "mpi"
+    assert (big["variant"], big["collective"], big["dtype"], big["buffer"], big["timing"]) == (
+        "baseline", collective, "float32", "numpy", "per-call")
+    assert (big["iterations"], big["warmup"], big["nodes"]) == ("5", "1", "1")
+    assert int(big["count"]) == 65536 // 4  # float32 elements in size_bytes
     per_rank, total = {"allgather": (65536, 131072), "reduce_scatter": (32768, 65536),
                        "allreduce": (65536, 65536)}[collective]  # fmt: skip
     assert (int(big["bytes_per_rank"]), int(big["total_bytes"])) == (per_rank, total)
@@ -83,6 +99,11 @@ def test_ring_reports_measured_wire_bytes_and_appends(tmp_path):
     assert len(table) == 2 and table[0]["run_id"] != table[1]["run_id"]
     # ring allreduce: 2 (P-1) blocks of N/P elements leave every rank
     assert int(table[0]["wire_bytes_per_rank"]) == 2 * 3 * 4096 // 4
+    # nccl-tests' bandwidths on 4 ranks, worked by hand: algbw = 4096 B / avg, and the
+    # allreduce bus factor 2 (4 - 1) / 4 = 1.5 (on 2 ranks it is 1, which hides errors)
+    row = table[0]
+    assert float(row["algbw_gbps"]) == pytest.approx(4096 / (float(row["avg_us"]) * 1e-6) / 1e9)
+    assert float(row["busbw_gbps"]) == pytest.approx(1.5 * float(row["algbw_gbps"]))
 
 
 @pytest.mark.timeout(120)
@@ -138,6 +159,32 @@ def test_validation_failure_prints_fail_and_exits_1():
 
 
 @pytest.mark.timeout(60)
+def test_lossy_error_beyond_its_bound_fails_and_exits_1(tmp_path):
+    """A lossy variant that states fp16's bound but sends bf16 (4 to 8 times that error):
+    every size fails validation, the run exits 1, and the row's bound is fp16's closed form
+    2^-11 M + 2^-25 (M = the largest |x| of any rank's validation input, in float32)."""
+    from ccbench.kernels.inputs import values
+
+    out = tmp_path / "over.csv"
+    proc = mpirun(2, ["-m", "tests.drivers.faulty_variants", "overbound", "--collective",
+                      "allgather", "-m", "4K:16K", "-c", "--data", "gradient-like", "--csv", out,
+                      *QUICK])  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert [r[2] for r in parse_osu(proc.stdout)] == ["Fail", "Fail", "Fail"]
+    with open(out, newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [r["validation"] for r in table] == ["Fail"] * 3
+    for row in table:
+        count = int(row["size_bytes"]) // 4
+        amax = max(float(np.abs(values("gradient-like", count, r, 2, 0).astype(np.float32)).max())
+                   for r in range(2))  # fmt: skip
+        bound = 2.0**-11 * amax + 2.0**-25
+        assert float(row["error_bound"]) == pytest.approx(bound, rel=1e-9)
+        # beyond the bound, and by less than 10x: a bound 10 times too loose would pass it
+        assert bound < float(row["validation_err"]) < 10 * bound
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("fault", ["die", "raise"])
 def test_a_failing_rank_ends_the_job_instead_of_hanging(fault):
     proc = mpirun(2, ["-m", "tests.drivers.faulty_variants", fault, "-m", "4:4", "-i", "50"],
@@ -146,6 +193,29 @@ def test_a_failing_rank_ends_the_job_instead_of_hanging(fault):
     if fault == "raise":
         assert "ccbench: error: rank 1: RuntimeError: injected failure" in proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.timeout(90)
+def test_time_budget_rounds_agree_when_rank_clocks_disagree():
+    """Each rank timing its own count of calls deadlocks or truncates the gather."""
+    result = case_results("tests.drivers.budget_cases", 2, timeout=60)["budget-clocks-apart"]
+    assert result["ok"], result
+
+
+@pytest.mark.timeout(30)  # a hang guard: the launch must end well before its own timeout
+def test_a_rank_raising_in_a_case_driver_ends_the_launch():
+    with pytest.raises(AssertionError, match="RuntimeError: injected failure in a case"):
+        case_results("tests.drivers.raising_cases", 2, timeout=25)
+
+
+def test_list_says_which_variants_run_without_mpiexec():
+    proc = subprocess.run([sys.executable, "-m", "ccbench.scripts.cli", "list"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines()[1:] if line.strip()}
+    assert "no mpiexec" in lines["codec_throughput"]  # one process, no MPI
+    for variant in ("baseline", "coll_compressed", "sparse_streaming", "training"):
+        assert "no mpiexec" not in lines[variant]
 
 
 @pytest.mark.timeout(60)

@@ -1,8 +1,11 @@
 """The regression gate: passes identical and merely slower-machine results, catches each
-kind of injected regression; and the tracked reference passes against itself."""
+kind of injected regression; and the tracked reference's exact metrics are the closed
+forms of the size conventions and ring volumes."""
 
 from __future__ import annotations
 
+import collections
+import csv
 import itertools
 from pathlib import Path
 
@@ -178,11 +181,47 @@ def reference_rows() -> tuple[list[str], list[dict]]:
     return columns, rows
 
 
-def test_reference_results_pass_against_themselves(capsys):
-    ref = REPO / "results" / "reference"
-    reference_rows()
-    assert regress.main([str(ref), "--against", str(ref)]) == 0
-    assert "0 regressions" in capsys.readouterr().out
+def test_reference_exact_metrics_follow_the_closed_forms():
+    """The tracked reference, read with the csv module, against the size conventions and
+    ring volumes worked out by hand (README; docs/compression.md): what the gate holds
+    every new run to must itself be right."""
+    paths = sorted((REPO / "results" / "reference").glob("*.csv"))
+    if not paths:
+        pytest.skip("results/reference holds no CSV yet (generate with sweeps/ci.toml)")
+    rows = []
+    for path in paths:
+        with open(path, newline="") as f:
+            rows += list(csv.DictReader(f))
+    checked = collections.Counter()
+    for r in rows:
+        p, size, collective = int(r["ranks"]), int(r["size_bytes"]), r["collective"]
+        per_rank, total = {"allgather": (size, p * size), "reduce_scatter": (size // p, size),
+                           "allreduce": (size, size)}[collective]  # fmt: skip
+        assert (int(r["bytes_per_rank"]), int(r["total_bytes"])) == (per_rank, total), r
+        assert int(r["count"]) == size // 4 and r["dtype"] == "float32", r
+        assert r["validation"] == "Pass", r
+        # what one rank sends per call in the uncompressed ring
+        ring = {"allgather": (p - 1) * size, "reduce_scatter": (p - 1) * size // p,
+                "allreduce": 2 * (p - 1) * size // p}[collective]  # fmt: skip
+        lossy = r["codec"] not in ("none", "zstd")
+        if r["variant"] == "baseline":
+            wire = "" if r["algorithm"] == "mpi" else str(ring)
+            assert r["wire_bytes_per_rank"] == wire, r
+        elif r["variant"] in ("p2p_compressed", "coll_compressed"):
+            wire = float(r["wire_bytes_per_rank"])
+            # a mean over ranks, written rounded for variable-size codecs
+            assert float(r["compression_ratio"]) == pytest.approx(ring / wire, rel=1e-4), r
+            nominal = {"fp16": 2, "zfp:rate=8": 4}.get(r["codec"])  # 16 and 8 of 32 bits
+            if nominal:
+                assert wire == ring / nominal, r
+            else:  # zstd on float32 gradients: a little, never below raw (its header aside)
+                assert 1.0 < float(r["compression_ratio"]) < 1.5, r
+        if lossy:
+            assert 0 < float(r["validation_err"]) <= float(r["error_bound"]), r
+        else:
+            assert float(r["validation_err"] or 0) == 0 and r["error_bound"] == "", r
+        checked[r["variant"]] += 1
+    assert set(checked) >= {"baseline", "p2p_compressed", "coll_compressed", "sparse_streaming"}
 
 
 def test_reference_covers_every_gated_metric():

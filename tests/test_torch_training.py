@@ -129,10 +129,9 @@ def test_cli_frameworks_write_rows(tmp_path, framework, extra):
     summaries = [r for r in rows if r["row"] == "summary"]
     assert len(steps) == 4 and {r["framework"] for r in rows} == {framework}
     assert len(summaries) == (2 if framework == "mgwfbp" else 1)
-    for r in steps:
-        assert float(r["compute_us"]) + float(r["comm_us"]) == pytest.approx(
-            float(r["step_us"]), rel=1e-6)
-        assert float(r["comm_us"]) <= float(r["step_us"])
+    for r in steps:  # the exposed communication is a part of the step
+        assert 0 <= float(r["comm_us"]) < float(r["step_us"])
+        assert float(r["forward_us"]) > 0 and float(r["backward_us"]) > 0
     if framework == "mgwfbp":
         assert [r["strategy"] for r in steps] == ["mgwfbp", "ddp:25MB"] * 2
         assert all(float(r["predicted_us"]) > 0 for r in summaries)

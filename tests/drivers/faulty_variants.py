@@ -1,6 +1,6 @@
 """Variants that misbehave on purpose, to test how the harness reports failures.
 
-    python -m tests.drivers.faulty_variants wrong|die|raise [harness options]
+    python -m tests.drivers.faulty_variants wrong|die|raise|overbound [harness options]
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ import os
 import sys
 
 from ccbench.benchmarks.baseline import Baseline
+from ccbench.benchmarks.coll_compressed import CollCompressed
 from ccbench.benchmarks.harness import Op, run_variant
+from ccbench.kernels.codecs import parse_codec
 
 
 class WrongResult(Baseline):
@@ -50,6 +52,20 @@ class FailingRank(Baseline):
         return Op(run=run, send=op.send, recv=op.recv, measures_wire=False)
 
 
+class OverBound(CollCompressed):
+    """States fp16's error bound (the --codec default) but sends bf16: 3 fewer mantissa
+    bits, so its error is 4 to 8 times that bound, never 10 (a wiring bug, not a crash)."""
+
+    name = "over_bound"
+
+    def make_op(self, ctx, case) -> Op:
+        stated, self.codec = self.codec, parse_codec("bf16")
+        try:
+            return super().make_op(ctx, case)
+        finally:
+            self.codec = stated
+
+
 def _die():
     os._exit(9)  # no word, no MPI_Finalize: as a killed rank
 
@@ -62,6 +78,7 @@ VARIANTS = {
     "wrong": WrongResult,
     "die": lambda: FailingRank(_die),
     "raise": lambda: FailingRank(_raise),
+    "overbound": OverBound,
 }
 
 if __name__ == "__main__":
