@@ -125,6 +125,10 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
+THREAD_LEVELS = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+                 MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+
+
 def describe(info: dict, argv, ranks: int) -> dict:
     """The full environment of a run: the JSON sidecar's content."""
     return {
@@ -133,6 +137,7 @@ def describe(info: dict, argv, ranks: int) -> dict:
         "ranks": ranks,
         "mpi_library_full": MPI.Get_library_version().replace("\0", "").strip(),
         "mpi_version": "{}.{}".format(*MPI.Get_version()),
+        "mpi_thread_level": THREAD_LEVELS.get(MPI.Query_thread(), str(MPI.Query_thread())),
         "versions": _versions(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),

@@ -18,6 +18,10 @@
 
 from __future__ import annotations
 
+from ccbench.benchmarks import request_thread_level
+
+request_thread_level("multiple")  # the allreduce thread calls MPI beside the main thread
+
 import argparse
 from dataclasses import dataclass
 from pathlib import Path

@@ -18,6 +18,10 @@ summary; MG-WFBP: one summary row per strategy).
 
 from __future__ import annotations
 
+from ccbench.benchmarks import request_thread_level
+
+request_thread_level("multiple")  # the communication thread calls MPI beside the training thread
+
 from ccbench.benchmarks.options import RankAwareParser, non_negative_int, parse_size, positive_int
 from ccbench.benchmarks.progress import progress_bar
 from ccbench.kernels.errors import UsageError
