@@ -112,7 +112,7 @@ def rank_in_launch() -> int | None:
 
 
 def refuse_inside_mpi_launch(tool: str) -> None:
-    """Exit 2, with one line from rank 0 only, when a tool that launches its own ranks
+    """Exit (2 on rank 0, with one line; 0 elsewhere) when a tool that launches its own ranks
     was itself started under mpiexec or srun."""
     rank = rank_in_launch()
     if rank is None:
@@ -120,4 +120,7 @@ def refuse_inside_mpi_launch(tool: str) -> None:
     if rank == 0:
         print(f"ccbench: error: {tool} launches its own MPI ranks; run it directly, "
               "not under mpiexec or srun", file=sys.stderr, flush=True)
-    raise SystemExit(2)
+        raise SystemExit(2)
+    # The other ranks end quietly, so rank 0's status becomes the job's: Open MPI's
+    # launcher, seeing another rank fail first, ends the job and can drop rank 0's line.
+    raise SystemExit(0)
