@@ -139,10 +139,15 @@ def _expand_compare(table: dict, defaults: dict, where: str) -> list[dict]:
     of its lists (collective, link rate, ranks); see docs/sweeps-slurm-regression.md."""
     from ccbench.scripts.compare import parse_side
 
+    sides = []
     for key in ("a", "b"):
         if not isinstance(table.get(key), str):
             raise UsageError(f"{where}: a compare needs a = \"VARIANT ...\" and b = \"...\"")
-        parse_side(f"{where}: {key}", table[key])
+        sides.append(parse_side(f"{where}: {key}", table[key])[0])
+    if any(side in UNSIZED_VARIANTS for side in sides):
+        # as for the unsized variants' own tasks: the sweep's iterations, warm-ups and
+        # options are not theirs (training takes --steps, not -i, -x or -c)
+        defaults = {k: v for k, v in defaults.items() if k in ("ranks", "link_gbps")}
     get = {**defaults, **table}.get
     own = [table["a"], table["b"], "-m", str(get("sizes", "64K:1M"))]
     for key in ("rounds", "margin", "statistic"):
