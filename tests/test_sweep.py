@@ -139,6 +139,31 @@ steps = 20
     assert train_coll.slug == "training_variant-coll_compressed_r2"
 
 
+def test_compare_of_unsized_variants_takes_none_of_the_sweep_options(tmp_path):
+    spec = sweep.load_spec(write_spec(tmp_path / "s.toml", """
+[sweep]
+sizes = "1K:4K"
+iterations = 5
+warmup = 1
+options = ["-c"]
+[[points]]
+variant = "compare"
+a = "training --framework fsdp --variant baseline"
+b = "training --framework fsdp --variant coll_compressed --codec fp16"
+steps = 20
+rounds = 3
+[[points]]
+variant = "compare"
+a = "baseline --algorithm mpi"
+b = "coll_compressed --codec fp16"
+rounds = 3
+"""))
+    training, micro = spec.tasks
+    # what follows `--` goes to both sides: training takes --steps, not -i, -x or -c
+    assert training.args[training.args.index("--") + 1:] == ("--steps", "20")
+    assert micro.args[micro.args.index("--") + 1:] == ("-i", "5", "-x", "1", "-c")
+
+
 def test_array_ranges():
     assert sweep.array_ranges([7, 0, 1, 2, 5, 8]) == "0-2,5,7-8"
     assert sweep.array_ranges([3]) == "3"
