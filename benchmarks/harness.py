@@ -363,7 +363,7 @@ def check_result(variant: Variant, case: Case, got, inputs: list[np.ndarray]) ->
 # The driver ---------------------------------------------------------------------------------
 
 
-def _parse(variant: Variant, argv, comm: Communicator):
+def parse_options(variant: Variant, argv, comm: Communicator):
     prog = f"ccbench {variant.name}"
     parser = build_parser(prog, variant.description, variant.collectives, quiet=comm.rank != 0)
     variant.add_options(parser)
@@ -381,7 +381,7 @@ def _parse(variant: Variant, argv, comm: Communicator):
     return opts
 
 
-def _plan_cases(variant: Variant, opts, comm: Communicator) -> list[tuple[Case, list[int]]]:
+def plan_cases(variant: Variant, opts, comm: Communicator) -> list[tuple[Case, list[int]]]:
     cases, skipped = [], []
     for size in opts.sizes:
         shape = case_shape(opts.collective, size, comm.size, opts.dtype)
@@ -429,7 +429,19 @@ def _row(run_info: dict, variant_columns: dict, case: Case, iters: int, warmup: 
     return row
 
 
-def _run_case(variant: Variant, ctx: Context, case: Case):
+@dataclass
+class Prepared:
+    """A case ready to time: its op, the call the clock wraps, and every rank's data."""
+
+    op: Op
+    run: Callable[[], None]
+    timed: list[np.ndarray]
+    iterations: int
+    warmup: int
+
+
+def prepare_case(variant: Variant, ctx: Context, case: Case) -> Prepared:
+    """Build the variant's op for `case` and fill its send buffer with the timed data."""
     comm, opts = ctx.comm, ctx.opts
     op = agreed(comm, lambda: variant.make_op(ctx, case))
     # every rank's timed data: the exact result of the accuracy pass needs them all
@@ -445,7 +457,27 @@ def _run_case(variant: Variant, ctx: Context, case: Case):
             call()
             arrays.synchronize(case.buffer)
 
-    timing = measure(comm, run, iters, warmup, opts.timing,
+    return Prepared(op, run, timed, iters, warmup)
+
+
+def validate_case(variant: Variant, ctx: Context, case: Case, op: Op) -> dict:
+    """The -c pass: one call on integers whose sums are exact, checked on every rank."""
+    comm = ctx.comm
+    exact = agreed(comm, lambda: [variant.validation_input(case, r)
+                                  for r in range(case.ranks)])
+    agreed(comm, lambda: fill(op.send, exact[case.rank], case))
+    op.run()
+    if arrays.is_gpu(case.buffer):
+        arrays.synchronize(case.buffer)
+    return _combine_checks(comm, agreed(comm, lambda: check_result(variant, case,
+                                                                   op.recv, exact)))
+
+
+def _run_case(variant: Variant, ctx: Context, case: Case):
+    comm, opts = ctx.comm, ctx.opts
+    prepared = prepare_case(variant, ctx, case)
+    op, run, timed = prepared.op, prepared.run, prepared.timed
+    timing = measure(comm, run, prepared.iterations, prepared.warmup, opts.timing,
                      ci_target=opts.ci_target / 100 if opts.ci_target else None,
                      budget_s=opts.time_budget)
     iters = timing.pop("iterations")
@@ -459,13 +491,8 @@ def _run_case(variant: Variant, ctx: Context, case: Case):
     stats.update(_accuracy(comm, variant, case, op.recv, timed))
     check = None
     if opts.validate:  # its own pass, on integers whose sums are exact
-        exact = agreed(comm, lambda: [variant.validation_input(case, r)
-                                      for r in range(case.ranks)])
-        agreed(comm, lambda: fill(op.send, exact[case.rank], case))
-        run()
-        check = _combine_checks(comm, agreed(comm, lambda: check_result(variant, case,
-                                                                         op.recv, exact)))
-    return iters, warmup, timing, check, stats
+        check = validate_case(variant, ctx, case, op)
+    return iters, prepared.warmup, timing, check, stats
 
 
 def _accuracy(comm: Communicator, variant: Variant, case: Case, got, timed) -> dict:
@@ -488,8 +515,8 @@ def _combine_checks(comm: Communicator, mine: dict) -> dict:
 
 
 def _run(variant: Variant, argv, comm: Communicator) -> int:
-    opts = agreed(comm, lambda: _parse(variant, argv, comm))
-    cases, skipped = agreed(comm, lambda: _plan_cases(variant, opts, comm))
+    opts = agreed(comm, lambda: parse_options(variant, argv, comm))
+    cases, skipped = agreed(comm, lambda: plan_cases(variant, opts, comm))
     ctx = Context(comm, opts, variant)
     variant_columns = variant.columns(opts)
     config_keys = list(dict.fromkeys(k for c in cases for k in c.config))

@@ -169,3 +169,11 @@ def build_parser(prog: str, description: str, collectives, quiet: bool) -> RankA
                         help="with --ci-target: stop a size after SEC seconds of timing "
                              "(default 10)")
     return parser
+
+
+def split_common(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(a tool's own arguments, the options after -- that both sides of a comparison get)."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []

@@ -104,7 +104,7 @@ KINDS = (
         required=("a", "b", "size_bytes", "ratio", "verdict"),
         numeric=("ranks", "size_bytes", "rounds", "a_us", "b_us", "ratio", "ratio_low",
                  "ratio_high", "margin", "a_iterations", "b_iterations", "link_gbps",
-                 "load_start", "load_end"),
+                 "load_start", "load_end", "turns"),
         identity=("a", "b", "a_rev", "b_rev", "collective", "ranks", "size_bytes", "config",
                   "statistic", "link_gbps"),
         order="timestamp",

@@ -110,13 +110,17 @@ def speedup(ratio: float, low: float, high: float) -> str:
     return text
 
 
-def samples(rounds, a_iterations, b_iterations, unit: str = "iterations") -> str:
+def samples(rounds, a_iterations, b_iterations, unit: str = "iterations",
+            turns=None) -> str:
+    """'5 rounds x 6 turns x 5 iterations': the launches behind a ratio, the turns of
+    both sides within each (in-launch comparisons) and the timed calls of each turn."""
     def whole(v):
         return "?" if v is None or not np.isfinite(float(v)) else f"{int(v)}"
 
     each = whole(a_iterations) if whole(a_iterations) == whole(b_iterations) else \
         f"{whole(a_iterations)} (A) / {whole(b_iterations)} (B)"
-    return f"{whole(rounds)} rounds x {each} {unit}"
+    within = f"{whole(turns)} turns x " if whole(turns) not in ("?", "1") else ""
+    return f"{whole(rounds)} rounds x {within}{each} {unit}"
 
 
 def compare_headlines(data) -> tuple[list[Headline], list[str]]:
@@ -169,7 +173,8 @@ def compare_headlines(data) -> tuple[list[Headline], list[str]]:
                               verdict(low, high, margin) + (" (B is collective-level)"
                                                             if key != "omnireduce_speedup"
                                                             else " (B is OmniReduce)"),
-                              samples(row["rounds"], a_it, b_it), published(claim),
+                              samples(row["rounds"], a_it, b_it,
+                                      turns=row.get("turns")), published(claim),
                               ", ".join(where)))
     for codec, ratio in sorted(lossless_out.items()):
         how = (f"its compression ratio on real gradients is {ratio:.2f}" if ratio is not None

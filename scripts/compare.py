@@ -6,22 +6,29 @@ with a 95% interval and a verdict.
     ccbench compare "coll_compressed --codec bfp:rate=8" --a-rev HEAD~3 -m 1M:16M
 
 A and B are each a variant and its options. Both run on the same ranks with the same
-common options, alternately, round after round in the order A B, B A, A B, ... so that a
-load that comes and goes on a shared host hits both alike. `--a-rev` / `--b-rev` run a
-side from a git revision instead of this checkout (with the same command if B is left
-out), so one benchmark can be compared across two versions of the code.
+common options, round after round, so that a load that comes and goes on a shared host
+hits both alike. Two benchmarks with message sizes from this checkout share each round's
+launch (benchmarks/paired.py): built on the same ranks, they take `--turns` turns, A B,
+B A, ..., so a host whose speed shifts over seconds moves both alike. What one launch
+fixes (where its ranks' buffers land) differs from launch to launch, so a round is a
+launch, and the interval is taken across rounds. `--separate-launches` gives each side a
+launch of its own in every round instead, in the order A B, B A, ..., as revisions
+(`--a-rev` / `--b-rev`: a side from a git revision, with the same command if B is left
+out), training and merged_gradient always have.
 
 Per size, each round gives one time per side (the launch's `--statistic`, default the
-mean over calls); the ratio B/A is the geometric mean of the per-round ratios, its
-interval the t interval of the mean log ratio over rounds (benchmarks/statistics.py).
-The verdict: B is faster when the whole interval lies below 1/(1+margin), slower when
-it lies above 1+margin, and otherwise no difference this run can show.
+mean over calls; over a round's turns, their geometric mean); the ratio B/A is the
+geometric mean of the per-round ratios, its interval the t interval of the mean log
+ratio over rounds (benchmarks/statistics.py). The verdict: B is faster when the whole
+interval lies below 1/(1+margin), slower when it lies above 1+margin, and otherwise no
+difference this run can show.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import math
 import os
 import shlex
@@ -35,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ccbench.benchmarks.options import split_common
 from ccbench.benchmarks.results import (
     COMMON_COLUMNS,
     append_rows,
@@ -55,8 +63,9 @@ COLUMNS = (
     "compare_id", "sweep_id", "timestamp", "a", "b", "a_rev", "b_rev", "collective", "ranks",
     "size_bytes", "config", "statistic", "rounds", "a_us", "b_us", "ratio", "ratio_low",
     "ratio_high", "margin", "verdict", "a_iterations", "b_iterations", "link_gbps",
-    "load_start", "load_end", "hostname", "git_sha",
+    "load_start", "load_end", "hostname", "git_sha", "pairing", "turns", "ci_target_pct",
 )  # fmt: skip
+IN_LAUNCH, LAUNCHES = "in-launch", "launches"  # the pairing column
 
 
 # ----------------------------------------------------------------------------- sides
@@ -157,6 +166,31 @@ class Launcher:
             raise UsageError(f"{side.label} ({side.text()}) wrote no results")
         return rows
 
+    def run_paired(self, a: Side, b: Side, common: list[str], turns: int,
+                   out: Path) -> dict:
+        """Both sides in one launch (benchmarks/paired.py); its per-round record."""
+        program = [sys.executable, "-m", "ccbench.benchmarks.paired", "--a",
+                   shlex.join(a.command), "--b", shlex.join(b.command), "--turns",
+                   str(turns), "--json", str(out), "--", *common]
+        if self.cluster:
+            unbound = [] if self.bind else ["--no-bind"]
+            command = [sys.executable, "-m", "ccbench.scripts.cluster", "run", "--name",
+                       self.cluster, "-n", str(self.ranks), *unbound, "--", *program]
+        else:
+            command = mpiexec_command(self.ranks, program, bind=self.bind)
+        out.unlink(missing_ok=True)
+        proc = subprocess.run(command, capture_output=True, text=True,
+                              timeout=self.timeout, stdin=subprocess.DEVNULL)
+        if proc.returncode not in (0, 1):  # 1: a validation failure, still timed
+            tail = (proc.stderr or proc.stdout).strip().splitlines()
+            raise UsageError(f"A and B in one launch failed with status "
+                             f"{proc.returncode}: {tail[-1] if tail else 'no output'}")
+        if proc.returncode == 1:
+            print(proc.stdout.strip(), flush=True)
+        if not out.exists():
+            raise UsageError("A and B in one launch wrote no results")
+        return json.loads(out.read_text())
+
 
 # ----------------------------------------------------------------------------- rounds
 
@@ -201,7 +235,9 @@ class Comparison:
     b: Side
     statistic: str
     margin: float
-    times: dict = field(default_factory=dict)  # point -> {"A": [...], "B": [...]}
+    pairing: str = LAUNCHES
+    times: dict = field(default_factory=dict)  # point -> {"A": [...], "B": [...]}, a round each
+    turns: dict = field(default_factory=dict)  # in-launch: point -> side -> rounds' turns
     iterations: dict = field(default_factory=dict)  # point -> {"A": n, "B": n}
     info: dict = field(default_factory=dict)  # collective, ranks, link_gbps from rows
 
@@ -221,11 +257,40 @@ class Comparison:
         self.info = {"collective": first.get("collective", ""), "ranks": first.get("ranks"),
                      "link_gbps": first.get("link_gbps", "")}
 
+    def add_paired(self, record: dict) -> None:
+        """One round from a launch of both sides: per side, the geometric mean over its
+        turns (whose log ratio is the mean of the turns' log ratios)."""
+        column = STATISTICS[self.statistic]
+        for point in record["points"].values():
+            config = ",".join(f"{k}={v}" for k, v in point["config"].items())
+            key = (int(point["size_bytes"]), config)
+            turns = self.turns.setdefault(key, {"A": [], "B": []})
+            slot = self.times.setdefault(key, {"A": [], "B": []})
+            for s in ("A", "B"):
+                values = [math.nan if v is None else float(v)
+                          for v in point["times"][s][column]]
+                turns[s].append(values)
+                slot[s].append(float(np.exp(np.mean(np.log(values))))
+                               if all(v > 0 for v in values) else math.nan)
+            self.iterations[key] = dict(point["iterations"])
+        self.info = {"collective": record["collective"], "ranks": record["ranks"],
+                     "link_gbps": record.get("link_gbps") or ""}
+
     def points(self) -> list[tuple]:
         """Points both sides measured in every round, in size order."""
         rounds = max((len(v["A"]) for v in self.times.values()), default=0)
         return sorted(p for p, v in self.times.items()
                       if len(v["A"]) == len(v["B"]) == rounds and rounds > 0)
+
+    def widest(self) -> float:
+        """The largest relative half-width of any point's ratio interval: sqrt(high/low)
+        - 1, as the interval is symmetric in log(B/A); inf where there is none yet."""
+        widths = []
+        for point in self.points() or [None]:
+            r = self.ratio(point) if point is not None else None
+            ok = r is not None and math.isfinite(r.low) and math.isfinite(r.high)
+            widths.append(math.sqrt(r.high / r.low) - 1 if ok else math.inf)
+        return max(widths)
 
     def ratio(self, point) -> Ratio | None:
         a, b = (np.array(self.times[point][s]) for s in ("A", "B"))
@@ -235,24 +300,30 @@ class Comparison:
         return ratio_interval(a, b)
 
 
+def run_round(jobs: list[tuple[Comparison, list[str]]], launcher: Launcher, k: int,
+              workdir: Path, progress=None) -> None:
+    """Round k of every comparison, each side a launch: A B (k even) or B A (k odd)."""
+    for index, (comparison, common) in enumerate(jobs):
+        order = (comparison.a, comparison.b) if k % 2 == 0 else (comparison.b, comparison.a)
+        for side in order:
+            csv = workdir / f"job{index}-round{k}-{side.label}.csv"
+            comparison.add(side, launcher.run(side, common, csv))
+            if progress is not None:
+                progress.update(1)
+
+
 def run_rounds(jobs: list[tuple[Comparison, list[str]]], launcher: Launcher, rounds: int,
                workdir: Path, progress=None) -> None:
-    """Interleave every comparison's sides: round k runs A B (k even) or B A (k odd), and
-    all comparisons take their round k before any takes round k + 1."""
+    """Interleave every comparison's sides: all comparisons take their round k before any
+    takes round k + 1."""
     for k in range(rounds):
-        for index, (comparison, common) in enumerate(jobs):
-            order = (comparison.a, comparison.b) if k % 2 == 0 else (comparison.b, comparison.a)
-            for side in order:
-                csv = workdir / f"job{index}-round{k}-{side.label}.csv"
-                comparison.add(side, launcher.run(side, common, csv))
-                if progress is not None:
-                    progress.update(1)
+        run_round(jobs, launcher, k, workdir, progress)
 
 
 # ----------------------------------------------------------------------------- output
 
 
-def result_rows(comparison: Comparison, rounds: int, meta: dict) -> list[dict]:
+def result_rows(comparison: Comparison, rounds: int, meta: dict, turns: int = 1) -> list[dict]:
     rows = []
     for point in comparison.points():
         size, config = point
@@ -271,7 +342,8 @@ def result_rows(comparison: Comparison, rounds: int, meta: dict) -> list[dict]:
             "verdict": r.verdict(comparison.margin) if r else "not measured",
             "a_iterations": comparison.iterations[point].get("A"),
             "b_iterations": comparison.iterations[point].get("B"),
-            "link_gbps": comparison.info.get("link_gbps"),
+            "link_gbps": comparison.info.get("link_gbps"), "pairing": comparison.pairing,
+            "turns": turns, "ci_target_pct": meta.get("ci_target_pct"),
         })  # fmt: skip
     return rows
 
@@ -311,7 +383,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--a-rev", metavar="REV", help="run A from this git revision")
     p.add_argument("--b-rev", metavar="REV", help="run B from this git revision")
     p.add_argument("-n", "--ranks", type=int, default=2, help="MPI ranks (default 2)")
-    p.add_argument("--rounds", type=int, default=6, help="rounds of A and B (default 6)")
+    p.add_argument("--rounds", type=int, default=6,
+                   help="rounds of A and B, a launch each (default 6); the interval is "
+                        "taken across rounds")
+    p.add_argument("--ci-target", type=float, metavar="PCT",
+                   help="after --rounds, add rounds until every size's ratio interval is "
+                        "within +-PCT percent, or --max-rounds are done")
+    p.add_argument("--max-rounds", type=int, default=12,
+                   help="rounds at most with --ci-target (default 12)")
+    p.add_argument("--turns", type=int, default=8,
+                   help="turns of A and B within each round's launch (default 8; "
+                        "even, so each side goes first as often)")
     p.add_argument("-m", "--message-size", default="64K:1M",
                    help="sizes for both sides, as the variants' -m (default 64K:1M)")
     p.add_argument("--statistic", choices=tuple(STATISTICS), default="avg",
@@ -323,19 +405,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", metavar="NAME",
                    help="run both sides inside this emulated cluster (ccbench cluster up)")
     p.add_argument("--no-bind", action="store_true", help="leave ranks unbound")
+    p.add_argument("--separate-launches", action="store_true",
+                   help="a launch per side and round, even where both sides could share "
+                        "one (revisions, training and merged_gradient always do)")
     p.add_argument("--csv", metavar="PATH", help="append one row per size to this CSV")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="seconds one launch may take (default 1800)")
     p.epilog = "Options after -- go to both sides, e.g. -- --collective allgather -i 20"
     return p
-
-
-def split_common(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(compare's own arguments, the options after -- that both sides get)."""
-    if "--" in argv:
-        i = argv.index("--")
-        return argv[:i], argv[i + 1:]
-    return argv, []
 
 
 def sides_from(opts) -> tuple[Side, Side]:
@@ -351,6 +428,12 @@ def check(opts) -> None:
         raise UsageError("-n must be at least 1")
     if opts.rounds < 2:
         raise UsageError("--rounds must be at least 2: one round gives no interval")
+    if opts.turns < 1:
+        raise UsageError("--turns must be at least 1")
+    if opts.ci_target is not None and not opts.ci_target > 0:
+        raise UsageError("--ci-target must be a positive percentage")
+    if opts.ci_target is not None and opts.max_rounds < opts.rounds:
+        raise UsageError("--max-rounds must be at least --rounds")
     if not 0 <= opts.margin < 1:
         raise UsageError("--margin must be in [0, 1)")
     if opts.csv:
@@ -374,32 +457,52 @@ def main(argv: list[str]) -> int:
         common = [*common, "-m", opts.message_size]
     launcher = Launcher(opts.ranks, opts.cluster, binding_enabled(False if opts.no_bind
                                                                    else None), opts.timeout)
-    comparison = Comparison(a, b, opts.statistic, opts.margin)
+    pairing = LAUNCHES if (opts.separate_launches or a.rev or b.rev or True in unsized) \
+        else IN_LAUNCH
+    comparison = Comparison(a, b, opts.statistic, opts.margin, pairing)
     meta = run_meta()
     meta["sweep_id"] = os.environ.get("CCBENCH_SWEEP_ID", "")
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ccbench-compare-") as tmp:
         for side in (a, b):
             if side.rev:
                 side.import_root = materialize(side.rev, Path(tmp) / side.label)
+        how = (f"{opts.turns} turns in one launch" if pairing == IN_LAUNCH
+               else "a launch each")
         print(f"# ccbench compare: A = {a.text()}; B = {b.text()}; {opts.ranks} ranks, "
-              f"{opts.rounds} rounds (A B, B A, ...), statistic {opts.statistic}, "
+              f"{opts.rounds} rounds ({how}), statistic {opts.statistic}, "
               f"load {meta['load_start']}", flush=True)
         from ccbench.benchmarks.progress import progress_bar
 
-        started = time.monotonic()
-        with progress_bar(2 * opts.rounds, "compare", unit="launch") as bar:
-            run_rounds([(comparison, common)], launcher, opts.rounds, Path(tmp), bar)
+        target = opts.ci_target / 100 if opts.ci_target is not None else None
+        last = opts.max_rounds if target is not None else opts.rounds
+        done = 0
+        with progress_bar(last, "compare", unit="round") as bar:
+            # the first --rounds always; then, with a target, until every interval meets it
+            while done < opts.rounds or (done < last and comparison.widest() > target):
+                if pairing == IN_LAUNCH:
+                    comparison.add_paired(launcher.run_paired(
+                        a, b, common, opts.turns, Path(tmp) / "paired.json"))
+                else:
+                    run_round([(comparison, common)], launcher, done, Path(tmp))
+                done += 1
+                bar.update(1)
     meta["load_end"] = round(os.getloadavg()[0], 2)
-    rows = result_rows(comparison, opts.rounds, meta)
+    turns = opts.turns if pairing == IN_LAUNCH else 1
+    meta["ci_target_pct"] = opts.ci_target
+    rows = result_rows(comparison, done, meta, turns)
     print_table(rows)
     print(f"# B/A < 1: B is faster. {time.monotonic() - started:.0f} s, load "
           f"{meta['load_start']} -> {meta['load_end']}", flush=True)
     if opts.csv:
         append_rows(opts.csv, rows, COLUMNS)
         write_sidecar(opts.csv, meta["compare_id"], {
-            "a": a.text(), "b": b.text(), "common": common, "rounds": opts.rounds,
+            "a": a.text(), "b": b.text(), "common": common, "rounds": done,
             "ranks": opts.ranks, "cluster": opts.cluster, "statistic": opts.statistic,
+            "pairing": pairing, "turns": turns,
             "times": {f"{size}|{config}": v for (size, config), v in comparison.times.items()},
+            "turn_times": {f"{size}|{config}": v
+                           for (size, config), v in comparison.turns.items()},
         })
     return 0
 
@@ -407,8 +510,6 @@ def main(argv: list[str]) -> int:
 def write_sidecar(csv: str, compare_id: str, record: dict) -> None:
     """`<csv>.json`: every comparison's per-round times, keyed by its id (as the harness
     keys its runs, so a sweep sees the comparison finished)."""
-    import json
-
     path = Path(f"{csv}.json")
     runs = {}
     if path.exists():

@@ -61,6 +61,8 @@ SLURM_KEYS = {"mpi", "tasks_per_node", "gpus_per_node", "partition", "time", "sb
               "max_parallel"}  # fmt: skip
 # A [[points]] table with variant = "compare" runs `ccbench compare` (one unsized task).
 COMPARE = "compare"
+# a compare table's own keys (ccbench compare's options); its other scalars go to both sides
+COMPARE_OWN = ("rounds", "turns", "margin", "statistic", "ci_target", "max_rounds")
 # Variants that do not sweep message sizes (no -m; their own CSV schema). A [[points]]
 # table can say the same of any variant with `sizes = false`.
 UNSIZED_VARIANTS = ("merged_gradient", "training")
@@ -150,7 +152,7 @@ def _expand_compare(table: dict, defaults: dict, where: str) -> list[dict]:
         defaults = {k: v for k, v in defaults.items() if k in ("ranks", "link_gbps")}
     get = {**defaults, **table}.get
     own = [table["a"], table["b"], "-m", str(get("sizes", "64K:1M"))]
-    for key in ("rounds", "margin", "statistic"):
+    for key in COMPARE_OWN:
         if key in table:
             own += option_args(key, table[key])
     common = []
@@ -159,7 +161,7 @@ def _expand_compare(table: dict, defaults: dict, where: str) -> list[dict]:
             common += [flag, str(int(get(key)))]
     axes = []
     for key, value in table.items():
-        if key in RESERVED | {"a", "b", "rounds", "margin", "statistic"}:
+        if key in RESERVED | {"a", "b", *COMPARE_OWN}:
             continue
         if isinstance(value, list):
             axes.append((key, [str(v) for v in _as_list(value, f"{where}: {key}")]))

@@ -301,7 +301,7 @@ def test_headlines_are_the_interleaved_comparisons(results, data):
     h = table[("Allgather latency, collective-level vs point-to-point compression", "fp16")]
     assert h.measured == interval(1 / num(row, "ratio"), 1 / num(row, "ratio_high"),
                                   1 / num(row, "ratio_low"))
-    assert h.samples == "6 rounds x 80 (A) / 100 (B) iterations"
+    assert h.samples == "6 rounds x 8 turns x 80 (A) / 100 (B) iterations"
     assert h.verdict == "faster (B is collective-level)"
     row = compare[("c4", str(1 << 22))]
     h = next(h for h in headlines if h.claim == "OmniReduce allreduce against dense allreduce")

@@ -252,14 +252,15 @@ def mgwfbp_training_rows(steps=15):
 
 
 def compare_row(compare_id, a, b, collective, size, ratio, low, high, verdict, config="",
-                ranks=4, link=1.0, rounds=6, iterations=(100, 100)) -> dict:
+                ranks=4, link=1.0, rounds=6, iterations=(100, 100), turns=1) -> dict:
     return dict(compare_id=compare_id, sweep_id=SWEEP, timestamp="2025-01-01T00:00:00",
                 a=a, b=b, a_rev="", b_rev="", collective=collective, ranks=ranks,
                 size_bytes=size, config=config, statistic="avg", rounds=rounds,
                 a_us=100.0, b_us=100.0 * ratio, ratio=ratio, ratio_low=low, ratio_high=high,
                 margin=0.03, verdict=verdict, a_iterations=iterations[0],
                 b_iterations=iterations[1], link_gbps=link, load_start=0.5, load_end=0.6,
-                hostname="host", git_sha="abc123")
+                hostname="host", git_sha="abc123",
+                pairing="in-launch" if turns > 1 else "launches", turns=turns)
 
 
 def compare_rows() -> list[dict]:
@@ -270,7 +271,7 @@ def compare_rows() -> list[dict]:
         compare_row("c1", base, fp16, "allgather", 1 << 20, 0.8, 0.7, 0.9, "faster"),
         compare_row("c1", base, fp16, "allgather", 1 << 24, 0.3, 0.25, 0.36, "faster"),
         compare_row("c2", fp16, "p2p_compressed --codec fp16", "allgather", 1 << 24, 1.5,
-                    1.3, 1.7, "slower", iterations=(100, 80)),
+                    1.3, 1.7, "slower", iterations=(100, 80), turns=8),
         compare_row("c3", base, "coll_compressed --codec zstd", "allgather", 1 << 24, 0.9,
                     0.8, 1.0, "no difference"),
         compare_row("c4", "sparse_streaming --algorithm dense",
