@@ -139,8 +139,11 @@ class Launcher:
     timeout: float = 1800.0
 
     def command(self, side: Side, common: list[str], csv: Path) -> list[str]:
-        program = [sys.executable, "-m", f"ccbench.benchmarks.{side.variant}",
-                   *side.command[1:], *common, "--csv", str(csv)]
+        return self.launch([sys.executable, "-m", f"ccbench.benchmarks.{side.variant}",
+                            *side.command[1:], *common, "--csv", str(csv)])
+
+    def launch(self, program: list[str]) -> list[str]:
+        """`program` on this launcher's ranks: in the emulated cluster, or mpiexec."""
         if self.cluster:
             unbound = [] if self.bind else ["--no-bind"]
             return [sys.executable, "-m", "ccbench.scripts.cluster", "run", "--name",
@@ -172,14 +175,8 @@ class Launcher:
         program = [sys.executable, "-m", "ccbench.benchmarks.paired", "--a",
                    shlex.join(a.command), "--b", shlex.join(b.command), "--turns",
                    str(turns), "--json", str(out), "--", *common]
-        if self.cluster:
-            unbound = [] if self.bind else ["--no-bind"]
-            command = [sys.executable, "-m", "ccbench.scripts.cluster", "run", "--name",
-                       self.cluster, "-n", str(self.ranks), *unbound, "--", *program]
-        else:
-            command = mpiexec_command(self.ranks, program, bind=self.bind)
         out.unlink(missing_ok=True)
-        proc = subprocess.run(command, capture_output=True, text=True,
+        proc = subprocess.run(self.launch(program), capture_output=True, text=True,
                               timeout=self.timeout, stdin=subprocess.DEVNULL)
         if proc.returncode not in (0, 1):  # 1: a validation failure, still timed
             tail = (proc.stderr or proc.stdout).strip().splitlines()
