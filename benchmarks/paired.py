@@ -7,13 +7,13 @@
 Both sides are built once per message size (each with its own options, plus the common
 ones after --); then turn k times A and then B when k is even, B and then A when it is
 odd, each with its warm-up calls and its iterations, as a run of the variant would. A
-host whose speed drifts over seconds (another tenant, a hypervisor moving the cores)
-moves both sides of a turn alike. What a launch fixes once (where its ranks' buffers land
-in memory, which on a shared-memory 64 KiB allgather was seen to move one side by 2x for
-a whole launch) is the same in every turn, so turns do not replace launches: `ccbench
-compare` runs several such launches and takes its interval across them. `--json` gets,
-per point, every turn's statistics of each side. With -c each side's -c pass runs once
-after the turns (exit 1 when one fails).
+host whose speed shifts over seconds (2x spells lasting seconds were seen on a shared
+host) moves both sides of a turn alike. What a launch fixes once (one side of a
+shared-memory 128 KiB allgather was seen 2x slower in every turn of one launch, and not
+in others) is the same in every turn, so turns do not replace launches:
+`ccbench compare` runs several such launches and takes its interval across them.
+`--json` gets, per point, every turn's statistics of each side. With -c each side's -c
+pass runs once after the turns (exit 1 when one fails).
 """
 
 from __future__ import annotations
