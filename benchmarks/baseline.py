@@ -22,6 +22,12 @@ class Baseline(Variant):
     def columns(self, opts) -> dict:
         return {"algorithm": opts.algorithm, "codec": "none"}
 
+    def values_matter(self, opts) -> bool:
+        return False
+
+    def library_collectives(self, opts) -> bool:
+        return opts.algorithm == "mpi" and opts.buffer == "numpy"
+
     def make_op(self, ctx, case) -> Op:
         send = arrays.empty(case.buffer, case.send_count, case.dtype)
         recv = arrays.empty(case.buffer, case.recv_count, case.dtype)

@@ -21,6 +21,12 @@ Codecs (--codec):
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
 from ccbench.benchmarks.compressed_base import CompressedVariant, link_goodput_gbps, size_option
 from ccbench.benchmarks.harness import run_variant
 from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, auto_chunk_bytes
@@ -31,11 +37,87 @@ from ccbench.collectives.pipeline import (
     WAIT_MODES,
     async_progress,
 )
+from ccbench.kernels import arrays, inputs
+from ccbench.kernels.codec_base import empty_payload
 from ccbench.kernels.codecs import describe_codecs
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.vocabulary import itemsize
 
 AUTO = "auto"
+RATE_SAMPLE_BYTES = 1 << 20  # data the codec's rate is measured on
+MESSAGE_SIZES = (4 << 10, 256 << 10)  # the ring exchange fitted for the per-message cost
+RATE_REPEATS = 5
+
+
+@dataclass(frozen=True)
+class MeasuredRates:
+    """What --chunk-bytes auto chooses from, measured on the ranks at start-up (outside
+    the timed calls) and recorded in every row (auto_* columns)."""
+
+    codec_bps: float  # data bytes/s through one encode and one decode: the slowest rank's
+    message_s: float  # per-message cost: the intercept of a ring exchange at two sizes
+    link_gbps: float | None  # the emulated link's rate where known, else the fit's slope
+
+
+def _best(function, repeats: int = RATE_REPEATS) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        function()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def codec_rate(codec, buffer: str, dtype: str) -> float:
+    """Bytes/s of data through one encode and one decode on this rank (best of rounds), on
+    gradient-like values: what the pipeline's fill and drain cost per byte."""
+    count = max(codec.granularity, RATE_SAMPLE_BYTES // itemsize(dtype))
+    x = arrays.from_numpy(buffer, inputs.values("gradient-like", count, 0, 1, 0), dtype)
+    out = arrays.empty(buffer, count, dtype)
+    payload = empty_payload(x, codec.max_encoded_nbytes(count, dtype))
+
+    def encode():
+        codec.encode(x, out=payload)
+        arrays.synchronize(buffer)
+
+    def decode():
+        codec.decode(payload, out)
+        arrays.synchronize(buffer)
+
+    encode()
+    seconds = _best(encode) + _best(decode)
+    return 2 * count * itemsize(dtype) / seconds
+
+
+def ring_exchange_fit(mpi) -> tuple[float, float | None]:
+    """(per-message seconds, link Gbit/s) from a ring exchange (each rank sends to the
+    next and receives from the previous) at two sizes: the intercept and the inverse slope
+    of the line through their median times (the slowest rank's); (0, None) on one rank."""
+    size, rank = mpi.Get_size(), mpi.Get_rank()
+    if size < 2:
+        return 0.0, None
+    medians = []
+    for nbytes in MESSAGE_SIZES:
+        send, recv = np.zeros(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+        times = []
+        for _ in range(RATE_REPEATS):
+            mpi.Barrier()
+            t0 = time.perf_counter()
+            mpi.Sendrecv(send, (rank + 1) % size, 0, recv, (rank - 1) % size, 0)
+            times.append(time.perf_counter() - t0)
+        medians.append(mpi.allreduce(float(np.median(times)), op=MPI.MAX))
+    (s1, t1), (s2, t2) = zip(MESSAGE_SIZES, medians, strict=True)
+    slope = (t2 - t1) / (s2 - s1)
+    intercept = max(t1 - slope * s1, 0.0)
+    return intercept, (8 / slope / 1e9 if slope > 0 else None)
+
+
+def measure_rates(comm, codec, buffer: str, dtype: str) -> MeasuredRates:
+    """The rates --chunk-bytes auto uses, agreed by every rank. Collective."""
+    rate = comm.mpi.allreduce(codec_rate(codec, buffer, dtype), op=MPI.MIN)
+    message_s, fitted_gbps = ring_exchange_fit(comm.mpi)
+    link = link_goodput_gbps()
+    return MeasuredRates(rate, message_s, link if link else fitted_gbps)
 
 
 def chunk_option(text: str):
@@ -84,14 +166,28 @@ class CollCompressed(CompressedVariant):
     def options(self, opts, case) -> dict:
         chunk = opts.chunk_bytes
         if chunk == AUTO:
+            rates = self.rates[case.dtype]
             chunk = auto_chunk_bytes(self.codec, case.dtype, block_bytes(case), case.ranks,
-                                     link_goodput_gbps())
+                                     rates.link_gbps, rates.codec_bps, rates.message_s)
         return {"chunk_bytes": chunk, "progress": opts.progress,
                 "codec_threads": opts.codec_threads, "fused": opts.fused, "wait": opts.wait}
 
+    def prepare(self, comm, opts) -> None:
+        self.rates = {}
+        if opts.chunk_bytes == AUTO:
+            self.rates[opts.dtype] = measure_rates(comm, self.codec, opts.buffer, opts.dtype)
+
+    def run_columns(self, opts) -> dict:
+        rates = self.rates.get(opts.dtype)
+        if rates is None:
+            return {}
+        return {"auto_codec_gbps": rates.codec_bps * 8 / 1e9,
+                "auto_message_us": rates.message_s * 1e6, "auto_link_gbps": rates.link_gbps}
+
     def columns(self, opts) -> dict:
         return {**super().columns(opts), "chunk_bytes": opts.chunk_bytes,
-                "chunk_used_bytes": None, "progress": opts.progress,
+                "chunk_used_bytes": None, "auto_codec_gbps": None, "auto_message_us": None,
+                "auto_link_gbps": None, "progress": opts.progress,
                 "codec_threads": opts.codec_threads, "wait": opts.wait,
                 "fused": opts.fused if opts.collective == "allreduce" else None,
                 "async_progress": async_progress()}

@@ -55,6 +55,9 @@ class CompressedVariant(Variant):
         """Keyword options of the bound collective for this case."""
         return {}
 
+    def values_matter(self, opts) -> bool:
+        return parse_codec(opts.codec).name != "none"
+
     def columns(self, opts) -> dict:
         # compressions: encode/decode round trips on the worst element's path
         return {"algorithm": "ring", "codec": self.codec.spec,

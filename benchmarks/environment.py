@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from ccbench.benchmarks.results import write_json_atomic
+from ccbench.benchmarks.results import Sidecar
 
 _ENV_PREFIXES = re.compile(r"^(CCBENCH_|MPIR_|MPICH_|FI_|UCX_|OMPI_|PMIX_|SLURM_|CUDA_VISIBLE)")
 _REPO = Path(__file__).resolve().parent.parent
@@ -149,14 +149,4 @@ def describe(info: dict, argv, ranks: int) -> dict:
 
 def write_sidecar(csv_path, info: dict, argv, ranks: int) -> None:
     """Add this run's environment to `<csv>.json`, keyed by run id (atomic rewrite)."""
-    import json
-
-    path = Path(f"{csv_path}.json")
-    runs = {}
-    if path.exists():
-        try:
-            runs = json.loads(path.read_text()).get("runs", {})
-        except (ValueError, AttributeError):
-            runs = {}
-    runs[info["run_id"]] = describe(info, argv, ranks)
-    write_json_atomic(path, {"runs": runs})
+    Sidecar(csv_path).add(info["run_id"], describe(info, argv, ranks))

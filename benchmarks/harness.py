@@ -22,6 +22,8 @@ from mpi4py import MPI
 
 from ccbench.benchmarks import accuracy, environment, osu_format, timing_c
 from ccbench.benchmarks.options import (
+    DEFAULT_DATA,
+    FALLBACK_DATA,
     build_parser,
     iterations_for,
     size_list,
@@ -138,6 +140,29 @@ class Variant:
     def stdout_columns(self, opts) -> list[tuple[str, str, str]]:
         """Extra stdout columns after OSU's: (header, row key, format)."""
         return []
+
+    def prepare(self, comm: Communicator, opts) -> None:
+        """Start-up work of a run, collective over `comm`, before the header is printed
+        (e.g. rates measured for an automatic setting)."""
+
+    def run_columns(self, opts) -> dict:
+        """CSV columns known once `prepare` has run, the same for every row of the run."""
+        return {}
+
+    def values_matter(self, opts) -> bool:
+        """Whether the values carried can change the time (a codec's work, a lossless
+        ratio): such runs need the data asked for; the others may fall back to synthetic
+        gradients when the real-data corpus is not built."""
+        return True
+
+    def own_data(self, opts) -> DataKind | None:
+        """The inputs this variant times instead of --data (None: it times --data)."""
+        return None
+
+    def library_collectives(self, opts) -> bool:
+        """True when every timed call is one of the MPI library's own collectives on host
+        buffers: what OSU's C timing loop can time (benchmarks/timing_c.py)."""
+        return False
 
 
 # Inputs and references -------------------------------------------------------------------
@@ -370,7 +395,7 @@ def parse_options(variant: Variant, argv, comm: Communicator):
     opts = parser.parse_args(argv)
     opts.sizes = size_list(opts.message_size)
     arrays.check_supported(opts.buffer, opts.dtype)
-    opts.data_kind = parse_data_kind(opts.data)
+    opts.data_kind, opts.data_note = resolve_data(variant, opts)
     if opts.collective not in variant.collectives:
         raise UsageError(f"{variant.name} does not run {opts.collective}")
     if opts.time_budget is not None and opts.ci_target is None:
@@ -379,6 +404,30 @@ def parse_options(variant: Variant, argv, comm: Communicator):
         opts.time_budget = DEFAULT_TIME_BUDGET_S
     variant.check_options(opts, comm.size)
     return opts
+
+
+def resolve_data(variant: Variant, opts) -> tuple[DataKind, str | None]:
+    """(what the timed calls carry, a note for the header when it is not what the user
+    might expect). The default, real gradients, needs the corpus; a run whose time cannot
+    depend on the values does not wait for it."""
+    own = variant.own_data(opts)
+    if own is not None:
+        if opts.data is not None:
+            raise UsageError(f"{variant.name} times its own inputs ({own.spec}); --data does "
+                             "not apply")
+        return own, None
+    if opts.data is not None:
+        return parse_data_kind(opts.data), None
+    if inputs.corpus_built() or variant.values_matter(opts):
+        if not inputs.corpus_built():
+            raise UsageError(
+                f"--data {DEFAULT_DATA} (the default) needs the real-data corpus, not built "
+                f"here yet: run `{inputs.BUILD_COMMAND}` once (about a minute; it writes "
+                f"{inputs.corpus_root()}), or time synthetic data with --data {FALLBACK_DATA}")
+        return parse_data_kind(DEFAULT_DATA), None
+    return parse_data_kind(FALLBACK_DATA), (
+        f"{FALLBACK_DATA}: no real-data corpus here (`{inputs.BUILD_COMMAND}` builds it); an "
+        "uncompressed collective's time does not depend on the values")
 
 
 def plan_cases(variant: Variant, opts, comm: Communicator) -> list[tuple[Case, list[int]]]:
@@ -479,7 +528,7 @@ def _run_case(variant: Variant, ctx: Context, case: Case):
     op, run, timed = prepared.op, prepared.run, prepared.timed
     timing = measure(comm, run, prepared.iterations, prepared.warmup, opts.timing,
                      ci_target=opts.ci_target / 100 if opts.ci_target else None,
-                     budget_s=opts.time_budget)
+                     budget_s=opts.time_budget, timer=getattr(opts, "timer", None))
     iters = timing.pop("iterations")
     # one more call on the timed data: the wire volume, the ratio and the accuracy
     comm.reset_wire_bytes()
@@ -514,11 +563,33 @@ def _combine_checks(comm: Communicator, mine: dict) -> dict:
     }
 
 
+def planned_timer(variant: Variant, opts, comm: Communicator) -> tuple[str, str]:
+    """(timer, why) of this run, decided before the header is printed: 'c' where the
+    variant times the library's own collectives and the C loop is available, else
+    'python'. Every case is timed by it, so the header and the rows agree."""
+    asked = agreed(comm, timing_c.requested_timer)
+    if asked == "python":
+        return "python", "CCBENCH_TIMER=python"
+    if not variant.library_collectives(opts):
+        if asked == "c":
+            raise UsageError("CCBENCH_TIMER=c, but only the MPI library's own collectives on "
+                             "numpy buffers can be timed by the C loop")
+        return "python", "the Python loop (not the library's own collectives)"
+    lib, why = timing_c.prepare(comm.mpi)
+    if lib is None:
+        if asked == "c":
+            raise UsageError(f"CCBENCH_TIMER=c but the C timing loop is unavailable: {why}")
+        return "python", f"the Python loop (no C loop: {why})"
+    return "c", "OSU's C loop, compiled against this MPI"
+
+
 def _run(variant: Variant, argv, comm: Communicator) -> int:
     opts = agreed(comm, lambda: parse_options(variant, argv, comm))
     cases, skipped = agreed(comm, lambda: plan_cases(variant, opts, comm))
+    opts.timer, timer_note = planned_timer(variant, opts, comm)
+    agreed(comm, lambda: variant.prepare(comm, opts))
     ctx = Context(comm, opts, variant)
-    variant_columns = variant.columns(opts)
+    variant_columns = {**variant.columns(opts), **variant.run_columns(opts)}
     config_keys = list(dict.fromkeys(k for c in cases for k in c.config))
     extra = [k for k in [*variant_columns, *config_keys] if k not in COMMON_COLUMNS]
     columns = [*COMMON_COLUMNS, *extra]
@@ -527,7 +598,11 @@ def _run(variant: Variant, argv, comm: Communicator) -> int:
     run_info = environment.run_info(comm, variant.name)
     printer = osu_format.Printer(opts, variant, run_info) if root else None
     if printer:
-        printer.header(skipped)
+        if comm.size == 1:
+            print("ccbench: warning: 1 rank: a collective on one rank moves no data; start "
+                  f"it under a launcher, e.g. mpiexec -n 2 ccbench {variant.name}",
+                  file=sys.stderr, flush=True)
+        printer.header(skipped, comm.size, timer_note)
     rows, failures = [], 0
     for case in cases:
         iters, warmup, timing, check, stats = _run_case(variant, ctx, case)

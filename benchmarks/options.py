@@ -10,6 +10,7 @@ from ccbench.kernels.inputs import DATA_KINDS
 from ccbench.kernels.vocabulary import BUFFERS, DTYPES
 
 DEFAULT_DATA = "gradient"
+FALLBACK_DATA = "gradient-like"  # seeded synthetic gradients: needs no corpus
 
 LARGE_MESSAGE_SIZE = 8192  # OSU: above this, fewer iterations and warm-ups
 ITERATIONS, ITERATIONS_LARGE = 1000, 100
@@ -158,10 +159,12 @@ def build_parser(prog: str, description: str, collectives, quiet: bool) -> RankA
     common.add_argument("--json", metavar="PATH", help="write this run's rows and environment")
     common.add_argument("--seed", type=non_negative_int, default=0,
                         help="seed of the generated input data (default 0)")
-    common.add_argument("--data", default=DEFAULT_DATA, metavar="KIND",
+    common.add_argument("--data", default=None, metavar="KIND",
                         help=f"what the timed calls carry (default {DEFAULT_DATA}: real "
-                             f"gradients from the corpus); -c validates on exact integers "
-                             f"in a pass of its own. Kinds: {DATA_KINDS}")
+                             f"gradients from the corpus; where values cannot change the "
+                             f"time, as uncompressed, {FALLBACK_DATA} until the corpus is "
+                             f"built); -c validates on exact integers in a pass of its own. "
+                             f"Kinds: {DATA_KINDS}")
     common.add_argument("--ci-target", type=positive_float, default=None, metavar="PCT",
                         help="time each size in rounds of -i calls until the 95%% interval "
                              "of the mean is within +-PCT%% (or --time-budget is spent)")

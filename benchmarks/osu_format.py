@@ -52,13 +52,20 @@ class Printer:
                           ("CI95 High(us)", "ci_high_us", ".2f"),
                           ("Busbw(GB/s)", "busbw_gbps", ".3f"), *self.extra]  # fmt: skip
 
-    def header(self, skipped: list[int]) -> None:
+    def header(self, skipped: list[int], ranks: int, timer_note: str = "") -> None:
         opts, columns = self.opts, self.variant.columns(self.opts)
         lines = [title(opts.collective), f"# Datatype: {MPI_DATATYPES[opts.dtype]}."]
         described = ", ".join(f"{k} {v}" for k, v in columns.items() if v is not None)
         lines.append(f"# ccbench {self.variant.name}" + (f": {described}" if described else ""))
-        lines.append(f"# {self.info['mpi_library']}; buffer {opts.buffer}; "
-                     f"timing {opts.timing}; {SIZE_CONVENTION[opts.collective]}")
+        alone = " (one rank: no data moves; start it under mpiexec)" if ranks == 1 else ""
+        lines.append(f"# {self.info['mpi_library']}; {ranks} rank{'s' * (ranks != 1)}{alone}; "
+                     f"buffer {opts.buffer}; timing {opts.timing}")
+        timer = getattr(opts, "timer", "")
+        if timer:
+            lines.append(f"# Timer: {timer}, {timer_note}")
+        if getattr(opts, "data_note", None):
+            lines.append(f"# Data: {opts.data_note}")
+        lines.append(f"# Convention: {SIZE_CONVENTION[opts.collective]}")
         if skipped:
             lines.append(f"# Skipped sizes too small for one element per rank: "
                          f"{', '.join(map(str, skipped))}")

@@ -19,9 +19,11 @@ pass runs once after the turns (exit 1 when one fails).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import shlex
 
+from ccbench.benchmarks import timing_c
 from ccbench.benchmarks.environment import run_info
 from ccbench.benchmarks.harness import (
     Context,
@@ -79,6 +81,7 @@ class Side:
         self.label, self.text = label, text
         self.variant = variant_named(words[0])
         self.opts = parse_options(self.variant, [*words[1:], *common], comm)
+        self.variant.prepare(comm, self.opts)
         self.ctx = Context(comm, self.opts, self.variant)
 
 
@@ -97,6 +100,21 @@ def paired_cases(sides: list[Side], comm) -> list[tuple]:
     return pairs
 
 
+def common_timer(asked: str, prepared: list) -> str:
+    """The loop that times both sides: the C loop only where both sides are the MPI
+    library's own collectives (and CCBENCH_TIMER, `asked`, allows it), else Python's for
+    both, so a ratio never pairs two timing methods."""
+    if asked == "python":
+        return "python"
+    able = [timing_c.library_collective(p.run) is not None for p in prepared]
+    if all(able):
+        return asked
+    if asked == "c":
+        raise UsageError("CCBENCH_TIMER=c, but only the MPI library's own collectives can be "
+                         "timed by the C loop")
+    return "python"
+
+
 def run_pairs(argv: list[str], comm) -> int:
     own, common = split_common(argv)
     opts = agreed(comm, lambda: build_parser().parse_args(own))
@@ -104,30 +122,39 @@ def run_pairs(argv: list[str], comm) -> int:
                                   Side("B", opts.b, common, comm)])
     pairs = agreed(comm, lambda: paired_cases(sides, comm))
     info = run_info(comm, "paired")
+    asked = agreed(comm, timing_c.requested_timer)
     points, failures = {}, 0
     for case_a, case_b in pairs:
         prepared = [prepare_case(s.variant, s.ctx, c)
                     for s, c in zip(sides, (case_a, case_b), strict=True)]
         kept = {s.label: {k: [] for k in KEPT} for s in sides}
-        iterations = {}
+        iterations, timers, checks = {}, {}, {}
+        timer = agreed(comm, functools.partial(common_timer, asked, prepared))
         for k in range(opts.turns):
             order = (0, 1) if k % 2 == 0 else (1, 0)
             for i in order:
                 side, p = sides[i], prepared[i]
-                timing = measure(comm, p.run, p.iterations, p.warmup, side.opts.timing)
+                timing = measure(comm, p.run, p.iterations, p.warmup, side.opts.timing,
+                                 timer=timer)
                 iterations[side.label] = timing["iterations"]
+                timers[side.label] = timing["timer"]
                 for key in KEPT:
                     kept[side.label][key].append(timing[key])
         for side, p, case in zip(sides, prepared, (case_a, case_b), strict=True):
-            if side.opts.validate and not validate_case(side.variant, side.ctx, case,
-                                                        p.op)["passed"]:
+            if not side.opts.validate:
+                checks[side.label] = None
+                continue
+            passed = validate_case(side.variant, side.ctx, case, p.op)["passed"]
+            checks[side.label] = "Pass" if passed else "Fail"
+            if not passed:
                 failures += 1
                 if comm.rank == 0:
                     print(f"# {side.label} ({side.text}): validation failed at "
                           f"{case.size_bytes} bytes", flush=True)
         points[point_key(case_a)] = {"size_bytes": case_a.size_bytes,
                                      "config": dict(case_a.config), "times": kept,
-                                     "iterations": iterations}
+                                     "iterations": iterations, "timers": timers,
+                                     "validation": checks}
         del prepared
     if comm.rank == 0:
         write_json_atomic(opts.json, {

@@ -152,6 +152,50 @@ def write_json_atomic(path, payload: dict) -> None:
     _atomic_write_text(Path(path), text + "\n")
 
 
+class Sidecar:
+    """`<csv>.json` beside a results CSV: each run's environment (or a comparison's
+    record), keyed by its run id. A run is recorded only once it has finished, so a sweep
+    tells finished runs from killed ones by it. One class reads and writes it: a file
+    that exists but cannot be read is an error naming it, never "no runs"."""
+
+    def __init__(self, csv_path):
+        self.path = Path(f"{csv_path}.json")
+
+    def read(self) -> dict:
+        """The whole document ({} when there is no file)."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise UsageError(f"{self.path}: cannot read it ({exc.strerror})") from None
+        try:
+            document = json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"{self.path} is not valid JSON ({exc}); repair or delete it "
+                             "(it records the runs of the CSV beside it)") from None
+        if not isinstance(document, dict) or not isinstance(document.get("runs", {}), dict):
+            raise UsageError(f"{self.path} is not a ccbench sidecar (no 'runs' object)")
+        return document
+
+    def runs(self) -> dict:
+        """run id -> record ({} when there is no file)."""
+        return self.read().get("runs", {})
+
+    def check(self) -> None:
+        """Refuse, before any work, a sidecar that could not be added to."""
+        self.read()
+
+    def add(self, run_id: str, record: dict) -> None:
+        """Record one finished run (atomic rewrite, the other runs kept)."""
+        document = self.read()
+        document.setdefault("runs", {})[run_id] = record
+        write_json_atomic(self.path, document)
+
+    def write(self, runs: dict, **sections) -> None:
+        write_json_atomic(self.path, {**sections, "runs": runs})
+
+
 def csv_files(paths: Iterable) -> list[Path]:
     """The CSV files named, or found (recursively) in the folders named, sorted."""
     found: list[Path] = []

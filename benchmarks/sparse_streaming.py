@@ -27,6 +27,7 @@ from ccbench.collectives.omnireduce import PROTOCOLS, OmniReduce, make_layout, s
 from ccbench.collectives.sparse_baselines import AllgatherSparse
 from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
+from ccbench.kernels.inputs import DataKind
 from ccbench.kernels.sparse import block_mask, dropped_abs_sum
 from ccbench.kernels.sparse_data import OVERLAP_MODES, sparse_input
 from ccbench.kernels.vocabulary import FLOAT_DTYPES, SPARSE_INDEX_BYTES, itemsize
@@ -143,6 +144,13 @@ class SparseStreaming(Variant):
 
     def configurations(self, opts) -> list[dict]:
         return [{"density": d} for d in opts.densities]
+
+    def own_data(self, opts) -> DataKind:
+        # block-sparse values made by kernels/sparse_data.py (density: its own column)
+        return DataKind(f"block-sparse:overlap={opts.overlap}", "sparse", is_gradient=True)
+
+    def values_matter(self, opts) -> bool:
+        return True
 
     def stdout_columns(self, opts) -> list[tuple[str, str, str]]:
         extra = [("Density", "density", ".4f"), ("Union density", "union_density", ".4f"),

@@ -131,6 +131,11 @@ def corpus_root() -> Path:
     return Path(os.environ.get(CORPUS_ENV) or DEFAULT_CORPUS)
 
 
+def corpus_built() -> bool:
+    """Whether a corpus has been built where corpus kinds look for it."""
+    return (corpus_root() / MANIFEST).is_file()
+
+
 def _unknown(spec: str) -> UsageError:
     return UsageError(f"unknown data kind {spec!r}; use {DATA_KINDS}")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ccbench.plots.data import Data
+from ccbench.plots.data import RUN, Data
 from ccbench.plots.style import Style, codec_sort_key
 
 
@@ -211,6 +211,25 @@ def link_bound_us(frame: pd.DataFrame) -> pd.Series:
     return (bits / (link * 1e3)).where(link > 0)  # Gbit/s = 1e3 bits per microsecond
 
 
+def same_run(*points) -> bool:
+    """Whether rows come from one run: a note pairs two curves' points only then."""
+    return len({str(p.get(RUN, "")) for p in points if p is not None}) <= 1
+
+
+def run_labels_text(frame: pd.DataFrame) -> str:
+    """Caption text naming each curve's run, when the rows come from several runs."""
+    if RUN not in frame.columns or frame[RUN].astype(str).replace("", np.nan).nunique() < 2:
+        return ""
+    keys = [c for c in ("variant", "algorithm", "codec", "model", "strategy", "framework")
+            if c in frame.columns]
+    parts = []
+    for key, sub in frame.groupby(keys, sort=True) if keys else []:
+        key = key if isinstance(key, tuple) else (key,)
+        name = " ".join(str(k) for k in key if str(k) not in ("", "none", "nan"))
+        parts.append(f"{name}: {', '.join(sorted(set(sub[RUN].astype(str))))}")
+    return " Curves from several runs (not paired with each other): " + "; ".join(parts) + "."
+
+
 def runs_note(frame: pd.DataFrame) -> str:
     """Caption text that warns when a figure mixes runs, hosts or code versions."""
     notes = []
@@ -222,6 +241,7 @@ def runs_note(frame: pd.DataFrame) -> str:
             if count > 1:
                 notes.append(f"{count} {what}")
     text = f" Mixed data: {', '.join(notes)}." if notes else ""
+    text += run_labels_text(frame)
     if "validation" in frame.columns:
         failed = int((frame["validation"].astype(str) == "Fail").sum())
         if failed:

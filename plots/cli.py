@@ -150,9 +150,12 @@ def choose_runs(data: Data, opts) -> list[Run]:
                              + "; ".join(r.describe() for r in runs))
         return chosen
     if len(runs) > 1 and not opts.each_run:
-        raise UsageError(f"the inputs hold {len(runs)} runs, which are never drawn "
-                         "together: " + "; ".join(r.describe() for r in runs)
-                         + ". Pick one with --run ID or draw each apart with --each-run")
+        clash = data.collisions()
+        if clash:
+            raise UsageError(f"the inputs hold {len(runs)} runs that measured the same point "
+                             f"({clash[0]}), which one curve would mix: pick one with --run "
+                             "ID, draw each apart with --each-run, or pair them with "
+                             "ccbench compare")
     return runs
 
 
@@ -160,8 +163,10 @@ def folder_name(run: Run) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", run.id).strip("-") or "run"
 
 
-def render(data: Data, outdir: Path, opts, formats, run: Run | None) -> int:
-    """Draw one run's figures and index.html into outdir; the exit status."""
+def render(data: Data, outdir: Path, opts, formats, run: Run | None,
+           together: list[Run] | None = None) -> int:
+    """Draw one run's figures (or those of several runs `together`) and index.html into
+    outdir; the exit status."""
     rendered, skipped, failed = draw_all(data, outdir, opts.only, formats, opts.dpi)
     selected = [spec for spec in all_figures()
                 if not opts.only or any(text in spec.name for text in opts.only)]
@@ -193,7 +198,8 @@ def render(data: Data, outdir: Path, opts, formats, run: Run | None) -> int:
         inputs=inputs, figures=rendered, headlines=found,
         skipped=skipped + [(p, t, f"failed: {w}") for p, t, w in failed],
         notes=notes + [f"error: {t}" for t in problems],
-        run=run.label if run is not None else "")
+        run=run.label if run is not None else "",
+        runs=tuple(r.label for r in together or ()))
     outdir.mkdir(parents=True, exist_ok=True)
     index = write_index(outdir, content)
     print(f"{len(rendered)} figure(s) written to {outdir}; open {index}")
@@ -230,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
         print(("error: " if report.error else "") + report.line(),
               file=sys.stderr if report.error else sys.stdout)
     if not opts.each_run:
+        if len(runs) > 1:  # distinct points of several runs: one drawing, nothing paired
+            print(f"note: {len(runs)} runs drawn together, each curve from its own run; "
+                  "ratios, speed-up notes and headlines pair rows of one run only")
+            return render(data, outdir, opts, formats, None, runs)
         run = runs[0] if runs else None
         return render(data.only(run.label) if run else data, outdir, opts, formats, run)
     status, made = 0, []

@@ -13,13 +13,12 @@ different runs are never paired: the command line draws one run, or each apart.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from ccbench.benchmarks.results import csv_files, is_setting
+from ccbench.benchmarks.results import Sidecar, csv_files, is_setting
 from ccbench.kernels.errors import UsageError
 
 
@@ -227,6 +226,25 @@ class Data:
         return [Run(label, rows[label], tuple(sorted(files[label])), latest[label])
                 for label in sorted(rows)]
 
+    def collisions(self) -> list[str]:
+        """Points measured by more than one run, described: runs that cannot be drawn
+        together without mixing them in one curve."""
+        found = []
+        for name, frame in self.frames.items():
+            if name in INPUT_KINDS or name in DERIVED or RUN not in frame.columns:
+                continue
+            measured = frame[frame[RUN] != ""]
+            key = identity_columns(KIND_BY_NAME[name], measured)
+            if not key or measured.empty:
+                continue
+            runs = measured.groupby(key, dropna=False)[RUN].nunique()
+            for point in runs[runs > 1].index[:1]:
+                point = point if isinstance(point, tuple) else (point,)
+                shown = ", ".join(f"{k}={v}" for k, v in zip(key, point, strict=True)
+                                  if str(v) not in ("", "nan"))
+                found.append(f"{TITLES[name]}: {shown}")
+        return found
+
     def only(self, label: str) -> Data:
         """The rows of one run, with the shared inputs (layer profiles)."""
         frames = {}
@@ -319,7 +337,11 @@ def read_one(path: Path, explicit: bool = True) -> tuple[pd.DataFrame | None, Fi
         return None, report
     frame["source"] = str(path)
     if kind.name not in INPUT_KINDS:
-        frame[RUN] = run_labels(frame, kind.name, path)
+        try:
+            frame[RUN] = run_labels(frame, kind.name, path)
+        except UsageError as exc:  # a malformed sidecar: this file is bad, the rest drawn
+            report.error, report.kind = str(exc), None
+            return None, report
     report.rows = len(frame)
     return frame, report
 
@@ -335,12 +357,7 @@ def text_column(frame: pd.DataFrame, column: str) -> pd.Series:
 def sidecar_sweeps(path: Path) -> dict[str, str]:
     """launch id -> sweep id, from the JSON sidecar the harness writes beside a CSV (files
     whose rows carry no sweep_id column, e.g. training steps, still name their sweep)."""
-    try:
-        runs = json.loads(Path(f"{path}.json").read_text()).get("runs", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
-    if not isinstance(runs, dict):
-        return {}
+    runs = Sidecar(path).runs()
     return {str(k): str(v.get("sweep_id") or "") for k, v in runs.items()
             if isinstance(v, dict)}
 
@@ -361,12 +378,16 @@ def run_labels(frame: pd.DataFrame, kind: str, path: Path) -> pd.Series:
     return labels.where((sweep != "") | (launch != ""), f"file {path.name}")
 
 
+def identity_columns(kind: CsvKind, frame: pd.DataFrame) -> list[str]:
+    """The columns that say which point a row measured (not which run measured it)."""
+    if kind.identity is None:
+        return [c for c in frame.columns if is_setting(c) and not c.startswith("_")]
+    return [c for c in kind.identity if c in frame.columns]
+
+
 def deduplicate(kind: CsvKind, frame: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     """Keep one row per measured point: the latest run when several files repeat it."""
-    if kind.identity is None:
-        key = [c for c in frame.columns if is_setting(c)]
-    else:
-        key = [c for c in kind.identity if c in frame.columns]
+    key = identity_columns(kind, frame)
     if key and RUN in frame.columns and RUN not in key:
         key.append(RUN)  # a point measured by two runs stays in each
     if not key:

@@ -52,6 +52,7 @@ class ReportContent:
     headlines: list[Headline] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     run: str = ""  # the run every figure is drawn from
+    runs: tuple[str, ...] = ()  # or the runs drawn together, each curve from one
 
 
 def esc(text) -> str:
@@ -82,6 +83,10 @@ def write_index(outdir: Path, content: ReportContent) -> Path:
     if content.run:
         out.append(f"<p>Every figure and number below comes from one run: "
                    f"<b>{esc(content.run)}</b>.</p>")
+    elif content.runs:
+        out.append(f"<p>{len(content.runs)} runs drawn together, each curve from one of them "
+                   f"({esc('; '.join(content.runs))}); notes that pair two curves (ratios, "
+                   "speed-ups) pair rows of one run only.</p>")
     out.append("<h2>Headline numbers: measured next to the papers'</h2>")
     out += headline_table(content.headlines)
     out.append("<p>Every number measured here is an interleaved comparison (B and A run "

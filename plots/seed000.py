@@ -27,6 +27,7 @@ from ccbench.plots.base import (
     panels,
     rows,
     runs_note,
+    same_run,
     separate_ratio,
     series_keys,
     time_bounds,
@@ -100,11 +101,12 @@ def reductions(points: pd.DataFrame) -> list[dict]:
         entry = {"codec": codec, "size": size, "baseline": base_name, "vs_baseline": None,
                  "vs_p2p": None}
         a = _at(base, size)
-        entry["vs_baseline"] = separate_ratio(a["avg_us"], a["_lo"], a["_hi"], b["avg_us"],
-                                              b["_lo"], b["_hi"])
+        if same_run(a, b):  # rows of two runs are never paired
+            entry["vs_baseline"] = separate_ratio(a["avg_us"], a["_lo"], a["_hi"],
+                                                  b["avg_us"], b["_lo"], b["_hi"])
         p2p = points[(points["variant"] == "p2p_compressed") & (points["codec"] == codec)]
         a = _at(p2p, size)
-        if a is not None:
+        if a is not None and same_run(a, b):
             entry["vs_p2p"] = separate_ratio(a["avg_us"], a["_lo"], a["_hi"], b["avg_us"],
                                              b["_lo"], b["_hi"])
         found.append(entry)
@@ -119,7 +121,9 @@ def reduction_text(entries: list[dict]) -> str:
     any_p2p = any(e["vs_p2p"] is not None for e in entries)
     lines = [f"collective-level latency change at {size} [bounds]"]
     for e in entries:
-        text = f"{codec_label(e['codec'])}: {change_text(*e['vs_baseline'])} vs {base}"
+        text = (f"{codec_label(e['codec'])}: {base} is another run's, not paired"
+                if e["vs_baseline"] is None else
+                f"{codec_label(e['codec'])}: {change_text(*e['vs_baseline'])} vs {base}")
         if any_p2p:
             text += ("; " + change_text(*e["vs_p2p"]) + " vs p2p" if e["vs_p2p"] is not None
                      else "; no p2p point")

@@ -21,6 +21,7 @@ from ccbench.plots.base import (
     panel_title,
     rows,
     runs_note,
+    same_run,
     separate_ratio,
     time_bounds,
     wire_bytes,
@@ -164,6 +165,8 @@ def speedup_at(points: pd.DataFrame, density: float) -> tuple[float, float, floa
     if omni.empty or dense.empty:
         return None
     o, d = omni.iloc[-1], dense.iloc[-1]
+    if not same_run(o, d):  # rows of two runs are never paired
+        return None
     # speed-up = dense / omni: the ratio with A = OmniReduce, B = dense
     return separate_ratio(o["avg_us"], o["_lo"], o["_hi"], d["avg_us"], d["_lo"], d["_hi"])
 

@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"ccbench {name}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # one line, never a traceback (tools keep what they finished)
+        print(f"\nccbench {name}: interrupted", file=sys.stderr)
+        return 130
 
 
 def entry() -> int:

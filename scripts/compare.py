@@ -46,15 +46,21 @@ import numpy as np
 from ccbench.benchmarks.options import split_common
 from ccbench.benchmarks.results import (
     COMMON_COLUMNS,
+    Sidecar,
     append_rows,
     check_header,
     is_measurement,
     read_rows,
-    write_json_atomic,
 )
 from ccbench.benchmarks.statistics import DEFAULT_MARGIN, Ratio, ratio_interval
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.launch import binding_enabled, mpiexec_command, refuse_inside_mpi_launch
+from ccbench.scripts import checkpoint
+from ccbench.scripts.launch import (
+    binding_enabled,
+    mpiexec_command,
+    refuse_inside_mpi_launch,
+    run_captured,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 ROOMS = ("kernels", "collectives", "training", "benchmarks", "plots", "scripts")
@@ -65,7 +71,9 @@ COLUMNS = (
     "size_bytes", "config", "statistic", "rounds", "a_us", "b_us", "ratio", "ratio_low",
     "ratio_high", "margin", "verdict", "a_iterations", "b_iterations", "link_gbps",
     "load_start", "load_end", "hostname", "git_sha", "pairing", "turns", "ci_target_pct",
+    "timer", "validation",
 )  # fmt: skip
+TIMERS = ("auto", "python")  # --timer: auto pairs like with like, python forces Python's loop
 IN_LAUNCH, LAUNCHES = "in-launch", "launches"  # the pairing column
 
 
@@ -151,14 +159,14 @@ class Launcher:
                     self.cluster, "-n", str(self.ranks), *unbound, "--", *program]
         return mpiexec_command(self.ranks, program, bind=self.bind)
 
-    def run(self, side: Side, common: list[str], csv: Path) -> list[dict]:
-        env = dict(os.environ)
+    def run(self, side: Side, common: list[str], csv: Path,
+            env: dict | None = None) -> list[dict]:
+        env = {**os.environ, **(env or {})}
         if side.import_root is not None:
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (str(side.import_root), env.get("PYTHONPATH")) if p)
             env["CCBENCH_GIT_SHA"] = side.rev or ""
-        proc = subprocess.run(self.command(side, common, csv), capture_output=True, text=True,
-                              env=env, timeout=self.timeout, stdin=subprocess.DEVNULL)
+        proc = self._run(self.command(side, common, csv), env, f"{side.label} ({side.text()})")
         if proc.returncode not in (0, 1):  # 1: a validation failure, still timed
             tail = (proc.stderr or proc.stdout).strip().splitlines()
             raise UsageError(f"{side.label} ({side.text()}) failed with status "
@@ -170,24 +178,29 @@ class Launcher:
             raise UsageError(f"{side.label} ({side.text()}) wrote no results")
         return rows
 
-    def run_paired(self, a: Side, b: Side, common: list[str], turns: int,
-                   out: Path) -> dict:
+    def run_paired(self, a: Side, b: Side, common: list[str], turns: int, out: Path,
+                   env: dict | None = None) -> dict:
         """Both sides in one launch (benchmarks/paired.py); its per-round record."""
         program = [sys.executable, "-m", "ccbench.benchmarks.paired", "--a",
                    shlex.join(a.command), "--b", shlex.join(b.command), "--turns",
                    str(turns), "--json", str(out), "--", *common]
         out.unlink(missing_ok=True)
-        proc = subprocess.run(self.launch(program), capture_output=True, text=True,
-                              timeout=self.timeout, stdin=subprocess.DEVNULL)
+        proc = self._run(self.launch(program), {**os.environ, **(env or {})},
+                         "A and B in one launch")
         if proc.returncode not in (0, 1):  # 1: a validation failure, still timed
             tail = (proc.stderr or proc.stdout).strip().splitlines()
             raise UsageError(f"A and B in one launch failed with status "
                              f"{proc.returncode}: {tail[-1] if tail else 'no output'}")
-        if proc.returncode == 1:
-            print(proc.stdout.strip(), flush=True)
         if not out.exists():
             raise UsageError("A and B in one launch wrote no results")
         return json.loads(out.read_text())
+
+    def _run(self, command: list[str], env: dict, what: str):
+        try:
+            return run_captured(command, env, self.timeout)
+        except subprocess.TimeoutExpired:
+            raise UsageError(f"{what} took longer than {self.timeout:g} s (--timeout); "
+                             "stopped") from None
 
 
 # ----------------------------------------------------------------------------- rounds
@@ -238,19 +251,29 @@ class Comparison:
     turns: dict = field(default_factory=dict)  # in-launch: point -> side -> rounds' turns
     iterations: dict = field(default_factory=dict)  # point -> {"A": n, "B": n}
     info: dict = field(default_factory=dict)  # collective, ranks, link_gbps from rows
+    timers: dict = field(default_factory=dict)  # point -> {"A": "c"|"python", "B": ...}
+    failed: dict = field(default_factory=dict)  # point -> sides that failed validation (-c)
+    validated: bool = False  # some side ran its -c pass
 
     def add(self, side: Side, rows: list[dict]) -> None:
         if side.variant in UNSIZED:
             measured = unsized_points(side.variant, rows)
+            checks = {point: row.get("validation", "") for (point, _, _), row
+                      in zip(measured, filter(UNSIZED[side.variant][0], rows), strict=True)}
+            timers = dict.fromkeys(checks, "")
         else:
             columns = config_columns(rows)
             column = STATISTICS[self.statistic]
             measured = [(point_of(row, columns),
                          float(row[column]) if row.get(column) not in ("", None) else math.nan,
                          int(row["iterations"])) for row in rows]
+            checks = {point_of(row, columns): row.get("validation", "") for row in rows}
+            timers = {point_of(row, columns): row.get("timer", "") for row in rows}
         for point, value, iterations in measured:
             self.times.setdefault(point, {"A": [], "B": []})[side.label].append(value)
             self.iterations.setdefault(point, {})[side.label] = iterations
+            self._check_timer(point, side.label, timers.get(point, ""))
+            self._record_check(point, side.label, checks.get(point, ""))
         first = rows[0]
         self.info = {"collective": first.get("collective", ""), "ranks": first.get("ranks"),
                      "link_gbps": first.get("link_gbps", "")}
@@ -270,13 +293,69 @@ class Comparison:
                 turns[s].append(values)
                 slot[s].append(float(np.exp(np.mean(np.log(values))))
                                if all(v > 0 for v in values) else math.nan)
+                self._check_timer(key, s, point.get("timers", {}).get(s, ""))
+                self._record_check(key, s, point.get("validation", {}).get(s) or "")
             self.iterations[key] = dict(point["iterations"])
         self.info = {"collective": record["collective"], "ranks": record["ranks"],
                      "link_gbps": record.get("link_gbps") or ""}
 
+    def _check_timer(self, point, label: str, timer: str) -> None:
+        """Refuse to pair times taken by different loops (C and Python): not like with like."""
+        seen = self.timers.setdefault(point, {})
+        if timer:
+            seen.setdefault(label, timer)
+        known = {v for v in seen.values() if v}
+        if len(known) > 1:
+            size, config = point
+            where = f"{size} B" + (f" ({config})" if config else "")
+            raise UsageError(
+                f"at {where}, A was timed by the {seen.get('A')} loop and B by the "
+                f"{seen.get('B')} loop: not like with like; add --timer python to time both "
+                "sides by the Python loop")
+
+    def _record_check(self, point, label: str, validation: str) -> None:
+        if validation:
+            self.validated = True
+        if validation == "Fail":
+            failed = self.failed.setdefault(point, [])
+            if label not in failed:
+                failed.append(label)
+
+    def timer(self, point) -> str:
+        return next((t for t in self.timers.get(point, {}).values() if t), "")
+
+    def validation(self, point) -> str:
+        """'' (no -c), 'Pass', or 'Fail: A', 'Fail: B', 'Fail: A, B'."""
+        failed = sorted(self.failed.get(point, []))
+        if failed:
+            return "Fail: " + ", ".join(failed)
+        return "Pass" if self.validated else ""
+
+    def state(self) -> dict:
+        """What the finished rounds measured, as JSON (a checkpoint)."""
+        def keyed(mapping):
+            return [[list(point), value] for point, value in mapping.items()]
+
+        return {"times": keyed(self.times), "turns": keyed(self.turns),
+                "iterations": keyed(self.iterations), "info": self.info,
+                "timers": keyed(self.timers), "failed": keyed(self.failed),
+                "validated": self.validated}
+
+    def restore(self, state: dict) -> None:
+        def unkeyed(items):
+            return {(int(p[0]), str(p[1])): value for p, value in items}
+
+        self.times, self.turns = unkeyed(state["times"]), unkeyed(state["turns"])
+        self.iterations, self.timers = unkeyed(state["iterations"]), unkeyed(state["timers"])
+        self.failed, self.info = unkeyed(state["failed"]), dict(state["info"])
+        self.validated = bool(state["validated"])
+
+    def rounds_done(self) -> int:
+        return max((len(v["A"]) for v in self.times.values()), default=0)
+
     def points(self) -> list[tuple]:
         """Points both sides measured in every round, in size order."""
-        rounds = max((len(v["A"]) for v in self.times.values()), default=0)
+        rounds = self.rounds_done()
         return sorted(p for p, v in self.times.items()
                       if len(v["A"]) == len(v["B"]) == rounds and rounds > 0)
 
@@ -299,23 +378,25 @@ class Comparison:
 
 
 def run_round(jobs: list[tuple[Comparison, list[str]]], launcher: Launcher, k: int,
-              workdir: Path, progress=None) -> None:
+              workdir: Path, progress=None, env: dict | None = None) -> None:
     """Round k of every comparison, each side a launch: A B (k even) or B A (k odd)."""
     for index, (comparison, common) in enumerate(jobs):
         order = (comparison.a, comparison.b) if k % 2 == 0 else (comparison.b, comparison.a)
         for side in order:
             csv = workdir / f"job{index}-round{k}-{side.label}.csv"
-            comparison.add(side, launcher.run(side, common, csv))
+            comparison.add(side, launcher.run(side, common, csv, env))
             if progress is not None:
                 progress.update(1)
 
 
 def run_rounds(jobs: list[tuple[Comparison, list[str]]], launcher: Launcher, rounds: int,
-               workdir: Path, progress=None) -> None:
+               workdir: Path, progress=None, first: int = 0, after_round=None) -> None:
     """Interleave every comparison's sides: all comparisons take their round k before any
-    takes round k + 1."""
-    for k in range(rounds):
+    takes round k + 1. Rounds `first`..`rounds`-1; `after_round(k)` after each."""
+    for k in range(first, rounds):
         run_round(jobs, launcher, k, workdir, progress)
+        if after_round is not None:
+            after_round(k)
 
 
 # ----------------------------------------------------------------------------- output
@@ -342,6 +423,7 @@ def result_rows(comparison: Comparison, rounds: int, meta: dict, turns: int = 1)
             "b_iterations": comparison.iterations[point].get("B"),
             "link_gbps": comparison.info.get("link_gbps"), "pairing": comparison.pairing,
             "turns": turns, "ci_target_pct": meta.get("ci_target_pct"),
+            "timer": comparison.timer(point), "validation": comparison.validation(point),
         })  # fmt: skip
     return rows
 
@@ -354,15 +436,15 @@ def print_table(rows: list[dict]) -> None:
         return f"{value:>{width}{spec}}" if value is not None else f"{'-':>{width}}"
 
     for r in rows:
+        failed = r.get("validation", "").startswith("Fail")
         print(f"{r['size_bytes']:<10d}{r['config'] or '-':>14}{num(r, 'a_us', '.2f', 14)}"
               f"{num(r, 'b_us', '.2f', 14)}{num(r, 'ratio', '.3f', 9)}"
               f"{num(r, 'ratio_low', '.3f', 10)}{num(r, 'ratio_high', '.3f', 10)}"
-              f"  {r['verdict']}", flush=True)
+              f"  {r['verdict']}" + (f"  (validation {r['validation']})" if failed else ""),
+              flush=True)
 
 
 def run_meta() -> dict:
-    from ccbench.benchmarks.environment import git_sha
-
     now = datetime.datetime.now(datetime.timezone.utc)
     return {"compare_id": f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}",
             "timestamp": now.isoformat(timespec="seconds"),
@@ -409,6 +491,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", metavar="PATH", help="append one row per size to this CSV")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="seconds one launch may take (default 1800)")
+    p.add_argument("--timer", choices=TIMERS, default="auto",
+                   help="auto (default): in one launch, both sides by the C loop where both "
+                        "are the MPI library's own collectives, else both by the Python "
+                        "loop; in separate launches, each side's own choice, refused when "
+                        "they differ. python: both sides by the Python loop")
     p.epilog = "Options after -- go to both sides, e.g. -- --collective allgather -i 20"
     return p
 
@@ -436,6 +523,7 @@ def check(opts) -> None:
         raise UsageError("--margin must be in [0, 1)")
     if opts.csv:
         check_header(opts.csv, COLUMNS)
+        Sidecar(opts.csv).check()
 
 
 def main(argv: list[str]) -> int:
@@ -458,38 +546,62 @@ def main(argv: list[str]) -> int:
     pairing = LAUNCHES if (opts.separate_launches or a.rev or b.rev or True in unsized) \
         else IN_LAUNCH
     comparison = Comparison(a, b, opts.statistic, opts.margin, pairing)
+    env = {"CCBENCH_TIMER": "python"} if opts.timer == "python" else {}
     meta = run_meta()
     meta["sweep_id"] = os.environ.get("CCBENCH_SWEEP_ID", "")
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="ccbench-compare-") as tmp:
-        for side in (a, b):
-            if side.rev:
-                side.import_root = materialize(side.rev, Path(tmp) / side.label)
-        how = (f"{opts.turns} turns in one launch" if pairing == IN_LAUNCH
-               else "a launch each")
-        print(f"# ccbench compare: A = {a.text()}; B = {b.text()}; {opts.ranks} ranks, "
-              f"{opts.rounds} rounds ({how}), statistic {opts.statistic}, "
-              f"load {meta['load_start']}", flush=True)
-        from ccbench.benchmarks.progress import progress_bar
+    identity = {"a": a.command, "b": b.command, "common": common, "ranks": opts.ranks,
+                "cluster": opts.cluster, "bind": launcher.bind, "pairing": pairing,
+                "turns": opts.turns, "statistic": opts.statistic, "timer": opts.timer,
+                "a_rev": resolve_rev(a.rev), "b_rev": resolve_rev(b.rev),
+                "sweep_id": meta["sweep_id"], "code": git_sha(),
+                "edits": checkpoint.working_tree_digest(REPO)}
+    saved_at = checkpoint.checkpoint_path("compare", identity)
+    saved = checkpoint.load(saved_at, identity)
+    if saved is not None:
+        comparison.restore(saved["comparison"])
+        meta.update(saved["meta"], load_start=meta["load_start"])
+    done = comparison.rounds_done()
+    target = opts.ci_target / 100 if opts.ci_target is not None else None
+    last = opts.max_rounds if target is not None else opts.rounds
+    how = f"{opts.turns} turns in one launch" if pairing == IN_LAUNCH else "a launch each"
+    print(f"# ccbench compare: A = {a.text()}; B = {b.text()}; {opts.ranks} ranks, "
+          f"{opts.rounds} rounds ({how}), statistic {opts.statistic}, timer {opts.timer}, "
+          f"load {meta['load_start']}", flush=True)
+    if done:
+        print(f"# resuming: {done} round(s) already measured ({saved_at})", flush=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ccbench-compare-") as tmp:
+            for side in (a, b):
+                if side.rev:
+                    side.import_root = materialize(side.rev, Path(tmp) / side.label)
+            from ccbench.benchmarks.progress import progress_bar
 
-        target = opts.ci_target / 100 if opts.ci_target is not None else None
-        last = opts.max_rounds if target is not None else opts.rounds
-        done = 0
-        with progress_bar(last, "compare", unit="round") as bar:
-            # the first --rounds always; then, with a target, until every interval meets it
-            while done < opts.rounds or (done < last and comparison.widest() > target):
-                if pairing == IN_LAUNCH:
-                    comparison.add_paired(launcher.run_paired(
-                        a, b, common, opts.turns, Path(tmp) / "paired.json"))
-                else:
-                    run_round([(comparison, common)], launcher, done, Path(tmp))
-                done += 1
-                bar.update(1)
+            with progress_bar(last, "compare", unit="round", initial=done) as bar:
+                # the first --rounds always; then, with a target, until every interval
+                # meets it
+                while done < opts.rounds or (done < last and comparison.widest() > target):
+                    if pairing == IN_LAUNCH:
+                        comparison.add_paired(launcher.run_paired(
+                            a, b, common, opts.turns, Path(tmp) / "paired.json", env))
+                    else:
+                        run_round([(comparison, common)], launcher, done, Path(tmp),
+                                  env=env)
+                    done += 1
+                    checkpoint.save(saved_at, identity,
+                                    {"comparison": comparison.state(), "meta": meta})
+                    bar.update(1)
+    except KeyboardInterrupt:
+        kept = f"; the {done} finished kept: run the same command to resume" if done else ""
+        print(f"\nccbench compare: interrupted after {done} of {last} rounds{kept}",
+              file=sys.stderr, flush=True)
+        return 130
     meta["load_end"] = round(os.getloadavg()[0], 2)
     turns = opts.turns if pairing == IN_LAUNCH else 1
     meta["ci_target_pct"] = opts.ci_target
     rows = result_rows(comparison, done, meta, turns)
     print_table(rows)
+    failed = [r for r in rows if r["validation"].startswith("Fail")]
     print(f"# B/A < 1: B is faster. {time.monotonic() - started:.0f} s, load "
           f"{meta['load_start']} -> {meta['load_end']}", flush=True)
     if opts.csv:
@@ -497,26 +609,41 @@ def main(argv: list[str]) -> int:
         write_sidecar(opts.csv, meta["compare_id"], {
             "a": a.text(), "b": b.text(), "common": common, "rounds": done,
             "ranks": opts.ranks, "cluster": opts.cluster, "statistic": opts.statistic,
-            "pairing": pairing, "turns": turns,
+            "pairing": pairing, "turns": turns, "timer": opts.timer,
             "times": {f"{size}|{config}": v for (size, config), v in comparison.times.items()},
             "turn_times": {f"{size}|{config}": v
                            for (size, config), v in comparison.turns.items()},
         })
+    checkpoint.clear(saved_at)
+    if failed:
+        print(f"ccbench compare: validation failed at {len(failed)} of {len(rows)} points "
+              "(the validation column names the side)", file=sys.stderr, flush=True)
+        return 1
     return 0
+
+
+def resolve_rev(rev: str | None, repo: Path = REPO) -> str:
+    """The commit a revision names ('' for this installation), so that a checkpoint of
+    `HEAD~1` is not resumed after HEAD moved."""
+    if not rev:
+        return ""
+    proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet",
+                           f"{rev}^{{commit}}"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UsageError(f"git revision {rev!r} not found")
+    return proc.stdout.strip()
+
+
+def git_sha() -> str:
+    from ccbench.benchmarks.environment import git_sha as sha
+
+    return sha()
 
 
 def write_sidecar(csv: str, compare_id: str, record: dict) -> None:
     """`<csv>.json`: every comparison's per-round times, keyed by its id (as the harness
     keys its runs, so a sweep sees the comparison finished)."""
-    path = Path(f"{csv}.json")
-    runs = {}
-    if path.exists():
-        try:
-            runs = json.loads(path.read_text()).get("runs", {})
-        except (ValueError, AttributeError):
-            runs = {}
-    runs[compare_id] = record
-    write_json_atomic(path, {"runs": runs})
+    Sidecar(csv).add(compare_id, record)
 
 
 def entry(argv: list[str]) -> int:

@@ -1,7 +1,9 @@
-"""`ccbench gate`: fail when this working tree makes a gated benchmark slower.
+"""`ccbench gate`: fail when this tree makes a gated benchmark slower than the accepted
+revision.
 
-    ccbench gate                      # the working tree against its merge base
+    ccbench gate                      # the working tree against the accepted revision
     ccbench gate --base HEAD~1        # ... against another revision
+    ccbench gate --accept             # make HEAD the accepted revision (then commit it)
     ccbench gate --list               # what is gated
 
 Every benchmark of the gate spec (sweeps/gate.toml: the baseline, each compressed variant
@@ -11,17 +13,23 @@ bound ranks, as `ccbench compare` does: round k runs every benchmark, A then B o
 A by turn, before round k + 1 starts, so a load that comes and goes is shared by both
 sides and spread over every benchmark. A point fails when B/A is at least the spec's
 threshold (1.3) and its 95% interval lies above 1: slower beyond doubt, and by a lot.
-Exit status: 0 all pass, 1 a point failed, 2 bad input (not a git checkout, bad spec).
 
-The base is the merge base of HEAD and its upstream (origin/main when there is no
-upstream, else main): on a branch, its committed changes count; on main, the working
-tree is compared with HEAD, and an unchanged tree compares the code with itself.
+The base is the accepted revision, recorded in the repository (results/reference/
+gate-base), so a clean clone of main is timed against the code the gate last accepted,
+never against itself. It moves only on purpose: `ccbench gate --accept [REV]` writes REV
+(default HEAD) there, to be committed. Without the file the merge base of HEAD and its
+upstream is used, and the gate says so. An interrupted gate keeps its finished rounds
+(the same command resumes them).
+
+Exit status: 0 all pass, 1 a point failed, 2 bad input (not a git checkout, bad spec, an
+accepted revision this clone lacks), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,6 +45,7 @@ except ModuleNotFoundError:  # Python 3.10
 from ccbench.benchmarks.progress import progress_bar
 from ccbench.benchmarks.results import append_rows, check_header
 from ccbench.kernels.errors import UsageError
+from ccbench.scripts import checkpoint
 from ccbench.scripts.compare import (
     COLUMNS,
     REPO,
@@ -54,6 +63,7 @@ from ccbench.scripts.compare import (
 from ccbench.scripts.launch import binding_enabled, refuse_inside_mpi_launch
 
 DEFAULT_SPEC = REPO / "sweeps" / "gate.toml"
+ACCEPTED = Path("results") / "reference" / "gate-base"  # under the gated checkout
 
 
 @dataclass(frozen=True)
@@ -108,7 +118,7 @@ def git(repo: Path, *args: str) -> str:
     return proc.stdout.strip()
 
 
-def default_base(repo: Path) -> str:
+def merge_base(repo: Path) -> str:
     """The merge base of HEAD and its upstream (else origin/main, else main)."""
     for upstream in ("@{upstream}", "origin/main", "main"):
         ok = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet",
@@ -116,6 +126,49 @@ def default_base(repo: Path) -> str:
         if ok:
             return git(repo, "merge-base", "HEAD", upstream)
     return git(repo, "rev-parse", "HEAD")
+
+
+def read_accepted(repo: Path) -> str | None:
+    """The accepted revision recorded in `repo`, or None when none is recorded."""
+    path = repo / ACCEPTED
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    words = [line.split()[0] for line in lines if line.strip() and not line.startswith("#")]
+    if len(words) != 1 or not re.fullmatch(r"[0-9a-f]{40}", words[0]):
+        raise UsageError(f"{ACCEPTED} must hold one full commit hash (write it with "
+                         "ccbench gate --accept)")
+    return words[0]
+
+
+def write_accepted(repo: Path, rev: str) -> str:
+    sha = git(repo, "rev-parse", "--verify", f"{rev}^{{commit}}")
+    subject = git(repo, "log", "-1", "--format=%s", sha)
+    path = repo / ACCEPTED
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# The revision `ccbench gate` times the working tree against; move it on "
+                    "purpose\n# with `ccbench gate --accept [REV]` and commit this file.\n"
+                    f"{sha}  {subject}\n")
+    return sha
+
+
+def choose_base(repo: Path, asked: str | None) -> tuple[str, str]:
+    """(revision, why it is the base): --base, else the accepted revision, else the merge
+    base with the upstream."""
+    if asked:
+        return asked, "--base"
+    accepted = read_accepted(repo)
+    if accepted is None:
+        return merge_base(repo), (f"merge base with the upstream: no accepted revision in "
+                                  f"{ACCEPTED} (ccbench gate --accept)")
+    known = subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{accepted}^{{commit}}"],
+                           capture_output=True).returncode == 0
+    if not known:
+        raise UsageError(f"the accepted revision {accepted[:12]} ({ACCEPTED}) is not in this "
+                         "clone; fetch the full history (git fetch --unshallow) or accept "
+                         "another revision")
+    return accepted, f"the accepted revision ({ACCEPTED})"
 
 
 def failed(row: dict, threshold: float) -> bool:
@@ -128,7 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ccbench gate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base", metavar="REV", help="revision to compare with (default: the "
-                                                 "merge base of HEAD and its upstream)")
+                                                 f"accepted revision in {ACCEPTED})")
+    p.add_argument("--accept", nargs="?", const="HEAD", metavar="REV",
+                   help=f"record REV (default HEAD) as the accepted revision in {ACCEPTED}, "
+                        "then exit; commit that file")
     p.add_argument("--spec", type=Path, default=DEFAULT_SPEC,
                    help="gated benchmarks (default sweeps/gate.toml)")
     p.add_argument("--repo", type=Path, default=REPO,
@@ -144,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     refuse_inside_mpi_launch("ccbench gate")
     opts = build_parser().parse_args(argv)
+    repo = opts.repo.resolve()
+    if opts.accept:
+        sha = write_accepted(repo, opts.accept)
+        print(f"ccbench gate: {sha[:12]} is now the accepted revision ({ACCEPTED}); "
+              "commit that file to keep it")
+        return 0
     spec = load_spec(opts.spec)
     benchmarks = [b for b in spec.benchmarks if not opts.only or opts.only in b.name]
     if not benchmarks:
@@ -157,20 +219,29 @@ def main(argv: list[str]) -> int:
         return 0
     if opts.csv:
         check_header(opts.csv, COLUMNS)
-    repo = opts.repo.resolve()
-    base = opts.base or default_base(repo)
+    base, why = choose_base(repo, opts.base)
     base_sha = git(repo, "rev-parse", "--short=12", base)
+    base_full = git(repo, "rev-parse", base)
     dirty = bool(git(repo, "status", "--porcelain", "--untracked-files=no"))
     head = git(repo, "rev-parse", "--short=12", "HEAD")
     tree = f"working tree ({head}{', uncommitted changes' if dirty else ''})"
     launcher = Launcher(spec.ranks, bind=binding_enabled(False if opts.no_bind else None))
     meta = run_meta()
-    print(f"# ccbench gate: {tree} against {base_sha}; {len(benchmarks)} benchmarks, "
-          f"{rounds} rounds on {spec.ranks} bound ranks, statistic {spec.statistic}; "
-          f"a point fails at B/A >= "
-          f"{spec.threshold:g} with its interval above 1; load {meta['load_start']}",
-          flush=True)
+    print(f"# ccbench gate: {tree} against {base_sha}, {why}", flush=True)
+    print(f"# threshold: a point fails at B/A >= {spec.threshold:g} with its 95% interval "
+          f"above 1; {rounds} rounds on {spec.ranks} "
+          f"{'bound' if launcher.bind else 'unbound'} ranks; statistic {spec.statistic}; "
+          f"{len(benchmarks)} benchmarks; load {meta['load_start']}", flush=True)
+    if git(repo, "rev-parse", "HEAD") == base_full and not dirty:
+        print("# note: the tree is the base revision itself: nothing here can be slower",
+              flush=True)
     started = time.monotonic()
+    identity = {"base": base_full, "head": git(repo, "rev-parse", "HEAD"),
+                "edits": checkpoint.working_tree_digest(repo), "ranks": spec.ranks,
+                "bind": launcher.bind, "statistic": spec.statistic, "margin": spec.margin,
+                "benchmarks": [[b.command, b.sizes, b.options] for b in benchmarks]}
+    saved_at = checkpoint.checkpoint_path("gate", identity)
+    saved = checkpoint.load(saved_at, identity)
     with tempfile.TemporaryDirectory(prefix="ccbench-gate-") as tmp:
         base_root = materialize(base, Path(tmp) / "base", repo)
         tree_root = link_rooms(repo, Path(tmp) / "tree" / "import")
@@ -180,8 +251,28 @@ def main(argv: list[str]) -> int:
             t = Side("B", b.command, "working-tree", tree_root)
             jobs.append((Comparison(a, t, spec.statistic, spec.margin),
                          [*b.options, "-m", b.sizes]))
-        with progress_bar(2 * rounds * len(jobs), "gate", unit="launch") as bar:
-            run_rounds(jobs, launcher, rounds, Path(tmp), bar)
+        done = 0
+        if saved is not None:
+            for (comparison, _), state in zip(jobs, saved, strict=True):
+                comparison.restore(state)
+            done = min(c.rounds_done() for c, _ in jobs)
+            print(f"# resuming: {done} round(s) already measured ({saved_at})", flush=True)
+
+        def keep(k: int) -> None:
+            checkpoint.save(saved_at, identity, [c.state() for c, _ in jobs])
+
+        try:
+            with progress_bar(2 * rounds * len(jobs), "gate", unit="launch",
+                              initial=2 * done * len(jobs)) as bar:
+                run_rounds(jobs, launcher, rounds, Path(tmp), bar, first=done,
+                           after_round=keep)
+        except KeyboardInterrupt:
+            finished = min(c.rounds_done() for c, _ in jobs)
+            kept = (f"; the {finished} finished kept: run the same command to resume"
+                    if finished else "")
+            print(f"\nccbench gate: interrupted after {finished} of {rounds} rounds{kept}",
+                  file=sys.stderr, flush=True)
+            return 130
     meta["load_end"] = round(os.getloadavg()[0], 2)
     failures, rows = 0, []
     print(f"{'# benchmark':<40}{'size':>10}{'base us':>12}{'tree us':>12}{'ratio':>8}"
@@ -200,6 +291,7 @@ def main(argv: list[str]) -> int:
                   f"{interval:>16}  {'FAIL: ' if bad else ''}{row['verdict']}", flush=True)
     if opts.csv:
         append_rows(opts.csv, rows, COLUMNS)
+    checkpoint.clear(saved_at)
     print(f"# gate: {len(rows)} points, {failures} failed, {time.monotonic() - started:.0f} s, "
           f"load {meta['load_start']} -> {meta['load_end']}", flush=True)
     return 1 if failures else 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -124,3 +125,31 @@ def refuse_inside_mpi_launch(tool: str) -> None:
     # The other ranks end quietly, so rank 0's status becomes the job's: Open MPI's
     # launcher, seeing another rank fail first, ends the job and can drop rank 0's line.
     raise SystemExit(0)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Stop a launcher started in a session of its own, and every rank it started."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_captured(command: list[str], env: dict | None = None,
+                 timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run a launch with its output captured. On a timeout, Ctrl-C or a signal, the launcher
+    and its ranks are stopped before the exception goes on: no rank outlives the tool."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        kill_group(proc)
+        raise
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)

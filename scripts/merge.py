@@ -21,18 +21,17 @@ The point key is defined here, once; the sweep's resume and the regression gate 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ccbench.benchmarks.results import (
     COMMON_COLUMNS,
+    Sidecar,
     csv_files,
     is_setting,
     read_rows,
     write_csv_atomic,
-    write_json_atomic,
 )
 from ccbench.kernels.errors import UsageError
 
@@ -155,12 +154,8 @@ def merge_files(inputs: Sequence, out, sidecar: bool = True) -> dict:
     # the sources' sidecars hold each run's environment, keyed by run id: keep them all
     runs = {}
     for p in paths:
-        try:
-            runs.update(json.loads(Path(f"{p}.json").read_text()).get("runs", {}))
-        except (OSError, ValueError, AttributeError):
-            pass
-    write_json_atomic(f"{out}.json", {"merge": {**summary, "sources": [str(p) for p in paths]},
-                                     "runs": runs})  # fmt: skip
+        runs.update(Sidecar(p).runs())
+    Sidecar(out).write(runs, merge={**summary, "sources": [str(p) for p in paths]})
     return summary
 
 

@@ -19,7 +19,6 @@ import argparse
 import hashlib
 import importlib.util
 import itertools
-import json
 import math
 import os
 import re
@@ -38,10 +37,11 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from ccbench.benchmarks.options import format_sizes, size_list
-from ccbench.benchmarks.results import csv_files, read_rows
+from ccbench.benchmarks.results import Sidecar, csv_files, read_rows
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.launch import (
     binding_enabled,
+    kill_group,
     mpiexec_command,
     refuse_inside_mpi_launch,
     srun_placement_args,
@@ -344,10 +344,7 @@ def remaining_sizes(spec: Spec, task: Task) -> list:
 
 
 def _finished_runs(path: Path) -> set[str]:
-    try:
-        return set(json.loads(Path(f"{path}.json").read_text()).get("runs", {}))
-    except (OSError, ValueError, AttributeError):
-        return set()
+    return set(Sidecar(path).runs())
 
 
 def resume_args(task: Task, todo: list[int]) -> list[str]:
@@ -484,11 +481,11 @@ def run_task(cmd: list[str], log: Path, timeout: float | None, echo: bool, on_ro
                                 env=dict(os.environ), start_new_session=True)  # fmt: skip
         timed_out = threading.Event()
 
-        def kill_group():
+        def on_timeout():
             timed_out.set()
-            _kill_group(proc)
+            kill_group(proc)
 
-        timer = threading.Timer(timeout, kill_group) if timeout else None
+        timer = threading.Timer(timeout, on_timeout) if timeout else None
         if timer:
             timer.start()
         try:
@@ -502,7 +499,7 @@ def run_task(cmd: list[str], log: Path, timeout: float | None, echo: bool, on_ro
                     on_row(size)
             status = proc.wait()
         except BaseException:
-            _kill_group(proc)  # Ctrl-C or a signal: never leave ranks running
+            kill_group(proc)  # Ctrl-C or a signal: never leave ranks running
             raise
         finally:
             if timer:
@@ -511,20 +508,6 @@ def run_task(cmd: list[str], log: Path, timeout: float | None, echo: bool, on_ro
             f.write(f"ccbench sweep: killed after {timeout:g} s\n")
             return 124
     return status
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Stop the launcher and its ranks (the process group this sweep started)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=5)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 # ----------------------------------------------------------------------------- progress
@@ -860,11 +843,12 @@ def main(argv: list[str]) -> int:
         if opts.list or opts.dry_run:
             list_tasks(spec, opts.launcher)
             return 0
-        failed = invalid = []
-        if not opts.merge_only:
+        if opts.merge_only:  # the SLURM merge job: the array tasks have ended, somehow
+            failed, invalid = outcomes(spec, tasks)
+        else:
             echo = opts.verbose or opts.task is not None  # an array task logs to SLURM's file
             failed, invalid = run_sweep(spec, tasks, opts.launcher, echo, opts.fail_fast)
-        report(spec, failed, invalid)
+        report(spec, failed, invalid, merge_only=opts.merge_only)
         if opts.task is None and not opts.no_merge:
             for out, s in merge_outputs(spec):
                 print(f"ccbench sweep: {s['rows_written']} rows in {out}")
@@ -881,13 +865,33 @@ def main(argv: list[str]) -> int:
     return 1 if failed or invalid else 0
 
 
-def report(spec: Spec, failed: list[Task], invalid: list[Task]) -> None:
+def outcomes(spec: Spec, tasks: list[Task]) -> tuple[list[Task], list[Task]]:
+    """(tasks whose results are incomplete, finished tasks with a row that failed
+    validation), read from the output folder alone: what the SLURM merge job, which ran
+    none of them, can tell."""
+    failed, invalid = [], []
+    for task in tasks:
+        if remaining_sizes(spec, task):
+            failed.append(task)
+            continue
+        _, rows = read_rows(csv_path(spec, task))
+        if any(str(r.get("validation") or "").startswith("Fail") for r in rows):
+            invalid.append(task)
+    return failed, invalid
+
+
+def report(spec: Spec, failed: list[Task], invalid: list[Task],
+           merge_only: bool = False) -> None:
+    logs = f"{spec.output}/slurm/" if merge_only else None
     for task in invalid:
-        print(f"ccbench sweep: validation failed in {task.slug} "
-              f"(see {spec.output}/logs/{task.slug}.log)", file=sys.stderr)  # fmt: skip
+        print(f"ccbench sweep: validation failed in task {task.index} {task.slug} "
+              f"(see {logs or f'{spec.output}/logs/{task.slug}.log'})",
+              file=sys.stderr)  # fmt: skip
     for task in failed:
-        print(f"ccbench sweep: task {task.index} {task.slug} failed; "
-              f"see {spec.output}/logs/{task.slug}.log", file=sys.stderr)  # fmt: skip
+        what = "did not finish" if merge_only else "failed"
+        print(f"ccbench sweep: task {task.index} {task.slug} {what}; "
+              f"see {logs or f'{spec.output}/logs/{task.slug}.log'}",
+              file=sys.stderr)  # fmt: skip
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))

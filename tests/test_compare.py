@@ -64,6 +64,8 @@ def test_in_launch_compare_end_to_end(tmp_path):
     for r in rows:
         assert (r["pairing"], r["turns"], r["rounds"]) == ("in-launch", "2", "2")
         assert r["a_iterations"] == r["b_iterations"] == "20"
+        # the ring cannot be timed by the C loop, so the library's call is not either
+        assert (r["timer"], r["validation"]) == ("python", "")
         # the ratio and interval again, from the turn times the sidecar keeps
         turns = run["turn_times"][f"{r['size_bytes']}|"]
         assert [len(t) for t in turns["A"]] == [2, 2] and len(turns["B"]) == 2
@@ -79,11 +81,33 @@ def test_in_launch_compare_end_to_end(tmp_path):
 def test_separate_launches_are_recorded_as_such(tmp_path):
     out = tmp_path / "cmp.csv"
     proc = ccbench("compare", "baseline", "baseline --algorithm ring", "-m", "4K:4K",
-                   "--rounds", "2", "--separate-launches", "--csv", str(out), "--",
-                   "--collective", "allgather", "-i", "10", "-x", "1")
+                   "--rounds", "2", "--separate-launches", "--timer", "python", "--csv",
+                   str(out), "--", "--collective", "allgather", "-i", "10", "-x", "1")
     assert proc.returncode == 0, proc.stderr
     (row,) = list(csv.DictReader(out.open()))
-    assert (row["pairing"], row["turns"]) == ("launches", "1")
+    assert (row["pairing"], row["turns"], row["timer"]) == ("launches", "1", "python")
+
+
+def test_separate_launches_refuse_two_timing_loops(tmp_path):
+    """The library's collective alone is timed by the C loop, the ring by Python's: a
+    ratio of the two would measure the loops too, so compare refuses, in one line."""
+    out = tmp_path / "cmp.csv"
+    proc = ccbench("compare", "baseline", "baseline --algorithm ring", "-m", "4K:4K",
+                   "--rounds", "2", "--separate-launches", "--csv", str(out), "--",
+                   "--collective", "allgather", "-i", "10", "-x", "1")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "A was timed by the c loop and B by the python loop" in lines[0]
+    assert not out.exists()
+
+
+def test_one_launch_times_two_library_collectives_by_the_c_loop(tmp_path):
+    out = tmp_path / "cmp.csv"
+    proc = ccbench("compare", "baseline -T int8", "baseline", "-m", "4K:4K", "--rounds",
+                   "2", "--turns", "2", "--csv", str(out), "--", "-i", "10", "-x", "1")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = list(csv.DictReader(out.open()))
+    assert row["timer"] == "c"
 
 
 def test_paired_launch_times_every_turn_of_both_sides(tmp_path):
@@ -98,6 +122,9 @@ def test_paired_launch_times_every_turn_of_both_sides(tmp_path):
     assert sorted(p["size_bytes"] for p in data["points"].values()) == [8192, 16384]
     for point in data["points"].values():
         assert point["iterations"] == {"A": 5, "B": 5}
+        # one loop for both sides (p2p is no library call), and both -c passes recorded
+        assert point["timers"] == {"A": "python", "B": "python"}
+        assert point["validation"] == {"A": "Pass", "B": "Pass"}
         for side in ("A", "B"):
             times = point["times"][side]
             assert len(times["avg_us"]) == len(times["p50_us"]) == 3

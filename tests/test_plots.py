@@ -383,14 +383,37 @@ def two_sweeps(root: Path) -> tuple[str, str]:
     return first, second
 
 
-def test_several_runs_are_refused_with_one_line_naming_them(tmp_path, capsys):
+def test_several_runs_of_distinct_points_are_drawn_together_never_paired(tmp_path, capsys,
+                                                                         style):
+    """Three hand runs of three variants are one figure, each curve named with its run;
+    the note that pairs collective level with the baseline refuses rows of two runs."""
     first, second = two_sweeps(tmp_path / "results")
-    status = cli.main([str(tmp_path / "results"), "-o", str(tmp_path / "out")])
+    out = tmp_path / "out"
+    status = cli.main([str(tmp_path / "results"), "-o", str(out), "--format", "png",
+                       "--only", "allgather", "--dpi", "40"])
+    printed = capsys.readouterr().out
+    assert status == 0 and "2 runs drawn together" in printed
+    index = (out / "index.html").read_text()
+    assert f"sweep {first}" in index and f"sweep {second}" in index
+    (figure,) = draw("seed000_allgather_latency", load([tmp_path / "results"]), style)
+    assert f"baseline mpi: sweep {first}" in figure.caption
+    assert f"coll_compressed ring fp16: sweep {second}" in figure.caption
+    notes = [t.get_text() for ax in figure.fig.axes for legend in [ax.get_legend()]
+             if legend is not None for t in legend.get_texts()]
+    codec_notes = [n for n in notes if n.startswith("fp16:")]
+    # MPI is the other run's: not paired; p2p is the same run's: paired
+    assert codec_notes == ["fp16: MPI is another run's, not paired; +0% [-7, +7] vs p2p"]
+
+
+def test_several_runs_of_the_same_points_are_refused_with_one_line(tmp_path, capsys):
+    root = tmp_path / "results"
+    write(root / "a.csv", seed000_rows([1 << 20], ranks=2, link=0, run="r1", sweep="s-a"))
+    write(root / "b.csv", seed000_rows([1 << 20], ranks=2, link=0, run="r2", sweep="s-b"))
+    status = cli.main([str(root), "-o", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1
-    assert err[0].startswith("ccbench plot: the inputs hold 2 runs, which are never drawn "
-                             "together: ")
-    assert f"sweep {first} (" in err[0] and f"sweep {second} (" in err[0]
+    assert err[0].startswith("ccbench plot: the inputs hold 2 runs that measured the same "
+                             "point (micro-benchmark (harness) rows: ")
     assert "--run ID" in err[0] and "--each-run" in err[0]
     assert not (tmp_path / "out").exists()
 

@@ -154,15 +154,21 @@ algorithm = ["mpi", "nosuch"]
 """
 
 
-def job_states(array_job: str) -> dict[str, str]:
-    """Array task id -> JobState, from the job completion log local-cluster.sh configures."""
+def completions() -> list[dict[str, str]]:
+    """The job completion log local-cluster.sh configures, a dict per finished job."""
     log = Path(os.environ.get("CCBENCH_SLURM_DIR", "/var/tmp/ccbench-slurm")) / "jobcomp.log"
-    states = {}
-    for line in log.read_text().splitlines():
-        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        if fields.get("ArrayJobId") == array_job:
-            states[fields["ArrayTaskId"]] = fields["JobState"]
-    return states
+    return [dict(f.split("=", 1) for f in line.split() if "=" in f)
+            for line in log.read_text().splitlines()]
+
+
+def job_states(array_job: str) -> dict[str, str]:
+    """Array task id -> JobState of one job array."""
+    return {f["ArrayTaskId"]: f["JobState"] for f in completions()
+            if f.get("ArrayJobId") == array_job}
+
+
+def job_state(job: str) -> str | None:
+    return next((f["JobState"] for f in completions() if f.get("JobId") == job), None)
 
 
 @pytest.mark.timeout(300)
@@ -184,9 +190,14 @@ def test_default_srun_mpi_works_and_a_failed_task_fails_its_array_task(slurm, tm
     assert "sweep: 0/2 points, 1/1 tasks, 1 failed," in bad, bad
     assert "task 1 baseline_nosuch_r2 failed" in bad
     deadline = time.monotonic() + 30  # slurmctld writes the log as jobs complete
-    while len(states := job_states(jobs[0])) < 2 and time.monotonic() < deadline:
+    while ((len(states := job_states(jobs[0])) < 2 or job_state(jobs[1]) is None)
+           and time.monotonic() < deadline):
         time.sleep(0.5)
     assert states == {"0": "COMPLETED", "1": "FAILED"}, states
     with open(tmp_path / "out.csv", newline="") as f:  # the merge job still ran
         rows = list(csv.DictReader(f))
     assert [(r["algorithm"], r["validation"]) for r in rows] == [("mpi", "Pass")] * 2
+    # ... and, merging what it has, says which task is missing and fails
+    merge_log = (slurm_out / f"ccbench-slurmfail-merge-{jobs[1]}.out").read_text()
+    assert "task 1 baseline_nosuch_r2 did not finish" in merge_log, merge_log
+    assert job_state(jobs[1]) == "FAILED"
