@@ -99,8 +99,8 @@ def _atomic_write_text(path: Path, text: str) -> None:
 def _format(value) -> str:
     if value is None:
         return ""
-    if isinstance(value, float):
-        return repr(value) if value == value else "nan"
+    if isinstance(value, float):  # numpy's float64 too, whose repr is "np.float64(...)"
+        return repr(float(value)) if value == value else "nan"
     return str(value)
 
 

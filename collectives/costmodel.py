@@ -120,6 +120,8 @@ class LinkModel:
         """Recursive-halving reduce-scatter + recursive-doubling allgather (p a power of 2)."""
         if p < 2:
             return AlphaBeta(0.0, 0.0)
+        if p & (p - 1):  # lg p would count fractional steps: the model holds for 2**k only
+            raise ValueError(f"the Rabenseifner model needs a power of two ranks, not {p}")
         return AlphaBeta(2 * np.log2(p) * self.hop_latency_us,
                          2 * (p - 1) / p * self.us_per_byte)
 

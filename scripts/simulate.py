@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(opts) -> list[dict]:
     ranks = parse_ranks(opts.ranks)
+    odd = [p for p in ranks if p & (p - 1)]
+    if opts.algorithm == "rabenseifner" and odd:
+        raise UsageError(f"--algorithm rabenseifner models a power of two ranks, not {odd[0]}")
     check_header(opts.csv, MGWFBP_COLUMNS)
     strategies = parse_strategies(opts.strategy)
     if opts.compute_speedup <= 0:

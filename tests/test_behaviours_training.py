@@ -1,0 +1,106 @@
+"""Error feedback's residual, worked by hand: r = g + r_old - decode(encode(g + r_old)), not
+its negation, in both places that keep one (the FSDP / DDP / MG-WFBP trainers'
+`ErrorFeedback` and the sharded trainer).
+
+Over steps, what was sent plus the last residual is what was computed: the sum of the
+decoded gradients plus r_T equals the sum of the true gradients (the residuals telescope).
+A flipped sign adds the codec's error twice instead of carrying it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+class QuarterTransport:
+    """A transport whose decode(encode(x)) rounds to a multiple of 1/4 (no ties below)."""
+
+    def __init__(self):
+        self.blocks: list[int] = []
+
+    def roundtrip(self, x, out, blocks):
+        self.blocks.append(blocks)
+        torch.round(x * 4, out=out)
+        out /= 4
+
+
+def quarters(x):
+    return torch.round(torch.as_tensor(x) * 4) / 4
+
+
+def test_error_feedback_carries_the_codec_error_with_its_sign():
+    from ccbench.training.torch_comm import ErrorFeedback
+
+    transport = QuarterTransport()
+    feedback = ErrorFeedback(transport)
+    # step 1, r = 0: g1 x 4 = 1.25, 1.75, -2.75, 0.25 rounds to 1, 2, -3, 0
+    g1 = [0.3125, 0.4375, -0.6875, 0.0625]
+    grad = torch.tensor(g1)
+    feedback.apply("bucket0", grad, 2)
+    assert grad.tolist() == g1  # nothing carried yet: g1 itself goes out
+    r1 = [0.0625, -0.0625, 0.0625, 0.0625]  # g1 - (0.25, 0.5, -0.75, 0)
+    assert feedback.residuals["bucket0"].tolist() == r1
+    # step 2: g2 + r1 = 0.25, 0.1875, -0.25, 0.1875; x 4 = 1, 0.75, -1, 0.75 -> 1, 1, -1, 1
+    g2 = [0.1875, 0.25, -0.3125, 0.125]
+    grad = torch.tensor(g2)
+    feedback.apply("bucket0", grad, 2)
+    assert grad.tolist() == [0.25, 0.1875, -0.25, 0.1875]  # compensated: g2 + r1
+    r2 = [0.0, -0.0625, 0.0, -0.0625]  # minus (0.25, 0.25, -0.25, 0.25)
+    assert feedback.residuals["bucket0"].tolist() == r2
+    # what the receivers decode, summed over the steps, plus r2 is g1 + g2
+    sent = quarters(g1) + quarters(grad)
+    assert (sent + torch.tensor(r2)).tolist() == (torch.tensor(g1) + torch.tensor(g2)).tolist()
+    # another buffer has its own residual, and the block count reaches the codec
+    feedback.apply("bucket1", torch.tensor(g1), 3)
+    assert feedback.residuals["bucket1"].tolist() == r1
+    assert feedback.residuals["bucket0"].tolist() == r2
+    assert transport.blocks == [2, 2, 3]
+
+
+# fp16 around 1 has a step of 2**-10: 1 + 2**-12 rounds down to 1, 1 + 3 * 2**-12 up to
+# 1 + 2**-10, 0.5 is exact (no ties)
+E = 2.0**-12
+G = [1.0, 1.0, 0.5, -1.0]
+OLD = [E, 3 * E, 0.0, -E]
+COMPENSATED = [1 + E, 1 + 3 * E, 0.5, -(1 + E)]
+RESIDUAL = [E, -E, 0.0, -E]  # minus (1, 1 + 2**-10, 0.5, -1)
+
+
+def _tiled(values, n):
+    return torch.tensor(values * (n // len(values)) + values[: n % len(values)])
+
+
+def test_error_feedback_through_the_fp16_transport():
+    from mpi4py import MPI
+
+    from ccbench.collectives.comm import Communicator
+    from ccbench.training.torch_comm import ErrorFeedback, Transport, TransportSpec
+
+    transport = Transport(Communicator(MPI.COMM_SELF),
+                          TransportSpec(variant="coll_compressed", codec="fp16",
+                                        error_feedback=True))
+    feedback = ErrorFeedback(transport)
+    grad = torch.tensor(G)
+    feedback.residuals["b"] = torch.tensor(OLD)
+    feedback.apply("b", grad, 1)
+    assert grad.tolist() == COMPENSATED
+    assert feedback.residuals["b"].tolist() == RESIDUAL
+
+
+def test_sharded_trainer_error_feedback_worked_by_hand():
+    from mpi4py import MPI
+
+    from ccbench.collectives.comm import Communicator
+    from ccbench.training.sharded import ShardedTrainer
+
+    torch.manual_seed(0)
+    trainer = ShardedTrainer(torch.nn.Linear(5, 3), Communicator(MPI.COMM_SELF),
+                             variant="coll_compressed", codec="fp16", error_feedback=True)
+    n = trainer.flat.grads.numel()
+    trainer.flat.grads.copy_(_tiled(G, n))
+    trainer.residual.copy_(_tiled(OLD, n))
+    trainer._add_error_feedback()
+    assert trainer.flat.grads.tolist() == _tiled(COMPENSATED, n).tolist()
+    assert trainer.residual.tolist() == _tiled(RESIDUAL, n).tolist()
