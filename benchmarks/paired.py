@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--turns", type=positive_int, default=8,
                    help="turns of A and B (default 8)")
     p.add_argument("--json", required=True, metavar="PATH", help="every turn's times of both sides")
+    p.add_argument("--first", choices=("A", "B"), default="A",
+                   help="the side that starts the first turn (default A); ccbench compare "
+                        "alternates it from round to round")
     p.epilog = "Options after -- go to both sides."
     return p
 
@@ -130,8 +133,9 @@ def run_pairs(argv: list[str], comm) -> int:
         kept = {s.label: {k: [] for k in KEPT} for s in sides}
         iterations, timers, checks = {}, {}, {}
         timer = agreed(comm, functools.partial(common_timer, asked, prepared))
+        start = 0 if opts.first == "A" else 1
         for k in range(opts.turns):
-            order = (0, 1) if k % 2 == 0 else (1, 0)
+            order = (0, 1) if (k + start) % 2 == 0 else (1, 0)
             for i in order:
                 side, p = sides[i], prepared[i]
                 timing = measure(comm, p.run, p.iterations, p.warmup, side.opts.timing,

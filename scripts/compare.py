@@ -179,11 +179,12 @@ class Launcher:
         return rows
 
     def run_paired(self, a: Side, b: Side, common: list[str], turns: int, out: Path,
-                   env: dict | None = None) -> dict:
-        """Both sides in one launch (benchmarks/paired.py); its per-round record."""
+                   env: dict | None = None, first: str = "A") -> dict:
+        """Both sides in one launch (benchmarks/paired.py), `first` starting the first
+        turn; its per-round record."""
         program = [sys.executable, "-m", "ccbench.benchmarks.paired", "--a",
                    shlex.join(a.command), "--b", shlex.join(b.command), "--turns",
-                   str(turns), "--json", str(out), "--", *common]
+                   str(turns), "--first", first, "--json", str(out), "--", *common]
         out.unlink(missing_ok=True)
         proc = self._run(self.launch(program), {**os.environ, **(env or {})},
                          "A and B in one launch")
@@ -582,8 +583,10 @@ def main(argv: list[str]) -> int:
                 # meets it
                 while done < opts.rounds or (done < last and comparison.widest() > target):
                     if pairing == IN_LAUNCH:
+                        # odd rounds start with B: each side starts as many turns
+                        first = "A" if done % 2 == 0 else "B"
                         comparison.add_paired(launcher.run_paired(
-                            a, b, common, opts.turns, Path(tmp) / "paired.json", env))
+                            a, b, common, opts.turns, Path(tmp) / "paired.json", env, first))
                     else:
                         run_round([(comparison, common)], launcher, done, Path(tmp),
                                   env=env)

@@ -19,15 +19,25 @@ class RecordingLauncher:
     log: list = []
 
     def __init__(self, ranks=2, cluster=None, bind=True, timeout=0.0):
-        pass
+        self.bind = bind
 
-    def run(self, side, common, csv):
+    def run(self, side, common, csv, env=None):
         RecordingLauncher.log.append((common[0], side.label))
         return [{"size_bytes": "4096", "avg_us": "12" if side.label == "B" else "10",
                  "iterations": "5", "collective": "allgather", "ranks": "2"}]
 
-    def run_paired(self, a, b, common, turns, out):
+    def run_paired(self, a, b, common, turns, out, env=None, first="A"):
         raise AssertionError("separate launches were asked for")
+
+
+class PairedRecordingLauncher(RecordingLauncher):
+    """Logs which side each in-launch round starts with."""
+
+    def run_paired(self, a, b, common, turns, out, env=None, first="A"):
+        RecordingLauncher.log.append(first)
+        return {"collective": "allgather", "ranks": 2, "points": {"4096|": {
+            "size_bytes": 4096, "config": {}, "iterations": {"A": 5, "B": 5},
+            "times": {"A": {"avg_us": [10.0] * turns}, "B": {"avg_us": [12.0] * turns}}}}}
 
 
 def test_rounds_alternate_the_first_side_and_interleave_comparisons(tmp_path):
@@ -53,6 +63,7 @@ def test_compare_with_separate_launches_alternates_across_rounds(tmp_path, monke
     RecordingLauncher.log = []
     monkeypatch.setattr(compare, "Launcher", RecordingLauncher)
     out = tmp_path / "cmp.csv"
+    monkeypatch.setenv("CCBENCH_STATE", str(tmp_path / "state"))
     assert compare.main(["baseline", "baseline --algorithm ring", "--rounds", "4",
                          "--separate-launches", "-m", "4K", "--csv", str(out)]) == 0
     assert [side for _, side in RecordingLauncher.log] == ALTERNATING
@@ -83,7 +94,8 @@ def test_turns_inside_a_launch_alternate_and_keep_each_sides_times(tmp_path, mon
     def measure(comm, run, iterations, warmup, timing, **_):
         log.append(run.side)
         n = float(len(log))
-        return {"iterations": iterations, "avg_us": n, "fastest_us": n, "p50_us": n}
+        return {"iterations": iterations, "avg_us": n, "fastest_us": n, "p50_us": n,
+                "timer": "python"}
 
     monkeypatch.setattr(paired, "prepare_case", prepare)
     monkeypatch.setattr(paired, "measure", measure)
@@ -103,3 +115,45 @@ def test_turns_inside_a_launch_alternate_and_keep_each_sides_times(tmp_path, mon
         for key in ("avg_us", "fastest_us", "p50_us"):
             assert point["times"]["A"][key] == pytest.approx(a)
             assert point["times"]["B"][key] == pytest.approx(b)
+
+
+def test_in_launch_rounds_alternate_which_side_starts(tmp_path, monkeypatch):
+    """With an odd number of turns A would start more turns than B; the rounds alternate
+    which side starts the launch, so across rounds each side starts as often."""
+    from ccbench.scripts import compare
+
+    RecordingLauncher.log = []
+    monkeypatch.setattr(compare, "Launcher", PairedRecordingLauncher)
+    monkeypatch.setenv("CCBENCH_STATE", str(tmp_path / "state"))
+    assert compare.main(["baseline", "baseline --algorithm ring", "--rounds", "4",
+                         "--turns", "3", "-m", "4K"]) == 0
+    assert RecordingLauncher.log == ["A", "B", "A", "B"]
+
+
+def test_a_paired_launch_started_by_b_times_b_first(tmp_path, monkeypatch):
+    from mpi4py import MPI
+
+    from ccbench.benchmarks import paired
+    from ccbench.collectives.comm import Communicator
+
+    log: list[str] = []
+    real_prepare = paired.prepare_case
+
+    def prepare(variant, ctx, case):
+        prepared = real_prepare(variant, ctx, case)
+        prepared.run.side = "A" if ctx.opts.algorithm == "mpi" else "B"
+        return prepared
+
+    def measure(comm, run, iterations, warmup, timing, **_):
+        log.append(run.side)
+        return {"iterations": iterations, "avg_us": 1.0, "fastest_us": 1.0, "p50_us": 1.0,
+                "timer": "python"}
+
+    monkeypatch.setattr(paired, "prepare_case", prepare)
+    monkeypatch.setattr(paired, "measure", measure)
+    status = paired.run_pairs(["--a", "baseline --algorithm mpi", "--b",
+                               "baseline --algorithm ring", "--turns", "3", "--first", "B",
+                               "--json", str(tmp_path / "p.json"), "--", "-m", "4K:4K", "-i",
+                               "2", "-x", "0"], Communicator(MPI.COMM_SELF))
+    assert status == 0
+    assert log == ["B", "A", "A", "B", "B", "A"]  # B A | A B | B A

@@ -1,15 +1,21 @@
-"""`ccbench gate` and `ccbench compare` end to end, on a throw-away clone of this checkout.
+"""`ccbench gate` and `ccbench compare` end to end, on throw-away clones of this checkout.
 
-The slowdown the gate must catch is made a hundred times larger than any noise (a sleep
-in every call of the gated collective), so the verdict does not depend on the host's
-speed; no test asserts a time.
+The gate times the working tree against the accepted revision recorded in the clone, so
+its tests commit their changes, as a contributor would. The slowdowns are sleeps in
+every encode (2 ms in the base, then 3 ms or 2.3 ms), far longer than the rest of a 4 KiB
+call, so the ratio the gate sees (about 1.5 or 1.15) does not depend on the host's
+speed; no test asserts a time, only the gate's verdict on a known ratio.
 """
 
 from __future__ import annotations
 
 import csv
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,61 +28,140 @@ ranks = 2
 rounds = 3
 threshold = 1.3
 [[benchmark]]
-name = "ring allgather"
-command = "baseline --algorithm ring --collective allgather"
+name = "coll fp16 allgather"
+command = "coll_compressed --codec fp16 --collective allgather"
 sizes = "4K:4K"
-options = ["-i", "30", "-x", "3"]
+options = ["-i", "12", "-x", "2", "--data", "gradient-like"]
 """
+ENCODE = Path("kernels") / "codec_cast.py"
+ENCODE_DEF = "def cast_into(x, payload, target: str, spec: str) -> None:\n"
 
 
-def ccbench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def ccbench(*args: str, timeout: float = 300, cwd: Path = REPO, env: dict | None = None,
+            ) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ccbench.scripts.cli", *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          stdin=subprocess.DEVNULL)
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
 
 
-@pytest.fixture(scope="module")
-def clone(tmp_path_factory) -> Path:
-    """A clone of this checkout's HEAD, whose working tree the tests edit."""
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def clone(tmp_path) -> Path:
+    """A clone of this checkout's HEAD, with an identity to commit as."""
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
-    path = tmp_path_factory.mktemp("gate") / "clone"
+    path = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(path)], check=True)
+    git(path, "config", "user.email", "ci@example.invalid")
+    git(path, "config", "user.name", "ccbench tests")
     return path
 
 
-@pytest.fixture(scope="module")
-def spec(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("spec") / "gate.toml"
+@pytest.fixture
+def spec(tmp_path) -> Path:
+    path = tmp_path / "gate.toml"
     path.write_text(SPEC)
     return path
 
 
-@pytest.mark.timeout(300)
-def test_gate_passes_an_unchanged_tree(clone, spec, tmp_path):
-    out = tmp_path / "gate.csv"
-    proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec), "--csv", str(out))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = list(csv.DictReader(out.open()))
-    assert [r["size_bytes"] for r in rows] == ["4096"] and rows[0]["rounds"] == "3"
-    assert "0 failed" in proc.stdout
+@pytest.fixture
+def state(tmp_path) -> dict:
+    return {"CCBENCH_STATE": str(tmp_path / "state")}
 
 
-@pytest.mark.timeout(300)
-def test_gate_fails_a_tree_that_slows_the_collective(clone, spec):
-    ring = clone / "collectives" / "ring.py"
-    original = ring.read_text()
-    slowed = original.replace("def ring_allgather(comm, sendbuf, recvbuf) -> None:\n",
-                              "def ring_allgather(comm, sendbuf, recvbuf) -> None:\n"
-                              "    __import__('time').sleep(0.003)\n", 1)
-    assert slowed != original
-    ring.write_text(slowed)
-    try:
-        proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec))
-    finally:
-        ring.write_text(original)
+def commit_encode_sleep(clone: Path, seconds: float) -> str:
+    """Commit a change that makes every fp16/bf16 encode sleep `seconds`; its commit."""
+    path = clone / ENCODE
+    text = path.read_text()
+    text = re.sub(r"\n    __import__\('time'\)\.sleep\([0-9.]+\)  # gate test\n", "\n", text)
+    assert ENCODE_DEF in text
+    path.write_text(text.replace(ENCODE_DEF, ENCODE_DEF + f"    __import__('time').sleep("
+                                 f"{seconds})  # gate test\n", 1))
+    git(clone, "commit", "--quiet", "-am", f"every encode sleeps {seconds} s")
+    return git(clone, "rev-parse", "HEAD")
+
+
+def accept(clone: Path) -> str:
+    proc = ccbench("gate", "--accept", "--repo", str(clone))
+    assert proc.returncode == 0, proc.stderr
+    git(clone, "add", "results/reference/gate-base")
+    git(clone, "commit", "--quiet", "-m", "gate: accept")
+    return (clone / "results" / "reference" / "gate-base").read_text()
+
+
+def ratios(stdout: str) -> list[float]:
+    return [float(m) for m in re.findall(r"^coll fp16 allgather\s+4096\s+\S+\s+\S+\s+(\S+)",
+                                         stdout, re.MULTILINE)]
+
+
+@pytest.mark.timeout(420)
+def test_a_committed_slowdown_near_the_threshold_fails_against_the_accepted_revision(
+        clone, spec, state):
+    base = commit_encode_sleep(clone, 0.002)
+    assert base in accept(clone)
+    commit_encode_sleep(clone, 0.003)  # about 1.5x: above the 1.3 threshold
+    proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec), env=state)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "FAIL" in proc.stdout and "uncommitted changes" in proc.stdout
+    first, second = proc.stdout.splitlines()[:2]
+    # the first lines say what is compared with what, and by which rule
+    assert f"against {base[:12]}, the accepted revision (results/reference/gate-base)" in first
+    assert "working tree (" in first and "uncommitted" not in first
+    assert "fails at B/A >= 1.3 with its 95% interval above 1; 3 rounds" in second
+    assert "FAIL: slower" in proc.stdout and "1 failed" in proc.stdout
+    assert all(r >= 1.3 for r in ratios(proc.stdout)), proc.stdout
+
+
+@pytest.mark.timeout(420)
+def test_a_committed_slowdown_below_the_threshold_passes(clone, spec, state):
+    commit_encode_sleep(clone, 0.002)
+    accept(clone)
+    commit_encode_sleep(clone, 0.0023)  # about 1.15x: slower, but below 1.3
+    proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec), env=state)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 failed" in proc.stdout and "FAIL" not in proc.stdout
+    assert all(1.0 < r < 1.3 for r in ratios(proc.stdout)), proc.stdout
+
+
+def test_an_accepted_revision_the_clone_lacks_is_one_line_exit_2(clone, spec):
+    (clone / "results" / "reference" / "gate-base").write_text("0" * 40 + "\n")
+    proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec), timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "is not in this clone" in lines[0], proc.stderr
+
+
+@pytest.mark.timeout(420)
+def test_an_interrupted_gate_keeps_its_rounds_and_resumes(clone, spec, state, tmp_path):
+    accept(clone)
+    command = [sys.executable, "-m", "ccbench.scripts.cli", "gate", "--repo", str(clone),
+               "--spec", str(spec), "--csv", str(tmp_path / "gate.csv")]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO, env={**os.environ, **state},
+                            stdin=subprocess.DEVNULL)
+    checkpoints = Path(state["CCBENCH_STATE"])
+    deadline = time.monotonic() + 240
+    while not list(checkpoints.glob("gate-*.json")):  # a round has finished
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert re.fullmatch(r"ccbench gate: interrupted after [12] of 3 rounds; the [12] "
+                        r"finished kept: run the same command to resume", lines[0]), err
+    assert not (tmp_path / "gate.csv").exists()
+    again = subprocess.run(command, capture_output=True, text=True, cwd=REPO,
+                           env={**os.environ, **state}, timeout=300, stdin=subprocess.DEVNULL)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert re.search(r"^# resuming: [12] round\(s\) already measured", again.stdout, re.M)
+    (row,) = list(csv.DictReader((tmp_path / "gate.csv").open()))
+    assert row["rounds"] == "3"
+    assert not list(checkpoints.glob("gate-*.json"))  # done: nothing left to resume
 
 
 @pytest.mark.parametrize("args, words", [
@@ -98,12 +183,98 @@ def test_gate_bad_spec_exits_2(tmp_path):
     assert proc.returncode == 2 and "no [[benchmark]]" in proc.stderr
 
 
+def test_this_checkout_records_an_accepted_revision_in_its_history():
+    """CI's gate has a base that is not the commit under test, found in this history."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    from ccbench.scripts.gate import read_accepted
+
+    accepted = read_accepted(REPO)
+    assert accepted is not None
+    assert subprocess.run(["git", "-C", str(REPO), "merge-base", "--is-ancestor", accepted,
+                           "HEAD"]).returncode == 0
+
+
+# ---------------------------------------------------------------- compare's exit status
+
+
+def tree_of(clone: Path, tmp_path: Path) -> dict:
+    """The environment that runs ccbench from the clone's working tree."""
+    from ccbench.scripts.compare import link_rooms
+
+    root = link_rooms(clone, tmp_path / "import")
+    return {"PYTHONPATH": str(root), "CCBENCH_STATE": str(tmp_path / "state")}
+
+
+@pytest.mark.timeout(300)
+def test_compare_exits_1_and_marks_the_side_that_fails_validation(clone, tmp_path):
+    ring = clone / "collectives" / "ring.py"
+    text = ring.read_text()
+    broken = text.replace("    ring_allgather_inplace(comm, recvbuf, bounds)\n",
+                          "    ring_allgather_inplace(comm, recvbuf, bounds)\n"
+                          "    recvbuf[0] += 1\n", 1)
+    assert broken != text
+    ring.write_text(broken)
+    out = tmp_path / "cmp.csv"
+    proc = ccbench("compare", "baseline --algorithm mpi", "baseline --algorithm ring", "-m",
+                   "4K:4K", "--rounds", "2", "--turns", "2", "--csv", str(out), "--", "-c",
+                   "-i", "5", "-x", "1", cwd=clone, env=tree_of(clone, tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (row,) = list(csv.DictReader(out.open()))
+    assert row["validation"] == "Fail: B"
+    assert "(validation Fail: B)" in proc.stdout
+    assert "validation failed at 1 of 1 points" in proc.stderr
+
+
+@pytest.mark.timeout(300)
+def test_compare_records_pass_when_both_sides_validate(tmp_path):
+    out = tmp_path / "cmp.csv"
+    proc = ccbench("compare", "baseline --algorithm mpi", "baseline --algorithm ring", "-m",
+                   "4K:4K", "--rounds", "2", "--turns", "2", "--csv", str(out), "--", "-c",
+                   "-i", "5", "-x", "1", env={"CCBENCH_STATE": str(tmp_path / "state")})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = list(csv.DictReader(out.open()))
+    assert row["validation"] == "Pass"
+
+
+@pytest.mark.timeout(300)
+def test_an_interrupted_compare_keeps_its_rounds_and_resumes(tmp_path):
+    state = {"CCBENCH_STATE": str(tmp_path / "state")}
+    out = tmp_path / "cmp.csv"
+    command = [sys.executable, "-m", "ccbench.scripts.cli", "compare", "baseline",
+               "baseline --algorithm ring", "-m", "4K:4K", "--rounds", "5", "--turns", "2",
+               "--csv", str(out), "--", "-i", "400", "-x", "1"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO, env={**os.environ, **state},
+                            stdin=subprocess.DEVNULL)
+    checkpoints = Path(state["CCBENCH_STATE"])
+    deadline = time.monotonic() + 200
+    while not list(checkpoints.glob("compare-*.json")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and re.fullmatch(
+        r"ccbench compare: interrupted after [1-4] of 5 rounds; the [1-4] finished kept: "
+        r"run the same command to resume", lines[0]), err
+    assert not out.exists()
+    again = subprocess.run(command, capture_output=True, text=True, cwd=REPO,
+                           env={**os.environ, **state}, timeout=300, stdin=subprocess.DEVNULL)
+    assert again.returncode == 0, again.stderr
+    assert re.search(r"^# resuming: [1-4] round\(s\) already measured", again.stdout, re.M)
+    (row,) = list(csv.DictReader(out.open()))
+    assert row["rounds"] == "5"
+
+
 @pytest.mark.timeout(300)
 def test_compare_two_variants_writes_ratios(tmp_path):
     out = tmp_path / "cmp.csv"
     proc = ccbench("compare", "baseline --algorithm mpi", "baseline --algorithm ring",
                    "-m", "4K,64K", "--rounds", "2", "--csv", str(out), "--",
-                   "--collective", "allreduce", "-i", "20", "-x", "2")
+                   "--collective", "allreduce", "-i", "20", "-x", "2",
+                   env={"CCBENCH_STATE": str(tmp_path / "state")})
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.DictReader(out.open()))
     assert [r["size_bytes"] for r in rows] == ["4096", "65536"]
