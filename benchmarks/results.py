@@ -128,7 +128,8 @@ def read_rows(path) -> tuple[list[str], list[dict]]:
 
 
 def check_header(path, columns: Sequence[str]) -> None:
-    """Refuse, before any work, a results file written with other columns."""
+    """Refuse, before any work, a results file written with other columns, or whose JSON
+    sidecar could not be added to."""
     path = Path(path) if path else None
     if path and path.is_file() and path.stat().st_size > 0:
         header, _ = read_rows(path)
@@ -137,6 +138,8 @@ def check_header(path, columns: Sequence[str]) -> None:
                 f"{path} holds results with other columns; write to a new file "
                 "(ccbench merge combines files of one schema)"
             )
+    if path:
+        Sidecar(path).check()
 
 
 def append_rows(path, rows: Sequence[dict], columns: Sequence[str]) -> None:

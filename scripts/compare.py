@@ -524,7 +524,6 @@ def check(opts) -> None:
         raise UsageError("--margin must be in [0, 1)")
     if opts.csv:
         check_header(opts.csv, COLUMNS)
-        Sidecar(opts.csv).check()
 
 
 def main(argv: list[str]) -> int:

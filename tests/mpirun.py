@@ -14,10 +14,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 # Open MPI's launcher prints its own notices (show_help blocks between dashed lines, lines
-# naming prterun, PMIx runtime errors) when ranks exit non-zero; they are not ccbench's.
+# naming prterun, PMIx runtime errors) when ranks exit non-zero, and MPICH a line per
+# MPI_Abort; they are not ccbench's.
 _HELP_RULE = re.compile(r"^-{20,}$")
 _LAUNCHER_LINE = re.compile(r"^(prterun|mpiexec|mpirun)\b.*(detected|noticed|exited)"
-                            r"|^\[[\w.-]+:\d+\] (PMIX|PRTE) ERROR")
+                            r"|^\[[\w.-]+:\d+\] (PMIX|PRTE) ERROR"
+                            r"|^Abort\(\d+\) on node \d+ \(rank \d+ in comm \d+\): "
+                            r"application called MPI_Abort")
 
 
 def without_launcher_notices(stderr: str) -> str:

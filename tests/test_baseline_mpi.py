@@ -7,6 +7,8 @@ import pytest
 from tests.drivers.baseline_cases import cases
 from tests.mpirun import case_results
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 CASE_IDS = [case_id for case_id, _ in cases()]
 
 

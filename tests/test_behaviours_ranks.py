@@ -17,6 +17,8 @@ import pytest
 from tests.drivers.behaviour_cases import STUB_SLEEP_S
 from tests.mpirun import case_results
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 
 def rows_of(nranks: int, case: str) -> list[dict]:
     result = case_results("tests.drivers.behaviour_cases", nranks).get(case)

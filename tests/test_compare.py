@@ -15,6 +15,8 @@ from scipy import stats
 
 from tests.mpirun import REPO, mpirun, variant_module
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 
 def ccbench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ccbench.scripts.cli", *args],

@@ -16,6 +16,8 @@ import pytest
 from tests.drivers.compressed_cases import cases
 from tests.mpirun import case_results, mpirun, variant_module
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 pytest.importorskip("torch")
 pytest.importorskip("zfpy")
 pytest.importorskip("zstandard")

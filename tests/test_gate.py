@@ -22,6 +22,8 @@ import pytest
 
 from tests.mpirun import REPO
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 SPEC = """
 [gate]
 ranks = 2

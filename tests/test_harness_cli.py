@@ -12,6 +12,8 @@ import pytest
 
 from tests.mpirun import case_results, mpirun, variant_module
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 QUICK = ["-i", "5", "-x", "1"]
 # The README's Results table; the harness may add columns of its own
 DOCUMENTED_COLUMNS = (
@@ -187,12 +189,27 @@ def test_lossy_error_beyond_its_bound_fails_and_exits_1(tmp_path):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("fault", ["die", "raise"])
 def test_a_failing_rank_ends_the_job_instead_of_hanging(fault):
+    """Rank 1 fails in the middle of the timed loop: the job ends (the timeout would tell
+    a hang). A rank that raises says so in one line and aborts with 1; a rank that dies
+    without a word leaves the status to the launcher, never 0."""
     proc = mpirun(2, ["-m", "tests.drivers.faulty_variants", fault, "-m", "4:4", "-i", "50"],
                   timeout=50)
-    assert proc.returncode != 0
     if fault == "raise":
-        assert "ccbench: error: rank 1: RuntimeError: injected failure" in proc.stderr
+        assert proc.returncode == 1, proc.stderr
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert lines == ["ccbench: error: rank 1: RuntimeError: injected failure"], lines
+    else:
+        assert proc.returncode not in (0, 1, 2, 3), proc.stderr  # not a status of ours
         assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.timeout(60)
+def test_an_interrupted_rank_ends_the_job_with_130():
+    proc = mpirun(2, ["-m", "tests.drivers.faulty_variants", "interrupt", "-m", "4:4", "-i",
+                      "50"], timeout=50)
+    assert proc.returncode == 130, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == ["ccbench: error: rank 1: interrupted"], lines
 
 
 @pytest.mark.timeout(90)

@@ -29,6 +29,8 @@ from ccbench.collectives.simulator import powers_of_two, simulate
 from ccbench.kernels.errors import UsageError
 from tests.mpirun import REPO, mpirun, variant_module
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 PROFILES = REPO / "results" / "profiles"
 TENSORS = {"resnet50": 161, "vgg16": 32, "bert": 201, "lstm": 11}
 

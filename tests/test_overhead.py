@@ -10,6 +10,8 @@ import pytest
 from ccbench.benchmarks import timing_c
 from tests.mpirun import mpirun, variant_module
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 
 @pytest.mark.timeout(120)
 def test_runs_in_place_under_mpiexec(tmp_path):

@@ -21,7 +21,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SLURM = REPO / "scripts" / "slurm"
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.mpi]
 
 
 def have_slurm_or_apt() -> bool:

@@ -13,6 +13,8 @@ import pytest
 from ccbench.kernels.errors import UsageError
 from tests.mpirun import mpirun, variant_module
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 torch = pytest.importorskip("torch")
 
 BACKENDS = {"numpy": lambda a: a.copy(), "torch": lambda a: torch.from_numpy(a.copy())}

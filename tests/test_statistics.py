@@ -16,6 +16,8 @@ import pytest
 from ccbench.benchmarks import statistics as st
 from tests.mpirun import case_results, mpirun, variant_module
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 # Student t, 0.975 quantile, from a printed table (not from scipy)
 T975 = {1: 12.7062047362, 2: 4.3026527297, 9: 2.2621571628, 19: 2.0930240544}
 

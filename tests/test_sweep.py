@@ -19,6 +19,8 @@ from ccbench.benchmarks.results import COMMON_COLUMNS, read_rows, write_csv_atom
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts import merge, sweep
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -12,6 +12,8 @@ import pytest
 from ccbench.benchmarks import timing_c
 from tests.mpirun import case_results, mpirun, variant_module
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 needs_mpicc = pytest.mark.skipif(timing_c.find_mpicc() is None,
                                  reason="no mpicc beside this Python or on PATH")
 

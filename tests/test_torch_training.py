@@ -16,6 +16,8 @@ import pytest
 from tests.drivers.torch_cases import DDP_ONLY, STEPS, TORCH_HOOKS, VARIANTS, case_id
 from tests.mpirun import case_results, mpirun, variant_module
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 DRIVER = "tests.drivers.torch_cases"
 FRAMEWORK_CASES = [("fsdp", *v) for v in VARIANTS] + [("ddp", *v) for v in VARIANTS + DDP_ONLY]
 # bytes one rank sends per step on 2 ranks, relative to the uncompressed ring

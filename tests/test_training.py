@@ -15,6 +15,8 @@ import pytest
 
 from tests.mpirun import mpirun, variant_module
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 # Sharded training without compression against one process training on the whole batch.
 EQUIVALENCE = [(model, algorithm) for model in ("lm-tiny", "digits-cnn")
                for algorithm in ("mpi", "ring")]  # fmt: skip

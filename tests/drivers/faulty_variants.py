@@ -74,10 +74,15 @@ def _raise():
     raise RuntimeError("injected failure")
 
 
+def _interrupt():
+    raise KeyboardInterrupt  # Ctrl-C reaching one rank
+
+
 VARIANTS = {
     "wrong": WrongResult,
     "die": lambda: FailingRank(_die),
     "raise": lambda: FailingRank(_raise),
+    "interrupt": lambda: FailingRank(_interrupt),
     "overbound": OverBound,
 }
 

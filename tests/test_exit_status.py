@@ -1,0 +1,158 @@
+"""The exit-status table of docs/exit-status.md: every row names a test that exists, and
+the rows no other module covers are tested here."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.mpirun import REPO, mpirun, variant_module
+
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
+TABLE = REPO / "docs" / "exit-status.md"
+
+
+def table_rows() -> list[list[str]]:
+    rows = []
+    for line in TABLE.read_text().splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells[0] != "program":
+                rows.append(cells)
+    return rows
+
+
+def test_every_row_names_a_test_that_exists():
+    rows = table_rows()
+    assert len(rows) >= 30
+    for program, status, _, test in rows:
+        assert re.fullmatch(r"\d+( / \d+)?", status), (program, status)
+        match = re.fullmatch(r"`(tests/test_\w+\.py)::(test_\w+)`", test)
+        assert match, (program, status, test)
+        path, name = REPO / match.group(1), match.group(2)
+        tree = ast.parse(path.read_text())
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        assert name in defined, f"{program} {status}: {path.name} has no {name}"
+
+
+def test_every_tool_of_the_cli_has_a_row():
+    from ccbench.scripts.cli import SUBCOMMANDS, VARIANTS
+
+    text = TABLE.read_text()
+    for name in [*SUBCOMMANDS, *VARIANTS]:
+        if name == "list":
+            continue
+        assert f"ccbench {name}" in text or f"`{name}`" in text, name
+
+
+# ---------------------------------------------------------------- rows tested here
+
+
+def malformed_sidecar(csv_path: Path) -> Path:
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    sidecar = Path(f"{csv_path}.json")
+    sidecar.write_text('{"runs": {"r1": {"argv": [')  # a run cut off while written
+    return sidecar
+
+
+@pytest.mark.timeout(60)
+def test_a_variant_refuses_a_malformed_sidecar_before_any_work(tmp_path):
+    out = tmp_path / "b.csv"
+    sidecar = malformed_sidecar(out)
+    before = sidecar.read_bytes()
+    proc = mpirun(2, [*variant_module("baseline"), "-m", "4K:4K", "-i", "2", "-x", "0",
+                      "--csv", out])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{sidecar} is not valid JSON" in lines[0], proc.stderr
+    assert not out.exists() and sidecar.read_bytes() == before  # nothing written over it
+
+
+def sweep(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ccbench.scripts.cli", "sweep", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          stdin=subprocess.DEVNULL)
+
+
+def two_task_spec(tmp_path: Path) -> Path:
+    spec = tmp_path / "s.toml"
+    spec.write_text(f"""
+[sweep]
+name = "exits"
+output = "{tmp_path / 'out'}"
+sizes = "1K:2K"
+iterations = 2
+warmup = 0
+[[points]]
+variant = "baseline"
+collective = "allgather"
+algorithm = ["mpi", "ring"]
+""")
+    return spec
+
+
+@pytest.mark.timeout(120)
+def test_a_sweep_refuses_a_malformed_sidecar(tmp_path):
+    spec = two_task_spec(tmp_path)
+    sidecar = malformed_sidecar(tmp_path / "out" / "baseline_mpi_r2.csv")
+    (tmp_path / "out" / "baseline_mpi_r2.csv").write_text("run_id,size_bytes\nx,1024\n")
+    proc = sweep(str(spec))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{sidecar} is not valid JSON" in lines[0], proc.stderr
+    assert not (tmp_path / "out" / "baseline_ring_r2.csv").exists()  # nothing ran
+
+
+@pytest.mark.timeout(120)
+def test_merge_only_names_the_tasks_that_did_not_finish(tmp_path):
+    """The SLURM merge job runs after every array task ended, however they ended: with
+    one task's results missing it merges the rest, names the task and fails."""
+    spec = two_task_spec(tmp_path)
+    ran = sweep(str(spec), "--task", "0")
+    assert ran.returncode == 0, ran.stderr
+    proc = sweep(str(spec), "--merge-only")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "task 1 baseline_ring_r2 did not finish" in proc.stderr
+    with open(tmp_path / "out.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["algorithm"] for r in rows} == {"mpi"} and len(rows) == 2
+    finished = sweep(str(spec), "--task", "1")
+    assert finished.returncode == 0, finished.stderr
+    assert sweep(str(spec), "--merge-only").returncode == 0
+
+
+def test_merge_refuses_a_malformed_sidecar(tmp_path, capsys):
+    from ccbench.scripts import merge
+
+    good = tmp_path / "in" / "a.csv"
+    good.parent.mkdir()
+    good.write_text("run_id,variant\nr1,baseline\n")
+    sidecar = malformed_sidecar(good)
+    assert merge.main([str(tmp_path / "in"), "-o", str(tmp_path / "m.csv")]) == 2
+    err = capsys.readouterr().err
+    assert f"{sidecar} is not valid JSON" in err
+    assert not (tmp_path / "m.csv.json").exists()
+
+
+def test_plot_names_a_file_whose_sidecar_is_malformed_and_draws_the_rest(tmp_path, capsys):
+    from ccbench.plots import cli
+    from tests.test_plots import seed000_rows, write
+
+    write(tmp_path / "good.csv", seed000_rows([1 << 20], ranks=2, link=0, run="r1"))
+    bad = tmp_path / "bad.csv"
+    # rows of a launch outside a sweep: its sidecar is read for the sweep it may belong to
+    write(bad, seed000_rows([1 << 20], ranks=4, link=0, run="r2", sweep=""))
+    malformed_sidecar(bad)
+    status = cli.main([str(tmp_path / "good.csv"), str(bad), "-o", str(tmp_path / "out"),
+                       "--only", "allgather", "--format", "png", "--dpi", "40"])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert f"{bad}.json is not valid JSON" in captured.err
+    assert (tmp_path / "out" / "seed000_allgather_latency.png").exists()

@@ -1,0 +1,28 @@
+"""The test suite's own rules: CI runs every module that launches MPI ranks under both MPI
+families (MPICH, then Open MPI, selected by the `mpi` marker), so none may lack it."""
+
+from __future__ import annotations
+
+import re
+
+from tests.mpirun import REPO
+
+# what a module does when it starts ranks: the launcher helpers, or the tools that launch
+LAUNCHES = re.compile(r"\bmpirun\(|\bcase_results\(|\bmpiexec_command\(|"
+                      r"ccbench\(\"(compare|gate|sweep)\"|\"ccbench\.scripts\.sweep\"|"
+                      r"\bccb\(\"run\"|as_nobody\(\"run\"")
+
+
+def test_every_module_that_launches_ranks_is_marked_mpi():
+    unmarked = []
+    for path in sorted((REPO / "tests").glob("test_*.py")):
+        text = path.read_text()
+        if LAUNCHES.search(text) and not re.search(r"^pytestmark = .*pytest\.mark\.mpi\b",
+                                                   text, re.MULTILINE):
+            unmarked.append(path.name)
+    assert not unmarked, f"launch MPI ranks without pytestmark = pytest.mark.mpi: {unmarked}"
+
+
+def test_the_open_mpi_leg_selects_the_marked_modules():
+    script = (REPO / "scripts" / "test.sh").read_text()
+    assert re.search(r"\.venv-openmpi/bin/python -m pytest -m mpi\b", script), script
