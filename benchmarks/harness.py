@@ -586,7 +586,7 @@ def planned_timer(variant: Variant, opts, comm: Communicator) -> tuple[str, str]
 def _run(variant: Variant, argv, comm: Communicator) -> int:
     opts = agreed(comm, lambda: parse_options(variant, argv, comm))
     cases, skipped = agreed(comm, lambda: plan_cases(variant, opts, comm))
-    opts.timer, timer_note = planned_timer(variant, opts, comm)
+    opts.timer, timer_note = agreed(comm, lambda: planned_timer(variant, opts, comm))
     agreed(comm, lambda: variant.prepare(comm, opts))
     ctx = Context(comm, opts, variant)
     variant_columns = {**variant.columns(opts), **variant.run_columns(opts)}

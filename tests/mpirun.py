@@ -26,12 +26,25 @@ _LAUNCHER_LINE = re.compile(r"^(prterun|mpiexec|mpirun)\b.*(detected|noticed|exi
 def without_launcher_notices(stderr: str) -> str:
     lines, inside = [], False
     for line in stderr.splitlines():
+        if line and not line.strip("\x00"):  # Open MPI's launcher ends some output with NULs
+            continue
         if _HELP_RULE.match(line.strip()):
             inside = not inside
             continue
         if not inside and not _LAUNCHER_LINE.match(line.strip()):
             lines.append(line)
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def hydra_skip() -> str | None:
+    """Why ranks cannot be started inside an emulated cluster here, or None: `ccbench
+    cluster run` drives MPICH's Hydra launcher (the Open MPI equivalent is by hand)."""
+    from ccbench.scripts.launch import MPICH, find_mpiexec, mpi_family
+
+    if mpi_family(find_mpiexec()) != MPICH:
+        return ("`ccbench cluster run` drives MPICH's Hydra; this environment's MPI is "
+                "another (docs/emulated-cluster.md shows the Open MPI equivalent)")
+    return None
 
 
 def variant_module(name: str) -> list[str]:

@@ -19,7 +19,7 @@ import pytest
 
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts import cluster as cl
-from tests.mpirun import variant_module
+from tests.mpirun import hydra_skip, variant_module
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 
@@ -44,6 +44,10 @@ def needs_namespaces(test):
     """Root-only test with a deadline: a hung mpiexec fails instead of blocking CI."""
     test = pytest.mark.timeout(150)(test)
     return pytest.mark.skipif(can_build() is not None, reason=str(can_build()))(test)
+
+
+def needs_hydra(test):
+    return pytest.mark.skipif(hydra_skip() is not None, reason=str(hydra_skip()))(test)
 
 
 def ccb(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -269,6 +273,7 @@ def test_traffic_flows_and_is_shaped(cluster):
 
 
 @needs_namespaces
+@needs_hydra
 def test_mpi_ranks_run_in_their_namespaces_over_tcp(cluster):
     code = (
         "import json, os, numpy as np; from mpi4py import MPI; c = MPI.COMM_WORLD;"
@@ -295,6 +300,7 @@ def test_mpi_ranks_run_in_their_namespaces_over_tcp(cluster):
 
 
 @needs_namespaces
+@needs_hydra
 def test_run_subset_and_errors(cluster):
     proc = ccb("run", "--name", NAME, "-n", "2", "--", "python", "-c",
                "from mpi4py import MPI; print(f'size {MPI.COMM_WORLD.size}')")  # fmt: skip
@@ -309,6 +315,7 @@ def test_run_subset_and_errors(cluster):
 
 
 @needs_namespaces
+@needs_hydra
 def test_compressed_allgather_validates_inside(cluster, tmp_path):
     csv = tmp_path / "cc.csv"
     proc = ccb("run", "--name", NAME, "--", "python", *variant_module("coll_compressed"),
@@ -346,6 +353,7 @@ def check_selfcheck_verdicts(proc) -> None:
 
 
 @needs_namespaces
+@needs_hydra
 def test_selfcheck_reports_against_the_rate(cluster):
     proc = ccb("selfcheck", "--name", NAME, "--bytes", "1m", "--mpi-bytes", "256k", timeout=120)
     check_selfcheck_verdicts(proc)
@@ -442,6 +450,7 @@ def test_userns_cluster_leaves_the_host_alone(userns_cluster):
 
 
 @needs_namespaces
+@needs_hydra
 def test_userns_ranks_run_over_the_shaped_links(userns_cluster, tmp_path):
     c, _ = userns_cluster
     before = json.loads(ccb("status", "--name", USERNS_NAME, "--json").stdout)
@@ -485,6 +494,7 @@ def test_userns_down_stops_the_keeper():
 
 
 @pytest.mark.timeout(300)
+@needs_hydra
 def test_an_unprivileged_user_builds_uses_and_removes_a_cluster():
     """The user-namespace path as a user without root (nobody, no capabilities): `check`
     chooses it, `up` builds 2 shaped ranks inside one user namespace, a baseline run inside

@@ -165,7 +165,8 @@ def test_widest_interval_is_the_largest_half_width_in_log_terms():
     assert comparison.widest() == pytest.approx(math.exp(half) - 1)
 
 
-@pytest.mark.parametrize("target, rounds", [("1e-9", 3), ("1e9", 2)])
+# 1e300: met by any interval two rounds give, however noisy the host
+@pytest.mark.parametrize("target, rounds", [("1e-9", 3), ("1e300", 2)])
 def test_ci_target_adds_rounds_until_met_or_max_rounds(tmp_path, target, rounds):
     out = tmp_path / "cmp.csv"
     proc = ccbench("compare", "baseline", "baseline --algorithm ring", "-m", "4K:4K",

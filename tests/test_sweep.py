@@ -18,6 +18,7 @@ import pytest
 from ccbench.benchmarks.results import COMMON_COLUMNS, read_rows, write_csv_atomic
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts import merge, sweep
+from tests.mpirun import hydra_skip
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 
@@ -516,6 +517,7 @@ algorithm = ["nosuch", "mpi"]
 
 @pytest.mark.root
 @pytest.mark.timeout(180)
+@pytest.mark.skipif(hydra_skip() is not None, reason=str(hydra_skip()))
 def test_link_rate_points_run_on_the_emulated_cluster(tmp_path):
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
         pytest.skip("needs root and iproute2 for the emulated cluster")
