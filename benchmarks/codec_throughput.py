@@ -25,6 +25,7 @@ import numpy as np
 
 from ccbench.benchmarks import accuracy
 from ccbench.benchmarks.options import RankAwareParser, parse_size, positive_int
+from ccbench.benchmarks.results import CODEC, SCHEMA
 from ccbench.kernels import arrays
 from ccbench.kernels.codec_base import empty_payload
 from ccbench.kernels.codecs import describe_codecs, parse_codec
@@ -35,11 +36,7 @@ from ccbench.kernels.vocabulary import DTYPES, itemsize
 DEFAULT_CODECS = ("fp16", "bf16", "bfp:rate=16", "bfp:rate=8", "bfp:rate=4", "zfp:rate=16",
                   "zfp:rate=8", "zfp:tol=1e-3", "zstd")
 DEFAULT_DATA = ("gradient", "weights")
-COLUMNS = ("run_id", "sweep_id", "timestamp", "codec", "lossless", "data", "dtype", "buffer",
-           "size_bytes",
-           "repeats", "clock", "encode_gbps", "decode_gbps", "copy_gbps", "encode_vs_copy",
-           "decode_vs_copy", "ratio", "max_abs_err", "max_rel_err", "rel_l2_err", "psnr_db",
-           "cosine", "error_bound", "hostname", "git_sha")  # fmt: skip
+COLUMNS = CODEC.names
 
 
 def round_trip_accuracy(got: np.ndarray, ref: np.ndarray, gradient: bool) -> dict:
@@ -189,7 +186,7 @@ def run(argv: list[str]) -> int:
         for kind in kinds:
             row = measure_codec(codec.spec, kind, opts.buffer, opts.dtype, count,
                                 opts.iterations, opts.seed, opts.clock)
-            rows.append({**info, **row})
+            rows.append({SCHEMA: CODEC.tag, **info, **row})
             _print_row(row)
     if opts.csv:
         from ccbench.benchmarks import environment

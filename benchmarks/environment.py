@@ -8,12 +8,11 @@ import platform
 import re
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 from mpi4py import MPI
 
-from ccbench.benchmarks.results import Sidecar
+from ccbench.benchmarks.results import Sidecar, new_run_id
 
 _ENV_PREFIXES = re.compile(r"^(CCBENCH_|MPIR_|MPICH_|FI_|UCX_|OMPI_|PMIX_|SLURM_|CUDA_VISIBLE)")
 _REPO = Path(__file__).resolve().parent.parent
@@ -84,7 +83,7 @@ def run_info(comm, variant: str) -> dict:
     if comm.rank == 0:
         now = datetime.datetime.now(datetime.timezone.utc)
         info = {
-            "run_id": f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}",
+            "run_id": new_run_id(now),
             # the sweep this launch belongs to (`ccbench sweep` sets it): figures pair rows
             # of one sweep only
             "sweep_id": os.environ.get("CCBENCH_SWEEP_ID", ""),

@@ -30,8 +30,12 @@ from ccbench.benchmarks.options import (
 )
 from ccbench.benchmarks.results import (
     COMMON_COLUMNS,
+    HARNESS,
+    SCHEMA,
+    Samples,
     append_rows,
     check_header,
+    point_key,
     write_json_atomic,
 )
 from ccbench.benchmarks.statistics import relative_halfwidth, summarize
@@ -339,6 +343,8 @@ def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str,
     if timing == "batch":  # no single calls to rank: blocks are not calls
         stats.update(p50_us=None, p99_us=None)
     del stats["samples"]
+    # every rank's every call (batch: every block's per-call time), kept beside the row
+    stats["times_us"] = everyone * 1e6
     return stats
 
 
@@ -455,6 +461,7 @@ def _row(run_info: dict, variant_columns: dict, case: Case, iters: int, warmup: 
     seconds = timing["avg_us"] * 1e-6
     algbw = case.total_bytes / seconds / 1e9 if seconds > 0 else 0.0
     row = dict(run_info)
+    row[SCHEMA] = HARNESS.tag
     row.update({
         "collective": case.collective, "dtype": case.dtype, "buffer": case.buffer,
         "ranks": case.ranks, "size_bytes": case.size_bytes,
@@ -604,8 +611,10 @@ def _run(variant: Variant, argv, comm: Communicator) -> int:
                   file=sys.stderr, flush=True)
         printer.header(skipped, comm.size, timer_note)
     rows, failures = [], 0
+    samples = {}
     for case in cases:
         iters, warmup, timing, check, stats = _run_case(variant, ctx, case)
+        samples[point_key(case.size_bytes, case.config)] = timing.pop("times_us")
         row = _row(run_info, variant_columns, case, iters, warmup, timing, check, stats, opts)
         if check is not None and opts.validate and not check["passed"]:
             failures += 1
@@ -615,7 +624,8 @@ def _run(variant: Variant, argv, comm: Communicator) -> int:
             if opts.csv:
                 append_rows(opts.csv, [row], columns)
     if root:
-        if opts.csv:
+        if opts.csv:  # the raw times first: a run in the sidecar is a finished run
+            Samples(opts.csv).write(run_info["run_id"], samples)
             environment.write_sidecar(opts.csv, run_info, argv, comm.size)
         if opts.json:
             described = environment.describe(run_info, argv, comm.size)

@@ -33,8 +33,11 @@ from ccbench.benchmarks import environment
 from ccbench.benchmarks.harness import agreed, measure, run_main
 from ccbench.benchmarks.options import RankAwareParser, non_negative_int, parse_size, positive_int
 from ccbench.benchmarks.results import (
+    COSTFIT,
+    MGWFBP,
     MGWFBP_COLUMNS,
     PROFILE_DIR,
+    SCHEMA,
     append_rows,
     check_header,
     profile_names,
@@ -257,12 +260,12 @@ def _run(argv, comm: Communicator) -> int:
               f" backward {profile.total_backward_us / 1e3:.2f} ms, {comm.size} ranks")
         _report_fit(fit, points, comm.size, opts.transport)
         if opts.fit_csv:
-            write_csv_atomic(opts.fit_csv, [{"run_id": info["run_id"],
+            write_csv_atomic(opts.fit_csv, [{SCHEMA: COSTFIT.tag, "run_id": info["run_id"],
                                              "sweep_id": info["sweep_id"],
                                              "model": profile.model, "ranks": comm.size,
                                              "transport": opts.transport,
                                              "link_gbps": info["link_gbps"], **p}
-                                            for p in points])
+                                            for p in points], COSTFIT.names)
 
     plans = [plan(s, profile, cost) for s in opts.strategies]
     elements = profile.nbytes // ITEM
@@ -281,7 +284,8 @@ def _run(argv, comm: Communicator) -> int:
     for p, t, ok in zip(plans, times, checks, strict=True):
         forward, backward, total, busy = t.T
         rows.append({
-            **info, "model": profile.model, "ranks": comm.size, "transport": opts.transport,
+            SCHEMA: MGWFBP.tag, **info, "model": profile.model, "ranks": comm.size,
+            "transport": opts.transport,
             **plan_columns(p, cost), "fit_r2": round(fit.r2, 6),
             "measured_us": round(float(total.mean()), 3),
             "measured_std_us": round(float(total.std()), 3),

@@ -37,7 +37,7 @@ from ccbench.benchmarks.harness import (
     validate_case,
 )
 from ccbench.benchmarks.options import positive_int, split_common
-from ccbench.benchmarks.results import write_json_atomic
+from ccbench.benchmarks.results import point_key, write_json_atomic
 from ccbench.kernels.errors import UsageError
 
 # what each turn keeps of a side's timing (the columns `ccbench compare --statistic` reads)
@@ -88,16 +88,15 @@ class Side:
         self.ctx = Context(comm, self.opts, self.variant)
 
 
-def point_key(case) -> str:
-    config = ",".join(f"{k}={v}" for k, v in sorted(case.config.items()))
-    return f"{case.size_bytes}|{config}"
+def case_key(case) -> str:
+    return point_key(case.size_bytes, case.config)
 
 
 def paired_cases(sides: list[Side], comm) -> list[tuple]:
     """(A's case, B's case) of every point both sides run, in A's order."""
     a_cases, b_cases = (plan_cases(s.variant, s.opts, comm)[0] for s in sides)
-    by_point = {point_key(c): c for c in b_cases}
-    pairs = [(a, by_point[point_key(a)]) for a in a_cases if point_key(a) in by_point]
+    by_point = {case_key(c): c for c in b_cases}
+    pairs = [(a, by_point[case_key(a)]) for a in a_cases if case_key(a) in by_point]
     if not pairs:
         raise UsageError("A and B share no message size and configuration")
     return pairs
@@ -155,7 +154,7 @@ def run_pairs(argv: list[str], comm) -> int:
                 if comm.rank == 0:
                     print(f"# {side.label} ({side.text}): validation failed at "
                           f"{case.size_bytes} bytes", flush=True)
-        points[point_key(case_a)] = {"size_bytes": case_a.size_bytes,
+        points[case_key(case_a)] = {"size_bytes": case_a.size_bytes,
                                      "config": dict(case_a.config), "times": kept,
                                      "iterations": iterations, "timers": timers,
                                      "validation": checks}

@@ -29,13 +29,12 @@ from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.inputs import DataKind
 from ccbench.kernels.sparse import block_mask, dropped_abs_sum
-from ccbench.kernels.sparse_data import OVERLAP_MODES, sparse_input
+from ccbench.kernels.sparse_data import OVERLAP_MODES, PAPER_DENSITIES, sparse_input
 from ccbench.kernels.vocabulary import FLOAT_DTYPES, SPARSE_INDEX_BYTES, itemsize
 
 ALGORITHMS = ("omnireduce", "dense", "dense-ring", "allgather-sparse")
 SPARSE_ALGORITHMS = ("omnireduce", "allgather-sparse")
 # OmniReduce's micro-benchmark densities (Fei et al. 2021)
-PAPER_DENSITIES = (1.0, 0.8, 0.4, 0.2, 0.1, 0.08, 0.04, 0.02, 0.01)
 # omnireduce defaults: slots per aggregator (request-driven); window and streams per
 # aggregator (stream-ahead)
 DEFAULT_SLOTS, DEFAULT_WINDOW, DEFAULT_STREAMS = 2, 4, 2

@@ -24,20 +24,11 @@ request_thread_level("multiple")  # the communication thread calls MPI beside th
 
 from ccbench.benchmarks.options import RankAwareParser, non_negative_int, parse_size, positive_int
 from ccbench.benchmarks.progress import progress_bar
+from ccbench.benchmarks.results import SCHEMA, TRAINING
 from ccbench.kernels.errors import UsageError
 from ccbench.training.loop import TrainConfig, TrainResult, build_trainer, run_training
 
-COLUMNS = (
-    "run_id", "sweep_id", "timestamp", "row", "framework", "variant", "algorithm", "codec",
-    "compress",
-    "error_feedback", "overlap", "strategy", "model", "dataset", "params", "ranks", "nodes",
-    "global_batch", "lr", "seed", "steps", "step", "loss", "step_us", "compute_us",
-    "comm_us", "forward_us", "backward_us", "optimizer_us", "allgather_us",
-    "reduce_scatter_us", "allreduce_us", "comm_busy_us", "predicted_us",
-    "predicted_exposed_us", "groups", "max_step_us", "wire_bytes_per_rank", "throughput",
-    "throughput_unit", "held_out_loss", "held_out_accuracy", "link_gbps", "mpi_library",
-    "hostname", "git_sha",
-)  # fmt: skip
+COLUMNS = TRAINING.names
 
 # ----------------------------------------------------------------------- output
 
@@ -46,14 +37,15 @@ def result_rows(result: TrainResult, comm, meta: dict) -> list[dict]:
     c = result.config
     stream = c.framework != "own"
     constant = {
-        **meta, "framework": c.framework, "variant": c.variant,
+        SCHEMA: TRAINING.tag, **meta, "framework": c.framework, "variant": c.variant,
         "algorithm": result_algorithm(c), "codec": c.codec,
         "compress": c.compress if c.codec not in ("none",) and c.variant != "torch" else "",
         "error_feedback": int(c.error_feedback), "overlap": int(c.overlap) if stream else "",
         "model": result.model_name,
         "dataset": result.dataset, "params": result.params, "ranks": comm.size,
         "global_batch": result.global_batch, "lr": result.lr, "seed": c.seed,
-        "steps": c.steps, "throughput_unit": f"{result.unit}/s",
+        "steps": c.steps, "warmup_steps": c.warmup, "final_window": c.final_window,
+        "throughput_unit": f"{result.unit}/s",
     }
     rows = []
     for i in range(len(result.loss)):

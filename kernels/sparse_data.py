@@ -22,6 +22,8 @@ import numpy as np
 from ccbench.kernels.errors import UsageError
 
 OVERLAP_MODES = ("random", "all", "none")
+# OmniReduce's micro-benchmark densities (the paper's nine), `--density paper`
+PAPER_DENSITIES = (1.0, 0.8, 0.4, 0.2, 0.1, 0.08, 0.04, 0.02, 0.01)
 
 # seed streams, so the block choice and the values never share random numbers
 _CHOICE, _SHARED, _VALUES = 1, 2, 3

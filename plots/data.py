@@ -18,18 +18,27 @@ from pathlib import Path
 
 import pandas as pd
 
-from ccbench.benchmarks.results import Sidecar, csv_files, is_setting
+from ccbench.benchmarks.results import (
+    BY_KIND,
+    SCHEMA,
+    Sidecar,
+    csv_files,
+    point_identity,
+    schema_of,
+    upgrade,
+)
 from ccbench.kernels.errors import UsageError
 
 
 @dataclass(frozen=True)
 class CsvKind:
-    name: str
+    """What the plots need of a kind of row; which file is of which kind, and which rows
+    measured the same point, the results model says (benchmarks/results.py)."""
+
+    name: str  # the model's kind
     title: str
-    signature: tuple[str, ...]  # all present -> the file is of this kind
     required: tuple[str, ...]  # needed to draw anything from it
     numeric: tuple[str, ...] = ()  # parsed as numbers where present
-    identity: tuple[str, ...] | None = None  # one measurement; None: the settings columns
     order: str | None = None  # column that orders repeated runs (latest wins)
 
 
@@ -45,7 +54,6 @@ HARNESS_NUMERIC = (
 KINDS = (
     CsvKind(
         "training", "training steps",
-        signature=("step", "loss", "step_us"),
         required=("variant", "codec", "loss", "step_us"),
         numeric=("step", "loss", "step_us", "compute_us", "comm_us", "allgather_us",
                  "reduce_scatter_us", "ranks", "link_gbps", "held_out_loss",
@@ -53,64 +61,47 @@ KINDS = (
                  "forward_us", "backward_us", "optimizer_us", "allreduce_us",
                  "comm_busy_us", "predicted_us", "predicted_exposed_us", "groups",
                  "max_step_us"),
-        identity=("row", "framework", "overlap", "strategy", "variant", "algorithm", "codec",
-                  "compress", "error_feedback",
-                  "model", "dataset", "ranks", "link_gbps", "global_batch", "lr", "seed",
-                  "steps", "step"),
         order="timestamp",
     ),
     CsvKind(
         # benchmarks.merged_gradient (measured_us set) and ccbench.scripts.simulate
         # (scaling_efficiency set) share one schema; load() splits the rows.
         "mgwfbp", "MG-WFBP iterations and simulations",
-        signature=("model", "strategy", "predicted_us"),
         required=("model", "strategy", "ranks", "predicted_us"),
         numeric=("ranks", "measured_us", "measured_std_us", "predicted_us", "forward_us",
                  "backward_us", "measured_backward_us", "nonoverlapped_us",
                  "measured_nonoverlapped_us", "scaling_efficiency", "groups", "tensors",
                  "total_bytes", "alpha_us", "beta_us_per_byte", "fit_r2", "link_gbps",
                  "hop_latency_us", "compute_speedup"),
-        identity=("variant", "model", "strategy", "ranks", "transport", "link_gbps",
-                  "hop_latency_us", "algorithm", "compute_speedup"),
         order="timestamp",
     ),
     CsvKind(
         "costfit", "allreduce cost-model fit",
-        signature=("size_bytes", "measured_us", "fitted_us"),
         required=("ranks", "size_bytes", "measured_us", "fitted_us"),
         numeric=("ranks", "size_bytes", "measured_us", "fitted_us", "iterations",
                  "link_gbps"),
-        identity=("model", "ranks", "transport", "link_gbps", "size_bytes"),
     ),
     CsvKind(
         "profile", "layer profiles",
-        signature=("order", "bytes", "backward_us"),
         required=("model", "order", "bytes", "backward_us"),
         numeric=("order", "bytes", "backward_us", "numel", "ready_us", "forward_us", "batch"),
-        identity=("model", "order", "batch", "device"),
     ),
     CsvKind(
         "codec", "codec throughput",
-        signature=("encode_gbps", "decode_gbps"),
         required=("codec", "encode_gbps", "decode_gbps"),
         numeric=("encode_gbps", "decode_gbps", "copy_gbps", "ratio", "size_bytes"),
-        identity=("codec", "data", "dtype", "buffer", "size_bytes"),
         order="timestamp",
     ),
     CsvKind(
         "compare", "interleaved comparisons (ccbench compare)",
-        signature=("compare_id", "ratio", "ratio_low", "ratio_high"),
         required=("a", "b", "size_bytes", "ratio", "verdict"),
         numeric=("ranks", "size_bytes", "rounds", "a_us", "b_us", "ratio", "ratio_low",
                  "ratio_high", "margin", "a_iterations", "b_iterations", "link_gbps",
                  "load_start", "load_end", "turns"),
-        identity=("a", "b", "a_rev", "b_rev", "collective", "ranks", "size_bytes", "config",
-                  "statistic", "link_gbps"),
         order="timestamp",
     ),
     CsvKind(
         "harness", "micro-benchmark (harness) rows",
-        signature=("variant", "collective", "size_bytes"),
         required=("variant", "collective", "size_bytes", "ranks", "avg_us"),
         numeric=HARNESS_NUMERIC,
         order="timestamp",
@@ -233,15 +224,15 @@ class Data:
         for name, frame in self.frames.items():
             if name in INPUT_KINDS or name in DERIVED or RUN not in frame.columns:
                 continue
+            kind = KIND_BY_NAME[name]
             measured = frame[frame[RUN] != ""]
-            key = identity_columns(KIND_BY_NAME[name], measured)
+            key = identity_columns(kind, measured)
             if not key or measured.empty:
                 continue
-            runs = measured.groupby(key, dropna=False)[RUN].nunique()
+            points = identities(kind, measured)
+            runs = measured[RUN].groupby(points).nunique()
             for point in runs[runs > 1].index[:1]:
-                point = point if isinstance(point, tuple) else (point,)
-                shown = ", ".join(f"{k}={v}" for k, v in zip(key, point, strict=True)
-                                  if str(v) not in ("", "nan"))
+                shown = ", ".join(f"{k}={v}" for k, v in zip(key, point, strict=True) if v)
                 found.append(f"{TITLES[name]}: {shown}")
         return found
 
@@ -272,18 +263,23 @@ def find_csvs(paths) -> list[tuple[Path, bool]]:
 UNKNOWN = "not a ccbench result CSV"
 
 
-def classify(columns) -> tuple[CsvKind | None, str | None]:
-    """The kind whose signature the columns carry, or an error naming what is missing."""
-    present = set(columns)
-    for kind in KINDS:
-        if set(kind.signature) <= present:
-            missing = [c for c in kind.required if c not in present]
-            if missing:
-                return None, (f"looks like {kind.title} but lacks column(s) "
-                              f"{', '.join(missing)}")
-            return kind, None
-    shown = ", ".join(list(columns)[:8]) + (", ..." if len(columns) > 8 else "")
-    return None, f"{UNKNOWN} (columns: {shown})"
+def classify(columns, first: dict | None = None) -> tuple[CsvKind | None, int, str | None]:
+    """(kind, schema version, None), or (None, 0, an error naming what is wrong): the
+    results model tells the kind and version (benchmarks/results.py); the plots need some
+    columns of it."""
+    try:
+        found = schema_of(list(columns), first)
+    except UsageError as exc:
+        return None, 0, str(exc)
+    if found is None:
+        shown = ", ".join(list(columns)[:8]) + (", ..." if len(columns) > 8 else "")
+        return None, 0, f"{UNKNOWN} (columns: {shown})"
+    schema, version = found
+    kind = KIND_BY_NAME[schema.kind]
+    missing = [c for c in kind.required if c not in set(columns)]
+    if missing:
+        return None, 0, f"looks like {kind.title} but lacks column(s) {', '.join(missing)}"
+    return kind, version, None
 
 
 def read_one(path: Path, explicit: bool = True) -> tuple[pd.DataFrame | None, FileReport]:
@@ -309,7 +305,8 @@ def read_one(path: Path, explicit: bool = True) -> tuple[pd.DataFrame | None, Fi
     if frame.empty:
         report.error = "header only, no rows"
         return None, report
-    kind, error = classify(frame.columns)
+    first = frame.iloc[0].to_dict() if SCHEMA in frame.columns else None
+    kind, version, error = classify(frame.columns, first)
     if error and error.startswith(UNKNOWN) and not explicit:
         report.ignored = error
         return None, report
@@ -317,6 +314,10 @@ def read_one(path: Path, explicit: bool = True) -> tuple[pd.DataFrame | None, Fi
         report.error = error
         return None, report
     report.kind = kind.name
+    schema = BY_KIND[kind.name]
+    if version < schema.version:  # what an older version left implicit, filled in
+        frame = pd.DataFrame(upgrade(frame.to_dict("records"), schema, version))
+        report.notes.append(f"{schema.kind} version {version}, read as {schema.version}")
     frame = frame.copy()
     for column in kind.numeric:
         if column in frame.columns:
@@ -379,24 +380,31 @@ def run_labels(frame: pd.DataFrame, kind: str, path: Path) -> pd.Series:
 
 
 def identity_columns(kind: CsvKind, frame: pd.DataFrame) -> list[str]:
-    """The columns that say which point a row measured (not which run measured it)."""
-    if kind.identity is None:
-        return [c for c in frame.columns if is_setting(c) and not c.startswith("_")]
-    return [c for c in kind.identity if c in frame.columns]
+    """The columns that say which point a row measured (not which run measured it): the
+    results model's settings of the kind."""
+    return BY_KIND[kind.name].identity_columns(c for c in frame.columns if c != "source")
+
+
+def identities(kind: CsvKind, frame: pd.DataFrame) -> pd.Series:
+    """Each row's point identity, as the results model defines it for every reader."""
+    schema = BY_KIND[kind.name]
+    columns = [c for c in frame.columns if c != "source"]  # the file: not the point
+    return pd.Series([point_identity(r, schema, columns) for r in frame.to_dict("records")],
+                     index=frame.index, dtype=object)
 
 
 def deduplicate(kind: CsvKind, frame: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     """Keep one row per measured point: the latest run when several files repeat it."""
-    key = identity_columns(kind, frame)
-    if key and RUN in frame.columns and RUN not in key:
-        key.append(RUN)  # a point measured by two runs stays in each
-    if not key:
+    if not identity_columns(kind, frame):
         return frame, None
     # Identical rows from two files (a merged file read with its parts) are one row.
     frame = frame[~frame.drop(columns="source").duplicated(keep="last")]
     if kind.order and kind.order in frame.columns:
         frame = frame.sort_values(kind.order, kind="stable")
-    duplicated = frame.duplicated(subset=key, keep="last")
+    key = frame.assign(_point=identities(kind, frame))
+    # a point measured by two runs stays in each
+    duplicated = key.duplicated(subset=["_point", RUN] if RUN in frame.columns
+                                else ["_point"], keep="last")
     if not duplicated.any():
         return frame, None
     note = (f"{kind.title}: {int(duplicated.sum())} row(s) repeat a point measured again "

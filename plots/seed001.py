@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ccbench.kernels.sparse_data import PAPER_DENSITIES
 from ccbench.plots import papers
 from ccbench.plots.base import (
     Figure,
@@ -41,7 +42,7 @@ from ccbench.plots.style import (
 
 ALGORITHM_ORDER = ("omnireduce", "dense", "dense-ring", "allgather-sparse")
 # Configuration columns held at one value where not on an axis; the value preferred is
-# the benchmark's own default (papers.sparse_defaults reads them from its parser).
+# the reproduction's setup (papers.OMNIREDUCE_SETUP).
 CONFIG_COLUMNS = ("block_size", "fusion", "protocol", "slots", "overlap", "threshold",
                   "aggregators", "window", "streams")
 # Configuration columns each algorithm's time depends on (the others are recorded but
@@ -104,7 +105,7 @@ def hold_fixed(frame: pd.DataFrame, columns=CONFIG_COLUMNS, keep=()) -> tuple[pd
         if column in keep or column not in frame.columns:
             continue
         matters = relevant(frame, column)
-        default = papers.sparse_defaults().get(column)
+        default = papers.OMNIREDUCE_SETUP.get(column)
         value = pick(frame[matters], column, default)
         if value is None:
             continue
@@ -182,7 +183,7 @@ def speedup_text(value: tuple[float, float, float]) -> str:
 def density_axis(ax, measured) -> None:
     """A log axis of density, sparsity growing to the right as in the paper; ticks at the
     paper's densities (labelled at the decades and wherever measured here)."""
-    paper = papers.omnireduce_densities()
+    paper = PAPER_DENSITIES
     ticks = sorted(set(paper) | set(measured))
     ax.set_xscale("log")
     lo, hi = min(ticks), max(ticks)
@@ -259,7 +260,7 @@ def time_vs_sparsity(data, style: Style) -> list[Figure]:
         handles.append(proxy)
         labels.append(proxy.get_label())
     legend_below(fig, handles, labels)
-    paper = papers.omnireduce_densities()
+    paper = PAPER_DENSITIES
     missing = [d for d in paper if not any(np.isclose(d, m) for m in measured)]
     caption = ("Allreduce time against density (share of non-zero blocks per worker; "
                "sparsity = 1 - density grows to the right) for OmniReduce and the "

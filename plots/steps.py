@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ccbench.benchmarks.results import TRAINING
 from ccbench.benchmarks.statistics import mean_interval
 from ccbench.plots.base import rows
 
@@ -22,11 +23,16 @@ SETTING_KEYS = ("model", "ranks", "link_gbps")
 FRAMEWORK_ORDER = {"fsdp": 0, "ddp": 1, "mgwfbp": 2, "own": 3}
 
 
-def loop_defaults() -> tuple[int, int]:
-    """(warm-up steps, final-loss window) of the training loop, from its configuration."""
-    from ccbench.training.loop import TrainConfig
-
-    return int(TrainConfig.warmup), int(TrainConfig.final_window)
+def recorded_windows(steps: pd.DataFrame) -> tuple[int, int]:
+    """(warm-up steps, final-loss window) the rows record; rows of files that predate
+    these columns had the training loop's then defaults (the results model's)."""
+    implied = TRAINING.defaults[1]
+    values = []
+    for column in ("warmup_steps", "final_window"):
+        given = pd.to_numeric(steps[column], errors="coerce").dropna() \
+            if column in steps.columns else pd.Series(dtype=float)
+        values.append(int(given.iloc[0]) if not given.empty else int(implied[column]))
+    return values[0], values[1]
 
 
 def training_frame(data) -> pd.DataFrame:
@@ -104,7 +110,7 @@ def _close(a: float, b: float) -> bool:
 def infer_windows(steps: pd.DataFrame, summaries: pd.DataFrame) -> tuple[int, int, bool]:
     """(warm-up, final window) that reproduce the summary rows' step time and loss from
     the step rows; the loop's defaults when no summary row pins them down."""
-    default_warmup, default_window = loop_defaults()
+    default_warmup, default_window = recorded_windows(steps)
     times = steps["step_us"].to_numpy(dtype=float)
     loss = steps["loss"].to_numpy(dtype=float)
     numbers = steps["step"].to_numpy(dtype=float)

@@ -37,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,11 +44,14 @@ import numpy as np
 
 from ccbench.benchmarks.options import split_common
 from ccbench.benchmarks.results import (
-    COMMON_COLUMNS,
+    COMPARE,
+    HARNESS,
+    SCHEMA,
+    SETTING,
     Sidecar,
     append_rows,
     check_header,
-    is_measurement,
+    new_run_id,
     read_rows,
 )
 from ccbench.benchmarks.statistics import DEFAULT_MARGIN, Ratio, ratio_interval
@@ -66,13 +68,7 @@ REPO = Path(__file__).resolve().parent.parent
 ROOMS = ("kernels", "collectives", "training", "benchmarks", "plots", "scripts")
 STATISTICS = {"avg": "avg_us", "fastest": "fastest_us", "p50": "p50_us"}
 
-COLUMNS = (
-    "compare_id", "sweep_id", "timestamp", "a", "b", "a_rev", "b_rev", "collective", "ranks",
-    "size_bytes", "config", "statistic", "rounds", "a_us", "b_us", "ratio", "ratio_low",
-    "ratio_high", "margin", "verdict", "a_iterations", "b_iterations", "link_gbps",
-    "load_start", "load_end", "hostname", "git_sha", "pairing", "turns", "ci_target_pct",
-    "timer", "validation",
-)  # fmt: skip
+COLUMNS = COMPARE.names
 TIMERS = ("auto", "python")  # --timer: auto pairs like with like, python forces Python's loop
 IN_LAUNCH, LAUNCHES = "in-launch", "launches"  # the pairing column
 
@@ -237,7 +233,7 @@ def point_of(row: dict, config_columns: list[str]) -> tuple[int, str]:
 
 def config_columns(rows: list[dict]) -> list[str]:
     """Settings columns a variant adds that vary within one launch (sweep axes)."""
-    extra = [c for c in rows[0] if c not in COMMON_COLUMNS and not is_measurement(c)]
+    extra = [c for c in HARNESS.extras(rows[0]) if HARNESS.role(c) == SETTING]
     return [c for c in extra if len({r.get(c) for r in rows}) > 1]
 
 
@@ -447,7 +443,7 @@ def print_table(rows: list[dict]) -> None:
 
 def run_meta() -> dict:
     now = datetime.datetime.now(datetime.timezone.utc)
-    return {"compare_id": f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}",
+    return {SCHEMA: COMPARE.tag, "compare_id": new_run_id(now),
             "timestamp": now.isoformat(timespec="seconds"),
             "load_start": round(os.getloadavg()[0], 2),
             "hostname": os.uname().nodename, "git_sha": git_sha()}

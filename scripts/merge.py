@@ -4,18 +4,15 @@ Each array task of a sweep writes its own CSV; this joins them. Values are copie
 strings the benchmark wrote (no float re-formatting), and the runs recorded in the
 sources' JSON sidecars are gathered into `OUT.json`.
 
-Schemas. Micro-benchmark (harness) files start with `COMMON_COLUMNS`, in order, followed
-by the variant's own columns; different variants may add different columns (the output
-holds their union, empty where a variant has none), but every file of one variant alone
-(what a run writes) must carry the same columns. Files of any other kind (merged_gradient's
-iteration rows, training steps) merge only with files of exactly the same header. A file that breaks
-these rules is refused, with its name, and nothing is written.
+Schemas (benchmarks/results.py). Files of one kind merge: micro-benchmark files may add
+variant columns (the output holds their union, empty where a variant has none), but every
+file of one variant alone (what a run writes) must carry the same columns; files of the
+other kinds merge only with the same columns. Files of an older version of the kind are
+brought to the current one. A file that breaks these rules is refused, with its name,
+and nothing is written.
 
-De-duplication. Harness rows with the same point key (`key_columns`) measured the same
-point twice (a rerun, a resumed task): the newest by timestamp is kept. Rows of other
-kinds are dropped only when identical.
-
-The point key is defined here, once; the sweep's resume and the regression gate use it.
+De-duplication. Rows that measured the same point (`results.point_identity`, as every
+reader of results defines it) are one: the newest by timestamp is kept.
 """
 
 from __future__ import annotations
@@ -26,119 +23,88 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ccbench.benchmarks.results import (
-    COMMON_COLUMNS,
+    Schema,
     Sidecar,
+    Table,
     csv_files,
-    is_setting,
+    point_identity,
     read_rows,
+    read_table,
     write_csv_atomic,
 )
 from ccbench.kernels.errors import UsageError
 
-# What identifies one measured point of the harness. The columns a variant adds after
-# COMMON_COLUMNS (its settings and configuration axes: block size, density, chunk...) are
-# part of the key too, except those that are measurements (below).
-POINT_KEY_COLUMNS = (
-    "variant", "algorithm", "collective", "codec", "dtype", "buffer",
-    "ranks", "nodes", "size_bytes", "link_gbps",
-)  # fmt: skip
 
-HARNESS = "harness"
-
-
-def extra_columns(header: Sequence[str]) -> list[str]:
-    """The columns a variant added after the common ones."""
-    return [c for c in header if c not in COMMON_COLUMNS]
+def _table(path: Path) -> Table | None:
+    table = read_table(path)
+    if table is None:
+        header, _ = read_rows(path)
+        if header:  # not empty: some other CSV
+            raise UsageError(f"{path} is not a ccbench result (columns: "
+                             f"{', '.join(header[:4])}, ...)")
+    return table
 
 
-def key_columns(header: Sequence[str]) -> list[str]:
-    """The point-key columns of a harness table with this header."""
-    extras = [c for c in extra_columns(header) if is_setting(c)]
-    return [c for c in POINT_KEY_COLUMNS if c in header] + extras
-
-
-def point_key(row: dict, columns: Sequence[str]) -> tuple[str, ...]:
-    """A row's identity as a tuple of strings; absent columns count as empty."""
-    return tuple(str(row.get(c, "") or "") for c in columns)
-
-
-def schema_of(header: Sequence[str]):
-    """HARNESS for micro-benchmark files, else the exact header (other kinds of CSV)."""
-    return HARNESS if tuple(header[: len(COMMON_COLUMNS)]) == COMMON_COLUMNS else tuple(header)
-
-
-def describe_schema(schema, header: Sequence[str]) -> str:
-    if schema == HARNESS:
-        return "micro-benchmark rows"
-    missing = [c for c in COMMON_COLUMNS if c not in header]
-    if len(missing) < len(COMMON_COLUMNS) // 2:
-        return f"an older or other harness schema (no {', '.join(missing[:4]) or 'order'})"
-    return f"other columns ({', '.join(header[:4])}, ...)"
-
-
-def merge_rows(paths: Iterable[Path]) -> tuple[list[str], list[dict], dict]:
-    """Read, check and de-duplicate. Returns (columns, rows, summary)."""
-    schema = first_path = first_header = None
+def merge_rows(paths: Iterable[Path]) -> tuple[Schema, list[str], list[dict], dict]:
+    """Read, check and de-duplicate. Returns (schema, columns, rows, summary)."""
+    schema, first = None, None
     columns: list[str] = []
-    seen_columns: dict[str, tuple[tuple[str, ...], Path]] = {}
+    declared: dict[str, tuple[tuple[str, ...], Path]] = {}
     tables = []
     for path in paths:
-        header, rows = read_rows(path)
-        if not header:
+        table = _table(path)
+        if table is None:
             continue  # an empty file: nothing finished in it
-        this = schema_of(header)
         if schema is None:
-            schema, first_path, first_header = this, path, header
-            columns = list(COMMON_COLUMNS) if this == HARNESS else list(header)
-        elif this != schema:
-            raise UsageError(
-                f"{path} holds {describe_schema(this, header)} but {first_path} holds "
-                f"{describe_schema(schema, first_header)}; refusing to mix schemas"
-            )
-        if schema == HARNESS:
-            variants = {r["variant"] for r in rows}
-            # a file of one variant (what a run writes) declares that variant's columns;
-            # a merged file carries the union of several, checked when it was merged
-            if len(variants) == 1:
-                (variant,) = variants
-                extras = tuple(extra_columns(header))
-                first = seen_columns.setdefault(variant, (extras, path))
-                if first[0] != extras:
-                    raise UsageError(
-                        f"{path}: variant {variant} has columns {list(extras)} but "
-                        f"{first[1]} has {list(first[0])}; refusing to mix schemas"
-                    )
-            columns += [c for c in extra_columns(header) if c not in columns]
-        tables.append(rows)
-    keys = key_columns(columns) if schema == HARNESS else columns
+            schema, first = table.schema, path
+            columns = list(schema.names)
+        elif table.schema is not schema:
+            raise UsageError(f"{path} holds {table.schema.kind} rows but {first} holds "
+                             f"{schema.kind} rows; refusing to mix schemas")
+        missing = table.missing()
+        if missing:
+            raise UsageError(f"{path}: {table.schema.tag} rows without column(s) "
+                             f"{', '.join(missing)}; refusing to mix schemas")
+        extras = tuple(schema.extras(table.header))
+        if not schema.open and extras:
+            raise UsageError(f"{path}: {schema.kind} rows with columns {list(extras)} that "
+                             "its schema does not have; refusing to mix schemas")
+        variants = {r.get("variant") for r in table.rows}
+        # a file of one variant (what a run writes) declares that variant's columns; a
+        # merged file carries the union of several, checked when it was merged
+        if schema.open and len(variants) == 1:
+            (variant,) = variants
+            seen = declared.setdefault(variant, (extras, path))
+            if seen[0] != extras:
+                raise UsageError(f"{path}: variant {variant} has columns {list(extras)} but "
+                                 f"{seen[1]} has {list(seen[0])}; refusing to mix schemas")
+        columns += [c for c in extras if c not in columns]
+        tables.append(table)
+    if schema is None:
+        raise UsageError("no result rows to merge")
     newest: dict[tuple[str, ...], dict] = {}
     read = 0
-    for rows in tables:
-        for row in rows:
+    for table in tables:
+        for row in table.current():
             read += 1
-            k = point_key(row, keys)
-            kept = newest.get(k)
+            key = point_identity(row, schema, columns)
+            kept = newest.get(key)
             if kept is None or row.get("timestamp", "") >= kept.get("timestamp", ""):
-                newest[k] = row
-    merged = list(newest.values())
-    if schema == HARNESS:
-        merged.sort(key=_sort_key)
+                newest[key] = row
+    merged = sorted(newest.values(), key=lambda r: _sort_key(r, schema, columns))
     summary = {"files": len(tables), "rows_read": read, "rows_written": len(merged),
-               "duplicates_dropped": read - len(merged),
-               "schema": "harness" if schema == HARNESS else "other"}  # fmt: skip
-    return columns, merged, summary
+               "duplicates_dropped": read - len(merged), "schema": schema.tag}
+    return schema, columns, merged, summary
 
 
-def _sort_key(row: dict):
+def _sort_key(row: dict, schema: Schema, columns: Sequence[str]):
     def num(v):
         try:
-            return float(v)
+            return (0, float(v), "")
         except (TypeError, ValueError):
-            return float("inf")
+            return (1, 0.0, str(v or ""))
 
-    return (row["variant"], row["algorithm"], row["collective"], row["codec"], row["dtype"],
-            row["buffer"], num(row["ranks"]), num(row["link_gbps"]),
-            num(row["size_bytes"]))  # fmt: skip
+    return tuple(num(row.get(c)) for c in schema.identity_columns(columns))
 
 
 def merge_files(inputs: Sequence, out, sidecar: bool = True) -> dict:
@@ -147,25 +113,26 @@ def merge_files(inputs: Sequence, out, sidecar: bool = True) -> dict:
     paths = [p for p in csv_files(inputs) if p.resolve() != out.resolve()]
     if not paths:
         raise UsageError("no CSV files to merge")
-    columns, rows, summary = merge_rows(paths)
-    write_csv_atomic(out, rows, columns)
+    _, columns, rows, summary = merge_rows(paths)
     if not sidecar:
+        write_csv_atomic(out, rows, columns)
         return summary
     # the sources' sidecars hold each run's environment, keyed by run id: keep them all
     runs = {}
     for p in paths:
         runs.update(Sidecar(p).runs())
+    write_csv_atomic(out, rows, columns)
     Sidecar(out).write(runs, merge={**summary, "sources": [str(p) for p in paths]})
     return summary
 
 
-def schema_groups(paths: Iterable[Path]) -> dict:
-    """Non-empty files by schema: HARNESS, or the exact header of another kind of file."""
-    groups: dict = {}
+def schema_groups(paths: Iterable[Path]) -> dict[str, list[Path]]:
+    """Non-empty result files by kind (files that are no ccbench result are left out)."""
+    groups: dict[str, list[Path]] = {}
     for path in paths:
-        header, _ = read_rows(path)
-        if header:
-            groups.setdefault(schema_of(header), []).append(path)
+        table = read_table(path)
+        if table is not None and table.rows:
+            groups.setdefault(table.schema.kind, []).append(path)
     return groups
 
 

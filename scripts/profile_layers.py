@@ -16,8 +16,7 @@ from pathlib import Path
 
 from ccbench.benchmarks.options import RankAwareParser, non_negative_int, positive_int
 from ccbench.benchmarks.progress import progress_bar
-from ccbench.benchmarks.results import write_csv_atomic
-from ccbench.collectives.mgwfbp import PROFILE_COLUMNS
+from ccbench.benchmarks.results import PROFILE, SCHEMA, write_csv_atomic
 from ccbench.kernels.errors import UsageError
 
 DEFAULT_OUT_DIR = Path("results") / "measured-profiles"  # git-ignored, unlike results/profiles
@@ -78,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                                      opts.iterations, opts.device, statistic=opts.statistic,
                                      on_iteration=lambda b=bar: b.update(1))
             path = opts.out_dir / f"{name}.csv"
-            write_csv_atomic(path, rows, PROFILE_COLUMNS)
+            write_csv_atomic(path, [{SCHEMA: PROFILE.tag, **r} for r in rows], PROFILE.names)
             total = sum(r["bytes"] for r in rows)
             print(f"{name}: {len(rows)} tensors, {total / 2**20:.2f} MiB of gradients, "
                   f"forward {rows[0]['forward_us'] / 1e3:.2f} ms, "

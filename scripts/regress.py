@@ -27,9 +27,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ccbench.benchmarks.results import csv_files
+from ccbench.benchmarks.results import HARNESS, csv_files, point_identity
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.merge import HARNESS, POINT_KEY_COLUMNS, key_columns, merge_rows, schema_groups
+from ccbench.scripts.merge import merge_rows, schema_groups
+
+# settings always named in a point's description; a variant's own only where they vary
+SHOWN_COLUMNS = ("variant", "algorithm", "collective", "codec", "dtype", "buffer", "ranks",
+                 "nodes", "size_bytes", "link_gbps")
 
 
 @dataclass(frozen=True)
@@ -81,10 +85,10 @@ def load(paths) -> pd.DataFrame:
     """One result set: its micro-benchmark CSVs, checked and de-duplicated as `ccbench
     merge` does, as strings. Files of other kinds (merged_gradient, training) are not
     gated here."""
-    files = schema_groups(csv_files(paths)).get(HARNESS, [])
+    files = schema_groups(csv_files(paths)).get(HARNESS.kind, [])
     if not files:
         raise UsageError(f"no micro-benchmark CSV files in {' '.join(map(str, paths))}")
-    columns, rows, _ = merge_rows(files)
+    _, columns, rows, _ = merge_rows(files)
     return pd.DataFrame(rows, columns=columns).fillna("")
 
 
@@ -95,7 +99,7 @@ def describe_points(df: pd.DataFrame, keys: list[str]) -> pd.Series:
     parts = []
     for c in shown:
         col = df[c].astype(str)
-        if c not in POINT_KEY_COLUMNS:
+        if c not in SHOWN_COLUMNS:
             varies = col.groupby(df["variant"]).transform("nunique") > 1
             col = col.where(varies, "")
         if c == "ranks":
@@ -104,7 +108,7 @@ def describe_points(df: pd.DataFrame, keys: list[str]) -> pd.Series:
             col = col.where(col == "", col + "B").where(col != "", "(all sizes)")
         elif c == "link_gbps":
             col = col.where(col == "", col + "Gb/s")
-        elif c not in POINT_KEY_COLUMNS:
+        elif c not in SHOWN_COLUMNS:
             col = col.where(col == "", c + "=" + col)
         parts.append(col)
     joined = parts[0].str.cat(parts[1:], sep=" ")
@@ -220,8 +224,17 @@ def compare(ref: pd.DataFrame, new: pd.DataFrame, tolerances: dict[str, Toleranc
     columns = list(dict.fromkeys([*ref.columns, *new.columns]))
     ref = ref.reindex(columns=columns, fill_value="")
     new = new.reindex(columns=columns, fill_value="")
-    keys = key_columns(columns)
-    merged = ref.merge(new, on=keys, how="outer", suffixes=("_ref", "_new"), indicator=True)
+    keys = HARNESS.identity_columns(columns)
+    # the one identity of a point (benchmarks/results.py), the same for both sets
+    ref["_point"] = [point_identity(r, HARNESS, columns) for r in ref.to_dict("records")]
+    new["_point"] = [point_identity(r, HARNESS, columns) for r in new.to_dict("records")]
+    merged = ref.merge(new.drop(columns=keys), on="_point", how="outer",
+                       suffixes=("_ref", "_new"), indicator=True)
+    # points only in NEW: their settings from NEW
+    only_new = merged["_merge"] == "right_only"
+    if only_new.any():
+        settings = new.set_index("_point")[keys]
+        merged.loc[only_new, keys] = settings.loc[merged.loc[only_new, "_point"]].to_numpy()
     # an outer merge orders keys as text; show sizes in numeric order
     merged["_size"] = pd.to_numeric(merged["size_bytes"], errors="coerce")
     merged = merged.sort_values([k for k in keys if k != "size_bytes"] + ["_size"], kind="stable")

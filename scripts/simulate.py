@@ -16,15 +16,17 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
-import uuid
 from pathlib import Path
 
 from ccbench.benchmarks.options import RankAwareParser
 from ccbench.benchmarks.results import (
+    MGWFBP,
     MGWFBP_COLUMNS,
     PROFILE_DIR,
+    SCHEMA,
     append_rows,
     check_header,
+    new_run_id,
     profile_names,
     read_rows,
 )
@@ -125,7 +127,7 @@ def run(opts) -> list[dict]:
             raise UsageError("--link-gbps must be positive and --hop-latency-us >= 0")
         link, source = LinkModel(opts.link_gbps, opts.hop_latency_us), "given"
     now = datetime.datetime.now(datetime.timezone.utc)
-    common = {"run_id": f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}",
+    common = {SCHEMA: MGWFBP.tag, "run_id": new_run_id(now),
               "timestamp": now.isoformat(timespec="seconds"), "variant": "mgwfbp_simulation",
               "link_gbps": link.link_gbps, "hop_latency_us": link.hop_latency_us,
               "algorithm": opts.algorithm, "compute_speedup": opts.compute_speedup}

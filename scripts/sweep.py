@@ -37,7 +37,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from ccbench.benchmarks.options import format_sizes, size_list
-from ccbench.benchmarks.results import Sidecar, csv_files, read_rows
+from ccbench.benchmarks.results import HARNESS, Sidecar, csv_files, read_rows
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.launch import (
     binding_enabled,
@@ -46,7 +46,7 @@ from ccbench.scripts.launch import (
     refuse_inside_mpi_launch,
     srun_placement_args,
 )
-from ccbench.scripts.merge import HARNESS, merge_files, schema_groups
+from ccbench.scripts.merge import merge_files, schema_groups
 
 REPO = Path(__file__).resolve().parent.parent
 SBATCH_SCRIPT = REPO / "scripts" / "slurm" / "ccbench-array.sbatch"
@@ -656,8 +656,8 @@ def merge_outputs(spec: Spec) -> list[tuple[Path, dict]]:
     files = csv_files([spec.output]) if spec.output.is_dir() else []
     script = {csv_path(spec, t).resolve(): t.variant for t in spec.tasks}
     done = []
-    for schema, paths in schema_groups(files).items():
-        if schema == HARNESS:
+    for kind, paths in schema_groups(files).items():
+        if kind == HARNESS.kind:
             out = spec.merged
         else:
             name = script.get(paths[0].resolve(), paths[0].stem)

@@ -129,11 +129,12 @@ def test_merge_only_names_the_tasks_that_did_not_finish(tmp_path):
 
 
 def test_merge_refuses_a_malformed_sidecar(tmp_path, capsys):
+    from ccbench.benchmarks.results import COMMON_COLUMNS, write_csv_atomic
     from ccbench.scripts import merge
 
     good = tmp_path / "in" / "a.csv"
-    good.parent.mkdir()
-    good.write_text("run_id,variant\nr1,baseline\n")
+    write_csv_atomic(good, [{"schema": "harness/2", "run_id": "r1", "variant": "baseline",
+                             "collective": "allgather", "size_bytes": 4}], COMMON_COLUMNS)
     sidecar = malformed_sidecar(good)
     assert merge.main([str(tmp_path / "in"), "-o", str(tmp_path / "m.csv")]) == 2
     err = capsys.readouterr().err

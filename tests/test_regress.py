@@ -177,7 +177,7 @@ def reference_rows() -> tuple[list[str], list[dict]]:
     ref = REPO / "results" / "reference"
     if not list(ref.glob("*.csv")):
         pytest.skip("results/reference holds no CSV yet (generate with sweeps/ci.toml)")
-    columns, rows, _ = merge.merge_rows(sorted(ref.glob("*.csv")))
+    _, columns, rows, _ = merge.merge_rows(sorted(ref.glob("*.csv")))
     return columns, rows
 
 

@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from ccbench.benchmarks.results import COMMON_COLUMNS, read_rows, write_csv_atomic
+from ccbench.benchmarks.results import (
+    COMMON_COLUMNS,
+    MGWFBP_COLUMNS,
+    read_rows,
+    write_csv_atomic,
+)
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts import merge, sweep
 from tests.mpirun import hydra_skip
@@ -390,10 +395,10 @@ def test_merge_refuses_mixed_schemas(tmp_path, capsys):
 def test_sweep_merges_each_kind_of_file_separately_and_merge_refuses_to_mix(tmp_path, capsys):
     out = tmp_path / "out"
     write_csv_atomic(out / "baseline.csv", fake_rows([1024], "a"), COMMON_COLUMNS)
-    other = ["run_id", "timestamp", "variant", "model", "strategy", "measured_us"]
-    write_csv_atomic(out / "merged_gradient_r2.csv", [{"run_id": "b", "timestamp": "t", "variant":
-                     "merged_gradient", "model": "m", "strategy": "wfbp", "measured_us": "3"}],
-                     other)  # fmt: skip
+    write_csv_atomic(out / "merged_gradient_r2.csv", [{
+        "schema": "mgwfbp/2", "run_id": "b", "timestamp": "t", "variant": "merged_gradient",
+        "model": "m", "strategy": "wfbp", "measured_us": "3", "predicted_us": "2"}],
+        MGWFBP_COLUMNS)
     spec = sweep.load_spec(write_spec(tmp_path / "s.toml", f"""
 [sweep]
 output = "{out}"
