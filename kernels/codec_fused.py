@@ -73,6 +73,14 @@ def device_kernels(x):
     return _device or None
 
 
+def _dtype(x) -> str:
+    return str(x.dtype).rsplit(".", 1)[-1]
+
+
+def _is_float32(x) -> bool:
+    return _dtype(x) == "float32"
+
+
 def _contiguous(x) -> bool:
     if array_api_compat.is_torch_array(x):
         return x.is_contiguous()
@@ -84,9 +92,9 @@ def path(codec, x, host_dtypes) -> str:
     if codec.kernels == "reference":
         return "reference"
     if is_host(x):
-        ok = str(x.dtype).rsplit(".", 1)[-1] in host_dtypes and _contiguous(x)
+        ok = _dtype(x) in host_dtypes and _contiguous(x)
         return "fused" if ok and host_kernels() is not None else "reference"
-    if _contiguous(x) and device_kernels(x) is not None:
+    if _is_float32(x) and _contiguous(x) and device_kernels(x) is not None:
         return "device"
     return "reference"
 
