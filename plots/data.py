@@ -95,7 +95,7 @@ KINDS = (
         signature=("encode_gbps", "decode_gbps"),
         required=("codec", "encode_gbps", "decode_gbps"),
         numeric=("encode_gbps", "decode_gbps", "copy_gbps", "ratio", "size_bytes"),
-        identity=("codec", "data", "dtype", "buffer", "size_bytes"),
+        identity=("codec", "kernels", "data", "dtype", "buffer", "size_bytes"),
         order="timestamp",
     ),
     CsvKind(

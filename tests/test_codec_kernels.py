@@ -259,6 +259,29 @@ def test_cast_bit_patterns(spec):
     assert np.array_equal(np.isinf(y_fast), np.isinf(y_ref))
 
 
+@pytest.fixture(params=["f16c", "integer"])
+def fp16_code(request):
+    """The float16 kernels twice: with the F16C instructions (where the CPU has them) and
+    with the portable integer rounding every other CPU runs."""
+    kernels = codec_fused.host_kernels()
+    was = kernels.f16c(request.param == "f16c")
+    yield request.param
+    kernels.f16c(was)
+
+
+def test_fp16_both_code_paths(fp16_code):
+    x = cast_bit_patterns()
+    x = x[np.isfinite(x) & (np.abs(x) <= largest_taken("fp16"))]
+    check_equivalent("fp16", x)
+    for count in (1, 7, 8, 9, 15, 17, 1000):      # the 8-wide loop and its tail
+        check_equivalent("fp16", spread(count, count, -26, 16))
+        check_hop("fp16", spread(count, 1, -20, 12), spread(count, 2, -20, 12))
+        check_hop("fp16", spread(count, 1, -20, 12), spread(count, 2, -20, 12), encode=False)
+    for x in bad_inputs("fp16"):
+        with pytest.raises(DataError):
+            parse_codec("fp16").encode(x)
+
+
 @pytest.mark.parametrize("spec", [s for s in ALL_SPECS if s.startswith("bfp")])
 def test_bfp_decodes_any_payload(spec):
     """Random payload bytes (exponent bytes within the format's range) decode alike."""
