@@ -238,8 +238,12 @@ def run(argv: list[str]) -> int:
         print(f"# note: {codec_fused.note()}", flush=True)
     print(HEADER, flush=True)
     rows = []
+    paths = {codec.spec: kernel_paths(codec, opts.buffer, opts.dtype, wanted)
+             for codec in codecs}
+    if codec_fused.device_note():
+        print(f"# note: {codec_fused.device_note()}", flush=True)
     for codec in codecs:
-        for kernels in kernel_paths(codec, opts.buffer, opts.dtype, wanted):
+        for kernels in paths[codec.spec]:
             for kind in kinds:
                 row = measure_codec(codec.spec, kind, opts.buffer, opts.dtype, count,
                                     opts.iterations, opts.seed, opts.clock, kernels)

@@ -85,7 +85,8 @@ class BfpCodec(Codec):
         path = self.kernel_path(x)
         if path == "fused" and fused.bfp_encode(self, x, payload, TILE_WIDTH):
             return
-        if path == "device" and fused.device_kernels(x).bfp_encode(self, x, payload):
+        device = fused.device_kernels(x) if path == "device" else None
+        if device is not None and device.bfp_encode(self, x, payload, TILE_WIDTH):
             return
         self._reference_encode(x, payload)  # also where the fast kernels refused the data
 
@@ -94,7 +95,7 @@ class BfpCodec(Codec):
         if path == "fused":
             fused.bfp_decode(self, payload, out, TILE_WIDTH)
         elif path == "device":
-            fused.device_kernels(out).bfp_decode(self, payload, out)
+            fused.device_kernels(out).bfp_decode(self, payload, out, TILE_WIDTH)
         else:
             self._reference_decode(payload, out)
 

@@ -278,32 +278,28 @@ def _columns(n: int, block: int, width: int) -> int:
     return full * width + -(-rest // block)
 
 
-def bfp_encode(codec, x, payload) -> bool:
+def bfp_encode(codec, x, payload, tile_width: int) -> bool:
     """Encode a float32 GPU array; False: out of range (the reference must run)."""
-    from ccbench.kernels.codec_bfp import TILE_WIDTH
-
     n = x.shape[0]
     with _Launch(x) as launch:
         cupy = _cupy()
         worst = cupy.zeros(1, dtype=cupy.int32)
         if n:
             _module.get_function("bfp_encode")(
-                _grid(_columns(n, codec.block, TILE_WIDTH)), (THREADS,),
+                _grid(_columns(n, codec.block, tile_width)), (THREADS,),
                 (launch.view(x), np.int64(n), launch.view(payload), np.int32(codec.block),
-                 np.int32(TILE_WIDTH), np.int32(codec.rate), np.int32(codec.limit_bits),
+                 np.int32(tile_width), np.int32(codec.rate), np.int32(codec.limit_bits),
                  _edge(codec.rate), worst))
         return int(worst.get()[0]) < codec.limit_bits
 
 
-def bfp_decode(codec, payload, out) -> None:
-    from ccbench.kernels.codec_bfp import TILE_WIDTH
-
+def bfp_decode(codec, payload, out, tile_width: int) -> None:
     n = out.shape[0]
     with _Launch(out) as launch:
         _module.get_function("bfp_decode")(
-            _grid(_columns(n, codec.block, TILE_WIDTH)), (THREADS,),
+            _grid(_columns(n, codec.block, tile_width)), (THREADS,),
             (launch.view(payload), np.int64(n), launch.view(out), np.int32(codec.block),
-             np.int32(TILE_WIDTH), np.int32(codec.rate)))
+             np.int32(tile_width), np.int32(codec.rate)))
 
 
 def cast_encode(x, payload, bfloat: bool) -> bool:

@@ -58,6 +58,11 @@ def note() -> str:
     return _host_note
 
 
+def device_note() -> str:
+    """One line when a GPU array found the device kernels unusable, else ''."""
+    return _device_note
+
+
 def device_kernels(x):
     """codec_device's kernels for a GPU array `x`, or None (cupy missing or unusable)."""
     global _device, _device_note
