@@ -459,3 +459,15 @@ def test_kernels_check_buffer_sizes():
         kernels.cast_encode(x, np.empty(1999, np.uint8), False)
     with pytest.raises(ValueError, match="rate"):
         kernels.bfp_encode(x, np.empty(2000, np.uint8), 32, TILE_WIDTH, 17)
+
+
+@pytest.mark.timeout(300)
+def test_collectives_agree_on_both_paths():
+    """4 ranks: collective-level reduce-scatter and allreduce (chunked, and in sub-chunks),
+    fused against reference kernels, the same bits on every rank."""
+    from tests.mpirun import case_results
+
+    results = case_results("tests.drivers.kernel_paths_cases", 4, timeout=280)
+    assert len(results) == 20
+    assert all(r["ok"] for r in results.values()), [c for c, r in results.items()
+                                                     if not r["ok"]]
