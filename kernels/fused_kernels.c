@@ -58,7 +58,6 @@ typedef struct {
     int64_t block, width;   /* B, W of a whole tile */
     int rate;               /* R */
     int32_t limit;          /* bit pattern of 2**(102 + R): |x| must stay below */
-    int32_t edge[256];      /* edge[E]: 2**(E - 126) * (1 - 2**-R) as bits */
 } bfp_format;
 
 static void bfp_format_init(bfp_format *f, int64_t block, int64_t width, int rate) {
@@ -66,17 +65,23 @@ static void bfp_format_init(bfp_format *f, int64_t block, int64_t width, int rat
     f->width = width;
     f->rate = rate;
     f->limit = (102 + rate + 127) << 23;
-    /* as the array-API kernel computes them, in float32 (exact) */
-    for (int e = 0; e < 256; e++) {
-        float pow2 = float_of(e + 1 < 255 ? (e + 1) << 23 : 0x7F800000);
-        f->edge[e] = bits_of(pow2 - pow2 * float_of((127 - rate) << 23));
-    }
+}
+
+/* While a tile is quantised from the cache, the next one is fetched from memory (once,
+ * during the first piece): the hardware prefetcher alone leaves memory idle in the
+ * second pass over each tile. */
+INLINE void prefetch_row(const float *next, int offset, int64_t i, int64_t width) {
+    if (next == NULL || offset != 0)
+        return;
+    for (int64_t j = 0; j < width; j += 16)
+        __builtin_prefetch(next + i * width + j, 0, 3);
 }
 
 /* Encode one tile of `width` columns (row i, column j at i * width + j; a block is a
  * column) into its payload bytes. 0 if a block is out of range. */
-INLINE int encode_tile(const bfp_format *f, const float *src, int64_t width, uint8_t *out,
-                       int32_t *amax, float *magic) {
+INLINE int encode_tile(const bfp_format *f, const float *restrict src, int64_t width,
+                       uint8_t *restrict out, int32_t *restrict amax,
+                       float *restrict magic, const float *next) {
     const int64_t block = f->block, tile = block * width;
     const int rate = f->rate;
     /* block maxima of |x| as bit patterns: NaN and Inf sort above every finite value */
@@ -90,15 +95,20 @@ INLINE int encode_tile(const bfp_format *f, const float *src, int64_t width, uin
         }
     }
     /* E = the biased exponent of the block's max |x|, plus one where max|x| reaches
-     * 2**(E - 126) * (1 - 2**-R), where |q| would round up to 2**(R-1) */
+     * 2**(E - 126) * (1 - 2**-R), where |q| would round up to 2**(R-1). That edge's bit
+     * pattern is computed here without a table lookup (so that the loop vectorises); it
+     * equals the array-API kernel's float32 `pow2 - pow2 * 2**-R` for every E of a value
+     * in range (E <= 253), subnormal E = 0 included (test_block_exponent_edges). */
+    const int32_t mantissa = 0x800000 - (1 << (24 - rate));     /* E >= 1: normal */
+    const int32_t subnormal = 0x800000 - (1 << (23 - rate));    /* E = 0 */
     int32_t worst = 0;
     uint8_t *exponents = out + tile * rate / 8;
     for (int64_t j = 0; j < width; j++) {
-        int32_t a = amax[j], e = a >> 23;
+        const int32_t a = amax[j], e = a >> 23;
+        const int32_t edge = e ? (int32_t)((uint32_t)e << 23) + mantissa : subnormal;
         worst = a > worst ? a : worst;
-        e += a >= f->edge[e];
-        exponents[j] = (uint8_t)e;
-        amax[j] = e;
+        exponents[j] = (uint8_t)(e + (a >= edge));
+        amax[j] = e + (a >= edge);
     }
     if (worst >= f->limit)
         return 0;
@@ -121,6 +131,7 @@ INLINE int encode_tile(const bfp_format *f, const float *src, int64_t width, uin
                     uint16_t v = (uint16_t)(bits_of(row[j] + magic[j]) >> offset);
                     memcpy(dest + 2 * j, &v, 2);
                 }
+                prefetch_row(next, offset, i, width);
             }
             pos += 2 * tile;
         } else if (piece == 8) {
@@ -129,6 +140,7 @@ INLINE int encode_tile(const bfp_format *f, const float *src, int64_t width, uin
                 uint8_t *dest = out + pos + i * width;
                 for (int64_t j = 0; j < width; j++)
                     dest[j] = (uint8_t)(bits_of(row[j] + magic[j]) >> offset);
+                prefetch_row(next, offset, i, width);
             }
             pos += tile;
         } else {
@@ -138,6 +150,8 @@ INLINE int encode_tile(const bfp_format *f, const float *src, int64_t width, uin
             for (int64_t r = 0; r < rows; r++) {
                 uint8_t *dest = out + pos + r * width;
                 const float *row = src + r * width;
+                for (int s = 0; s < 8 / piece; s++)
+                    prefetch_row(next, offset, r + s * rows, width);
                 for (int64_t j = 0; j < width; j++)
                     dest[j] = (uint8_t)((bits_of(row[j] + magic[j]) >> offset) & mask);
                 for (int s = 1; s < 8 / piece; s++) {
@@ -156,8 +170,8 @@ INLINE int encode_tile(const bfp_format *f, const float *src, int64_t width, uin
 }
 
 /* Decode one tile of `width` columns from its payload bytes into `dst`. */
-INLINE void decode_tile(const bfp_format *f, const uint8_t *payload, int64_t width,
-                        float *dst, int32_t *q, float *step) {
+INLINE void decode_tile(const bfp_format *f, const uint8_t *restrict payload, int64_t width,
+                        float *restrict dst, int32_t *restrict q, float *restrict step) {
     const int64_t block = f->block, tile = block * width;
     const int rate = f->rate;
     const uint8_t *exponents = payload + tile * rate / 8;
@@ -264,13 +278,14 @@ CLONED static int bfp_encode(const bfp_format *f, const float *x, int64_t n, uin
     const int64_t tile = f->block * f->width, full = n / tile, rest = n - full * tile;
     const int64_t nbytes = tile_nbytes(f, f->width);
     for (int64_t t = 0; t < full; t++)
-        if (!encode_tile(f, x + t * tile, f->width, out + t * nbytes, s->amax, s->magic))
+        if (!encode_tile(f, x + t * tile, f->width, out + t * nbytes, s->amax, s->magic,
+                         t + 1 < full ? x + (t + 1) * tile : NULL))
             return 0;
     if (rest) {  /* the last tile: ceil(rest / B) columns, zero-padded */
         const int64_t width = (rest + f->block - 1) / f->block;
         memset(s->tile, 0, f->block * width * sizeof(float));
         memcpy(s->tile, x + full * tile, rest * sizeof(float));
-        return encode_tile(f, s->tile, width, out + full * nbytes, s->amax, s->magic);
+        return encode_tile(f, s->tile, width, out + full * nbytes, s->amax, s->magic, NULL);
     }
     return 1;
 }
@@ -305,7 +320,8 @@ CLONED static int bfp_decode_add_encode(const bfp_format *f, const uint8_t *payl
         for (int64_t k = 0; k < tile; k++)
             sums[k] = s->tile[k] + mine[k];
         if (out && ok)
-            ok = encode_tile(f, sums, f->width, out + t * nbytes, s->amax, s->magic);
+            ok = encode_tile(f, sums, f->width, out + t * nbytes, s->amax, s->magic,
+                             t + 1 < full ? own + (t + 1) * tile : NULL);
     }
     if (rest) {
         const int64_t width = (rest + f->block - 1) / f->block;
@@ -318,7 +334,7 @@ CLONED static int bfp_decode_add_encode(const bfp_format *f, const uint8_t *payl
         for (int64_t k = rest; k < f->block * width; k++)
             pad[k] = 0;  /* the encoder pads the sum with zeros */
         if (out && ok)
-            ok = encode_tile(f, pad, width, out + full * nbytes, s->amax, s->magic);
+            ok = encode_tile(f, pad, width, out + full * nbytes, s->amax, s->magic, NULL);
     }
     return ok;
 }
