@@ -67,14 +67,14 @@ static void bfp_format_init(bfp_format *f, int64_t block, int64_t width, int rat
     f->limit = (102 + rate + 127) << 23;
 }
 
-/* While a tile is quantised from the cache, the next one is fetched from memory (once,
- * during the first piece): the hardware prefetcher alone leaves memory idle in the
- * second pass over each tile. */
+/* While a tile is quantised from the cache, the next one is fetched from memory into L2
+ * (once, during the first piece): the hardware prefetcher alone leaves memory idle in
+ * the second pass over each tile, and fetching into L1 would evict the tile in work. */
 INLINE void prefetch_row(const float *next, int offset, int64_t i, int64_t width) {
     if (next == NULL || offset != 0)
         return;
     for (int64_t j = 0; j < width; j += 16)
-        __builtin_prefetch(next + i * width + j, 0, 3);
+        __builtin_prefetch(next + i * width + j, 0, 1);
 }
 
 /* Encode one tile of `width` columns (row i, column j at i * width + j; a block is a
