@@ -130,7 +130,8 @@ def build_extensions(source: Path, rev: str) -> None:
     proc = subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()",
                            "build_ext", "--inplace"], cwd=source, capture_output=True,
                           text=True, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
+    built = any(source.glob("*/*.so")) or any(source.glob("*/*.pyd"))
+    if proc.returncode != 0 or not built:  # optional extensions fail with a warning only
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         print(f"ccbench: warning: revision {rev}: its C extensions did not build ({last}); "
               "its codecs run their array-API kernels", file=sys.stderr)
