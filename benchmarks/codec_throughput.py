@@ -2,17 +2,22 @@
 
     ccbench codec_throughput -m 16M --csv results/codecs.csv      # real gradients and weights
     ccbench codec_throughput --data gradient,gradient-like,exact --codec zstd
+    ccbench codec_throughput --kernels fused --codec bfp:rate=8    # one kernel path only
 
-For each codec and data kind, times encode (into a preallocated payload), decode (into a
-preallocated array) and a plain copy of the same buffer, interleaved round by round so
-that background load hits all three alike, and reports the best round of each in GB/s
-of uncompressed data, the ratio to the copy, the achieved compression ratio and the
+For each codec, kernel path and data kind, times encode (into a preallocated payload),
+decode (into a preallocated array), the reduce-scatter hop (decode, add a second array,
+re-encode: Codec.decode_add_encode) and a plain copy of the same buffer, interleaved round
+by round so that background load hits them alike, and reports the best round of each in
+GB/s of uncompressed data, the ratio to the copy, the achieved compression ratio and the
 round-trip error (max abs, max relative, relative L2, PSNR, and the cosine similarity
 for gradient kinds; benchmarks/accuracy.py, as in the variants' rows). Lossless codecs
-are marked so. Data kinds are kernels/inputs.py's: the default is real data from the
-corpus (`ccbench corpus`), gradients and weights of its language model. torch runs on
-one thread; numpy's kernels are single-threaded.
-Goals: casts (fp16, bf16) >= 0.5x and bfp >= 0.25x the copy rate.
+are marked so. bfp, fp16 and bf16 are measured twice by default, on their fused kernels
+and on the array-API reference (`kernels` column; codecs with one implementation once).
+Data kinds are kernels/inputs.py's: the default is real data from the corpus (`ccbench
+corpus`), gradients and weights of its language model. torch runs on one thread; the
+other kernels are single-threaded. Pin the process to a core (taskset -c N) to measure.
+Goals (fused kernels): bfp:rate=8 encode and decode >= 0.8x, fp16 and bf16 >= 0.9x the
+copy rate.
 """
 
 from __future__ import annotations
@@ -26,16 +31,17 @@ import numpy as np
 from ccbench.benchmarks import accuracy
 from ccbench.benchmarks.options import RankAwareParser, parse_size, positive_int
 from ccbench.benchmarks.results import CODEC, SCHEMA
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, codec_fused
 from ccbench.kernels.codec_base import empty_payload
 from ccbench.kernels.codecs import describe_codecs, parse_codec
-from ccbench.kernels.errors import UsageError
+from ccbench.kernels.errors import DataError, UsageError
 from ccbench.kernels.inputs import DATA_KINDS, DataKind, parse_data_kind, values
 from ccbench.kernels.vocabulary import DTYPES, itemsize
 
 DEFAULT_CODECS = ("fp16", "bf16", "bfp:rate=16", "bfp:rate=8", "bfp:rate=4", "zfp:rate=16",
                   "zfp:rate=8", "zfp:tol=1e-3", "zstd")
 DEFAULT_DATA = ("gradient", "weights")
+KERNEL_CHOICES = ("fused", "reference")  # `auto` (fused or device) and the array-API path
 COLUMNS = CODEC.names
 
 
@@ -55,20 +61,29 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 
 
 def measure_codec(spec: str, kind: DataKind | str, buffer: str, dtype: str, count: int,
-                  repeats: int, seed: int = 0, clock: str = "wall") -> dict:
-    """One row: best-of-`repeats` encode, decode and copy rates, ratio and error.
+                  repeats: int, seed: int = 0, clock: str = "wall",
+                  kernels: str = "fused") -> dict:
+    """One row: best-of-`repeats` encode, decode, hop and copy rates, ratio and error.
 
     clock 'cpu' times this thread's CPU time instead of wall time: on a loaded host it
-    leaves out the time other processes hold the core (not for GPU buffers).
+    leaves out the time other processes hold the core (not for GPU buffers). `kernels`
+    'reference' forces the array-API kernels; 'fused' takes what the codec picks (the
+    fused or device kernels where it has them); the row's `kernels` says what ran.
     """
     now = CLOCKS[clock]
     codec = parse_codec(spec)
     codec.check_supported(buffer, dtype)
+    if kernels == "reference":
+        codec.kernels = "reference"
     kind = parse_data_kind(kind) if isinstance(kind, str) else kind
     x = arrays.from_numpy(buffer, values(kind, count, 0, 1, seed), dtype)
     out = arrays.empty(buffer, count, dtype)
     copy_dst = arrays.empty(buffer, count, dtype)
+    # the hop: the received partial sum plus this rank's own data (another rank's values)
+    own = arrays.from_numpy(buffer, values(kind, count, 0, 1, seed + 1), dtype)
+    target = arrays.empty(buffer, count, dtype)
     payload = empty_payload(x, codec.max_encoded_nbytes(count, dtype))
+    sent = empty_payload(x, codec.max_encoded_nbytes(count, dtype))
     nbytes = count * itemsize(dtype)
     copy = _copy_fn(buffer, x, copy_dst)
     state = {}
@@ -79,27 +94,39 @@ def measure_codec(spec: str, kind: DataKind | str, buffer: str, dtype: str, coun
     def decode():
         codec.decode(state["payload"], out)
 
-    best = {"encode": float("inf"), "decode": float("inf"), "copy": float("inf")}
-    encode()
+    def hop():
+        codec.decode_add_encode(state["payload"], own, target, sent, out)
+
+    steps = [("copy", copy), ("encode", encode), ("decode", decode), ("hop", hop)]
+    best = {name: float("inf") for name, _ in steps}
+    for name, fn in list(steps):
+        try:
+            fn()
+        except DataError:
+            if name != "hop":
+                raise
+            steps.pop()  # a sum past the codec's range: no hop rate (NaN)
+    encode()  # the hop's scratch is `out`: the round trip below reads the decode
     decode()
-    copy()
     for _ in range(repeats):
-        for name, fn in (("copy", copy), ("encode", encode), ("decode", decode)):
+        for name, fn in steps:
             t0 = now()
             fn()
             arrays.synchronize(buffer)
             best[name] = min(best[name], now() - t0)
+    decode()
     got = arrays.to_numpy(out).astype(np.float64)
     ref = arrays.to_numpy(x).astype(np.float64)  # the input as the dtype holds it
     rate = {name: nbytes / t / 1e9 for name, t in best.items()}
     return {
-        "codec": codec.spec, "lossless": not codec.lossy, "data": kind.spec, "dtype": dtype,
-        "buffer": buffer,
+        "codec": codec.spec, "kernels": codec.kernel_path(x), "lossless": not codec.lossy,
+        "data": kind.spec, "dtype": dtype, "buffer": buffer,
         "size_bytes": nbytes, "repeats": repeats, "clock": clock,
         "encode_gbps": rate["encode"], "decode_gbps": rate["decode"],
-        "copy_gbps": rate["copy"],
+        "hop_gbps": rate["hop"], "copy_gbps": rate["copy"],
         "encode_vs_copy": rate["encode"] / rate["copy"],
         "decode_vs_copy": rate["decode"] / rate["copy"],
+        "hop_vs_copy": rate["hop"] / rate["copy"],
         "ratio": nbytes / state["payload"].shape[0],
         **round_trip_accuracy(got, ref, kind.is_gradient),
         "error_bound": codec.error_bound(float(np.abs(ref).max()) if count else 0.0, dtype),
@@ -124,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
                              + DATA_KINDS)
     parser.add_argument("-i", "--iterations", type=positive_int, default=20,
                         help="timed rounds; the best is kept (default 20)")
+    parser.add_argument("--kernels", default=",".join(KERNEL_CHOICES), metavar="PATHS",
+                        help="kernel paths, comma-separated: fused (the codec's fastest: "
+                             "fused host or device kernels), reference (array-API); "
+                             "default both. Codecs with one implementation run once")
     parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
                         help="wall: elapsed time (default); cpu: this thread's CPU time, "
                              "for hosts where other jobs compete for the cores")
@@ -140,18 +171,33 @@ def _set_one_thread() -> None:
     torch.set_num_threads(1)
 
 
-HEADER = (f"{'# codec':<24}{'data':>22}{'encode GB/s':>13}{'decode GB/s':>13}"
-          f"{'copy GB/s':>11}{'enc/copy':>10}{'dec/copy':>10}{'ratio':>9}{'max rel err':>13}"
-          f"{'rel L2 err':>12}{'PSNR dB':>9}{'cosine':>12}")
+HEADER = (f"{'# codec':<24}{'kernels':>10}{'data':>22}{'encode GB/s':>13}{'decode GB/s':>13}"
+          f"{'hop GB/s':>10}{'copy GB/s':>11}{'enc/copy':>10}{'dec/copy':>10}{'hop/copy':>10}"
+          f"{'ratio':>9}{'max rel err':>13}{'rel L2 err':>12}{'PSNR dB':>9}{'cosine':>12}")
 
 
 def _print_row(r: dict) -> None:
     label = r["codec"] + (" (lossless)" if r["lossless"] else "")
     cosine = "" if r["cosine"] is None else f"{r['cosine']:.9f}"
-    print(f"{label:<24}{r['data']:>22}{r['encode_gbps']:>13.3f}{r['decode_gbps']:>13.3f}"
-          f"{r['copy_gbps']:>11.3f}{r['encode_vs_copy']:>10.3f}{r['decode_vs_copy']:>10.3f}"
+    print(f"{label:<24}{r['kernels']:>10}{r['data']:>22}{r['encode_gbps']:>13.3f}"
+          f"{r['decode_gbps']:>13.3f}{r['hop_gbps']:>10.3f}{r['copy_gbps']:>11.3f}"
+          f"{r['encode_vs_copy']:>10.3f}{r['decode_vs_copy']:>10.3f}{r['hop_vs_copy']:>10.3f}"
           f"{r['ratio']:>9.3f}{r['max_rel_err']:>13.3e}{r['rel_l2_err']:>12.3e}"
           f"{r['psnr_db']:>9.1f}{cosine:>12}", flush=True)
+
+
+def kernel_paths(codec, buffer: str, dtype: str, wanted: list[str]) -> list[str]:
+    """The `--kernels` choices that run different kernels for this codec and buffer."""
+    probe = arrays.empty(buffer, 1, dtype)
+    paths, seen = [], set()
+    for choice in wanted:
+        codec.kernels = "reference" if choice == "reference" else "auto"
+        ran = codec.kernel_path(probe)
+        if ran not in seen:
+            seen.add(ran)
+            paths.append(choice)
+    codec.kernels = "auto"
+    return paths
 
 
 def run(argv: list[str]) -> int:
@@ -171,6 +217,10 @@ def run(argv: list[str]) -> int:
     codecs = [parse_codec(spec) for spec in specs]  # bad specs fail before any timing
     for codec in codecs:
         codec.check_supported(opts.buffer, opts.dtype)
+    wanted = [k.strip() for k in opts.kernels.split(",") if k.strip()]
+    if not wanted or any(k not in KERNEL_CHOICES for k in wanted):
+        raise UsageError(f"--kernels {opts.kernels!r}: comma-separated, of "
+                         f"{', '.join(KERNEL_CHOICES)}")
     _set_one_thread()
     info = _run_info() if opts.csv else {}
     print(f"# ccbench codec throughput: {count} {opts.dtype} values ({size} B), buffer "
@@ -180,14 +230,21 @@ def run(argv: list[str]) -> int:
         note = kind.fill_note(count, 0, 1)
         if note:
             print(f"# note: {note}", flush=True)
+    if codec_fused.note():
+        print(f"# note: {codec_fused.note()}", flush=True)
     print(HEADER, flush=True)
     rows = []
+    paths = {codec.spec: kernel_paths(codec, opts.buffer, opts.dtype, wanted)
+             for codec in codecs}
+    if codec_fused.device_note():
+        print(f"# note: {codec_fused.device_note()}", flush=True)
     for codec in codecs:
-        for kind in kinds:
-            row = measure_codec(codec.spec, kind, opts.buffer, opts.dtype, count,
-                                opts.iterations, opts.seed, opts.clock)
-            rows.append({SCHEMA: CODEC.tag, **info, **row})
-            _print_row(row)
+        for kernels in paths[codec.spec]:
+            for kind in kinds:
+                row = measure_codec(codec.spec, kind, opts.buffer, opts.dtype, count,
+                                    opts.iterations, opts.seed, opts.clock, kernels)
+                rows.append({SCHEMA: CODEC.tag, **info, **row})
+                _print_row(row)
     if opts.csv:
         from ccbench.benchmarks import environment
         from ccbench.benchmarks.results import append_rows

@@ -140,14 +140,15 @@ COMPARE = Schema("compare", 2, _columns(
 
 CODEC = Schema("codec", 2, _columns(
     (PROVENANCE, (SCHEMA, *RUN)),
-    (SETTING, ("codec", "lossless", "data", "dtype", "buffer", "size_bytes")),
+    (SETTING, ("codec", "kernels", "lossless", "data", "dtype", "buffer", "size_bytes")),
     (MEASUREMENT, ("repeats",)),
     (SETTING, ("clock",)),
-    (MEASUREMENT, ("encode_gbps", "decode_gbps", "copy_gbps", "encode_vs_copy",
-                   "decode_vs_copy", "ratio", "max_abs_err", "max_rel_err", "rel_l2_err",
-                   "psnr_db", "cosine", "error_bound")),
+    (MEASUREMENT, ("encode_gbps", "decode_gbps", "hop_gbps", "copy_gbps", "encode_vs_copy",
+                   "decode_vs_copy", "hop_vs_copy", "ratio", "max_abs_err", "max_rel_err",
+                   "rel_l2_err", "psnr_db", "cosine", "error_bound")),
     (PROVENANCE, ("hostname", "git_sha")),
-), signature=("encode_gbps", "decode_gbps"), defaults={1: {"data": "random"}})
+), signature=("encode_gbps", "decode_gbps"), defaults={1: {"data": "random",
+                                                           "kernels": "reference"}})
 
 TRAINING = Schema("training", 2, _columns(
     (PROVENANCE, (SCHEMA, *RUN)),

@@ -446,23 +446,19 @@ class CollCompressed(_Bound):
 
     def _decode_add(self, payload, own, target, slot=None):
         """target = decode(payload) + own, piece by piece; with `slot`, the target is also
-        encoded into it (the partial sum sent on) and that payload returned."""
+        encoded into it (the partial sum sent on) and that payload returned. One call of
+        the codec's decode_add_encode per piece (one pass over memory where the codec has
+        fused kernels), timed whole as the reduction."""
         n = target.shape[0]
         incoming = self.scratch.incoming[:n]
+        hop = self.codec.decode_add_encode
         pieces = self._pieces(n)
         if len(pieces) == 1:
-            timed(self.breakdown, DECODE, self.codec.decode, payload, incoming)
-            timed(self.breakdown, REDUCE, add_into, target, incoming, own)
-            if slot is None:
-                return None
-            return timed(self.breakdown, ENCODE, self.codec.encode, target, slot)
+            return timed(self.breakdown, REDUCE, hop, payload, own, target, slot, incoming)
         for a, b in pieces:
-            timed(self.breakdown, DECODE, self.codec.decode,
-                  payload[self._offset(a):self._offset(b)], incoming[a:b])
-            timed(self.breakdown, REDUCE, add_into, target[a:b], incoming[a:b], own[a:b])
-            if slot is not None:
-                timed(self.breakdown, ENCODE, self.codec.encode, target[a:b],
-                      slot[self._offset(a):])
+            timed(self.breakdown, REDUCE, hop, payload[self._offset(a):self._offset(b)],
+                  own[a:b], target[a:b], None if slot is None else slot[self._offset(a):],
+                  incoming[a:b])
             self.engine.poke()
         return None if slot is None else slot[:self._offset(n)]
 

@@ -24,13 +24,22 @@ builds them from spec strings.
 
 from __future__ import annotations
 
+import os
+
 import array_api_compat
 
 from ccbench.kernels.errors import UsageError
+from ccbench.kernels.reduce import add_into
 from ccbench.kernels.vocabulary import FLOAT_DTYPES, itemsize
 from ccbench.kernels.vocabulary import dtype_name as any_dtype_name
 
 HEADER_NBYTES = 8  # length prefix of variable-size payloads (little-endian uint64)
+
+# Which kernels the codecs with several implementations run (kernels/codec_fused.py):
+# 'auto' picks the fused host or device kernels where they apply, 'reference' forces the
+# array-API kernels.
+KERNELS_ENV = "CCBENCH_CODEC_KERNELS"
+KERNEL_MODES = ("auto", "reference")
 
 # Half a unit in the last place, relative, and half the smallest subnormal: the error
 # of rounding a value to each dtype.
@@ -96,6 +105,14 @@ def _amax(value) -> float:
     return max(abs(hi), abs(lo))
 
 
+def requested_kernels() -> str:
+    """'auto' (default) or 'reference', from CCBENCH_CODEC_KERNELS."""
+    mode = os.environ.get(KERNELS_ENV, "auto").strip().lower() or "auto"
+    if mode not in KERNEL_MODES:
+        raise UsageError(f"{KERNELS_ENV}={mode!r}: choose one of {', '.join(KERNEL_MODES)}")
+    return mode
+
+
 def rounding_error(dtype: str, amax: float) -> float:
     """Largest error of rounding values of magnitude <= amax to `dtype`."""
     return _HALF_ULP[dtype] * amax + _HALF_TINY[dtype]
@@ -118,6 +135,8 @@ class Codec:
 
     def __init__(self, spec: str):
         self.spec = spec
+        # 'reference' forces the array-API kernels of codecs that have faster ones
+        self.kernels = requested_kernels()
 
     def __repr__(self) -> str:
         return f"<codec {self.spec}>"
@@ -175,6 +194,29 @@ class Codec:
         else:
             self._decode(payload[HEADER_NBYTES:HEADER_NBYTES + read_header(payload)], out)
         return out
+
+    def decode_add_encode(self, payload, own, target, out=None, scratch=None):
+        """The reduce-scatter hop: target = decode(payload) + own, then, with `out`, target
+        encoded into it; returns that payload (None without `out`). `target` may be `own`.
+
+        This is the reference, the three steps in turn (decoded into `scratch` if given);
+        codecs with fused kernels do it in one pass, bit for bit the same.
+        """
+        n = target.shape[0]
+        if scratch is not None:
+            incoming = scratch[:n]
+        else:
+            xp = namespace(target)
+            incoming = xp.empty((n,), dtype=target.dtype, device=array_api_compat.device(target))
+        self.decode(payload, incoming)
+        add_into(target, incoming, own)
+        return None if out is None else self.encode(target, out)
+
+    def kernel_path(self, x) -> str:
+        """The kernels that encode and decode `x` here: 'fused' (compiled, host), 'device'
+        (CUDA) or 'reference' (array-API) for bfp, fp16, bf16; 'library' for the codecs
+        backed by a CPU library; 'copy' for none."""
+        return "library" if self.host_only else "reference"
 
     def error_bound(self, x_or_amax, dtype: str | None = None) -> float:
         """Max abs error of one round trip of data with max|x| = amax, stored in dtype."""
@@ -242,6 +284,9 @@ class NoneCodec(Codec):
 
     def encoded_nbytes(self, count, dtype="float32"):
         return count * itemsize(dtype)
+
+    def kernel_path(self, x) -> str:
+        return "copy"
 
     def encode(self, x, out=None):
         data = byte_view(x)

@@ -35,8 +35,10 @@ import math
 
 import array_api_compat
 
+from ccbench.kernels import codec_fused as fused
 from ccbench.kernels.codec_base import Codec, namespace, rounding_error
 from ccbench.kernels.errors import DataError
+from ccbench.kernels.vocabulary import FLOAT_DTYPES
 
 TILE_WIDTH = 256          # W: columns (blocks) per tile
 SLAB_VALUES = 1 << 17     # values encoded per step: temporaries stay in cache
@@ -75,8 +77,39 @@ class BfpCodec(Codec):
     def _tile_nbytes(self, width: int) -> int:
         return width * self.block_nbytes
 
-    # encode -------------------------------------------------------------
+    # dispatch: fused host kernels, device kernels, or the array-API reference below
+    def kernel_path(self, x) -> str:
+        return fused.path(self, x, FLOAT_DTYPES)
+
     def _encode_into(self, x, payload):
+        path = self.kernel_path(x)
+        if path == "fused" and fused.bfp_encode(self, x, payload, TILE_WIDTH):
+            return
+        device = fused.device_kernels(x) if path == "device" else None
+        if device is not None and device.bfp_encode(self, x, payload, TILE_WIDTH):
+            return
+        self._reference_encode(x, payload)  # also where the fast kernels refused the data
+
+    def _decode(self, payload, out):
+        path = self.kernel_path(out)
+        if path == "fused":
+            fused.bfp_decode(self, payload, out, TILE_WIDTH)
+        elif path == "device":
+            fused.device_kernels(out).bfp_decode(self, payload, out, TILE_WIDTH)
+        else:
+            self._reference_decode(payload, out)
+
+    def decode_add_encode(self, payload, own, target, out=None, scratch=None):
+        n = target.shape[0]
+        if not (n and fused.hop_is_fused(self, own, target)):
+            return super().decode_add_encode(payload, own, target, out, scratch)
+        payload_out = None if out is None else out[:self.encoded_nbytes(n)]
+        if not fused.bfp_decode_add_encode(self, payload, own, target, payload_out, TILE_WIDTH):
+            self._reference_encode(target, payload_out)  # the sums: raises the reference's error
+        return payload_out
+
+    # encode (reference) ----------------------------------------------------
+    def _reference_encode(self, x, payload):
         xp = namespace(x)
         scratch = None  # int32 work array, one slab long, reused across slabs
         for x3, region in self._tiles(xp, x, payload, encode=True):
@@ -86,7 +119,7 @@ class BfpCodec(Codec):
             work = xp.reshape(scratch[:x3.shape[0] * x3.shape[1] * x3.shape[2]], x3.shape)
             self._encode_tiles(xp, x3, region, work)
 
-    def _decode(self, payload, out):
+    def _reference_decode(self, payload, out):
         xp = namespace(out)
         for out3, region, finish in self._tiles(xp, out, payload, encode=False):
             self._decode_tiles(xp, region, out3)

@@ -1,10 +1,14 @@
 """Cast kernels of the fp16 / bf16 codecs: float array <-> 2-byte payload.
 
-torch tensors use torch's own conversion. numpy arrays borrow the same torch kernels
-through a zero-copy `torch.from_numpy` view when torch is installed: numpy's float16
-conversion runs at a fraction of memory speed, and numpy has no bfloat16. Without
-torch (and on cupy) the generic path below runs: numpy/cupy float16 casts, and
-bfloat16 as round-to-nearest-even on the float32 bit pattern.
+float32 host arrays run the fused host kernels (kernels/codec_fused.py) and GPU arrays
+the device kernels where cupy is installed. The reference below: torch tensors use
+torch's own conversion; numpy arrays borrow the same torch kernels through a zero-copy
+`torch.from_numpy` view when torch is installed (numpy's float16 conversion runs at a
+fraction of memory speed, and numpy has no bfloat16). Without torch (and on cupy) the
+generic path runs: numpy/cupy float16 casts, and bfloat16 as round-to-nearest-even on
+the float32 bit pattern. Every path rounds to nearest even and refuses NaN, Inf and
+values that would round to Inf (|x| >= 65520 for float16, >= 2**128 - 2**119 for
+bfloat16); values just above the largest finite one round down to it.
 """
 
 from __future__ import annotations
@@ -14,11 +18,15 @@ import math
 import array_api_compat
 import numpy as np
 
+from ccbench.kernels import codec_fused as fused
 from ccbench.kernels.codec_base import Codec, rounding_error
 from ccbench.kernels.errors import DataError
 
 FLOAT16_MAX = 65504.0
 BFLOAT16_MAX = 3.3895313892515355e38
+# the smallest magnitudes that round to Inf (nearest even: half an ulp above the max)
+FLOAT16_OVERFLOW = 65520.0
+BFLOAT16_OVERFLOW = 2.0**128 - 2.0**119
 
 _torch = None
 
@@ -69,20 +77,23 @@ def cast_into(x, payload, target: str, spec: str) -> None:
                 raise DataError(_bad_input(spec, target))
         return
     xp = array_api_compat.array_namespace(x)
-    if x.shape[0] and not _in_range(xp, x, FLOAT16_MAX if target == "float16" else BFLOAT16_MAX):
-        raise DataError(_bad_input(spec, target))
     if target == "float16":
+        if x.shape[0] and not _in_range(xp, x, FLOAT16_OVERFLOW):
+            raise DataError(_bad_input(spec, target))
         payload.view(xp.float16)[...] = x
         return
-    bits = _f32(xp, x).view(xp.uint32)
+    x32 = _f32(xp, x)  # float64 rounds to float32 first, and is checked there
+    if x.shape[0] and not _in_range(xp, x32, BFLOAT16_OVERFLOW):
+        raise DataError(_bad_input(spec, target))
+    bits = x32.view(xp.uint32)
     # round to nearest even on the upper 16 bits (finite inputs: checked above)
     rounded = bits + (((bits >> 16) & 1) + 0x7FFF)
     payload.view(xp.uint16)[...] = rounded >> 16
 
 
-def _in_range(xp, x, limit: float) -> bool:
+def _in_range(xp, x, overflow: float) -> bool:
     # NaN propagates through max / min and fails both comparisons
-    return bool(-limit <= xp.min(x)) and bool(xp.max(x) <= limit)
+    return bool(-overflow < xp.min(x)) and bool(xp.max(x) < overflow)
 
 
 def _bad_input(spec: str, target: str) -> str:
@@ -122,11 +133,36 @@ class CastCodec(Codec):
     def encoded_nbytes(self, count, dtype="float32"):
         return 2 * count
 
+    # dispatch: fused host kernels (float32), device kernels, or the reference above
+    def kernel_path(self, x) -> str:
+        return fused.path(self, x, ("float32",))
+
     def _encode_into(self, x, payload):
-        cast_into(x, payload, self.target, self.spec)
+        path, bfloat = self.kernel_path(x), self.target == "bfloat16"
+        if path == "fused" and fused.cast_encode(x, payload, bfloat):
+            return
+        if path == "device" and fused.device_kernels(x).cast_encode(x, payload, bfloat):
+            return
+        cast_into(x, payload, self.target, self.spec)  # also where they refused the data
 
     def _decode(self, payload, out):
-        uncast_into(payload[:2 * out.shape[0]], out, self.target)
+        path, payload = self.kernel_path(out), payload[:2 * out.shape[0]]
+        if path == "fused":
+            fused.cast_decode(payload, out, self.target == "bfloat16")
+        elif path == "device":
+            fused.device_kernels(out).cast_decode(payload, out, self.target == "bfloat16")
+        else:
+            uncast_into(payload, out, self.target)
+
+    def decode_add_encode(self, payload, own, target, out=None, scratch=None):
+        n = target.shape[0]
+        if not (n and fused.hop_is_fused(self, own, target)):
+            return super().decode_add_encode(payload, own, target, out, scratch)
+        payload_out = None if out is None else out[:2 * n]
+        if not fused.cast_decode_add_encode(payload[:2 * n], own, target, payload_out,
+                                            self.target == "bfloat16"):
+            cast_into(target, payload_out, self.target, self.spec)  # raises the reference's
+        return payload_out
 
     def _error_bound(self, amax, dtype):
         err = rounding_error(self.target, amax)

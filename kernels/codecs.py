@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ccbench.kernels import codec_fused
 from ccbench.kernels.codec_base import Codec, NoneCodec
 from ccbench.kernels.codec_bfp import BfpCodec
 from ccbench.kernels.codec_cast import CastCodec
@@ -127,4 +128,6 @@ def describe_codecs() -> str:
     for name, (_, params, text) in CODECS.items():
         keys = ",".join(f"{k}=..." for k in params)
         lines.append(f"{name}{':' + keys if keys else ''}  {text}")
+    if codec_fused.note():
+        lines.append(f"note: {codec_fused.note()}")
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv with ccbench and everything its tests and main job need.
-# Idempotent: a second run only reinstalls when pyproject.toml changed.
+# Idempotent: a second run only reinstalls when pyproject.toml or a C source changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +14,8 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 stamp="$VENV/.ccbench-installed"
-want="$(sha256sum pyproject.toml | cut -d' ' -f1) $EXTRAS $TORCH_SPEC"
+# the C sources too: pip install -e builds the codecs' fused kernels from them
+want="$(cat pyproject.toml kernels/*.c | sha256sum | cut -d' ' -f1) $EXTRAS $TORCH_SPEC"
 corpus() {
     # The real tensors benchmarks time by default (--data gradient): built once, then
     # "up to date" in seconds. Needs torch; without it, benchmarks need --data normal.

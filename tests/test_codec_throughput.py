@@ -97,14 +97,33 @@ def test_cli_writes_the_new_columns(tmp_path, corpus):
     assert "zstd (lossless)" in proc.stdout
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [(r["codec"], r["data"]) for r in rows] == [
-        (c, d) for c in ("zstd", "bfp:rate=8") for d in ("grad:lm-tiny", "weights:lm-tiny",
-                                                          "exact")]  # fmt: skip
+    # bfp on its fused kernels and on the array-API reference; zstd has one implementation
+    assert [(r["codec"], r["kernels"], r["data"]) for r in rows] == [
+        (c, k, d) for c, k in (("zstd", "library"), ("bfp:rate=8", "fused"),
+                               ("bfp:rate=8", "reference"))
+        for d in ("grad:lm-tiny", "weights:lm-tiny", "exact")]  # fmt: skip
     for r in rows:
         assert r["lossless"] == str(r["codec"] == "zstd")
         assert (r["cosine"] != "") == (r["data"] == "grad:lm-tiny")
-        for column in ("rel_l2_err", "psnr_db", "max_abs_err", "encode_gbps"):
+        for column in ("rel_l2_err", "psnr_db", "max_abs_err", "encode_gbps", "hop_gbps",
+                       "hop_vs_copy"):
             float(r[column])
+    # both paths: the same bytes, so the same ratio and errors
+    fused, reference = rows[3:6], rows[6:9]
+    for a, b in zip(fused, reference, strict=True):
+        assert (a["ratio"], a["max_abs_err"], a["rel_l2_err"]) == (
+            b["ratio"], b["max_abs_err"], b["rel_l2_err"])
+
+
+def test_kernels_option(tmp_path):
+    proc = run_cli("-m", "64K", "-i", "1", "--codec", "fp16", "--codec", "zstd", "--data",
+                   "normal", "--kernels", "reference")
+    assert proc.returncode == 0, proc.stderr
+    lines = [line.split() for line in proc.stdout.splitlines() if not line.startswith("#")]
+    assert [line[:2] for line in lines] == [["fp16", "reference"], ["zstd", "(lossless)"]]
+    assert lines[1][2] == "library"
+    proc = run_cli("-m", "64K", "-i", "1", "--kernels", "fastest")
+    assert proc.returncode == 2 and "--kernels" in proc.stderr
 
 
 def test_cli_bad_or_missing_data_fails_with_one_line(tmp_path):
