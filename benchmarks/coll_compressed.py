@@ -37,6 +37,7 @@ from ccbench.collectives.pipeline import (
     WAIT_MODES,
     async_progress,
 )
+from ccbench.collectives.spec import spec
 from ccbench.kernels import arrays, inputs
 from ccbench.kernels.codec_base import empty_payload
 from ccbench.kernels.codecs import describe_codecs
@@ -126,9 +127,7 @@ def chunk_option(text: str):
 
 def block_bytes(case) -> int:
     """Bytes of one ring block of this case (what the pipeline cuts into chunks)."""
-    count = {"allgather": case.send_count, "reduce_scatter": case.recv_count,
-             "allreduce": -(-case.send_count // case.ranks)}[case.collective]
-    return count * itemsize(case.dtype)
+    return spec(case.collective).ring_block_count(case.count, case.ranks) * itemsize(case.dtype)
 
 
 class CollCompressed(CompressedVariant):

@@ -40,19 +40,14 @@ from ccbench.benchmarks.results import (
 )
 from ccbench.benchmarks.statistics import relative_halfwidth, summarize
 from ccbench.collectives.comm import Communicator
+from ccbench.collectives.spec import spec
 from ccbench.kernels import arrays, inputs
 from ccbench.kernels.errors import DataError, UsageError
 from ccbench.kernels.inputs import DataKind, parse_data_kind
-from ccbench.kernels.vocabulary import COLLECTIVES, itemsize
+from ccbench.kernels.vocabulary import COLLECTIVES
 
-# nccl-tests' bus-bandwidth factors: busbw = algbw * factor(n)
 DEFAULT_TIME_BUDGET_S = 10.0  # --ci-target without --time-budget
 BATCH_BLOCKS = 10  # batch timing: blocks of back-to-back calls, for an interval
-BUSBW_FACTOR = {
-    "allgather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "allreduce": lambda n: 2 * (n - 1) / n,
-}
 
 
 @dataclass
@@ -174,40 +169,7 @@ class Variant:
 
 def dense_reference(case: Case, inputs: list[np.ndarray]) -> np.ndarray:
     """The uncompressed result on this rank, in float64."""
-    if case.collective == "allgather":
-        return np.concatenate(inputs)
-    total = np.sum(inputs, axis=0)
-    if case.collective == "allreduce":
-        return total
-    start = case.rank * case.recv_count
-    return total[start : start + case.recv_count]
-
-
-def case_shape(collective: str, size: int, ranks: int, dtype: str):
-    """(count, send_count, recv_count, bytes_per_rank, total_bytes), or None if too small.
-
-    Raises UsageError when the size cannot be split as the collective needs.
-    """
-    item = itemsize(dtype)
-    if size % item:
-        if size < item:
-            return None
-        raise UsageError(f"{collective}: {size} B is not a whole number of {dtype} elements")
-    count = size // item
-    if collective == "allgather":
-        return count, count, count * ranks, size, size * ranks
-    if collective == "reduce_scatter":
-        if count < ranks:
-            return None
-        if count % ranks:
-            raise UsageError(
-                f"reduce_scatter: {size} B of {dtype} cannot be split over {ranks} ranks; "
-                f"use sizes that are multiples of {ranks * item} B"
-            )
-        return count, count, count // ranks, size // ranks, size
-    if collective == "allreduce":
-        return count, count, count, size, size
-    raise UsageError(f"unknown collective {collective!r}")
+    return spec(case.collective).reference(inputs, case.rank)
 
 
 # Agreement on errors ----------------------------------------------------------------------
@@ -439,11 +401,12 @@ def resolve_data(variant: Variant, opts) -> tuple[DataKind, str | None]:
 def plan_cases(variant: Variant, opts, comm: Communicator) -> list[tuple[Case, list[int]]]:
     cases, skipped = [], []
     for size in opts.sizes:
-        shape = case_shape(opts.collective, size, comm.size, opts.dtype)
+        shape = spec(opts.collective).shape(size, comm.size, opts.dtype)
         if shape is None:
             skipped.append(size)
             continue
-        count, send_count, recv_count, per_rank, total = shape
+        count, send_count, recv_count = shape.count, shape.send_count, shape.recv_count
+        per_rank, total = shape.bytes_per_rank, shape.total_bytes
         for config in variant.configurations(opts):
             cases.append(Case(opts.collective, opts.dtype, opts.buffer, comm.size, comm.rank,
                               size, count, send_count, recv_count, per_rank, total,
@@ -470,7 +433,7 @@ def _row(run_info: dict, variant_columns: dict, case: Case, iters: int, warmup: 
         "ci_target_pct": opts.ci_target, "time_budget_s": opts.time_budget,
         **timing,
         "algbw_gbps": algbw,
-        "busbw_gbps": algbw * BUSBW_FACTOR[case.collective](case.ranks),
+        "busbw_gbps": algbw * spec(case.collective).busbw(case.ranks),
         "validation": "",
     })  # fmt: skip
     row.setdefault("codec", "none")

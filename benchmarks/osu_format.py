@@ -6,14 +6,11 @@ with two decimals, iterations in 12; ccbench's extra columns come only after OSU
 
 from __future__ import annotations
 
+from ccbench.collectives.spec import spec
+
 OSU_VERSION = "7.4"
 SIZE_WIDTH, FIELD_WIDTH, ITER_WIDTH, PRECISION = 10, 18, 12, 2
 
-TITLES = {
-    "allgather": "Allgather",
-    "reduce_scatter": "Reduce_scatter",
-    "allreduce": "Allreduce",
-}
 MPI_DATATYPES = {
     "float32": "MPI_FLOAT",
     "float64": "MPI_DOUBLE",
@@ -21,21 +18,16 @@ MPI_DATATYPES = {
     "bfloat16": "bfloat16 (no MPI type)",
     "int8": "MPI_SIGNED_CHAR",
 }
-SIZE_CONVENTION = {
-    "allgather": "Size = bytes each rank sends (OSU); the gathered buffer is ranks x Size",
-    "reduce_scatter": "Size = the whole send buffer (OSU); each rank receives Size / ranks",
-    "allreduce": "Size = the whole buffer (OSU and nccl-tests agree)",
-}
 
 
 def title(collective: str) -> str:
-    return f"# OSU MPI {TITLES[collective]} Latency Test v{OSU_VERSION}"
+    return f"# OSU MPI {spec(collective).osu_title} Latency Test v{OSU_VERSION}"
 
 
-def _fmt(value, spec: str, width: int) -> str:
+def _fmt(value, form: str, width: int) -> str:
     if value is None or value == "" or (isinstance(value, float) and value != value):
         return f"{'-':>{width}}"
-    return f"{value:>{width}{spec}}"
+    return f"{value:>{width}{form}}"
 
 
 class Printer:
@@ -65,7 +57,7 @@ class Printer:
             lines.append(f"# Timer: {timer}, {timer_note}")
         if getattr(opts, "data_note", None):
             lines.append(f"# Data: {opts.data_note}")
-        lines.append(f"# Convention: {SIZE_CONVENTION[opts.collective]}")
+        lines.append(f"# Convention: {spec(opts.collective).size_convention}")
         if skipped:
             lines.append(f"# Skipped sizes too small for one element per rank: "
                          f"{', '.join(map(str, skipped))}")
@@ -88,6 +80,6 @@ class Printer:
             line += f"{row['iterations']:>{ITER_WIDTH}d}"
         if self.opts.validate:
             line += f"{row['validation']:>{FIELD_WIDTH}}"
-        for _, key, spec in self.extra:
-            line += _fmt(row.get(key), spec, FIELD_WIDTH)
+        for _, key, form in self.extra:
+            line += _fmt(row.get(key), form, FIELD_WIDTH)
         print(line, flush=True)

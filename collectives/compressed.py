@@ -47,11 +47,12 @@ from ccbench.collectives.ring import (
     reduce_scatter_schedule,
     ring_neighbors,
 )
+from ccbench.collectives.spec import spec
 from ccbench.kernels import arrays
 from ccbench.kernels.codec_base import Codec, dtype_name, empty_payload, rounding_error
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.reduce import add_into, copy_into
-from ccbench.kernels.vocabulary import COLLECTIVES, itemsize, nbytes
+from ccbench.kernels.vocabulary import itemsize, nbytes
 
 DEFAULT_CHUNK_BYTES = 1 << 20     # uncompressed bytes per pipelined chunk
 SLOT_ALIGN = 64                    # payload slots start on cache-line boundaries
@@ -159,16 +160,14 @@ class _Bound:
     """What both variants share: codec, ring neighbours, block layout, byte counts."""
 
     def __init__(self, comm, codec: Codec, collective: str, sendbuf, recvbuf):
-        if collective not in COLLECTIVES:
-            raise UsageError(f"unknown collective {collective!r}")
+        described = spec(collective)  # UsageError for an unknown collective
         self.comm, self.codec, self.collective = comm, codec, collective
         self.sendbuf, self.recvbuf = sendbuf, recvbuf
         self.rank, self.size = comm.rank, comm.size
         self.left, self.right = ring_neighbors(self.rank, self.size)
         self.dtype = dtype_name(sendbuf)
         n_send, n_recv = sendbuf.shape[0], recvbuf.shape[0]
-        expected = {"allgather": n_send * self.size, "reduce_scatter": n_send // self.size,
-                    "allreduce": n_send}[collective]  # fmt: skip
+        expected = described.recv_count(n_send, self.size)
         if n_recv != expected or (collective == "reduce_scatter" and n_send % self.size):
             raise ValueError(f"{collective} on {self.size} ranks: {n_send} values in, "
                              f"{n_recv} out do not fit")

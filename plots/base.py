@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ccbench.collectives.spec import spec
 from ccbench.plots.data import RUN, Data
 from ccbench.plots.style import Style, codec_sort_key
 
@@ -187,15 +188,11 @@ def wire_measured(frame: pd.DataFrame) -> pd.Series:
 
 
 def wire_bytes(frame: pd.DataFrame) -> pd.Series:
-    """Bytes each rank puts on the wire: measured where the row has it, else the ring
-    formula for an uncompressed collective divided by the achieved compression ratio."""
-    n = frame["ranks"].astype(float)
-    size = frame["size_bytes"].astype(float)
-    factor = frame["collective"].map({"allgather": 1.0, "reduce_scatter": 1.0,
-                                      "allreduce": 2.0}).astype(float)
-    # OSU sizes: allgather = per-rank send bytes; the others = the whole buffer.
-    per_block = np.where(frame["collective"] == "allgather", size, size / n)
-    formula = factor * (n - 1) * per_block
+    """Bytes each rank puts on the wire: measured where the row has it, else the ring's
+    (collectives/spec.py) for an uncompressed collective over the achieved ratio."""
+    formula = pd.Series([spec(c).ring_wire_bytes(float(s), int(n)) for c, s, n in
+                         zip(frame["collective"], frame["size_bytes"], frame["ranks"],
+                             strict=True)], index=frame.index, dtype=float)
     if "compression_ratio" in frame.columns:
         ratio = frame["compression_ratio"].astype(float)
         formula = formula / ratio.where(ratio > 0, 1.0).fillna(1.0)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import matplotlib
 
+from ccbench.collectives.spec import SPECS
+
 matplotlib.use("Agg")  # files only, never a window; set before pyplot is imported
 
 import matplotlib.pyplot as plt  # noqa: E402
@@ -107,11 +109,7 @@ FALLBACK_MARKERS = ("*", "h", "<", ">", "p", "8", "d", "H")
 # Rates of one codec family share its marker and differ in fill.
 FILLSTYLES = ("full", "none", "left", "bottom", "right", "top")
 
-COLLECTIVE_LABELS = {
-    "allgather": "Allgather",
-    "reduce_scatter": "Reduce-Scatter",
-    "allreduce": "Allreduce",
-}
+COLLECTIVE_LABELS = {name: spec.label for name, spec in SPECS.items()}
 
 
 def apply_rc() -> None:

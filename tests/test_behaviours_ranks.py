@@ -39,10 +39,10 @@ HAND_FACTORS = {
 
 
 def test_busbw_factors_beyond_two_ranks():
-    from ccbench.benchmarks.harness import BUSBW_FACTOR
+    from ccbench.collectives.spec import SPECS
 
     for (collective, n), factor in HAND_FACTORS.items():
-        assert BUSBW_FACTOR[collective](n) == pytest.approx(factor, rel=1e-15), (collective, n)
+        assert SPECS[collective].busbw(n) == pytest.approx(factor, rel=1e-15), (collective, n)
 
 
 @pytest.mark.timeout(300)

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from ccbench.benchmarks.harness import case_shape
 from ccbench.benchmarks.options import message_sizes, parse_message_sizes, parse_size
+from ccbench.collectives.spec import spec
 from ccbench.kernels.errors import UsageError
+
+
+def case_shape(collective, size, ranks, dtype):
+    shape = spec(collective).shape(size, ranks, dtype)
+    return None if shape is None else (shape.count, shape.send_count, shape.recv_count,
+                                       shape.bytes_per_rank, shape.total_bytes)
 
 
 @pytest.mark.parametrize(("text", "value"), [("1", 1), ("4K", 4096), ("4k", 4096),
