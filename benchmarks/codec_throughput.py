@@ -1,6 +1,6 @@
 """Codec throughput on one core: encode and decode rate against a plain copy.
 
-    ccbench codec_throughput -m 16M --csv results/codecs.csv      # real gradients and weights
+    ccbench codec_throughput -m 16M:16M --csv results/codecs.csv      # real gradients and weights
     ccbench codec_throughput --data gradient,gradient-like,exact --codec zstd
     ccbench codec_throughput --kernels fused --codec bfp:rate=8    # one kernel path only
 
@@ -29,14 +29,22 @@ import time
 import numpy as np
 
 from ccbench.benchmarks import accuracy
-from ccbench.benchmarks.options import RankAwareParser, parse_size, positive_int
+from ccbench.benchmarks.options import (
+    RankAwareParser,
+    add_buffer,
+    add_output,
+    add_repetitions,
+    add_seed,
+    add_sizes,
+    size_list,
+)
 from ccbench.benchmarks.results import CODEC, SCHEMA
 from ccbench.kernels import arrays, codec_fused
 from ccbench.kernels.codec_base import empty_payload
 from ccbench.kernels.codecs import describe_codecs, parse_codec
 from ccbench.kernels.errors import DataError, UsageError
 from ccbench.kernels.inputs import DATA_KINDS, DataKind, parse_data_kind, values
-from ccbench.kernels.vocabulary import DTYPES, itemsize
+from ccbench.kernels.vocabulary import itemsize
 
 DEFAULT_CODECS = ("fp16", "bf16", "bfp:rate=16", "bfp:rate=8", "bfp:rate=4", "zfp:rate=16",
                   "zfp:rate=8", "zfp:tol=1e-3", "zstd")
@@ -140,17 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--codec", action="append", metavar="SPEC",
                         help="codec to measure (repeat for several; default: "
                              + ", ".join(DEFAULT_CODECS) + ")")
-    parser.add_argument("-m", "--message-size", default="16M", metavar="BYTES",
-                        help="buffer size in bytes, K/M/G suffixes (default 16M)")
-    parser.add_argument("-T", "--dtype", choices=DTYPES, default="float32")
-    parser.add_argument("-d", "--buffer", choices=("numpy", "torch", "cupy", "torch-cuda"),
-                        default="numpy")
+    add_sizes(parser, "16M:16M", note="; each size is one buffer encoded whole")
+    add_buffer(parser)
     parser.add_argument("--data", default=",".join(DEFAULT_DATA),
                         help="data kinds, comma-separated (default "
                              f"{','.join(DEFAULT_DATA)}: real data, see ccbench corpus): "
                              + DATA_KINDS)
-    parser.add_argument("-i", "--iterations", type=positive_int, default=20,
-                        help="timed rounds; the best is kept (default 20)")
+    add_repetitions(parser, 20, "rounds of encode, decode and copy, the best kept",
+                    warmup_default=False)
     parser.add_argument("--kernels", default=",".join(KERNEL_CHOICES), metavar="PATHS",
                         help="kernel paths, comma-separated: fused (the codec's fastest: "
                              "fused host or device kernels), reference (array-API); "
@@ -158,8 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
                         help="wall: elapsed time (default); cpu: this thread's CPU time, "
                              "for hosts where other jobs compete for the cores")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--csv", metavar="PATH", help="append one row per codec and data kind")
+    add_seed(parser, "the synthetic data kinds")
+    add_output(parser, "one row per codec, kernel path, data kind and size")
     return parser
 
 
@@ -209,10 +214,11 @@ def run(argv: list[str]) -> int:
     arrays.check_supported(opts.buffer, opts.dtype)
     if opts.clock == "cpu" and arrays.is_gpu(opts.buffer):
         raise UsageError("--clock cpu does not see GPU time; use --clock wall")
-    size = parse_size(opts.message_size)
-    count = size // itemsize(opts.dtype)
-    if count < 1:
-        raise UsageError(f"-m {opts.message_size}: smaller than one {opts.dtype} element")
+    sizes = size_list(opts.message_size)
+    counts = [size // itemsize(opts.dtype) for size in sizes]
+    if min(counts) < 1:
+        raise UsageError(f"-m {opts.message_size}: {sizes[0]} B is smaller than one "
+                         f"{opts.dtype} element")
     specs = opts.codec or list(DEFAULT_CODECS)
     codecs = [parse_codec(spec) for spec in specs]  # bad specs fail before any timing
     for codec in codecs:
@@ -223,11 +229,12 @@ def run(argv: list[str]) -> int:
                          f"{', '.join(KERNEL_CHOICES)}")
     _set_one_thread()
     info = _run_info() if opts.csv else {}
-    print(f"# ccbench codec throughput: {count} {opts.dtype} values ({size} B), buffer "
+    shown = ", ".join(f"{size} B" for size in sizes)
+    print(f"# ccbench codec throughput: {opts.dtype} buffers of {shown}, buffer "
           f"{opts.buffer}, best of {opts.iterations} rounds, {opts.clock} clock, one thread",
           flush=True)
     for kind in kinds:
-        note = kind.fill_note(count, 0, 1)
+        note = kind.fill_note(max(counts), 0, 1)
         if note:
             print(f"# note: {note}", flush=True)
     if codec_fused.note():
@@ -238,13 +245,14 @@ def run(argv: list[str]) -> int:
              for codec in codecs}
     if codec_fused.device_note():
         print(f"# note: {codec_fused.device_note()}", flush=True)
-    for codec in codecs:
-        for kernels in paths[codec.spec]:
-            for kind in kinds:
-                row = measure_codec(codec.spec, kind, opts.buffer, opts.dtype, count,
-                                    opts.iterations, opts.seed, opts.clock, kernels)
-                rows.append({SCHEMA: CODEC.tag, **info, **row})
-                _print_row(row)
+    for count in counts:
+        for codec in codecs:
+            for kernels in paths[codec.spec]:
+                for kind in kinds:
+                    row = measure_codec(codec.spec, kind, opts.buffer, opts.dtype, count,
+                                        opts.iterations, opts.seed, opts.clock, kernels)
+                    rows.append({SCHEMA: CODEC.tag, **info, **row})
+                    _print_row(row)
     if opts.csv:
         from ccbench.benchmarks import environment
         from ccbench.benchmarks.results import append_rows

@@ -4,23 +4,22 @@ A variant script says which collective it runs and how (a `Variant` with a few h
 this module does the rest: options, the message-size sweep, warm-up, timing, statistics
 across ranks, validation, OSU-format output and CSV/JSON results.
 
-Timing follows OSU's C benchmarks: a barrier outside the timed region, `MPI.Wtime()`
-around one blocking collective, the per-rank average, then min/avg/max across ranks.
+The timed loops are in benchmarks/timing.py, the agreement on errors across ranks in
+benchmarks/agreement.py; `measure`, `agreed` and `run_main` are named here too, as the
+variants' entry points know them.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
 
-from ccbench.benchmarks import accuracy, environment, osu_format, timing_c
+from ccbench.benchmarks import accuracy, environment, osu_format
+from ccbench.benchmarks.agreement import agreed, run_main
 from ccbench.benchmarks.options import (
     DEFAULT_DATA,
     FALLBACK_DATA,
@@ -38,16 +37,15 @@ from ccbench.benchmarks.results import (
     point_key,
     write_json_atomic,
 )
-from ccbench.benchmarks.statistics import relative_halfwidth, summarize
+from ccbench.benchmarks.timing import measure, planned_timer
 from ccbench.collectives.comm import Communicator
 from ccbench.collectives.spec import spec
 from ccbench.kernels import arrays, inputs
-from ccbench.kernels.errors import DataError, UsageError
+from ccbench.kernels.errors import UsageError
 from ccbench.kernels.inputs import DataKind, parse_data_kind
 from ccbench.kernels.vocabulary import COLLECTIVES
 
 DEFAULT_TIME_BUDGET_S = 10.0  # --ci-target without --time-budget
-BATCH_BLOCKS = 10  # batch timing: blocks of back-to-back calls, for an interval
 
 
 @dataclass
@@ -170,144 +168,6 @@ class Variant:
 def dense_reference(case: Case, inputs: list[np.ndarray]) -> np.ndarray:
     """The uncompressed result on this rank, in float64."""
     return spec(case.collective).reference(inputs, case.rank)
-
-
-# Agreement on errors ----------------------------------------------------------------------
-
-
-class _AgreedError(Exception):
-    """Every rank knows the phase failed; `message` is the lowest failing rank's."""
-
-    def __init__(self, message: str, status: int):
-        super().__init__(message)
-        self.status = status
-
-
-def agreed(comm: Communicator, phase: Callable):
-    """Run `phase` on every rank; if it raises on any rank, raise on all (no hang).
-
-    Used around everything outside the timed collectives (parsing, set-up, checks),
-    where an error on one rank would otherwise leave the others waiting.
-    """
-    result, message, status = None, None, 0
-    try:
-        result = phase()
-    except UsageError as exc:
-        message, status = str(exc), 2
-    except DataError as exc:
-        message, status = f"rank {comm.rank}: {exc}", 3
-    failures = comm.mpi.allgather((message, status) if status else None)
-    failed = [f for f in failures if f is not None]
-    if failed:
-        raise _AgreedError(*failed[0])
-    return result
-
-
-# Timing -------------------------------------------------------------------------------------
-
-
-def _warm_up(run, barrier, warmup: int, timing: str) -> None:
-    for _ in range(warmup):
-        run()
-        if timing == "per-call":
-            barrier()
-    barrier()
-
-
-def _timed_per_call(run, barrier, iterations: int, clock) -> np.ndarray:
-    """OSU's loop: the clock around each blocking call, the barrier outside it."""
-    times = np.empty(iterations)
-    for i in range(iterations):
-        t0 = clock()
-        run()
-        t1 = clock()
-        times[i] = t1 - t0
-        barrier()
-    return times
-
-
-def _timed_batch(run, barrier, iterations: int, clock) -> np.ndarray:
-    """OMB-Py's loop, cut into up to BATCH_BLOCKS blocks: the clock around back-to-back
-    calls of each block. One value per block: its time per call."""
-    blocks = np.array_split(np.arange(iterations), min(BATCH_BLOCKS, iterations))
-    times = np.empty(len(blocks))
-    for b, block in enumerate(blocks):
-        t0 = clock()
-        for _ in range(block.size):
-            run()
-        t1 = clock()
-        times[b] = (t1 - t0) / block.size
-        barrier()
-    return times
-
-
-def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str,
-            ci_target: float | None = None, budget_s: float | None = None,
-            clock=MPI.Wtime, timer: str | None = None) -> dict:
-    """Time `run` on every rank; the statistics across ranks (the same on every rank).
-
-    Without `ci_target`, `iterations` calls are timed. With it, calls are timed in rounds
-    of `iterations` until the 95% interval's half-width is at most `ci_target` of the
-    mean, or `budget_s` seconds of timing have passed (all ranks stop together).
-
-    The MPI library's own collectives are timed by the same loops compiled in C
-    (benchmarks/timing_c.py) when `timer` (default: CCBENCH_TIMER, else auto) allows and
-    a compiler was found; the result's `timer` says which loop ran: c or python.
-    """
-    barrier = comm.mpi.Barrier
-    compiled = None
-    if clock is MPI.Wtime:  # the C loop reads MPI_Wtime: a custom clock keeps Python's
-        asked = timer or agreed(comm, timing_c.requested_timer)
-        compiled, _ = agreed(comm, lambda: timing_c.compiled_loop(comm.mpi, run, asked))
-    if compiled is not None:
-        def timer_loop(run, barrier, calls, clock):
-            return compiled.timed(calls, timing)
-    else:
-        timer_loop = _timed_batch if timing == "batch" else _timed_per_call
-    comm.barrier()
-    if compiled is not None:
-        compiled.warm_up(warmup, timing)
-    else:
-        _warm_up(run, barrier, warmup, timing)
-    rounds, stopped_by, start = [], "iterations", time.monotonic()
-    stats: dict = {}
-    while True:
-        calls = iterations
-        if rounds and timing == "per-call":
-            # double the calls so far (the interval is recomputed O(log n) times), but
-            # not past what the budget has left at the pace so far
-            calls = max(iterations, sum(r.size for r in rounds))
-            if budget_s is not None:
-                left = budget_s - (time.monotonic() - start)
-                calls = int(min(calls, max(iterations, left / (stats["avg_us"] * 1e-6))))
-                # the clocks' start differs by rank: rank 0's count, or Allgather truncates
-                calls = comm.mpi.bcast(calls, root=0)
-        rounds.append(timer_loop(run, barrier, calls, clock))
-        mine = np.concatenate(rounds)
-        everyone = np.empty((comm.size, mine.size))
-        comm.mpi.Allgather(mine, everyone)
-        stats = summarize(everyone)
-        if ci_target is None:
-            break
-        if relative_halfwidth(stats) <= ci_target:
-            stopped_by = "target"
-        elif budget_s is not None and time.monotonic() - start >= budget_s:
-            stopped_by = "budget"
-        else:
-            stopped_by = None
-        # rank 0's clock decides, so no rank goes on alone
-        stopped_by = comm.mpi.bcast(stopped_by, root=0)
-        if stopped_by is not None:
-            break
-    calls = sum(r.size for r in rounds) if timing == "per-call" else iterations * len(rounds)
-    stats.update(iterations=calls, stopped_by=stopped_by,
-                 timer="c" if compiled is not None else "python")
-    if timing == "batch":  # no single calls to rank: blocks are not calls
-        stats.update(p50_us=None, p99_us=None)
-    del stats["samples"]
-    # every rank's every call (batch: every block's per-call time), kept beside the row
-    stats["times_us"] = everyone * 1e6
-    return stats
 
 
 # Validation ---------------------------------------------------------------------------------
@@ -533,26 +393,6 @@ def _combine_checks(comm: Communicator, mine: dict) -> dict:
     }
 
 
-def planned_timer(variant: Variant, opts, comm: Communicator) -> tuple[str, str]:
-    """(timer, why) of this run, decided before the header is printed: 'c' where the
-    variant times the library's own collectives and the C loop is available, else
-    'python'. Every case is timed by it, so the header and the rows agree."""
-    asked = agreed(comm, timing_c.requested_timer)
-    if asked == "python":
-        return "python", "CCBENCH_TIMER=python"
-    if not variant.library_collectives(opts):
-        if asked == "c":
-            raise UsageError("CCBENCH_TIMER=c, but only the MPI library's own collectives on "
-                             "numpy buffers can be timed by the C loop")
-        return "python", "the Python loop (not the library's own collectives)"
-    lib, why = timing_c.prepare(comm.mpi)
-    if lib is None:
-        if asked == "c":
-            raise UsageError(f"CCBENCH_TIMER=c but the C timing loop is unavailable: {why}")
-        return "python", f"the Python loop (no C loop: {why})"
-    return "c", "OSU's C loop, compiled against this MPI"
-
-
 def _run(variant: Variant, argv, comm: Communicator) -> int:
     opts = agreed(comm, lambda: parse_options(variant, argv, comm))
     cases, skipped = agreed(comm, lambda: plan_cases(variant, opts, comm))
@@ -598,46 +438,7 @@ def _run(variant: Variant, argv, comm: Communicator) -> int:
     return 1 if failures else 0
 
 
-def run_main(body: Callable[[list[str], Communicator], int], argv: list[str] | None = None,
-             comm: Communicator | None = None) -> int:
-    """Run `body(argv, comm)` on every rank with ccbench's error handling.
-
-    Exit status: 0 success, 1 validation failure, 2 bad input (one line from rank 0),
-    3 bad data. Errors raised inside `agreed` phases are known to every rank and end the
-    run cleanly; an unexpected error on one rank aborts the whole job instead of hanging.
-    """
-    comm = comm or Communicator(MPI.COMM_WORLD)
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        return body(argv, comm)
-    except _AgreedError as exc:
-        if comm.rank == 0:
-            print(f"ccbench: error: {exc}", file=sys.stderr, flush=True)
-        return exc.status
-    except SystemExit:  # --help
-        raise
-    except BaseException as exc:  # noqa: BLE001 - any rank-local failure ends the job
-        _abort(comm, exc)
-        return 1
-
-
 def run_variant(variant: Variant, argv: list[str] | None = None,
                 comm: Communicator | None = None) -> int:
     """Entry point of every variant script; returns the process exit status (run_main)."""
     return run_main(lambda args, c: _run(variant, args, c), argv, comm)
-
-
-def _abort(comm: Communicator, exc: BaseException) -> None:
-    if isinstance(exc, DataError | UsageError):
-        message = str(exc)
-        status = 3 if isinstance(exc, DataError) else 2
-    elif isinstance(exc, KeyboardInterrupt):
-        message, status = "interrupted", 130
-    else:
-        message, status = f"{type(exc).__name__}: {exc}", 1
-    print(f"ccbench: error: rank {comm.rank}: {message}", file=sys.stderr, flush=True)
-    if os.environ.get("CCBENCH_DEBUG"):
-        traceback.print_exception(exc)
-    sys.stderr.flush()
-    time.sleep(0.05)  # let the line reach the launcher before the job is torn down
-    comm.mpi.Abort(status)

@@ -30,8 +30,15 @@ import numpy as np
 from mpi4py import MPI
 
 from ccbench.benchmarks import environment
-from ccbench.benchmarks.harness import agreed, measure, run_main
-from ccbench.benchmarks.options import RankAwareParser, non_negative_int, parse_size, positive_int
+from ccbench.benchmarks.agreement import agreed, run_main
+from ccbench.benchmarks.options import (
+    RankAwareParser,
+    add_output,
+    add_repetitions,
+    add_seed,
+    add_validate,
+    parse_size,
+)
 from ccbench.benchmarks.results import (
     COSTFIT,
     MGWFBP,
@@ -43,6 +50,7 @@ from ccbench.benchmarks.results import (
     profile_names,
     write_csv_atomic,
 )
+from ccbench.benchmarks.timing import measure
 from ccbench.collectives.baseline import bind_collective
 from ccbench.collectives.comm import Communicator
 from ccbench.collectives.costmodel import AlphaBeta, Fit, fit_cost_model, fit_sizes
@@ -177,10 +185,7 @@ def build_parser(quiet: bool) -> argparse.ArgumentParser:
     parser.add_argument("--transport", default="mpi", metavar="NAME",
                         help="allreduce of every group: mpi (default), ring, coll:CODEC, "
                              "p2p:CODEC (see above)")
-    parser.add_argument("-i", "--iterations", type=positive_int, default=10,
-                        help="timed iterations per strategy (default 10)")
-    parser.add_argument("-x", "--warmup", type=non_negative_int, default=2,
-                        help="warm-up iterations per strategy (default 2)")
+    add_repetitions(parser, 10, "training iterations per strategy", warmup_default=2)
     parser.add_argument("--compute-speedup", type=float, default=1.0,
                         help="replay the profile's compute this many times faster")
     parser.add_argument("--fit-min", default="4K",
@@ -188,12 +193,11 @@ def build_parser(quiet: bool) -> argparse.ArgumentParser:
                              "doubles up to the whole gradient)")
     parser.add_argument("--fit-seconds", type=float, default=0.2,
                         help="time spent per size of the sweep (default 0.2)")
-    parser.add_argument("-c", "--validate", action="store_true",
-                        help="check every strategy's result exactly on integer inputs")
-    parser.add_argument("--csv", metavar="PATH", help="append one row per strategy")
+    add_validate(parser, "every strategy's result, exactly, on integer inputs")
+    add_output(parser, "one row per strategy")
     parser.add_argument("--fit-csv", metavar="PATH",
                         help="write the cost-model sweep (size, measured, fitted)")
-    parser.add_argument("--seed", type=non_negative_int, default=0)
+    add_seed(parser, "the gradients")
     return parser
 
 

@@ -123,6 +123,58 @@ class RankAwareParser(argparse.ArgumentParser):
             super()._print_message(message, file)
 
 
+# One option set for every entry point: a letter means the same thing everywhere. -m: the
+# message sizes (OSU's), -i: timed repetitions of each measured point (what a repetition
+# is, a call, a step, a round, each program says), -x: untimed warm-up repetitions,
+# -c: validate, -d: buffer backend, -T: element type; --csv, --json, --seed.
+
+
+def add_sizes(parser, default: str, note: str = "") -> None:
+    parser.add_argument("-m", "--message-size", default=default, metavar="[MIN:]MAX",
+                        help=f"message sizes: MIN, 2 MIN, ... MAX, or a list 4K,1M (K, M, G "
+                             f"suffixes; default {default}){note}")
+
+
+def add_repetitions(parser, default, repetition: str, warmup_default=None) -> None:
+    """-i (and -x, when `warmup_default` is given) with `repetition` saying what one is."""
+    shown = default if default is not None else (
+        f"{ITERATIONS}, {ITERATIONS_LARGE} above {LARGE_MESSAGE_SIZE} B")
+    parser.add_argument("-i", "--iterations", type=positive_int, default=default,
+                        help=f"timed repetitions of each point: {repetition} "
+                             f"(default {shown})")
+    if warmup_default is not False:
+        shown = warmup_default if warmup_default is not None else (
+            f"{WARMUP}, {WARMUP_LARGE} above {LARGE_MESSAGE_SIZE} B")
+        parser.add_argument("-x", "--warmup", type=non_negative_int, default=warmup_default,
+                            help=f"untimed warm-up repetitions of each point (default "
+                                 f"{shown})")
+
+
+def add_validate(parser, what: str = "check results against a reference") -> None:
+    parser.add_argument("-c", "--validate", action="store_true",
+                        help=f"validate: {what}; exit 1 on any failure")
+
+
+def add_buffer(parser, default_dtype: str = "float32") -> None:
+    parser.add_argument("-d", "--buffer", choices=BUFFERS, default="numpy",
+                        help="buffer backend (default numpy)")
+    parser.add_argument("-T", "--dtype", choices=DTYPES, default=default_dtype,
+                        help=f"element type (default {default_dtype})")
+
+
+def add_output(parser, rows: str, json: bool = False) -> None:
+    parser.add_argument("--csv", metavar="PATH", help=f"append {rows} to this CSV (its run's "
+                                                      "environment goes to PATH.json)")
+    if json:
+        parser.add_argument("--json", metavar="PATH",
+                            help="write this run's rows and environment as one JSON document")
+
+
+def add_seed(parser, what: str = "the generated inputs") -> None:
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help=f"seed of {what} (default 0)")
+
+
 def build_parser(prog: str, description: str, collectives, quiet: bool) -> RankAwareParser:
     parser = RankAwareParser(
         prog=prog,
@@ -131,23 +183,12 @@ def build_parser(prog: str, description: str, collectives, quiet: bool) -> RankA
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     osu = parser.add_argument_group("OSU options")
-    osu.add_argument("-m", "--message-size", default="1:1M", metavar="[MIN:]MAX",
-                     help="message sizes, OSU convention (default 1:1M; K, M, G suffixes); "
-                          "or a list, e.g. 4K,1M")
-    osu.add_argument("-i", "--iterations", type=positive_int, default=None,
-                     help=f"timed iterations per size (default {ITERATIONS}, "
-                          f"{ITERATIONS_LARGE} above {LARGE_MESSAGE_SIZE} B)")
-    osu.add_argument("-x", "--warmup", type=non_negative_int, default=None,
-                     help=f"warm-up iterations per size (default {WARMUP}, "
-                          f"{WARMUP_LARGE} above {LARGE_MESSAGE_SIZE} B)")
+    add_sizes(osu, "1:1M", note="; OSU's convention per collective (README)")
+    add_repetitions(osu, None, "calls per size", warmup_default=None)
     osu.add_argument("-f", "--full", action="store_true",
                      help="print min, max, iterations, p50 and p99 too")
-    osu.add_argument("-c", "--validate", action="store_true",
-                     help="check results against a reference; exit 1 on any failure")
-    osu.add_argument("-d", "--buffer", choices=BUFFERS, default="numpy",
-                     help="buffer backend (default numpy)")
-    osu.add_argument("-T", "--dtype", choices=DTYPES, default="float32",
-                     help="element type (default float32)")
+    add_validate(osu)
+    add_buffer(osu)
     common = parser.add_argument_group("ccbench options")
     common.add_argument("--collective", choices=collectives, default=collectives[0],
                         help=f"collective to run (default {collectives[0]})")
@@ -155,10 +196,8 @@ def build_parser(prog: str, description: str, collectives, quiet: bool) -> RankA
                         help="per-call: barrier, then Wtime around each call (OSU's C "
                              "benchmarks); batch: Wtime around the back-to-back loop "
                              "(OMB-Py), for small messages")
-    common.add_argument("--csv", metavar="PATH", help="append one row per size to this CSV")
-    common.add_argument("--json", metavar="PATH", help="write this run's rows and environment")
-    common.add_argument("--seed", type=non_negative_int, default=0,
-                        help="seed of the generated input data (default 0)")
+    add_output(common, "one row per size", json=True)
+    add_seed(common)
     common.add_argument("--data", default=None, metavar="KIND",
                         help=f"what the timed calls carry (default {DEFAULT_DATA}: real "
                              f"gradients from the corpus; where values cannot change the "

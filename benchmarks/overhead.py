@@ -25,8 +25,14 @@ import json
 import numpy as np
 from mpi4py import MPI
 
-from ccbench.benchmarks.harness import agreed, measure, run_main
-from ccbench.benchmarks.options import RankAwareParser, size_list
+from ccbench.benchmarks.agreement import agreed, run_main
+from ccbench.benchmarks.options import (
+    RankAwareParser,
+    add_repetitions,
+    add_sizes,
+    size_list,
+)
+from ccbench.benchmarks.timing import measure
 from ccbench.benchmarks.timing_c import compiled_loop
 from ccbench.collectives.baseline import bind_collective
 from ccbench.kernels.errors import UsageError
@@ -37,12 +43,11 @@ METHODS = ("bare", "harness", "c", "bare_batch", "batch", "c_batch")
 def build_parser(quiet: bool = False) -> RankAwareParser:
     parser = RankAwareParser(prog="ccbench overhead", description=__doc__, quiet=quiet,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-m", "--message-size", default="1:4K",
-                        help="sizes, as every variant's -m (default 1:4K)")
-    parser.add_argument("-i", "--iterations", type=int, default=20000,
-                        help="timed calls per method, size and round (default 20000)")
+    add_sizes(parser, "1:4K")
+    add_repetitions(parser, 20000, "calls per method, size and round", warmup_default=False)
     parser.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
-    parser.add_argument("--json", metavar="PATH", help="also write the table as JSON")
+    parser.add_argument("--json", metavar="PATH",
+                        help="write this run's rows and environment as one JSON document")
     return parser
 
 

@@ -24,20 +24,19 @@ import importlib
 import shlex
 
 from ccbench.benchmarks import timing_c
+from ccbench.benchmarks.agreement import agreed, run_main
 from ccbench.benchmarks.environment import run_info
 from ccbench.benchmarks.harness import (
     Context,
     Variant,
-    agreed,
-    measure,
     parse_options,
     plan_cases,
     prepare_case,
-    run_main,
     validate_case,
 )
 from ccbench.benchmarks.options import positive_int, split_common
 from ccbench.benchmarks.results import point_key, write_json_atomic
+from ccbench.benchmarks.timing import measure
 from ccbench.kernels.errors import UsageError
 
 # what each turn keeps of a side's timing (the columns `ccbench compare --statistic` reads)

@@ -22,7 +22,14 @@ from ccbench.benchmarks import request_thread_level
 
 request_thread_level("multiple")  # the communication thread calls MPI beside the training thread
 
-from ccbench.benchmarks.options import RankAwareParser, non_negative_int, parse_size, positive_int
+from ccbench.benchmarks.options import (
+    RankAwareParser,
+    add_output,
+    add_seed,
+    non_negative_int,
+    parse_size,
+    positive_int,
+)
 from ccbench.benchmarks.progress import progress_bar
 from ccbench.benchmarks.results import SCHEMA, TRAINING
 from ccbench.kernels.errors import UsageError
@@ -162,8 +169,7 @@ def build_parser(quiet: bool) -> RankAwareParser:
     parser.add_argument("--batch", type=positive_int, default=None,
                         help="global batch over all ranks (default: the model's)")
     parser.add_argument("--lr", type=float, default=None, help="Adam learning rate")
-    parser.add_argument("--seed", type=non_negative_int, default=0,
-                        help="seed of the weights and of the batches (default 0)")
+    add_seed(parser, "the weights and of the batches")
     parser.add_argument("--warmup", type=non_negative_int, default=3,
                         help="first steps left out of the timing averages (default 3)")
     parser.add_argument("--clip", type=float, default=0.0,
@@ -193,8 +199,7 @@ def build_parser(quiet: bool) -> RankAwareParser:
                         help="mgwfbp: smallest allreduce of the cost-model sweep (default 4K)")
     parser.add_argument("--fit-seconds", type=float, default=0.2,
                         help="mgwfbp: seconds per size of the cost-model sweep (default 0.2)")
-    parser.add_argument("--csv", metavar="PATH", help="append per-step and summary rows here")
-    parser.add_argument("--json", metavar="PATH", help="write the summary and environment")
+    add_output(parser, "per-step and summary rows", json=True)
     return parser
 
 
@@ -241,7 +246,7 @@ def cost_model(comm, opts, root: bool):
     def cost(transport, profile):
         import torch
 
-        from ccbench.benchmarks.harness import measure
+        from ccbench.benchmarks.timing import measure
         from ccbench.collectives.costmodel import fit_cost_model, fit_sizes
 
         count = profile.total_bytes // 4
@@ -273,7 +278,7 @@ def _setup(argv: list[str], comm):
 
 def _train_and_report(argv: list[str], comm) -> int:
     from ccbench.benchmarks import environment
-    from ccbench.benchmarks.harness import agreed
+    from ccbench.benchmarks.agreement import agreed
     from ccbench.benchmarks.results import append_rows, check_header, write_json_atomic
 
     root = comm.rank == 0
@@ -322,8 +327,8 @@ def _train_and_report(argv: list[str], comm) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run on every rank, with the harness's error handling (benchmarks.harness.run_main)."""
-    from ccbench.benchmarks.harness import run_main
+    """Run on every rank, with the harness's error handling (benchmarks.agreement.run_main)."""
+    from ccbench.benchmarks.agreement import run_main
 
     return run_main(_train_and_report, argv)
 

@@ -46,21 +46,18 @@ from ccbench.benchmarks.progress import progress_bar
 from ccbench.benchmarks.results import append_rows, check_header
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts import checkpoint
-from ccbench.scripts.compare import (
+from ccbench.scripts.comparison import (
     COLUMNS,
-    REPO,
     STATISTICS,
     Comparison,
-    Launcher,
     Side,
-    link_rooms,
-    materialize,
     parse_side,
     result_rows,
     run_meta,
     run_rounds,
 )
-from ccbench.scripts.launch import binding_enabled, refuse_inside_mpi_launch
+from ccbench.scripts.launch import Launcher, binding_enabled, refuse_inside_mpi_launch
+from ccbench.scripts.revisions import REPO, link_rooms, materialize
 
 DEFAULT_SPEC = REPO / "sweeps" / "gate.toml"
 ACCEPTED = Path("results") / "reference" / "gate-base"  # under the gated checkout

@@ -16,13 +16,17 @@ refuse to start inside an MPI launch: ranks that each launch more ranks spin the
 from __future__ import annotations
 
 import functools
+import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from ccbench.benchmarks.results import Samples, Sidecar, read_rows
 from ccbench.kernels.errors import UsageError
 
 MPICH, OPEN_MPI, UNKNOWN = "mpich", "openmpi", "unknown"
@@ -153,3 +157,74 @@ def run_captured(command: list[str], env: dict | None = None,
         kill_group(proc)
         raise
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+# ----------------------------------------------------------------------------- a launcher
+
+
+@dataclass
+class Launcher:
+    """Starts benchmarks on `ranks` bound ranks (mpiexec, or inside an emulated cluster)
+    and reads back their rows: a side of a comparison, or both sides in one launch."""
+
+    ranks: int
+    cluster: str | None = None
+    bind: bool = True
+    timeout: float = 1800.0
+
+    def command(self, side, common: list[str], csv: Path) -> list[str]:
+        return self.launch([sys.executable, "-m", f"ccbench.benchmarks.{side.variant}",
+                            *side.command[1:], *common, "--csv", str(csv)])
+
+    def launch(self, program: list[str]) -> list[str]:
+        """`program` on this launcher's ranks: in the emulated cluster, or mpiexec."""
+        if self.cluster:
+            unbound = [] if self.bind else ["--no-bind"]
+            return [sys.executable, "-m", "ccbench.scripts.cluster", "run", "--name",
+                    self.cluster, "-n", str(self.ranks), *unbound, "--", *program]
+        return mpiexec_command(self.ranks, program, bind=self.bind)
+
+    def run(self, side, common: list[str], csv: Path,
+            env: dict | None = None) -> list[dict]:
+        env = {**os.environ, **(env or {})}
+        if side.import_root is not None:
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(side.import_root), env.get("PYTHONPATH")) if p)
+            env["CCBENCH_GIT_SHA"] = side.rev or ""
+        proc = self._run(self.command(side, common, csv), env, f"{side.label} ({side.text()})")
+        if proc.returncode not in (0, 1):  # 1: a validation failure, still timed
+            tail = (proc.stderr or proc.stdout).strip().splitlines()
+            raise UsageError(f"{side.label} ({side.text()}) failed with status "
+                             f"{proc.returncode}: {tail[-1] if tail else 'no output'}")
+        rows = read_rows(csv)[1] if csv.exists() else []
+        csv.unlink(missing_ok=True)
+        Sidecar(csv).path.unlink(missing_ok=True)
+        shutil.rmtree(Samples(csv).folder, ignore_errors=True)
+        if not rows:
+            raise UsageError(f"{side.label} ({side.text()}) wrote no results")
+        return rows
+
+    def run_paired(self, a, b, common: list[str], turns: int, out: Path,
+                   env: dict | None = None, first: str = "A") -> dict:
+        """Both sides in one launch (benchmarks/paired.py), `first` starting the first
+        turn; its per-round record."""
+        program = [sys.executable, "-m", "ccbench.benchmarks.paired", "--a",
+                   shlex.join(a.command), "--b", shlex.join(b.command), "--turns",
+                   str(turns), "--first", first, "--json", str(out), "--", *common]
+        out.unlink(missing_ok=True)
+        proc = self._run(self.launch(program), {**os.environ, **(env or {})},
+                         "A and B in one launch")
+        if proc.returncode not in (0, 1):  # 1: a validation failure, still timed
+            tail = (proc.stderr or proc.stdout).strip().splitlines()
+            raise UsageError(f"A and B in one launch failed with status "
+                             f"{proc.returncode}: {tail[-1] if tail else 'no output'}")
+        if not out.exists():
+            raise UsageError("A and B in one launch wrote no results")
+        return json.loads(out.read_text())
+
+    def _run(self, command: list[str], env: dict, what: str):
+        try:
+            return run_captured(command, env, self.timeout)
+        except subprocess.TimeoutExpired:
+            raise UsageError(f"{what} took longer than {self.timeout:g} s (--timeout); "
+                             "stopped") from None

@@ -41,7 +41,7 @@ class PairedRecordingLauncher(RecordingLauncher):
 
 
 def test_rounds_alternate_the_first_side_and_interleave_comparisons(tmp_path):
-    from ccbench.scripts.compare import Comparison, Side, run_rounds
+    from ccbench.scripts.comparison import Comparison, Side, run_rounds
 
     RecordingLauncher.log = []
     jobs = [(Comparison(Side("A", ["baseline"]), Side("B", ["baseline"]), "avg", 0.03), [job])

@@ -97,7 +97,7 @@ def test_the_gate_threshold_is_inclusive_and_the_interval_must_clear_1():
 
 
 def test_a_comparison_exactly_at_the_threshold_fails_the_gate():
-    from ccbench.scripts.compare import LAUNCHES, Comparison, Side, result_rows
+    from ccbench.scripts.comparison import LAUNCHES, Comparison, Side, result_rows
     from ccbench.scripts.gate import failed
 
     def gate_rows(a_us, b_us):

@@ -202,7 +202,7 @@ def test_this_checkout_records_an_accepted_revision_in_its_history():
 
 def tree_of(clone: Path, tmp_path: Path) -> dict:
     """The environment that runs ccbench from the clone's working tree."""
-    from ccbench.scripts.compare import link_rooms
+    from ccbench.scripts.revisions import link_rooms
 
     root = link_rooms(clone, tmp_path / "import")
     return {"PYTHONPATH": str(root), "CCBENCH_STATE": str(tmp_path / "state")}
@@ -303,7 +303,7 @@ def test_compare_bad_input_exits_2(args, words):
 
 def test_compare_reads_unsized_benchmarks_from_their_own_rows():
     """Training compares on its summary row's mean step time, MG-WFBP per strategy."""
-    from ccbench.scripts.compare import Comparison, Side
+    from ccbench.scripts.comparison import Comparison, Side
 
     a, b = Side("A", ["training"]), Side("B", ["training", "--variant", "coll_compressed"])
     comparison = Comparison(a, b, "avg", 0.03)

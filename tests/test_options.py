@@ -51,3 +51,49 @@ def test_case_shapes_follow_osu_and_nccl_tests():
         case_shape("reduce_scatter", 4096, 3, "float32")
     with pytest.raises(UsageError, match="whole number"):
         case_shape("allgather", 6, 2, "float32")
+
+
+def entry_point_parsers() -> dict:
+    """Every ccbench program's option parser."""
+    from ccbench.benchmarks import codec_throughput, merged_gradient, overhead, training
+    from ccbench.benchmarks.options import build_parser
+    from ccbench.scripts import compare, corpus, gate, profile_layers, simulate, sweep
+
+    return {
+        "variant": build_parser("ccbench baseline", "", ("allgather",), quiet=True),
+        "merged_gradient": merged_gradient.build_parser(True),
+        "overhead": overhead.build_parser(True),
+        "codec_throughput": codec_throughput.build_parser(),
+        "training": training.build_parser(True),
+        "compare": compare.build_parser(),
+        "gate": gate.build_parser(),
+        "sweep": sweep.build_parser(),
+        "simulate": simulate.build_parser(),
+        "profile": profile_layers.build_parser(),
+        "corpus": corpus.build_parser(),
+    }
+
+
+def test_a_letter_means_the_same_thing_in_every_program():
+    """-m, -i, -x, -c, -d, -T (and --csv, --json, --seed) are declared once
+    (benchmarks/options.py): wherever a program has one, it has the same long name, and its
+    help opens with the same words."""
+    opening = {"-m": "message sizes", "-i": "timed repetitions of each point",
+               "-x": "untimed warm-up repetitions of each point", "-c": "validate:",
+               "-d": "buffer backend", "-T": "element type", "--csv": "append ",
+               "--json": "write this run's rows and environment", "--seed": "seed of "}
+    long_names = {"-m": "--message-size", "-i": "--iterations", "-x": "--warmup",
+                  "-c": "--validate", "-d": "--buffer", "-T": "--dtype"}
+    seen = {}
+    for program, parser in entry_point_parsers().items():
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag not in opening:
+                    continue
+                seen.setdefault(flag, []).append(program)
+                assert (action.help or "").startswith(opening[flag]), (program, flag,
+                                                                       action.help)
+                if flag in long_names:
+                    assert long_names[flag] in action.option_strings, (program, flag)
+    # the letters that several programs share are indeed shared
+    assert len(seen["-m"]) >= 4 and len(seen["-i"]) >= 4 and len(seen["--csv"]) >= 5

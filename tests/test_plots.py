@@ -28,7 +28,7 @@ from ccbench.plots import cli, seed000
 from ccbench.plots.base import FigureSpec
 from ccbench.plots.data import load
 from ccbench.plots.style import Style, format_bytes, place_notes
-from ccbench.scripts.compare import COLUMNS as COMPARE_COLUMNS
+from ccbench.scripts.comparison import COLUMNS as COMPARE_COLUMNS
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -22,7 +22,7 @@ from ccbench.benchmarks.results import (
     write_csv_atomic,
 )
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts import merge, sweep
+from ccbench.scripts import merge, slurm, sweep, sweep_spec
 from tests.mpirun import hydra_skip
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
@@ -57,7 +57,7 @@ dtype = "float32"
 
 
 def test_spec_expands_lists_into_tasks_and_scalars_into_options(tmp_path):
-    spec = sweep.load_spec(write_spec(tmp_path / "s.toml", """
+    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", """
 [sweep]
 output = "out"
 ranks = [2, 4]
@@ -94,7 +94,7 @@ options = ["-c"]
 
 
 def test_same_axes_with_other_options_get_distinct_files(tmp_path):
-    spec = sweep.load_spec(write_spec(tmp_path / "s.toml", """
+    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", """
 [[points]]
 variant = "baseline"
 collective = ["allgather"]
@@ -119,11 +119,11 @@ dtype = "float64"
 ])  # fmt: skip
 def test_bad_specs_are_one_line_errors(tmp_path, text, message):
     with pytest.raises(UsageError, match=message.replace("[", r"\[")):
-        sweep.load_spec(write_spec(tmp_path / "s.toml", text))
+        sweep_spec.load_spec(write_spec(tmp_path / "s.toml", text))
 
 
 def test_variants_without_sizes_get_no_size_options(tmp_path):
-    spec = sweep.load_spec(write_spec(tmp_path / "s.toml", """
+    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", """
 [sweep]
 sizes = "1K:4K"
 iterations = 5
@@ -148,7 +148,7 @@ steps = 20
 
 
 def test_compare_of_unsized_variants_takes_none_of_the_sweep_options(tmp_path):
-    spec = sweep.load_spec(write_spec(tmp_path / "s.toml", """
+    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", """
 [sweep]
 sizes = "1K:4K"
 iterations = 5
@@ -173,8 +173,8 @@ rounds = 3
 
 
 def test_array_ranges():
-    assert sweep.array_ranges([7, 0, 1, 2, 5, 8]) == "0-2,5,7-8"
-    assert sweep.array_ranges([3]) == "3"
+    assert slurm.array_ranges([7, 0, 1, 2, 5, 8]) == "0-2,5,7-8"
+    assert slurm.array_ranges([3]) == "3"
 
 
 def test_submit_dry_run_prints_one_array_per_rank_count_and_a_merge(tmp_path, capsys):
@@ -208,7 +208,7 @@ collective = ["allgather", "allreduce"]
 
 
 def test_srun_launch_uses_the_spec_mpi_unless_overridden(tmp_path, monkeypatch):
-    spec = sweep.load_spec(write_spec(tmp_path / "s.toml", """
+    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", """
 [slurm]
 mpi = "pmix"
 gpus_per_node = 2
@@ -259,18 +259,19 @@ def test_srun_mpi_prefers_pmix_only_where_it_works(tmp_path, monkeypatch, listed
         monkeypatch.setenv("SLURM_JOB_ID", job)
     else:
         monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.setattr(sweep, "_SRUN_MPI", [])
-    spec = sweep.load_spec(write_spec(tmp_path / "s.toml", "[[points]]\nvariant = 'baseline'\n"))
-    mpi, reason = sweep.srun_mpi(spec)
+    monkeypatch.setattr(slurm, "_SRUN_MPI", [])
+    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml",
+                                           "[[points]]\nvariant = 'baseline'\n"))
+    mpi, reason = slurm.srun_mpi(spec)
     assert mpi == expected and why in reason
     cmd = sweep.launch_command(spec, spec.tasks[0], list(spec.tasks[0].args), tmp_path / "x.csv",
                                "srun")  # fmt: skip
     assert cmd[:2] == ["srun", f"--mpi={expected}"]
     # the spec's [slurm] mpi, then CCBENCH_SRUN_MPI, win over the probe
     spec.slurm["mpi"] = "cray_shasta"
-    assert sweep.srun_mpi(spec)[0] == "cray_shasta"
+    assert slurm.srun_mpi(spec)[0] == "cray_shasta"
     monkeypatch.setenv("CCBENCH_SRUN_MPI", "none")
-    assert sweep.srun_mpi(spec) == ("none", "from CCBENCH_SRUN_MPI")
+    assert slurm.srun_mpi(spec) == ("none", "from CCBENCH_SRUN_MPI")
 
 
 @pytest.mark.parametrize("visible, local_id, bind, expected", [
@@ -302,7 +303,7 @@ def fake_rows(sizes, run_id, variant="baseline", **extra):
 
 
 def test_remaining_sizes_follow_the_harness_files(tmp_path):
-    spec = sweep.load_spec(write_spec(tmp_path / "s.toml", f"""
+    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", f"""
 [sweep]
 output = "{tmp_path / 'out'}"
 sizes = "1K:16K"
@@ -310,35 +311,35 @@ sizes = "1K:16K"
 variant = "baseline"
 """))
     task = spec.tasks[0]
-    path = sweep.csv_path(spec, task)
-    assert sweep.remaining_sizes(spec, task) == [1024, 2048, 4096, 8192, 16384]
+    path = sweep_spec.csv_path(spec, task)
+    assert sweep_spec.remaining_sizes(spec, task) == [1024, 2048, 4096, 8192, 16384]
     # a run killed while measuring 4K: rows up to 4K, no record of the run finishing
     write_csv_atomic(path, fake_rows([1024, 2048, 4096], "a"), COMMON_COLUMNS)
-    assert sweep.remaining_sizes(spec, task) == [4096, 8192, 16384]
-    assert sweep.resume_args(task, [4096, 8192, 16384])[:2] == ["-m", "4096:16384"]
+    assert sweep_spec.remaining_sizes(spec, task) == [4096, 8192, 16384]
+    assert sweep_spec.resume_args(task, [4096, 8192, 16384])[:2] == ["-m", "4096:16384"]
     # the same run had finished (its sidecar entry exists): 4K is complete
     Path(f"{path}.json").write_text(json.dumps({"runs": {"a": {}}}))
-    assert sweep.remaining_sizes(spec, task) == [8192, 16384]
+    assert sweep_spec.remaining_sizes(spec, task) == [8192, 16384]
     write_csv_atomic(path, fake_rows([1024, 2048, 4096, 8192, 16384], "a"), COMMON_COLUMNS)
-    assert sweep.remaining_sizes(spec, task) == []
+    assert sweep_spec.remaining_sizes(spec, task) == []
 
 
 def test_a_task_without_sizes_is_done_when_its_last_run_finished(tmp_path):
-    spec = sweep.load_spec(write_spec(tmp_path / "s.toml", f"""
+    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", f"""
 [sweep]
 output = "{tmp_path / 'out'}"
 [[points]]
 variant = "merged_gradient"
 """))
     task = spec.tasks[0]
-    path = sweep.csv_path(spec, task)
-    assert sweep.remaining_sizes(spec, task) == [None]
+    path = sweep_spec.csv_path(spec, task)
+    assert sweep_spec.remaining_sizes(spec, task) == [None]
     path.parent.mkdir()
     path.write_text("run_id,variant,strategy\na,merged_gradient,wfbp\n")
-    assert sweep.remaining_sizes(spec, task) == [None]
-    assert sweep.resume_args(task, [None]) == list(task.args)
+    assert sweep_spec.remaining_sizes(spec, task) == [None]
+    assert sweep_spec.resume_args(task, [None]) == list(task.args)
     Path(f"{path}.json").write_text(json.dumps({"runs": {"a": {}}}))
-    assert sweep.remaining_sizes(spec, task) == []
+    assert sweep_spec.remaining_sizes(spec, task) == []
 
 
 # ----------------------------------------------------------------------------- merge
@@ -399,7 +400,7 @@ def test_sweep_merges_each_kind_of_file_separately_and_merge_refuses_to_mix(tmp_
         "schema": "mgwfbp/2", "run_id": "b", "timestamp": "t", "variant": "merged_gradient",
         "model": "m", "strategy": "wfbp", "measured_us": "3", "predicted_us": "2"}],
         MGWFBP_COLUMNS)
-    spec = sweep.load_spec(write_spec(tmp_path / "s.toml", f"""
+    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", f"""
 [sweep]
 output = "{out}"
 [[points]]

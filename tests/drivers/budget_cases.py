@@ -16,21 +16,21 @@ import types
 
 from mpi4py import MPI
 
-from ccbench.benchmarks import harness
+from ccbench.benchmarks import timing
 from ccbench.collectives.comm import Communicator
 
 
 def main() -> None:
     comm = Communicator(MPI.COMM_WORLD)
     if comm.rank == 1:
-        harness.time = types.SimpleNamespace(monotonic=lambda: 1.5 * time.monotonic())
+        timing.time = types.SimpleNamespace(monotonic=lambda: 1.5 * time.monotonic())
     now, calls = [0.0], [0]
 
     def run():
         calls[0] += 1
         now[0] += 1e-3 * (1 + calls[0] % 3)  # varied: the interval never closes
 
-    got = harness.measure(comm, run, 4, 1, "per-call", ci_target=1e-9, budget_s=3.0,
+    got = timing.measure(comm, run, 4, 1, "per-call", ci_target=1e-9, budget_s=3.0,
                           clock=lambda: now[0])
     counts = comm.mpi.gather(got["iterations"], root=0)
     if comm.rank == 0:

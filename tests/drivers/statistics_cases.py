@@ -15,7 +15,7 @@ import json
 import numpy as np
 from mpi4py import MPI
 
-from ccbench.benchmarks.harness import measure
+from ccbench.benchmarks.timing import measure
 from ccbench.collectives.comm import Communicator
 
 

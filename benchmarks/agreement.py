@@ -1,0 +1,90 @@
+"""Errors agreed by every rank: one line from rank 0, one exit status, never a hang.
+
+Every phase outside the timed collectives (parsing, set-up, input generation, checks) runs
+under `agreed`, which gathers each rank's outcome: a bad input found on any rank is
+printed once by rank 0 and every rank exits 2 (3 for bad data). Inside a collective no
+agreement is possible, so a rank-local failure prints one line naming the rank and calls
+`MPI_Abort` (`run_main`): the job ends instead of waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+from mpi4py import MPI
+
+from ccbench.collectives.comm import Communicator
+from ccbench.kernels.errors import DataError, UsageError
+
+
+class _AgreedError(Exception):
+    """Every rank knows the phase failed; `message` is the lowest failing rank's."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def agreed(comm: Communicator, phase: Callable):
+    """Run `phase` on every rank; if it raises on any rank, raise on all (no hang).
+
+    Used around everything outside the timed collectives (parsing, set-up, checks),
+    where an error on one rank would otherwise leave the others waiting.
+    """
+    result, message, status = None, None, 0
+    try:
+        result = phase()
+    except UsageError as exc:
+        message, status = str(exc), 2
+    except DataError as exc:
+        message, status = f"rank {comm.rank}: {exc}", 3
+    failures = comm.mpi.allgather((message, status) if status else None)
+    failed = [f for f in failures if f is not None]
+    if failed:
+        raise _AgreedError(*failed[0])
+    return result
+
+
+
+def run_main(body: Callable[[list[str], Communicator], int], argv: list[str] | None = None,
+             comm: Communicator | None = None) -> int:
+    """Run `body(argv, comm)` on every rank with ccbench's error handling.
+
+    Exit status: 0 success, 1 validation failure, 2 bad input (one line from rank 0),
+    3 bad data. Errors raised inside `agreed` phases are known to every rank and end the
+    run cleanly; an unexpected error on one rank aborts the whole job instead of hanging.
+    """
+    comm = comm or Communicator(MPI.COMM_WORLD)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return body(argv, comm)
+    except _AgreedError as exc:
+        if comm.rank == 0:
+            print(f"ccbench: error: {exc}", file=sys.stderr, flush=True)
+        return exc.status
+    except SystemExit:  # --help
+        raise
+    except BaseException as exc:  # noqa: BLE001 - any rank-local failure ends the job
+        _abort(comm, exc)
+        return 1
+
+
+
+def _abort(comm: Communicator, exc: BaseException) -> None:
+    if isinstance(exc, DataError | UsageError):
+        message = str(exc)
+        status = 3 if isinstance(exc, DataError) else 2
+    elif isinstance(exc, KeyboardInterrupt):
+        message, status = "interrupted", 130
+    else:
+        message, status = f"{type(exc).__name__}: {exc}", 1
+    print(f"ccbench: error: rank {comm.rank}: {message}", file=sys.stderr, flush=True)
+    if os.environ.get("CCBENCH_DEBUG"):
+        traceback.print_exception(exc)
+    sys.stderr.flush()
+    time.sleep(0.05)  # let the line reach the launcher before the job is torn down
+    comm.mpi.Abort(status)

@@ -1,0 +1,148 @@
+"""The timed loops: OSU's per-call loop and OMB-Py's batch loop, in Python or compiled.
+
+Timing follows OSU's C benchmarks: a barrier outside the timed region, `MPI.Wtime()`
+around one blocking collective, then the statistics across ranks
+(benchmarks/statistics.py). The MPI library's own collectives are timed by the same
+loops compiled in C (benchmarks/timing_c.py) where the C loop is available; `timer`
+says which loop ran, and a run decides it once, before its header (`planned_timer`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from ccbench.benchmarks import timing_c
+from ccbench.benchmarks.agreement import agreed
+from ccbench.benchmarks.statistics import relative_halfwidth, summarize
+from ccbench.collectives.comm import Communicator
+from ccbench.kernels.errors import UsageError
+
+BATCH_BLOCKS = 10  # batch timing: blocks of back-to-back calls, for an interval
+
+
+def _warm_up(run, barrier, warmup: int, timing: str) -> None:
+    for _ in range(warmup):
+        run()
+        if timing == "per-call":
+            barrier()
+    barrier()
+
+
+def _timed_per_call(run, barrier, iterations: int, clock) -> np.ndarray:
+    """OSU's loop: the clock around each blocking call, the barrier outside it."""
+    times = np.empty(iterations)
+    for i in range(iterations):
+        t0 = clock()
+        run()
+        t1 = clock()
+        times[i] = t1 - t0
+        barrier()
+    return times
+
+
+def _timed_batch(run, barrier, iterations: int, clock) -> np.ndarray:
+    """OMB-Py's loop, cut into up to BATCH_BLOCKS blocks: the clock around back-to-back
+    calls of each block. One value per block: its time per call."""
+    blocks = np.array_split(np.arange(iterations), min(BATCH_BLOCKS, iterations))
+    times = np.empty(len(blocks))
+    for b, block in enumerate(blocks):
+        t0 = clock()
+        for _ in range(block.size):
+            run()
+        t1 = clock()
+        times[b] = (t1 - t0) / block.size
+        barrier()
+    return times
+
+
+def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str,
+            ci_target: float | None = None, budget_s: float | None = None,
+            clock=MPI.Wtime, timer: str | None = None) -> dict:
+    """Time `run` on every rank; the statistics across ranks (the same on every rank).
+
+    Without `ci_target`, `iterations` calls are timed. With it, calls are timed in rounds
+    of `iterations` until the 95% interval's half-width is at most `ci_target` of the
+    mean, or `budget_s` seconds of timing have passed (all ranks stop together).
+
+    The MPI library's own collectives are timed by the same loops compiled in C
+    (benchmarks/timing_c.py) when `timer` (default: CCBENCH_TIMER, else auto) allows and
+    a compiler was found; the result's `timer` says which loop ran: c or python.
+    """
+    barrier = comm.mpi.Barrier
+    compiled = None
+    if clock is MPI.Wtime:  # the C loop reads MPI_Wtime: a custom clock keeps Python's
+        asked = timer or agreed(comm, timing_c.requested_timer)
+        compiled, _ = agreed(comm, lambda: timing_c.compiled_loop(comm.mpi, run, asked))
+    if compiled is not None:
+        def timer_loop(run, barrier, calls, clock):
+            return compiled.timed(calls, timing)
+    else:
+        timer_loop = _timed_batch if timing == "batch" else _timed_per_call
+    comm.barrier()
+    if compiled is not None:
+        compiled.warm_up(warmup, timing)
+    else:
+        _warm_up(run, barrier, warmup, timing)
+    rounds, stopped_by, start = [], "iterations", time.monotonic()
+    stats: dict = {}
+    while True:
+        calls = iterations
+        if rounds and timing == "per-call":
+            # double the calls so far (the interval is recomputed O(log n) times), but
+            # not past what the budget has left at the pace so far
+            calls = max(iterations, sum(r.size for r in rounds))
+            if budget_s is not None:
+                left = budget_s - (time.monotonic() - start)
+                calls = int(min(calls, max(iterations, left / (stats["avg_us"] * 1e-6))))
+                # the clocks' start differs by rank: rank 0's count, or Allgather truncates
+                calls = comm.mpi.bcast(calls, root=0)
+        rounds.append(timer_loop(run, barrier, calls, clock))
+        mine = np.concatenate(rounds)
+        everyone = np.empty((comm.size, mine.size))
+        comm.mpi.Allgather(mine, everyone)
+        stats = summarize(everyone)
+        if ci_target is None:
+            break
+        if relative_halfwidth(stats) <= ci_target:
+            stopped_by = "target"
+        elif budget_s is not None and time.monotonic() - start >= budget_s:
+            stopped_by = "budget"
+        else:
+            stopped_by = None
+        # rank 0's clock decides, so no rank goes on alone
+        stopped_by = comm.mpi.bcast(stopped_by, root=0)
+        if stopped_by is not None:
+            break
+    calls = sum(r.size for r in rounds) if timing == "per-call" else iterations * len(rounds)
+    stats.update(iterations=calls, stopped_by=stopped_by,
+                 timer="c" if compiled is not None else "python")
+    if timing == "batch":  # no single calls to rank: blocks are not calls
+        stats.update(p50_us=None, p99_us=None)
+    del stats["samples"]
+    # every rank's every call (batch: every block's per-call time), kept beside the row
+    stats["times_us"] = everyone * 1e6
+    return stats
+
+
+
+def planned_timer(variant, opts, comm: Communicator) -> tuple[str, str]:
+    """(timer, why) of this run, decided before the header is printed: 'c' where the
+    variant times the library's own collectives and the C loop is available, else
+    'python'. Every case is timed by it, so the header and the rows agree."""
+    asked = agreed(comm, timing_c.requested_timer)
+    if asked == "python":
+        return "python", "CCBENCH_TIMER=python"
+    if not variant.library_collectives(opts):
+        if asked == "c":
+            raise UsageError("CCBENCH_TIMER=c, but only the MPI library's own collectives on "
+                             "numpy buffers can be timed by the C loop")
+        return "python", "the Python loop (not the library's own collectives)"
+    lib, why = timing_c.prepare(comm.mpi)
+    if lib is None:
+        if asked == "c":
+            raise UsageError(f"CCBENCH_TIMER=c but the C timing loop is unavailable: {why}")
+        return "python", f"the Python loop (no C loop: {why})"
+    return "c", "OSU's C loop, compiled against this MPI"

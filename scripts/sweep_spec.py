@@ -1,0 +1,321 @@
+"""A sweep spec (TOML): its tasks, expanded from the [[points]] tables, and what of each
+task its output already holds (so a rerun resumes).
+
+A spec names variants x collectives x codecs x ... x rank counts x link rates. Each
+combination is one *task*: one launch of a variant over the spec's message sizes, whose
+results go to `<output>/<task slug>.csv`. See docs/sweeps-slurm-regression.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from ccbench.benchmarks.options import format_sizes, size_list
+from ccbench.benchmarks.results import Sidecar, read_rows
+from ccbench.kernels.errors import UsageError
+
+# Spec keys with a meaning of their own; every other key of a [[points]] table is a
+# variant option (a list: one task per value; a scalar: passed to every task).
+RESERVED = {"variant", "ranks", "link_gbps", "sizes", "iterations", "warmup", "options"}
+SWEEP_KEYS = RESERVED - {"variant"} | {"name", "output", "merge", "timeout"}
+SLURM_KEYS = {"mpi", "tasks_per_node", "gpus_per_node", "partition", "time", "sbatch",
+              "max_parallel"}  # fmt: skip
+# A [[points]] table with variant = "compare" runs `ccbench compare` (one unsized task).
+COMPARE = "compare"
+# a compare table's own keys (ccbench compare's options); its other scalars go to both sides
+COMPARE_OWN = ("rounds", "turns", "margin", "statistic", "ci_target", "max_rounds")
+# Variants that do not sweep message sizes (no -m; their own CSV schema). A [[points]]
+# table can say the same of any variant with `sizes = false`.
+UNSIZED_VARIANTS = ("merged_gradient", "training")
+# Axes named in the task's file name by value alone; others as key-value.
+PLAIN_AXES = ("collective", "algorithm", "codec", "dtype", "buffer", "model", "strategy")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One launch of one variant: a group of points (its message sizes x configurations)."""
+
+    index: int
+    variant: str
+    ranks: int
+    link_gbps: float | None
+    axes: tuple[tuple[str, str], ...]  # the values this task takes on the spec's lists
+    args: tuple[str, ...]  # the variant's options, without --csv
+    sizes: tuple[int, ...]  # empty: the variant sweeps no sizes; the task is one point
+    slug: str = ""
+
+    @property
+    def points(self) -> int:
+        return len(self.sizes) or 1
+
+
+@dataclass
+class Spec:
+    path: Path
+    name: str
+    output: Path
+    merged: Path
+    timeout: float | None
+    slurm: dict
+    tasks: list[Task] = field(default_factory=list)
+
+
+def _as_list(value, what: str) -> list:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise UsageError(f"{what}: empty list")
+    return values
+
+
+def option_args(key: str, value) -> list[str]:
+    """A spec key and scalar value as command-line arguments: dtype = "float16" ->
+    --dtype float16; a true boolean is a bare flag, a false one nothing. A quoted key that
+    starts with '-' is the flag itself ("--variant" = ..., for a script option whose name
+    is a reserved key)."""
+    flag = key if key.startswith("-") else "--" + key.replace("_", "-")
+    if isinstance(value, bool):
+        return [flag] if value else []
+    if isinstance(value, dict | list):
+        raise UsageError(f"option {key}: nested values are not supported")
+    return [flag, str(value)]
+
+
+def _sanitize(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-")
+
+
+def _slug(variant: str, axes, ranks: int, link: float | None) -> str:
+    parts = [variant]
+    for key, value in axes:
+        parts.append(_sanitize(value if key in PLAIN_AXES else f"{key}-{value}"))
+    parts.append(f"r{ranks}")
+    if link is not None:
+        parts.append(f"{link:g}gbps")
+    return "_".join(parts)
+
+
+def _expand_compare(table: dict, defaults: dict, where: str) -> list[dict]:
+    """A `variant = "compare"` table: `ccbench compare A B` as one unsized task per value
+    of its lists (collective, link rate, ranks); see docs/sweeps-slurm-regression.md."""
+    from ccbench.scripts.comparison import parse_side
+
+    sides = []
+    for key in ("a", "b"):
+        if not isinstance(table.get(key), str):
+            raise UsageError(f"{where}: a compare needs a = \"VARIANT ...\" and b = \"...\"")
+        sides.append(parse_side(f"{where}: {key}", table[key])[0])
+    if any(side in UNSIZED_VARIANTS for side in sides):
+        # as for the unsized variants' own tasks: the sweep's iterations, warm-ups and
+        # options are not theirs (training takes --steps, not -i, -x or -c)
+        defaults = {k: v for k, v in defaults.items() if k in ("ranks", "link_gbps")}
+    get = {**defaults, **table}.get
+    own = [table["a"], table["b"], "-m", str(get("sizes", "64K:1M"))]
+    for key in COMPARE_OWN:
+        if key in table:
+            own += option_args(key, table[key])
+    common = []
+    for key, flag in (("iterations", "-i"), ("warmup", "-x")):
+        if get(key) is not None:
+            common += [flag, str(int(get(key)))]
+    axes = []
+    for key, value in table.items():
+        if key in RESERVED | {"a", "b", *COMPARE_OWN}:
+            continue
+        if isinstance(value, list):
+            axes.append((key, [str(v) for v in _as_list(value, f"{where}: {key}")]))
+        else:
+            common += option_args(key, value)
+    common += [str(a) for a in [*defaults.get("options", []), *table.get("options", [])]]
+    ranks = [int(r) for r in _as_list(get("ranks", [2]), f"{where}: ranks")]
+    links = [None if v in ("", None) else float(v)
+             for v in _as_list(get("link_gbps") or [None], f"{where}: link_gbps")]  # fmt: skip
+    out = []
+    names = [k for k, _ in axes]
+    for link, nranks, values in itertools.product(links, ranks,
+                                                  itertools.product(*[v for _, v in axes])):
+        chosen = tuple(zip(names, values, strict=True))
+        args = list(common)
+        for key, value in chosen:
+            args += option_args(key, value)
+        words = [w.lstrip("-") for w in f"{table['a']} vs {table['b']}".split()]
+        label = (("cmp", _sanitize("-".join(words))[:80]),)
+        out.append({"variant": COMPARE, "ranks": nranks, "link_gbps": link,
+                    "axes": (*label, *((k, str(v)) for k, v in chosen)),
+                    "args": (*own, "--", *args), "sizes": ()})
+    return out
+
+
+def _expand_table(table: dict, defaults: dict, where: str) -> list[dict]:
+    if "variant" not in table or not isinstance(table["variant"], str):
+        raise UsageError(f"{where}: needs variant = \"NAME\"")
+    variant = table["variant"]
+    if variant == COMPARE:
+        return _expand_compare(table, defaults, where)
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", variant) or importlib.util.find_spec(
+        f"ccbench.benchmarks.{variant}"
+    ) is None:
+        raise UsageError(f"{where}: no variant script benchmarks/{variant}.py")
+    get = {**defaults, **table}.get
+    if table.get("sizes", variant not in UNSIZED_VARIANTS) is not False:
+        sizes_text = str(get("sizes", "1:1M"))
+        sizes = tuple(size_list(sizes_text))
+        base = ["-m", sizes_text]
+        for key, flag in (("iterations", "-i"), ("warmup", "-x")):
+            if get(key) is not None:
+                base += [flag, str(int(get(key)))]
+    else:  # the sweep's sizes, iterations, warm-ups and options are not this script's
+        sizes, base = (), []
+        defaults = {k: v for k, v in defaults.items() if k in ("ranks", "link_gbps")}
+        for key in ("iterations", "warmup"):
+            if key in table:
+                base += option_args(key, table[key])
+    constant, axes = [], []
+    for key, value in table.items():
+        if key in RESERVED:
+            continue
+        if isinstance(value, list):
+            axes.append((key, [str(v) if not isinstance(v, bool) else v for v in
+                               _as_list(value, f"{where}: {key}")]))  # fmt: skip
+        else:
+            constant += option_args(key, value)
+    extra = [str(a) for a in [*defaults.get("options", []), *table.get("options", [])]]
+    ranks = [int(r) for r in _as_list(get("ranks", [2]), f"{where}: ranks")]
+    links = [None if v in ("", None) else float(v)
+             for v in _as_list(get("link_gbps") or [None], f"{where}: link_gbps")]  # fmt: skip
+    if any(r < 1 for r in ranks):
+        raise UsageError(f"{where}: ranks must be at least 1")
+    out = []
+    names = [k for k, _ in axes]
+    for link, nranks, values in itertools.product(links, ranks,
+                                                  itertools.product(*[v for _, v in axes])):
+        chosen = tuple(zip(names, values, strict=True))
+        args = [*base, *constant]
+        for key, value in chosen:
+            args += option_args(key, value)
+        out.append({"variant": variant, "ranks": nranks, "link_gbps": link,
+                    "axes": tuple((k, str(v)) for k, v in chosen),
+                    "args": (*args, *extra), "sizes": sizes})  # fmt: skip
+    return out
+
+
+def _option_pairs(args) -> set[tuple[str, ...]]:
+    """'--codec fp16 -c' -> {('--codec', 'fp16'), ('-c',)}."""
+    pairs, i = set(), 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("-"):
+            pairs.add((args[i], args[i + 1]))
+            i += 2
+        else:
+            pairs.add((args[i],))
+            i += 1
+    return pairs
+
+
+def _unique_slugs(raw: list[dict]) -> list[str]:
+    """File names of the tasks; tasks that differ only in constant options (two tables of
+    one variant) get the options that set them apart appended, else a digest."""
+    slugs = [_slug(t["variant"], t["axes"], t["ranks"], t["link_gbps"]) for t in raw]
+    groups: dict[str, list[int]] = {}
+    for i, slug in enumerate(slugs):
+        groups.setdefault(slug, []).append(i)
+    for slug, members in groups.items():
+        if len(members) == 1:
+            continue
+        options = [_option_pairs(raw[i]["args"]) for i in members]
+        shared = set.intersection(*options)
+        tags = [_sanitize("-".join(p[-1].lstrip("-") for p in sorted(own - shared)))[:40]
+                for own in options]  # fmt: skip
+        for i, tag in zip(members, tags, strict=True):
+            if not tag or tags.count(tag) > 1:
+                tag = hashlib.sha1(" ".join(raw[i]["args"]).encode()).hexdigest()[:8]
+            slugs[i] = f"{slug}_{tag}"
+    return slugs
+
+
+def load_spec(path, output: str | None = None, merged: str | None = None) -> Spec:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such sweep spec") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: not valid TOML ({e})") from None
+    sweep, slurm = data.get("sweep", {}), data.get("slurm", {})
+    for table, allowed, name in ((sweep, SWEEP_KEYS, "[sweep]"), (slurm, SLURM_KEYS, "[slurm]")):
+        unknown = set(table) - allowed
+        if unknown:
+            raise UsageError(f"{path}: {name} has unknown keys {', '.join(sorted(unknown))}")
+    unknown = set(data) - {"sweep", "slurm", "points"}
+    if unknown:
+        raise UsageError(f"{path}: unknown tables {', '.join(sorted(unknown))}")
+    points = data.get("points", [])
+    if not points:
+        raise UsageError(f"{path}: no [[points]] tables")
+    name = str(sweep.get("name", path.stem))
+    out_dir = Path(output or sweep.get("output", f"results/{name}"))
+    merged = Path(merged or sweep.get("merge") or out_dir.with_suffix(".csv"))
+    defaults = {k: v for k, v in sweep.items() if k in RESERVED}
+    timeout = float(sweep["timeout"]) if sweep.get("timeout") else None
+    spec = Spec(path, name, out_dir, merged, timeout, dict(slurm))
+    raw = []
+    for i, table in enumerate(points):
+        raw += _expand_table(table, defaults, f"{path}: [[points]] #{i + 1}")
+    slugs = _unique_slugs(raw)
+    if len(set(slugs)) != len(slugs):
+        raise UsageError(f"{path}: two [[points]] entries describe the same task")
+    spec.tasks = [Task(i, slug=s, **t) for i, (t, s) in enumerate(zip(raw, slugs, strict=True))]
+    return spec
+
+
+def csv_path(spec: Spec, task: Task) -> Path:
+    return spec.output / f"{task.slug}.csv"
+
+
+def remaining_sizes(spec: Spec, task: Task) -> list:
+    """The sizes of `task` still to measure, from what its CSV holds ([None] for a task
+    without sizes that has not finished).
+
+    The harness measures sizes in increasing order and appends each size's rows, and it
+    records a run in `<csv>.json` only once the run has finished. So if the newest rows
+    belong to a finished run, everything up to the largest size present is done; if not,
+    that run was killed and its last size may lack some configurations: measure it again
+    (the newer rows win when results are merged).
+    """
+    todo = list(task.sizes) or [None]
+    path = csv_path(spec, task)
+    if not path.exists():
+        return todo
+    _, rows = read_rows(path)
+    if not rows:
+        return todo
+    last = rows[-1]
+    finished = (last.get("run_id") or last.get("compare_id")) in _finished_runs(path)
+    if not task.sizes:
+        return [] if finished else todo
+    largest = max(int(r["size_bytes"]) for r in rows)
+    if finished:
+        return [s for s in task.sizes if s > largest]
+    return [s for s in task.sizes if s >= int(last["size_bytes"])]
+
+
+def _finished_runs(path: Path) -> set[str]:
+    return set(Sidecar(path).runs())
+
+
+def resume_args(task: Task, todo: list[int]) -> list[str]:
+    """The task's options with -m narrowed to the sizes still to measure."""
+    args = list(task.args)
+    if task.sizes and len(todo) < len(task.sizes):
+        i = args.index("-m")
+        args[i + 1] = format_sizes(todo)
+    return args
