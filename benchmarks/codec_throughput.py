@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _set_one_thread() -> None:
+def set_one_thread() -> None:
+    """torch's kernels on one thread, as each rank runs them (numpy's are single-threaded)."""
     try:
         import torch
     except ImportError:
@@ -174,7 +175,7 @@ def run(argv: list[str]) -> int:
     codecs = [parse_codec(spec) for spec in specs]  # bad specs fail before any timing
     for codec in codecs:
         codec.check_supported(opts.buffer, opts.dtype)
-    _set_one_thread()
+    set_one_thread()
     info = _run_info() if opts.csv else {}
     print(f"# ccbench codec throughput: {count} {opts.dtype} values ({size} B), buffer "
           f"{opts.buffer}, best of {opts.iterations} rounds, {opts.clock} clock, one thread",
