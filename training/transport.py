@@ -179,7 +179,8 @@ class Transport:
     def _omnireduce(self, buf) -> None:
         """OmniReduce reads its input while results arrive: a persistent output per
         buffer, copied back."""
-        from ccbench.collectives.omnireduce import OmniReduce, make_layout
+        from ccbench.collectives.omnireduce import OmniReduce
+        from ccbench.collectives.omnireduce_layout import make_layout
 
         def build():
             out = torch.empty_like(buf)
