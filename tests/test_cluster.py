@@ -341,7 +341,7 @@ def check_selfcheck_verdicts(proc) -> None:
     ceiling = float(re.search(r"TCP payload ceiling at MTU \d+: ([0-9.]+) Gbit/s",
                               proc.stdout).group(1))
     verdicts = []
-    for gbps, verdict in re.findall(r"^tcp .*: ([0-9.]+) Gbit/s = .* (ok|OFF)$", proc.stdout,
+    for gbps, verdict in re.findall(r"^tcp .*:\s+([0-9.]+) Gbit/s = .* (ok|OFF)$", proc.stdout,
                                     re.MULTILINE):
         low, high = 0.9 * ceiling, 1.02 * ceiling
         if min(abs(float(gbps) - low), abs(float(gbps) - high)) > 0.0015:  # not rounded away
