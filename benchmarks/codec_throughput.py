@@ -168,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _set_one_thread() -> None:
+def set_one_thread() -> None:
+    """torch's kernels on one thread, as each rank runs them (numpy's are single-threaded)."""
     try:
         import torch
     except ImportError:
@@ -227,7 +228,7 @@ def run(argv: list[str]) -> int:
     if not wanted or any(k not in KERNEL_CHOICES for k in wanted):
         raise UsageError(f"--kernels {opts.kernels!r}: comma-separated, of "
                          f"{', '.join(KERNEL_CHOICES)}")
-    _set_one_thread()
+    set_one_thread()
     info = _run_info() if opts.csv else {}
     shown = ", ".join(f"{size} B" for size in sizes)
     print(f"# ccbench codec throughput: {opts.dtype} buffers of {shown}, buffer "

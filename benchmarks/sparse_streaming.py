@@ -23,7 +23,8 @@ from mpi4py import MPI
 from ccbench.benchmarks.harness import Op, Variant, dense_reference, run_variant
 from ccbench.benchmarks.options import non_negative_int, positive_int
 from ccbench.collectives.baseline import bind_collective
-from ccbench.collectives.omnireduce import PROTOCOLS, OmniReduce, make_layout, stream_share
+from ccbench.collectives.omnireduce import OmniReduce
+from ccbench.collectives.omnireduce_layout import PROTOCOLS, make_layout, stream_share
 from ccbench.collectives.sparse_baselines import AllgatherSparse
 from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError

@@ -132,7 +132,7 @@ def print_summary(result: TrainResult) -> None:
 def build_parser(quiet: bool) -> RankAwareParser:
     from ccbench.training.frameworks import FRAMEWORKS
     from ccbench.training.models import DEFAULT_MODEL, MODELS
-    from ccbench.training.torch_comm import COMPRESS, VARIANTS
+    from ccbench.training.transport import COMPRESS, VARIANTS
 
     models = "\n".join(f"  {name:<11} {text}" for name, (_, text) in MODELS.items())
     parser = RankAwareParser(

@@ -15,18 +15,6 @@ from ccbench.collectives.ring import (
 ALGORITHMS = ("mpi", "ring")
 
 
-def mpi_allgather(comm, sendbuf, recvbuf) -> None:
-    comm.library_call("allgather", sendbuf, recvbuf)()
-
-
-def mpi_reduce_scatter(comm, sendbuf, recvbuf) -> None:
-    comm.library_call("reduce_scatter", sendbuf, recvbuf)()
-
-
-def mpi_allreduce(comm, sendbuf, recvbuf) -> None:
-    comm.library_call("allreduce", sendbuf, recvbuf)()
-
-
 def bind_collective(comm, algorithm: str, collective: str, sendbuf, recvbuf):
     """A zero-argument callable running one collective; set-up (views, scratch) done here."""
     if algorithm == "mpi":

@@ -246,15 +246,6 @@ def runs_note(frame: pd.DataFrame) -> str:
     return text
 
 
-def largest_common_size(frame: pd.DataFrame, by: str, groups) -> float | None:
-    """The largest size_bytes at which every listed group of `by` has a row."""
-    sizes = None
-    for group in groups:
-        have = set(frame.loc[frame[by] == group, "size_bytes"].dropna())
-        sizes = have if sizes is None else sizes & have
-    return max(sizes) if sizes else None
-
-
 # The codecs of the seed 000 reproduction sweep: shown first when a figure must choose.
 PREFERRED_CODECS = ("fp16", "bfp:rate=8", "zfp:rate=8")
 

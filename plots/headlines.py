@@ -13,7 +13,6 @@ import math
 import shlex
 
 import numpy as np
-import pandas as pd
 
 from ccbench.benchmarks.statistics import DEFAULT_MARGIN, ratio_interval, verdict
 from ccbench.kernels.inputs import ALIASES
@@ -253,8 +252,3 @@ def collect(data) -> tuple[list[Headline], list[str]]:
     position = {papers.CLAIMS[k].text: i for i, k in enumerate(order)}
     found.sort(key=lambda h: (position.get(h.claim.split(": against", 1)[0], 99)))
     return found, notes
-
-
-def table_frame(headlines: list[Headline]) -> pd.DataFrame:
-    """The table as a frame (tests, tools)."""
-    return pd.DataFrame([h.__dict__ for h in headlines])

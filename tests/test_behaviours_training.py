@@ -31,7 +31,7 @@ def quarters(x):
 
 
 def test_error_feedback_carries_the_codec_error_with_its_sign():
-    from ccbench.training.torch_comm import ErrorFeedback
+    from ccbench.training.transport import ErrorFeedback
 
     transport = QuarterTransport()
     feedback = ErrorFeedback(transport)
@@ -76,7 +76,7 @@ def test_error_feedback_through_the_fp16_transport():
     from mpi4py import MPI
 
     from ccbench.collectives.comm import Communicator
-    from ccbench.training.torch_comm import ErrorFeedback, Transport, TransportSpec
+    from ccbench.training.transport import ErrorFeedback, Transport, TransportSpec
 
     transport = Transport(Communicator(MPI.COMM_SELF),
                           TransportSpec(variant="coll_compressed", codec="fp16",

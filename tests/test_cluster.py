@@ -19,6 +19,14 @@ import pytest
 
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts import cluster as cl
+from ccbench.scripts import (
+    cluster_keeper,
+    cluster_layout,
+    cluster_netns,
+    cluster_regime,
+    cluster_run,
+    cluster_selfcheck,
+)
 from tests.mpirun import hydra_skip, variant_module
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
@@ -35,7 +43,7 @@ def can_build() -> str | None:
     missing = [t for t in ("ip", "tc") if shutil.which(t) is None]
     if missing:
         return f"needs iproute2 ({', '.join(missing)} missing)"
-    if not cl.has_privileges():
+    if not cluster_netns.has_privileges():
         return "needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) for network namespaces"
     return None
 
@@ -63,7 +71,7 @@ def tbf(netns: str, dev: str) -> dict:
     return next(q for q in json.loads(out) if q["kind"] == "tbf")
 
 
-def sent_received(c: cl.Cluster) -> list[tuple[int, int]]:
+def sent_received(c: cluster_layout.Cluster) -> list[tuple[int, int]]:
     """Bytes through each rank's shaper: (sent by the rank, received by the rank)."""
     return [(tbf(ns, c.rank_iface)["bytes"], tbf(c.switch_namespace, port)["bytes"])
             for ns, port in zip(c.namespaces, c.ports, strict=True)]  # fmt: skip
@@ -72,8 +80,8 @@ def sent_received(c: cl.Cluster) -> list[tuple[int, int]]:
 def down_and_check_gone(name: str) -> None:
     proc = ccb("down", "--name", name)
     assert proc.returncode == 0, proc.stderr
-    assert cl.leftover_namespaces(name) == []
-    assert not cl.state_path(name).exists()
+    assert cluster_netns.leftover_namespaces(name) == []
+    assert not cluster_layout.state_path(name).exists()
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +92,7 @@ def cluster():
     proc = ccb("up", "--name", NAME, "--ranks", str(RANKS), "--rate", RATE)
     try:
         assert proc.returncode == 0, proc.stderr
-        yield cl.load_state(NAME)
+        yield cluster_layout.load_state(NAME)
     finally:
         down_and_check_gone(NAME)
 
@@ -95,39 +103,40 @@ def cluster():
 @pytest.mark.parametrize("text, bps", [("1gbit", 10**9), ("100mbit", 10**8),
                                        ("2.5gbit", 25 * 10**8), ("500Mbit", 5 * 10**8)])
 def test_parse_rate(text, bps):
-    assert cl.parse_rate(text) == bps
+    assert cluster_layout.parse_rate(text) == bps
 
 
 @pytest.mark.parametrize("text", ["1gbps", "fast", "10kbit", "1 g bit", ""])
 def test_parse_rate_rejects(text):
     with pytest.raises(UsageError):
-        cl.parse_rate(text)
+        cluster_layout.parse_rate(text)
 
 
 @pytest.mark.parametrize("text, us", [("0", 0), ("50us", 50), ("1.5ms", 1500), ("1s", 10**6)])
 def test_parse_delay(text, us):
-    assert cl.parse_delay(text) == us
+    assert cluster_layout.parse_delay(text) == us
 
 
 @pytest.mark.parametrize("name", ["CCB", "1ab", "toolongnm", "a-b", ""])
 def test_bad_names_rejected(name):
     with pytest.raises(UsageError):
-        cl.check_name(name)
+        cluster_layout.check_name(name)
 
 
 def test_interface_names_fit_and_subnets_differ():
-    c = cl.Cluster("abcdefgh", cl.MAX_RANKS, 10**9, 0, 1500, 125000, 1 << 20)
+    c = cluster_layout.Cluster("abcdefgh", cluster_layout.MAX_RANKS, 10**9, 0, 1500, 125000,
+                               1 << 20)
     assert max(len(n) for n in [*c.ports, c.bridge, c.rank_iface]) <= 15
-    assert len(set(c.addresses)) == cl.MAX_RANKS
-    subnets = {cl.Cluster(n, 2, 10**9, 0, 1500, 1, 1).subnet for n in ("ccb", "ccbt", "ccbu",
-                                                                        "ccbv", "ccbsweep")}
+    assert len(set(c.addresses)) == cluster_layout.MAX_RANKS
+    subnets = {cluster_layout.Cluster(n, 2, 10**9, 0, 1500, 1, 1).subnet
+               for n in ("ccb", "ccbt", "ccbu", "ccbv", "ccbsweep")}
     assert len(subnets) == 5
     assert all(s.startswith("10.") and s.endswith(".0/24") for s in subnets)
 
 
 def test_mpiexec_command_puts_each_rank_in_its_namespace():
-    c = cl.Cluster("ccb", 4, 10**9, 0, 1500, 125000, 1 << 20)
-    args = cl.mpiexec_command(c, ["python", "-m", "x"], 3, "/bin/mpiexec")
+    c = cluster_layout.Cluster("ccb", 4, 10**9, 0, 1500, 125000, 1 << 20)
+    args = cluster_run.mpiexec_command(c, ["python", "-m", "x"], 3, "/bin/mpiexec")
     segments = " ".join(args).split(" : ")
     assert len(segments) == 3
     for i, seg in enumerate(segments):
@@ -140,44 +149,46 @@ def test_mpiexec_command_puts_each_rank_in_its_namespace():
                      "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "ccb-eth", "CCBENCH_LINK_GBPS": "1",
                      "CCBENCH_LINK_GOODPUT_GBPS": ceiling}
     c.goodput_bps = 0.9e9  # measured by selfcheck: that one
-    args = cl.mpiexec_command(c, ["python", "-m", "x"], 3, "/bin/mpiexec")
+    args = cluster_run.mpiexec_command(c, ["python", "-m", "x"], 3, "/bin/mpiexec")
     assert args[args.index("CCBENCH_LINK_GOODPUT_GBPS") + 1] == "0.9"
 
 
 def test_userns_commands_enter_the_keeper():
-    c = cl.Cluster("ccb", 2, 10**9, 0, 1500, 125000, 1 << 20, mode=cl.USERNS, keeper_pid=4242)
+    c = cluster_layout.Cluster("ccb", 2, 10**9, 0, 1500, 125000, 1 << 20,
+                               mode=cluster_layout.USERNS, keeper_pid=4242)
     enter = ["nsenter", "-t", "4242", "-U", "-m", "-n", "--preserve-credentials",
              f"--wd={os.getcwd()}", "--"]
-    assert cl.mpiexec_command(c, ["x"], 2, "/bin/mpiexec")[:len(enter) + 1] == [
+    assert cluster_run.mpiexec_command(c, ["x"], 2, "/bin/mpiexec")[:len(enter) + 1] == [
         *enter, "/bin/mpiexec"]
-    assert cl.enter_command(cl.Cluster("ccb", 2, 10**9, 0, 1500, 1, 1)) == []
+    assert cluster_netns.enter_command(cluster_layout.Cluster("ccb", 2, 10**9, 0, 1500, 1, 1)) == []
 
 
 def test_state_dir_of_other_users(monkeypatch, tmp_path):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    assert cl.state_path("ccb") == tmp_path / "ccbench" / "ccb.json"
+    assert cluster_layout.state_path("ccb") == tmp_path / "ccbench" / "ccb.json"
     monkeypatch.delenv("XDG_RUNTIME_DIR")
-    assert cl.state_dir().name == f"ccbench-{os.getuid()}"
+    assert cluster_layout.state_dir().name == f"ccbench-{os.getuid()}"
 
 
 def test_regime_rate_by_hand():
     # round trip 2 GB/s on a core; 4 ranks on 2 cores get half each: 1 GB/s = 8 Gbit/s;
     # a codec 8 times faster than the link: 1 Gbit/s
     two = {"encode_bps": 4e9, "decode_bps": 4e9, "round_trip_bps": 2e9}
-    r = cl.regime_rate("fp16", 8, ranks=4, cores=2, measured=two)
+    regime_rate = cluster_regime.regime_rate
+    r = regime_rate("fp16", 8, ranks=4, cores=2, measured=two)
     assert r["share"] == 0.5 and r["rate_bps"] == 10**9
     assert r["per_rank_gbytes_per_s"] == pytest.approx(1.0)
     # 2.8389 GB/s / 2 x 8 / 9 = 1.26173 Gbit/s, kept to 3 significant digits
     odd = {**two, "round_trip_bps": 2.8389e9}
-    assert cl.regime_rate("bfp:rate=8", 9, ranks=4, cores=2, measured=odd)["rate_bps"] == (
+    assert regime_rate("bfp:rate=8", 9, ranks=4, cores=2, measured=odd)["rate_bps"] == (
         1_260_000_000)
     # fewer ranks than cores: each has a whole core, no more
-    assert cl.regime_rate("fp16", 8, ranks=1, cores=2, measured=two)["rate_bps"] == 2 * 10**9
+    assert regime_rate("fp16", 8, ranks=1, cores=2, measured=two)["rate_bps"] == 2 * 10**9
 
 
 def test_codec_throughput_is_measured():
-    m = cl.codec_throughput("fp16", nbytes=1 << 20, repeats=2)
+    m = cluster_regime.codec_rates("fp16", nbytes=1 << 20, repeats=2)
     assert m["encode_bps"] > 0 and m["decode_bps"] > 0
     # one encode and one decode of the same bytes: the rates add harmonically
     assert m["round_trip_bps"] == pytest.approx(1 / (1 / m["encode_bps"] + 1 / m["decode_bps"]))
@@ -194,9 +205,9 @@ def test_up_refuses_rate_and_codec_together(capsys):
 
 
 def test_default_bucket_and_queue():
-    assert cl.default_burst(10**9, 1500) == 125_000  # 1 ms at 1 Gbit/s
-    assert cl.default_burst(10**6, 1500) == 4 * 1514  # never below a few frames
-    assert cl.default_limit(10**9, 125_000) == 2_500_000  # 20 ms at 1 Gbit/s
+    assert cluster_layout.default_burst(10**9, 1500) == 125_000  # 1 ms at 1 Gbit/s
+    assert cluster_layout.default_burst(10**6, 1500) == 4 * 1514  # never below a few frames
+    assert cluster_layout.default_limit(10**9, 125_000) == 2_500_000  # 20 ms at 1 Gbit/s
 
 
 def unprivileged(*args: str) -> subprocess.CompletedProcess:
@@ -241,7 +252,7 @@ def test_check_as_root():
 @needs_namespaces
 def test_layout(cluster):
     assert cluster.ranks == RANKS
-    assert {*cluster.namespaces, cluster.switch_namespace} <= cl.list_namespaces()
+    assert {*cluster.namespaces, cluster.switch_namespace} <= cluster_netns.list_namespaces()
     host_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert f"{NAME}-" not in host_links  # nothing in the host's namespace
     for ns, port in zip(cluster.namespaces, cluster.ports, strict=True):
@@ -256,14 +267,14 @@ def test_layout(cluster):
 def test_up_again_is_a_no_op(cluster):
     proc = ccb("up", "--name", NAME, "--ranks", str(RANKS), "--rate", RATE)
     assert proc.returncode == 0 and "already up" in proc.stdout
-    assert cl.load_state(NAME).created == cluster.created
+    assert cluster_layout.load_state(NAME).created == cluster.created
 
 
 @needs_namespaces
 def test_traffic_flows_and_is_shaped(cluster):
     before = sent_received(cluster)
     nbytes = 2 << 20
-    bps = cl.tcp_flows(cluster, [(0, 1)], nbytes)[0]
+    bps = cluster_selfcheck.tcp_flows(cluster, [(0, 1)], nbytes)[0]
     after = sent_received(cluster)
     assert after[0][0] - before[0][0] >= nbytes  # left rank 0 through its shaper
     assert after[1][1] - before[1][1] >= nbytes  # reached rank 1 through the switch's
@@ -337,7 +348,7 @@ def check_selfcheck_verdicts(proc) -> None:
     ceiling = float(re.search(r"TCP payload ceiling at MTU \d+: ([0-9.]+) Gbit/s",
                               proc.stdout).group(1))
     verdicts = []
-    for gbps, verdict in re.findall(r"^tcp .*: ([0-9.]+) Gbit/s = .* (ok|OFF)$", proc.stdout,
+    for gbps, verdict in re.findall(r"^tcp .*:\s+([0-9.]+) Gbit/s = .* (ok|OFF)$", proc.stdout,
                                     re.MULTILINE):
         low, high = 0.9 * ceiling, 1.02 * ceiling
         if min(abs(float(gbps) - low), abs(float(gbps) - high)) > 0.0015:  # not rounded away
@@ -367,26 +378,26 @@ def test_second_cluster_coexists_and_reconfigures(cluster):
     other = "ccbu"
     try:
         assert ccb("up", "--name", other, "--ranks", "1", "--rate", "100mbit").returncode == 0
-        first = cl.load_state(other)
+        first = cluster_layout.load_state(other)
         assert first.subnet != cluster.subnet
         proc = ccb("up", "--name", other, "--ranks", "2", "--rate", "300mbit")
         assert proc.returncode == 0 and "removed the previous layout" in proc.stdout
-        again = cl.load_state(other)
+        again = cluster_layout.load_state(other)
         assert again.ranks == 2 and tbf(f"{other}-1", again.rank_iface)["options"]["rate"] == (
             300_000_000 // 8)
     finally:
         down_and_check_gone(other)
-    assert cl.intact(cl.load_state(NAME))  # the other cluster was left alone
+    assert cl.intact(cluster_layout.load_state(NAME))  # the other cluster was left alone
     proc = ccb("down", "--name", other)
     assert proc.returncode == 0 and "was not up" in proc.stdout
 
 
 @needs_namespaces
-@pytest.mark.parametrize("failure", [cl.ClusterError("tc broke"), KeyboardInterrupt()])
+@pytest.mark.parametrize("failure", [cluster_layout.ClusterError("tc broke"), KeyboardInterrupt()])
 def test_failed_up_leaves_nothing(monkeypatch, capsys, failure):
     name = "ccbv"
     calls = []
-    real = cl.shape_link
+    real = cluster_netns.shape_link
 
     def shape_then_fail(*args):
         calls.append(args)
@@ -394,12 +405,12 @@ def test_failed_up_leaves_nothing(monkeypatch, capsys, failure):
             raise failure
         return real(*args)
 
-    monkeypatch.setattr(cl, "shape_link", shape_then_fail)
+    monkeypatch.setattr(cluster_netns, "shape_link", shape_then_fail)
     try:
         status = cl.main(["up", "--name", name, "--ranks", "2", "--rate", "100mbit"])
-        assert status == (1 if isinstance(failure, cl.ClusterError) else 130)
-        assert cl.leftover_namespaces(name) == []
-        assert not cl.state_path(name).exists()
+        assert status == (1 if isinstance(failure, cluster_layout.ClusterError) else 130)
+        assert cluster_netns.leftover_namespaces(name) == []
+        assert not cluster_layout.state_path(name).exists()
     finally:
         cl.main(["down", "--name", name])
 
@@ -417,7 +428,7 @@ USERNS_RATIO = 40.0
 def userns_cluster():
     if can_build() is not None:
         pytest.skip(can_build())
-    why = cl.userns_unavailable()
+    why = cluster_netns.userns_unavailable()
     if why:
         pytest.skip(why)
     ccb("down", "--name", USERNS_NAME)
@@ -425,24 +436,24 @@ def userns_cluster():
                "--codec-ratio", str(USERNS_RATIO), timeout=120)
     try:
         assert proc.returncode == 0, proc.stderr
-        yield cl.load_state(USERNS_NAME), proc.stdout
+        yield cluster_layout.load_state(USERNS_NAME), proc.stdout
     finally:
         proc = ccb("down", "--name", USERNS_NAME)
         assert proc.returncode == 0, proc.stderr
-        assert not cl.state_path(USERNS_NAME).exists()
+        assert not cluster_layout.state_path(USERNS_NAME).exists()
 
 
 @needs_namespaces
 def test_userns_cluster_leaves_the_host_alone(userns_cluster):
     c, printed = userns_cluster
-    assert c.mode == cl.USERNS and cl.keeper_alive(c) and cl.intact(c)
-    assert not [ns for ns in cl.list_namespaces() if ns.startswith(f"{USERNS_NAME}-")]
+    assert c.mode == cluster_layout.USERNS and cluster_keeper.keeper_alive(c) and cl.intact(c)
+    assert not [ns for ns in cluster_netns.list_namespaces() if ns.startswith(f"{USERNS_NAME}-")]
     # the rate: the measured round trip, shared by 2 ranks on this host's cores, over 40
     r = c.regime
     share = min(1.0, len(os.sched_getaffinity(0)) / 2)
     bps = r["round_trip_gbytes_per_s"] * 1e9 * share * 8 / USERNS_RATIO
     assert c.rate_bps == pytest.approx(bps, rel=5e-3)
-    assert f"/ {USERNS_RATIO:g} -> links of {cl.format_rate(c.rate_bps)}" in printed
+    assert f"/ {USERNS_RATIO:g} -> links of {cluster_layout.format_rate(c.rate_bps)}" in printed
     # the same regime again is the same cluster, though its measurement moved
     proc = ccb("up", "--name", USERNS_NAME, "--ranks", "2", "--userns", "--codec",
                "bfp:rate=8", "--codec-ratio", str(USERNS_RATIO), timeout=120)
@@ -471,23 +482,23 @@ def test_userns_ranks_run_over_the_shaped_links(userns_cluster, tmp_path):
     proc = ccb("selfcheck", "--name", USERNS_NAME, "--no-mpi", "--bytes", "4m", timeout=120)
     check_selfcheck_verdicts(proc)
     assert "tcp  rank 0 -> 1" in proc.stdout
-    assert cl.load_state(USERNS_NAME).goodput_bps > 0  # the floor's rate from now on
+    assert cluster_layout.load_state(USERNS_NAME).goodput_bps > 0  # the floor's rate from now on
 
 
 @needs_namespaces
 def test_userns_down_stops_the_keeper():
     name = "ccbx"
-    if cl.userns_unavailable():
-        pytest.skip(cl.userns_unavailable())
+    if cluster_netns.userns_unavailable():
+        pytest.skip(cluster_netns.userns_unavailable())
     proc = ccb("up", "--name", name, "--ranks", "1", "--rate", "10mbit", "--userns")
     assert proc.returncode == 0, proc.stderr
-    c = cl.load_state(name)
-    assert cl.keeper_alive(c)
+    c = cluster_layout.load_state(name)
+    assert cluster_keeper.keeper_alive(c)
     proc = ccb("down", "--name", name)
     assert proc.returncode == 0 and "is down" in proc.stdout, proc.stdout
-    assert not Path(f"/proc/{c.keeper_pid}").exists() or cl._zombie(c.keeper_pid)
-    assert not cl.state_path(name).exists()
-    assert not cl.state_path(name).with_suffix(".log").exists()
+    assert not Path(f"/proc/{c.keeper_pid}").exists() or cluster_keeper._zombie(c.keeper_pid)
+    assert not cluster_layout.state_path(name).exists()
+    assert not cluster_layout.state_path(name).with_suffix(".log").exists()
 
 
 # ----------------------------------------------------------------------------- unprivileged
@@ -551,7 +562,7 @@ def run_as_nobody(as_nobody, home: Path, check) -> None:
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         status = json.loads(as_nobody("status", "--name", name, "--json").stdout)
-        assert status["mode"] == cl.USERNS and status["ranks"] == 2
+        assert status["mode"] == cluster_layout.USERNS and status["ranks"] == 2
         run = as_nobody("run", "--name", name, "--", sys.executable,
                         *variant_module("baseline"), "--collective", "allgather", "-m",
                         "256K:256K", "-i", "3", "-x", "1", "-c", "--csv", str(out), timeout=180)
@@ -566,6 +577,6 @@ def run_as_nobody(as_nobody, home: Path, check) -> None:
         down = as_nobody("down", "--name", name)
     assert down.returncode == 0 and "is down" in down.stdout, down.stdout + down.stderr
     # nothing was ever on the host: no namespaces, no links of this name
-    assert not [ns for ns in cl.list_namespaces() if ns.startswith(f"{name}-")]
+    assert not [ns for ns in cluster_netns.list_namespaces() if ns.startswith(f"{name}-")]
     host_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert f"{name}-" not in host_links

@@ -23,14 +23,23 @@ FOUNDATION = {"ccbench.kernels.errors", "ccbench.kernels.vocabulary"}
 
 
 def modules() -> dict[str, Path]:
+    """ccbench module name -> file, by the folders pyproject.toml maps to `ccbench.*`."""
+    from ccbench.scripts.revisions import rooms
+
     found = {}
-    for room in FLOORS:
-        for path in sorted((REPO / room).rglob("*.py")):
-            parts = path.relative_to(REPO).with_suffix("").parts
+    for room, folder in rooms(REPO).items():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            parts = path.relative_to(REPO / folder).with_suffix("").parts
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            found[".".join(("ccbench", *parts))] = path
+            found[".".join(("ccbench", room, *parts))] = path
     return found
+
+
+def test_every_room_pyproject_maps_has_a_floor():
+    from ccbench.scripts.revisions import rooms
+
+    assert set(rooms(REPO)) == set(FLOORS)
 
 
 MODULES = modules()

@@ -159,7 +159,7 @@ def test_density_list_parsing():
 @pytest.mark.parametrize("size,aggregators", [(4, 0), (6, 2), (2, 1)])
 @pytest.mark.parametrize("count,block", [(10000, 64), (100, 64), (0, 8)])
 def test_layout_covers_every_block_once(size, aggregators, count, block):
-    from ccbench.collectives.omnireduce import make_layout
+    from ccbench.collectives.omnireduce_layout import make_layout
 
     layout = make_layout(count, block, size, aggregators, streams_per_aggregator=3)
     covered = [b for start, stop in layout.streams for b in range(start, stop)]

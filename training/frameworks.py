@@ -1,8 +1,8 @@
 """Trainers on stock PyTorch: FSDP2 and DDP with ccbench's collectives, and MG-WFBP driven
 by a real backward pass.
 
-Every trainer takes a ``torch_comm.Transport`` (which variant and codec carry the
-traffic) and a ``torch_comm.CommStream`` (the communication thread), and its ``step``
+Every trainer takes a ``transport.Transport`` (which variant and codec carry the
+traffic) and a ``comm_stream.CommStream`` (the communication thread), and its ``step``
 returns a ``sharded.StepRecord`` with the same fields as the compact trainer's:
 
 - forward_us, backward_us: wall time of the forward pass and of ``loss.backward()``
@@ -31,14 +31,10 @@ import torch
 from torch import nn
 
 from ccbench.kernels.errors import UsageError
+from ccbench.training.comm_stream import CommStream
 from ccbench.training.sharded import StepRecord
-from ccbench.training.torch_comm import (
-    CommStream,
-    DDPHook,
-    ErrorFeedback,
-    Transport,
-    set_fsdp_comms,
-)
+from ccbench.training.torch_hooks import DDPHook, set_fsdp_comms
+from ccbench.training.transport import ErrorFeedback, Transport
 
 FRAMEWORKS = ("own", "fsdp", "ddp", "mgwfbp")
 

@@ -161,12 +161,9 @@ def torch_hook_of(config: TrainConfig) -> str:
 
 def _build_stream_trainer(comm, config: TrainConfig, task, model, lr, cost):
     from ccbench.training import frameworks
-    from ccbench.training.torch_comm import (
-        CommStream,
-        Transport,
-        TransportSpec,
-        init_torch_distributed,
-    )
+    from ccbench.training.comm_stream import CommStream
+    from ccbench.training.rendezvous import init_torch_distributed
+    from ccbench.training.transport import Transport, TransportSpec
 
     if config.framework not in frameworks.FRAMEWORKS:
         raise UsageError(f"unknown framework {config.framework!r}; choose from "

@@ -137,7 +137,8 @@ def simulate_request_driven(masks, layout, count: int, block: int, itemsize: int
 def run_case(comm, aggregators, algorithm, protocol, count, block, density, overlap, fusion,
              window, threshold) -> dict:
     from ccbench.collectives.baseline import bind_collective
-    from ccbench.collectives.omnireduce import OmniReduce, make_layout
+    from ccbench.collectives.omnireduce import OmniReduce
+    from ccbench.collectives.omnireduce_layout import make_layout
     from ccbench.collectives.sparse_baselines import AllgatherSparse
     from ccbench.kernels.sparse_data import sparse_input
 

@@ -35,7 +35,7 @@ def checked_transport(comm, spec):
     import torch
     import torch.distributed as dist
 
-    from ccbench.training.torch_comm import Transport
+    from ccbench.training.transport import Transport
 
     class Checked(Transport):
         checks: list = []
@@ -94,8 +94,9 @@ def run_case(comm, task, framework, variant, algorithm, codec, compress, feedbac
     import torch
 
     from ccbench.training import frameworks
+    from ccbench.training.comm_stream import CommStream
     from ccbench.training.models import build_model
-    from ccbench.training.torch_comm import CommStream, TransportSpec
+    from ccbench.training.transport import TransportSpec
 
     spec = TransportSpec(variant=variant, algorithm=algorithm, codec=codec,
                          compress=compress, error_feedback=feedback)
@@ -138,7 +139,7 @@ def driver() -> int:
 
     from ccbench.collectives.comm import Communicator
     from ccbench.training.models import make_task
-    from ccbench.training.torch_comm import init_torch_distributed
+    from ccbench.training.rendezvous import init_torch_distributed
 
     comm = Communicator(MPI.COMM_WORLD)
     init_torch_distributed(comm)
@@ -181,8 +182,9 @@ def _accumulation_case(comm, task, emit):
     from torch.distributed.fsdp import fully_shard
 
     from ccbench.training import frameworks
+    from ccbench.training.comm_stream import CommStream
     from ccbench.training.models import build_model
-    from ccbench.training.torch_comm import CommStream, Transport, TransportSpec
+    from ccbench.training.transport import Transport, TransportSpec
 
     def accumulate(model):
         for step in (1, 2):

@@ -1,0 +1,83 @@
+"""MPI jobs in the cluster: one rank per namespace, MPICH over TCP on the shaped links.
+
+``run`` starts the ``mpiexec`` next to the running Python (else the one on PATH) in the
+host namespace; Hydra's proxy forks every rank as ``ip netns exec <name>-<i> COMMAND``.
+The rank inherits its PMI connection to the proxy as a file descriptor (``PMI_FD``), so
+the launch needs no network between namespaces, while MPI traffic is forced onto TCP over
+``<name>-eth``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+
+from ccbench.kernels.errors import UsageError
+from ccbench.scripts.cluster_layout import Cluster
+from ccbench.scripts.cluster_netns import enter_command
+from ccbench.scripts.launch import MPICH, placement_args
+
+# Checked with the mpich wheel (MPICH 5, ch4:ucx,ofi): without NOLOCAL the ranks, all on
+# one host as far as MPICH knows, talk through shared memory; without the ofi/tcp
+# settings the ucx netmod bypasses the shaped interface. Either way no bytes cross tc.
+MPICH_TCP_ENV = {
+    "MPIR_CVAR_NOLOCAL": "1",
+    "MPIR_CVAR_CH4_NETMOD": "ofi",
+    "FI_PROVIDER": "tcp",
+}
+
+
+def check_hydra(mpiexec: str) -> None:
+    proc = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, check=False)
+    if "HYDRA" not in proc.stdout:
+        raise UsageError(f"{mpiexec} is not MPICH's Hydra; `ccbench cluster run` drives MPICH "
+                         "(see docs/emulated-cluster.md for the Open MPI equivalent)")  # fmt: skip
+
+
+def rank_environment(cluster: Cluster, nranks: int) -> dict[str, str]:
+    # the payload rate the compressed variants' floor uses: measured by `selfcheck`,
+    # else the TCP ceiling of the configured rate
+    goodput = cluster.goodput_bps or cluster.tcp_goodput_bps()
+    env = {
+        **MPICH_TCP_ENV,
+        "FI_TCP_IFACE": cluster.rank_iface,
+        "CCBENCH_LINK_GBPS": f"{cluster.link_gbps:g}",
+        "CCBENCH_LINK_GOODPUT_GBPS": f"{goodput / 1e9:.6g}",
+    }
+    if "OMP_NUM_THREADS" not in os.environ:
+        # the emulated nodes share the host's cores: no rank should spawn a thread per core
+        env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // nranks))
+    return env
+
+
+def mpiexec_command(cluster: Cluster, command: list[str], nranks: int,
+                    mpiexec: str, bind: bool | None = None) -> list[str]:  # fmt: skip
+    """Hydra MPMD launch: segment i is rank i, run inside namespace i."""
+    if command[0] in ("python", "python3"):
+        command = [sys.executable, *command[1:]]  # the Python with mpi4py, even under sudo
+    # Hydra binds each rank to a core of the host the emulated nodes share
+    args = [*enter_command(cluster), mpiexec, "-launcher", "fork",
+            *placement_args(MPICH, nranks, bind)]
+    for key, value in rank_environment(cluster, nranks).items():
+        args += ["-genv", key, value]
+    for i in range(nranks):
+        if i:
+            args.append(":")
+        args += ["-n", "1", "ip", "netns", "exec", cluster.namespaces[i], *command]
+    return args
+
+
+def launch(args: list[str]) -> int:
+    """Run mpiexec in the foreground; on Ctrl-C let Hydra stop the ranks, then kill it."""
+    proc = subprocess.Popen(args)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        # The terminal sent SIGINT to mpiexec too; Hydra forwards it to the ranks.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout=10)
+        proc.kill()
+        proc.wait()
+        return 130

@@ -1,0 +1,213 @@
+"""The cluster's self-check: TCP streams between ranks and a plain MPI_Allgather, each
+run inside the cluster's namespaces (``python -m ccbench.scripts.cluster _tcp-flow``,
+``_mpi-allgather``) and judged against the configured rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from ccbench.scripts.cluster_layout import (
+    Cluster,
+    ClusterError,
+    load_state,
+    save_state,
+    state_lock,
+)
+from ccbench.scripts.cluster_netns import enter_command
+from ccbench.scripts.cluster_run import mpiexec_command
+from ccbench.scripts.launch import find_mpiexec
+
+SELFCHECK_PORT = 18515  # inside the cluster's namespaces only, so it never clashes
+
+
+def selfcheck(cluster: Cluster, nbytes: int, mpi_bytes: int) -> bool:
+    """TCP streams of `nbytes` (rank 0 to 1, then a ring all at once) and, unless
+    `mpi_bytes` is 0, an MPI_Allgather of `mpi_bytes` per rank, each printed with its
+    verdict against the configured rate; True when every verdict is ok. The slowest TCP
+    stream's rate is kept in the state as the cluster's goodput."""
+    rate = cluster.rate_bps
+    ceiling = cluster.tcp_goodput_bps()
+    cores = len(os.sched_getaffinity(0))
+    print(f"configured rate {rate / 1e9:.3f} Gbit/s; TCP payload ceiling at MTU {cluster.mtu}: "
+          f"{ceiling / 1e9:.3f} Gbit/s (Ethernet+IP+TCP headers)")
+    ok = True
+
+    def judge(bps: float) -> str:
+        nonlocal ok
+        good = 0.9 * ceiling <= bps <= 1.02 * ceiling
+        ok &= good
+        return f"{bps / 1e9:.3f} Gbit/s = {bps / rate:.1%} of rate  {'ok' if good else 'OFF'}"
+
+    one = tcp_flows(cluster, [(0, 1)], nbytes)
+    print(f"tcp  rank 0 -> 1, {nbytes} B:            {judge(one[0])}")
+    ring = [(i, (i + 1) % cluster.ranks) for i in range(cluster.ranks)]
+    worst = min(tcp_flows(cluster, ring, nbytes).values())
+    print(f"tcp  ring of {cluster.ranks} (all at once), slowest: {judge(worst)}")
+    # the compressed variants' floor uses this rate from now on (CCBENCH_LINK_GOODPUT_GBPS)
+    with state_lock():
+        current = load_state(cluster.name)
+        if current is not None and current.keeper_pid == cluster.keeper_pid:
+            current.goodput_bps = float(worst)
+            save_state(current)
+    if mpi_bytes:
+        size = mpi_bytes
+        bound = (cluster.ranks - 1) * size * 8 / rate
+        out = subprocess.run(
+            mpiexec_command(cluster, [sys.executable, "-m", "ccbench.scripts.cluster",
+                                      "_mpi-allgather", "--bytes", str(size)],
+                            cluster.ranks, find_mpiexec()),
+            capture_output=True, text=True, env=dict(os.environ), check=False,
+            timeout=120 + 40 * bound,
+        )  # fmt: skip
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+        if out.returncode != 0 or not lines:
+            tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ClusterError(f"MPI self-check failed: {tail}")
+        res = json.loads(lines[-1])
+        ratio = res["mean_s"] / bound
+        good = ratio <= 1.10
+        ok &= good
+        print(f"mpi  MPI_Allgather {cluster.ranks} ranks x {size} B: mean {res['mean_s']:.4f} s, "
+              f"link bound (n-1) x size / rate {bound:.4f} s, ratio {ratio:.3f}  "
+              f"{'ok' if good else 'OFF'}")
+        share = min(1.0, cores / cluster.ranks)
+        print(f"     rank CPU busy {res['cpu_busy']:.2f} s/s (about {share:.2f} = ranks polling "
+              "on all cores; much less = the host is busy with other work)")
+    return ok
+
+
+def tcp_flows(cluster: Cluster, pairs: list[tuple[int, int]], nbytes: int) -> dict[int, float]:
+    """Run TCP streams src -> dst (all at once); return bit/s per source rank."""
+    receivers = sorted({dst for _, dst in pairs})
+    senders = {src: dst for src, dst in pairs}
+    procs = {}
+    env = dict(os.environ)
+    helper = [sys.executable, "-m", "ccbench.scripts.cluster", "_tcp-flow", "--bytes", str(nbytes)]
+    for rank in sorted(set(receivers) | set(senders)):
+        args = [*enter_command(cluster), "ip", "netns", "exec", cluster.namespaces[rank],
+                *helper]
+        if rank in receivers:
+            args += ["--listen", cluster.addresses[rank],
+                     "--peers", str(sum(1 for _, d in pairs if d == rank))]  # fmt: skip
+        if rank in senders:
+            args += ["--send-to", cluster.addresses[senders[rank]]]
+        procs[rank] = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, env=env)  # fmt: skip
+    timeout = 30 + 20 * nbytes * 8 / cluster.rate_bps
+    results, errors = {}, []
+    try:
+        for rank, proc in procs.items():
+            out, err = proc.communicate(timeout=timeout)
+            if proc.returncode != 0:
+                tail = err.strip().splitlines() or ["no output"]
+                errors.append(f"rank {rank}: {tail[-1]}")
+                continue
+            report = json.loads(out.strip().splitlines()[-1])
+            if "bps" in report:
+                results[rank] = report["bps"]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if errors:
+        raise ClusterError("TCP self-check failed: " + "; ".join(errors))
+    return results
+
+
+def tcp_flow_main(argv: list[str]) -> int:
+    """Helper run inside a namespace: receive from --peers senders and/or send --bytes."""
+    p = argparse.ArgumentParser(prog="ccbench.scripts.cluster _tcp-flow")
+    p.add_argument("--bytes", type=int, required=True)
+    p.add_argument("--listen")
+    p.add_argument("--peers", type=int, default=1)
+    p.add_argument("--send-to")
+    a = p.parse_args(argv)
+    server = None
+    if a.listen:
+        server = socket.create_server((a.listen, SELFCHECK_PORT), backlog=a.peers)
+        sinks = [threading.Thread(target=_sink, args=(server,)) for _ in range(a.peers)]
+        for t in sinks:
+            t.start()
+    report = {}
+    if a.send_to:
+        report["bps"] = _source(a.send_to, a.bytes)
+    if server is not None:
+        for t in sinks:
+            t.join()
+        server.close()
+    print(json.dumps(report), flush=True)
+    return 0
+
+
+def _sink(server: socket.socket) -> None:
+    conn, _ = server.accept()
+    with conn:
+        buf = memoryview(bytearray(1 << 20))
+        while conn.recv_into(buf):
+            pass
+        conn.sendall(b"k")  # everything arrived: the sender stops its clock
+
+
+def _source(host: str, nbytes: int) -> float:
+    deadline = time.monotonic() + 10
+    while True:  # the sink may still be starting
+        try:
+            conn = socket.create_connection((host, SELFCHECK_PORT), timeout=10)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    with conn:
+        conn.settimeout(None)
+        data = memoryview(bytes(min(nbytes, 16 << 20)))
+        start = time.perf_counter()
+        left = nbytes
+        while left:
+            n = min(left, len(data))
+            conn.sendall(data[:n])
+            left -= n
+        conn.shutdown(socket.SHUT_WR)
+        conn.recv(1)
+        return nbytes * 8 / (time.perf_counter() - start)
+
+
+def mpi_allgather_main(argv: list[str]) -> int:
+    """Helper run as an MPI job in the cluster: plain MPI_Allgather, best and mean time."""
+    import numpy as np
+    from mpi4py import MPI
+
+    p = argparse.ArgumentParser(prog="ccbench.scripts.cluster _mpi-allgather")
+    p.add_argument("--bytes", type=int, required=True)
+    p.add_argument("--iterations", type=int, default=5)
+    a = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    send = np.ones(a.bytes, np.uint8)
+    recv = np.empty(a.bytes * comm.size, np.uint8)
+    times = []
+    comm.Allgather(send, recv)  # sets up the connections: not timed
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for _ in range(a.iterations):
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        comm.Allgather(send, recv)
+        times.append(MPI.Wtime() - t0)
+    # CPU seconds per wall second of this rank: 1.0 = it busy-polled the whole time
+    busy = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+    mine = np.array([*times, busy])
+    slowest = np.empty_like(mine)
+    comm.Reduce(mine, slowest, op=MPI.MAX, root=0)
+    if comm.rank == 0:
+        print(json.dumps({"ranks": comm.size, "bytes": a.bytes, "mean_s": float(
+            slowest[:-1].mean()), "min_s": float(slowest[:-1].min()),
+            "cpu_busy": float(slowest[-1])}), flush=True)  # fmt: skip
+    return 0

@@ -1,0 +1,130 @@
+"""The communication stream: collectives run in the order they were submitted, on a
+thread of their own, as a CUDA communication stream does.
+
+Every rank submits in the same order (FSDP's and DDP's schedules are deterministic), so
+MPI sees matching collectives. The training thread's waits on it are timed: that is the
+*exposed* communication.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+
+class Ticket:
+    """One submitted collective: done when the stream has run it."""
+
+    __slots__ = ("event", "error", "result")
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.error: BaseException | None = None
+        self.result = None
+
+
+class CommStream:
+    """Collectives run one after another on a communication thread, in submission order.
+
+    ``overlap=False`` runs every call inline on the caller's thread instead (nothing is
+    hidden behind compute). ``waited_s`` adds up the time the training thread spent
+    waiting on communication (inline calls included); ``busy`` the time the collectives
+    themselves took, per kind.
+    """
+
+    def __init__(self, overlap: bool = True):
+        self.overlap = overlap
+        self.waited_s = 0.0
+        self.busy: dict[str, float] = {}
+        self._pending: list[Ticket] = []
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = None
+        self._callback_queued = False
+        if overlap:
+            self._thread = threading.Thread(target=self._loop, name="ccbench-comm", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while (item := self._work.get()) is not None:
+            call, kind, ticket = item
+            t0 = time.perf_counter()
+            try:
+                ticket.result = call()
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                ticket.error = exc
+            self.busy[kind] = self.busy.get(kind, 0.0) + time.perf_counter() - t0
+            ticket.event.set()
+
+    def submit(self, call, kind: str = "other") -> Ticket:
+        """Run ``call()`` on the stream (inline without overlap); returns its ticket.
+        ``kind`` (allgather, reduce_scatter, allreduce) files its time in ``busy``."""
+        ticket = Ticket()
+        if not self.overlap:
+            t0 = time.perf_counter()
+            ticket.result = call()
+            elapsed = time.perf_counter() - t0
+            self.busy[kind] = self.busy.get(kind, 0.0) + elapsed
+            self.waited_s += elapsed
+            ticket.event.set()
+            return ticket
+        self._pending.append(ticket)
+        self._work.put((call, kind, ticket))
+        return ticket
+
+    def wait(self, ticket: Ticket):
+        """Block until ``ticket`` is done (timed as exposed communication)."""
+        if not ticket.event.is_set():
+            t0 = time.perf_counter()
+            ticket.event.wait()
+            self.waited_s += time.perf_counter() - t0
+        if ticket.error is not None:
+            raise ticket.error
+        return ticket.result
+
+    def drain(self) -> None:
+        """Wait for everything submitted so far."""
+        pending, self._pending = self._pending, []
+        for ticket in pending:
+            self.wait(ticket)
+
+    def drain_after_backward(self) -> None:
+        """Queue, once per backward, an autograd-engine callback that drains the stream
+        when backward ends (before DDP's reducer reads its buckets)."""
+        if self._callback_queued or not self.overlap:
+            return
+        self._callback_queued = True
+
+        def callback():
+            self._callback_queued = False
+            self.drain()
+
+        torch.autograd.Variable._execution_engine.queue_callback(callback)
+
+    def reset_counters(self) -> None:
+        self.waited_s = 0.0
+        self.busy = {}
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._work.put(None)
+            self._thread.join()
+            self._thread = None
+
+
+class StreamWork(dist.Work):
+    """A ``dist.Work`` for a collective on the stream (FSDP waits on it)."""
+
+    def __init__(self, stream: CommStream, ticket: Ticket):
+        super().__init__()
+        self.stream, self.ticket = stream, ticket
+
+    def wait(self, timeout=None) -> bool:  # noqa: ARG002 - torch's signature
+        self.stream.wait(self.ticket)
+        return True
+
+    def is_completed(self) -> bool:
+        return self.ticket.event.is_set()

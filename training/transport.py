@@ -1,0 +1,237 @@
+"""The transport: one ccbench variant and codec bound to torch tensors, and the error
+feedback of its codec.
+
+``allgather``, ``reduce_scatter`` and ``allreduce`` take the tensors FSDP / DDP hand over
+and pass them to the ring (or the MPI library, or OmniReduce) as zero-copy views; bound
+objects (payload slots, scratch) are built once per buffer and reused. The variant
+``torch`` runs torch.distributed's own collectives instead.
+
+Error feedback (``error_feedback=True`` with a lossy codec) keeps, per buffer (FSDP
+parameter group or DDP bucket), ``residual = g - decode(encode(g))`` of the compensated
+gradient this rank sent, as the compact trainer does.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from mpi4py import MPI
+
+from ccbench.collectives.baseline import bind_collective
+from ccbench.collectives.comm import sum_op
+from ccbench.collectives.ring import RingScratch, block_bounds
+from ccbench.kernels.arrays import host_view
+from ccbench.kernels.errors import UsageError
+
+# Variants a Transport runs: ccbench's, and "torch" (torch.distributed's own collectives).
+VARIANTS = ("baseline", "p2p_compressed", "coll_compressed", "sparse_streaming", "torch")
+COMPRESS = ("both", "grads", "params")
+
+
+@dataclass
+class TransportSpec:
+    variant: str = "baseline"
+    algorithm: str = "ring"           # baseline: mpi or ring
+    codec: str = "none"
+    compress: str = "both"            # which collectives of a compressed variant compress
+    error_feedback: bool = False
+    chunk_bytes: int | None = None    # coll_compressed pipeline chunk
+    block_size: int = 256             # sparse_streaming (OmniReduce) options
+    fusion: int = 1024
+    window: int = 4
+
+
+class Transport:
+    """A ccbench variant and codec on torch tensors; also counts what it put on the wire.
+
+    ``allgather(send, recv)``: recv = every rank's send (send may be a view inside recv,
+    at this rank's block: FSDP's in-place all-gather). ``reduce_scatter(send, recv)``:
+    recv = this rank's block of the sum. ``allreduce(buf)``: buf = the sum, in place.
+    """
+
+    CACHE = 512  # bound collectives kept (MG-WFBP's per-layer plans have many groups)
+
+    def __init__(self, comm, spec: TransportSpec):
+        if spec.variant not in VARIANTS:
+            raise UsageError(f"unknown variant {spec.variant!r}; choose from {', '.join(VARIANTS)}")
+        if spec.compress not in COMPRESS:
+            raise UsageError(f"--compress must be one of {', '.join(COMPRESS)}")
+        self.comm, self.spec = comm, spec
+        self.codec = None
+        self.kind = {"p2p_compressed": "p2p", "coll_compressed": "coll"}.get(spec.variant)
+        if spec.variant in ("baseline", "sparse_streaming"):
+            if spec.codec != "none":
+                raise UsageError(f"the {spec.variant} variant sends uncompressed data: use "
+                                 "--codec none")
+            if spec.variant == "baseline" and spec.algorithm not in ("mpi", "ring"):
+                raise UsageError("the baseline variant's --algorithm is mpi or ring")
+        elif self.kind is not None:
+            from ccbench.kernels.codecs import parse_codec
+
+            if spec.codec == "none":
+                raise UsageError(f"--variant {spec.variant} needs a codec, e.g. --codec fp16")
+            self.codec = parse_codec(spec.codec)
+        if spec.error_feedback and not self.lossy_gradients:
+            raise UsageError("--error-feedback needs a lossy ccbench codec on the gradients "
+                             "(a compressed variant with --compress both or grads)")
+        self._bound: OrderedDict = OrderedDict()
+        self._scratch: dict = {}
+
+    # what is compressed
+    @property
+    def lossy_gradients(self) -> bool:
+        return (self.codec is not None and self.codec.lossy
+                and self.spec.compress in ("both", "grads"))
+
+    def compresses(self, collective: str) -> bool:
+        if self.codec is None:
+            return False
+        return self.spec.compress == "both" or (
+            self.spec.compress == ("params" if collective == "allgather" else "grads"))
+
+    def error_bound(self, collective: str, amaxes: list[float], dtype: str = "float32"):
+        """Max abs error of one collective's result (None: exact up to summation order)."""
+        if not self.compresses(collective) or not self.codec.lossy:
+            return None
+        from ccbench.collectives.compressed import error_bound
+
+        return error_bound(self.codec, self.kind, collective, amaxes, dtype)
+
+    # binding
+    def _cached(self, key, build):
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = build()
+            self._bound[key] = bound
+            if len(self._bound) > self.CACHE:
+                self._bound.popitem(last=False)
+        else:
+            self._bound.move_to_end(key)
+        return bound
+
+    def _ring_scratch(self, like, count: int) -> RingScratch:
+        key = (like.dtype, like.device, count)
+        if key not in self._scratch:
+            self._scratch[key] = RingScratch(like, count)
+        return self._scratch[key]
+
+    def _compressed(self, collective: str, send, recv):
+        from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, bind_compressed
+
+        options = ({"chunk_bytes": self.spec.chunk_bytes or DEFAULT_CHUNK_BYTES}
+                   if self.kind == "coll" else {})
+        key = (collective, send.data_ptr(), send.numel(), recv.numel(), send.dtype)
+        bound = self._cached(key, lambda: bind_compressed(
+            self.comm, self.kind, collective, self.codec, send, recv, **options))
+        bound.recvbuf = recv  # a fresh output of the same length: retarget, keep the slots
+        return bound
+
+    def allgather(self, send, recv) -> None:
+        v = self.spec.variant
+        if v == "torch":
+            _torch_all_gather(recv, send)
+        elif self.compresses("allgather"):
+            self._compressed("allgather", send, recv)()
+        elif v == "baseline" and self.spec.algorithm == "mpi":
+            if _aliases(send, recv):
+                self.comm.mpi.Allgather(MPI.IN_PLACE, host_view(recv))
+            else:
+                self.comm.mpi.Allgather(host_view(send), host_view(recv))
+        else:  # the ring (also the uncompressed side of a compressed variant)
+            bind_collective(self.comm, "ring", "allgather", send, recv)()
+
+    def reduce_scatter(self, send, recv) -> None:
+        v = self.spec.variant
+        if v == "torch":
+            _torch_reduce_scatter(recv, send)
+        elif self.compresses("reduce_scatter"):
+            self._compressed("reduce_scatter", send, recv)()
+        elif v == "baseline" and self.spec.algorithm == "mpi":
+            r = host_view(recv)
+            self.comm.mpi.Reduce_scatter_block(host_view(send), r, sum_op(r))
+        else:
+            from ccbench.collectives.ring import ring_reduce_scatter
+
+            ring_reduce_scatter(self.comm, send, recv,
+                                self._ring_scratch(send, recv.numel()))
+
+    def allreduce(self, buf) -> None:
+        """buf = sum over ranks, in place."""
+        v = self.spec.variant
+        if v == "torch":
+            dist.all_reduce(buf)
+        elif v == "sparse_streaming":
+            self._omnireduce(buf)
+        elif self.compresses("allreduce"):
+            self._compressed("allreduce", buf, buf)()
+        elif v == "baseline" and self.spec.algorithm == "mpi":
+            b = host_view(buf)
+            self.comm.mpi.Allreduce(MPI.IN_PLACE, b, sum_op(b))
+        else:
+            from ccbench.collectives.ring import ring_allreduce
+
+            longest = max(b - a for a, b in block_bounds(buf.numel(), self.comm.size))
+            ring_allreduce(self.comm, buf, buf, self._ring_scratch(buf, longest))
+
+    def _omnireduce(self, buf) -> None:
+        """OmniReduce reads its input while results arrive: a persistent output per
+        buffer, copied back."""
+        from ccbench.collectives.omnireduce import OmniReduce
+        from ccbench.collectives.omnireduce_layout import make_layout
+
+        def build():
+            out = torch.empty_like(buf)
+            layout = make_layout(buf.numel(), self.spec.block_size, self.comm.size,
+                                 fusion=self.spec.fusion, window=self.spec.window)
+            return OmniReduce(self.comm, buf, out, layout), out
+
+        engine, out = self._cached(("omnireduce", buf.data_ptr(), buf.numel()), build)
+        engine()
+        buf.copy_(out)
+
+    # error feedback
+    def roundtrip(self, x, out, blocks: int) -> None:
+        """out = decode(encode(x)), block by block as the ring encodes them."""
+        from ccbench.kernels.codec_base import empty_payload
+
+        codec = self.codec
+        bounds = block_bounds(x.numel(), blocks)
+        longest = max(b - a for a, b in bounds)
+        payload = self._cached(("payload", longest, x.dtype),
+                               lambda: empty_payload(x, codec.max_encoded_nbytes(longest)))
+        for a, b in bounds:
+            if b > a:
+                codec.decode(codec.encode(x[a:b], out=payload), out[a:b])
+
+
+def _aliases(a, b) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _torch_all_gather(out, inp) -> None:
+    call = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    call(out, inp)
+
+
+def _torch_reduce_scatter(out, inp) -> None:
+    call = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    call(out, inp)
+
+
+class ErrorFeedback:
+    """Residual memory per buffer: g += r before sending; r = g - decode(encode(g))."""
+
+    def __init__(self, transport: Transport):
+        self.transport = transport
+        self.residuals: dict = {}
+
+    def apply(self, key, grad, blocks: int) -> None:
+        residual = self.residuals.get(key)
+        if residual is None or residual.shape != grad.shape:
+            residual = self.residuals[key] = torch.zeros_like(grad)
+        grad.add_(residual)
+        self.transport.roundtrip(grad, residual, blocks)
+        torch.sub(grad, residual, out=residual)
