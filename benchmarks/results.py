@@ -511,6 +511,15 @@ class Samples:
             raise UsageError(f"{path}: not readable samples ({exc})") from None
 
 
+def remove(csv_path) -> None:
+    """Delete a results CSV and what lies beside it (its sidecar, its raw times)."""
+    import shutil
+
+    Path(csv_path).unlink(missing_ok=True)
+    Sidecar(csv_path).path.unlink(missing_ok=True)
+    shutil.rmtree(Samples(csv_path).folder, ignore_errors=True)
+
+
 def point_key(size_bytes: int, config: Mapping) -> str:
     """A point of one run: its size and its configuration (density, ...), as text."""
     return f"{int(size_bytes)}|" + ",".join(f"{k}={v}" for k, v in sorted(config.items()))

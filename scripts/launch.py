@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ccbench.benchmarks.results import Samples, Sidecar, read_rows
+from ccbench.benchmarks.results import read_rows, remove
 from ccbench.kernels.errors import UsageError
 
 MPICH, OPEN_MPI, UNKNOWN = "mpich", "openmpi", "unknown"
@@ -197,9 +197,7 @@ class Launcher:
             raise UsageError(f"{side.label} ({side.text()}) failed with status "
                              f"{proc.returncode}: {tail[-1] if tail else 'no output'}")
         rows = read_rows(csv)[1] if csv.exists() else []
-        csv.unlink(missing_ok=True)
-        Sidecar(csv).path.unlink(missing_ok=True)
-        shutil.rmtree(Samples(csv).folder, ignore_errors=True)
+        remove(csv)
         if not rows:
             raise UsageError(f"{side.label} ({side.text()}) wrote no results")
         return rows

@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from ccbench.benchmarks.results import HARNESS, csv_files, read_rows
+from ccbench.benchmarks.results import HARNESS, csv_files, read_rows, remove
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.launch import (
     binding_enabled,
@@ -318,8 +318,7 @@ def main(argv: list[str]) -> int:
         tasks = _select(spec, opts.task)
         if opts.rerun and not opts.dry_run:
             for t in tasks:
-                for path in (csv_path(spec, t), Path(f"{csv_path(spec, t)}.json")):
-                    path.unlink(missing_ok=True)
+                remove(csv_path(spec, t))
         if not (opts.list or opts.dry_run or opts.submit or opts.merge_only):
             fresh = opts.rerun and opts.task is None
             os.environ["CCBENCH_SWEEP_ID"] = sweep_id(spec, fresh)

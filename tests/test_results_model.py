@@ -119,7 +119,7 @@ def test_a_newer_version_is_refused_in_one_line(tmp_path):
 
 # JSON files that are no sidecar of a results CSV: the emulated cluster's state, the
 # checkpoints of interrupted comparisons
-NOT_SIDECARS = ("scripts/cluster.py", "scripts/checkpoint.py")
+NOT_SIDECARS = ("scripts/cluster_layout.py", "scripts/checkpoint.py")
 
 
 def test_sidecar_files_are_read_and_written_in_one_module():
