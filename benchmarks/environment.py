@@ -13,6 +13,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 from ccbench.benchmarks.results import Sidecar, new_run_id
+from ccbench.kernels.arrays import transparent_hugepages
 
 _ENV_PREFIXES = re.compile(r"^(CCBENCH_|MPIR_|MPICH_|FI_|UCX_|OMPI_|PMIX_|SLURM_|CUDA_VISIBLE)")
 _REPO = Path(__file__).resolve().parent.parent
@@ -140,6 +141,7 @@ def describe(info: dict, argv, ranks: int) -> dict:
         "versions": _versions(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),
+        "transparent_hugepages": transparent_hugepages(),
         "cpu_count": os.cpu_count(),
         **info.get("placement", {}),
         "environment": {k: v for k, v in sorted(os.environ.items()) if _ENV_PREFIXES.match(k)},

@@ -110,7 +110,7 @@ HARNESS = Schema("harness", 2, _columns(
                "nodes", "size_bytes")),
     (DERIVED, ("bytes_per_rank", "total_bytes", "count")),
     (MEASUREMENT, ("iterations", "warmup")),
-    (SETTING, ("timing", "timer", "ci_target_pct", "time_budget_s")),
+    (SETTING, ("timing", "timer", "hugepages", "ci_target_pct", "time_budget_s")),
     (MEASUREMENT, ("stopped_by", "avg_us", "min_us", "max_us", "p50_us", "p99_us",
                    "fastest_us", "ci_low_us", "ci_high_us", "algbw_gbps", "busbw_gbps",
                    "wire_bytes_per_rank", "compression_ratio")),
@@ -120,6 +120,8 @@ HARNESS = Schema("harness", 2, _columns(
     (SETTING, ("link_gbps",)),
     (PROVENANCE, WHERE),
 ), open=True, signature=("variant", "collective", "size_bytes"), defaults={1: {
+    # numpy's own default paging: huge pages advised for large arrays
+    "hugepages": "madvise",
     # sparse-streaming rows of version 1 left out what their defaults were
     "block_size": 256, "fusion": 1024, "overlap": "random", "threshold": 0.0,
     "aggregators": 0}})
@@ -140,15 +142,16 @@ COMPARE = Schema("compare", 2, _columns(
 
 CODEC = Schema("codec", 2, _columns(
     (PROVENANCE, (SCHEMA, *RUN)),
-    (SETTING, ("codec", "kernels", "lossless", "data", "dtype", "buffer", "size_bytes")),
+    (SETTING, ("codec", "kernels", "lossless", "data", "dtype", "buffer", "hugepages",
+               "size_bytes")),
     (MEASUREMENT, ("repeats",)),
     (SETTING, ("clock",)),
     (MEASUREMENT, ("encode_gbps", "decode_gbps", "hop_gbps", "copy_gbps", "encode_vs_copy",
                    "decode_vs_copy", "hop_vs_copy", "ratio", "max_abs_err", "max_rel_err",
                    "rel_l2_err", "psnr_db", "cosine", "error_bound")),
     (PROVENANCE, ("hostname", "git_sha")),
-), signature=("encode_gbps", "decode_gbps"), defaults={1: {"data": "random",
-                                                           "kernels": "reference"}})
+), signature=("encode_gbps", "decode_gbps"), defaults={1: {
+    "data": "random", "kernels": "reference", "hugepages": "madvise"}})
 
 TRAINING = Schema("training", 2, _columns(
     (PROVENANCE, (SCHEMA, *RUN)),
