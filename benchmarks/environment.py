@@ -42,6 +42,15 @@ def link_gbps():
     return float(value) if value else None
 
 
+def link_bound() -> dict:
+    """What a lower bound on an emulated transfer needs (`ccbench cluster run` sets it):
+    the link's payload ceiling and its token bucket's burst; empty on real links."""
+    ceiling = os.environ.get("CCBENCH_LINK_CEILING_GBPS", "")
+    burst = os.environ.get("CCBENCH_LINK_BURST_BYTES", "")
+    return {"link_ceiling_gbps": float(ceiling) if ceiling else None,
+            "link_burst_bytes": int(burst) if burst else None}
+
+
 def _cpus_allowed() -> list[int]:
     try:
         return sorted(os.sched_getaffinity(0))
@@ -92,6 +101,7 @@ def run_info(comm, variant: str) -> dict:
             "variant": variant,
             "nodes": len(hosts),
             "link_gbps": link_gbps(),
+            **link_bound(),
             "mpi_library": mpi_library(),
             "hostname": MPI.Get_processor_name(),
             "git_sha": git_sha(),

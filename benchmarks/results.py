@@ -118,7 +118,7 @@ HARNESS = Schema("harness", 2, _columns(
     (MEASUREMENT, ("rel_l2_err", "max_abs_err", "max_rel_err", "psnr_db", "cosine",
                    "validation", "validation_err", "error_bound")),
     (SETTING, ("link_gbps",)),
-    (PROVENANCE, WHERE),
+    (PROVENANCE, ("link_ceiling_gbps", "link_burst_bytes", *WHERE)),
 ), open=True, signature=("variant", "collective", "size_bytes"), defaults={1: {
     # numpy's own default paging: huge pages advised for large arrays
     "hugepages": "madvise",

@@ -202,10 +202,32 @@ def wire_bytes(frame: pd.DataFrame) -> pd.Series:
 
 
 def link_bound_us(frame: pd.DataFrame) -> pd.Series:
-    """Time to push each rank's wire bytes through its emulated link (no latency term)."""
+    """A lower bound on a call's time on an emulated link: the bytes each rank puts on
+    the wire (measured where the row has them), less what the link's token bucket passes
+    at once after a pause, at the link's payload ceiling (the configured rate less the
+    frames' headers). Rows without the ceiling and burst (files from before they were
+    recorded) fall back to the configured rate and no burst: then not a strict bound."""
     link = link_of(frame)
-    bits = wire_bytes(frame) * 8.0
-    return (bits / (link * 1e3)).where(link > 0)  # Gbit/s = 1e3 bits per microsecond
+    ceiling = (pd.to_numeric(frame["link_ceiling_gbps"], errors="coerce")
+               if "link_ceiling_gbps" in frame.columns else pd.Series(np.nan, frame.index))
+    burst = (pd.to_numeric(frame["link_burst_bytes"], errors="coerce")
+             if "link_burst_bytes" in frame.columns else pd.Series(np.nan, frame.index))
+    rate = ceiling.where(ceiling > 0, link)
+    bits = (wire_bytes(frame) - burst.fillna(0.0)).clip(lower=0.0) * 8.0
+    return (bits / (rate * 1e3)).where(link > 0)  # Gbit/s = 1e3 bits per microsecond
+
+
+def strict_bound(frame: pd.DataFrame) -> bool:
+    """Whether the rows carry what makes link_bound_us a strict bound."""
+    return {"link_ceiling_gbps", "link_burst_bytes"} <= set(frame.columns) and \
+        bool(pd.to_numeric(frame["link_ceiling_gbps"], errors="coerce").notna().any())
+
+
+def below_bound(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose measured time lies below their link's lower bound: a wrong bound, wire
+    count or link rate; the figure flags them and a test fails on them."""
+    bound = link_bound_us(frame)
+    return frame[(frame["avg_us"].astype(float) < bound * (1 - 1e-9)) & bound.notna()]
 
 
 def same_run(*points) -> bool:

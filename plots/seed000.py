@@ -15,6 +15,7 @@ from ccbench.plots.base import (
     Figure,
     FigureSpec,
     Skip,
+    below_bound,
     change_text,
     draw_series,
     held_text,
@@ -30,6 +31,7 @@ from ccbench.plots.base import (
     same_run,
     separate_ratio,
     series_keys,
+    strict_bound,
     time_bounds,
 )
 from ccbench.plots.steps import FRAMEWORK_ORDER, Launch, interval, launches, training_frame
@@ -131,10 +133,16 @@ def reduction_text(entries: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def draw_model_lines(ax, sub: pd.DataFrame, style: Style, scale: float) -> bool:
-    """Link-bound time (wire bytes / link rate) next to the baseline and collective-level
-    measurements; returns whether anything was drawn (only emulated-link rows have it)."""
+def draw_model_lines(ax, sub: pd.DataFrame, style: Style, scale: float
+                     ) -> tuple[bool, pd.DataFrame]:
+    """The link's lower bound (plots/base.py) next to the baseline and collective-level
+    measurements; returns whether anything was drawn (only emulated-link rows have it)
+    and the rows measured below their bound, marked with a red x."""
     drawn = False
+    below = below_bound(sub)
+    if not below.empty:
+        ax.plot(below["size_bytes"], below["avg_us"].astype(float) / scale, linestyle="none",
+                marker="x", markersize=7, color="#c0392b", zorder=5)
     _, base = baseline_reference(sub)
     coll = sub[sub["variant"] == "coll_compressed"]
     candidates = [(base, "baseline")] + [(coll[coll["codec"] == c], "coll_compressed")
@@ -150,7 +158,7 @@ def draw_model_lines(ax, sub: pd.DataFrame, style: Style, scale: float) -> bool:
         ax.plot(frame["size_bytes"], frame["_model"] / scale, linestyle="--", linewidth=0.8,
                 color=style.color(variant, algorithm), alpha=0.75, zorder=1)
         drawn = True
-    return drawn
+    return drawn, below
 
 
 def paper_numbers(collective: str) -> str:
@@ -175,7 +183,7 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     groups = panels(frame)
     shown, omitted = groups[:MAX_PANELS], groups[MAX_PANELS:]
     fig, axes = figure(len(shown), panel_height=2.35 + 0.12 * (len(codecs) + 1))
-    keys, modelled, kinds, no_p2p = [], False, set(), False
+    keys, modelled, kinds, no_p2p, flagged = [], False, set(), False, []
     for ax, ((ranks, link), sub) in zip(axes, shown, strict=True):
         points = drawn_points(sub)
         scale, unit = time_unit(points["avg_us"])
@@ -189,7 +197,9 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
             kinds.add(kind)
             keys.append((variant, algorithm, codec))
         if link > 0:
-            modelled |= draw_model_lines(ax, points, style, scale)
+            drawn, below = draw_model_lines(ax, points, style, scale)
+            modelled |= drawn
+            flagged.append(below)
         size_axis(ax, points["size_bytes"])
         ax.set_yscale("log")
         tidy_log_axis(ax)
@@ -217,8 +227,17 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     if no_p2p:
         caption += " No point-to-point compressed rows were drawn, so there is no 'vs p2p'."
     if modelled:
-        caption += (" Dashed: a model, the bytes each rank puts on the wire divided by the "
-                    "emulated link rate.")
+        caption += (" Dashed: a model, the lower bound of the link: the bytes each rank puts "
+                    "on the wire (counted), less the burst its shaper passes at once, at "
+                    "the link's payload rate.")
+        if not strict_bound(frame):
+            caption += (" These rows do not record the link's burst and payload ceiling: "
+                        "the dashed line uses the configured rate and is not a strict "
+                        "bound.")
+    below = pd.concat(flagged) if flagged else pd.DataFrame()
+    if not below.empty:
+        caption += (f" {len(below)} point(s) measured BELOW their lower bound (red x): the "
+                    "bound, the wire count or the link rate is wrong there.")
     caption += interval_caption(kinds)
     if omitted:
         caption += " Not shown: " + ", ".join(panel_title(*k) for k, _ in omitted) + "."

@@ -914,3 +914,21 @@ def close_figures():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_a_point_below_its_lower_bound_is_flagged(tmp_path, style):
+    """The dashed model is a lower bound; a measured point under it (here a time halved
+    by hand) is marked with a red x and named in the caption."""
+    rows = seed000_rows([1 << 20, 1 << 22], ranks=4, link=1.0)
+    for row in rows:
+        row["link_ceiling_gbps"], row["link_burst_bytes"] = 1.0, 125000
+        if (row["variant"], row["codec"], row["size_bytes"]) == ("coll_compressed", "fp16",
+                                                                 1 << 22):
+            row["avg_us"] = 0.2 * row["wire_bytes_per_rank"] * 8 / 1e3
+    write(tmp_path / "rows.csv", rows)
+    figures = draw("seed000_allgather_latency", load([tmp_path]), style)
+    caption = figures[0].caption
+    assert "1 point(s) measured BELOW their lower bound" in caption
+    crosses = [line for ax in figures[0].fig.axes for line in ax.get_lines()
+               if line.get_marker() == "x"]
+    assert len(crosses) == 1 and len(crosses[0].get_xdata()) == 1
