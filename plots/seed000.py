@@ -58,8 +58,11 @@ from ccbench.plots.style import (
 VARIANTS = ("baseline", "p2p_compressed", "coll_compressed")
 MAX_PANELS = 4
 POINT_KEYS = ["variant", "algorithm", "codec", "size_bytes"]
-SEPARATE = ("Bounds: the widest ratio the two 95% intervals allow (separate launches, "
-            "not an interleaved comparison; the headline table holds those).")
+SEPARATE = ("Where the note says 'interleaved', its numbers are the ccbench compare "
+            "measurement the headline table quotes (the ratio and its 95% interval over "
+            "rounds); where it says 'separate launches', they are the widest ratio the two "
+            "points' 95% intervals allow, which leaves out what varies from launch to "
+            "launch.")
 
 
 def drawn_points(sub: pd.DataFrame) -> pd.DataFrame:
@@ -86,10 +89,38 @@ def _at(frame: pd.DataFrame, size) -> pd.Series | None:
     return None if hit.empty else hit.iloc[-1]
 
 
-def reductions(points: pd.DataFrame) -> list[dict]:
+def interleaved(compares: pd.DataFrame, claim: str, codec: str, size, ranks, link):
+    """(ratio, low, high) of the `ccbench compare` row that measured this claim for this
+    codec, size, rank count and link, oriented as B = collective level; or None."""
+    from ccbench.plots.headlines import claim_of, parse_side
+
+    if compares.empty:
+        return None
+    for _, row in compares.iloc[::-1].iterrows():  # the newest first
+        if (float(row["size_bytes"]) != float(size) or int(row["ranks"]) != int(ranks)
+                or float(link_of(row.to_frame().T).iloc[0]) != float(link)):
+            continue
+        a, b = parse_side(row["a"]), parse_side(row["b"])
+        found = claim_of(a, b, str(row.get("collective", "")))
+        if found is None or found[0] != claim:
+            continue
+        coll = a if found[1] else b
+        if coll["codec"] != codec or not np.isfinite(float(row["ratio"])):
+            continue
+        ratio, low, high = (float(row[c]) for c in ("ratio", "ratio_low", "ratio_high"))
+        return (1 / ratio, 1 / high, 1 / low) if found[1] else (ratio, low, high)
+    return None
+
+
+def reductions(points: pd.DataFrame, compares: pd.DataFrame | None = None,
+               collective: str = "", ranks=0, link=0.0) -> list[dict]:
     """Per collective-level codec drawn in a panel: its latency over the baseline's and
-    over point-to-point compression's (same codec), with bounds, at the largest size
-    where the collective-level series and the baseline both have a point."""
+    over point-to-point compression's (same codec), with bounds. One number per claim:
+    where `ccbench compare` measured the claim at a size the panel draws, the note is at
+    that size and quotes that measurement, the one the headline table quotes; otherwise
+    it is the ratio of the separately launched points, at the largest size shared with
+    the baseline, and says so."""
+    compares = compares if compares is not None else pd.DataFrame()
     base_name, base = baseline_reference(points)
     coll = points[points["variant"] == "coll_compressed"]
     found = []
@@ -98,17 +129,28 @@ def reductions(points: pd.DataFrame) -> list[dict]:
         sizes = set(mine["size_bytes"]) & set(base["size_bytes"])
         if not sizes:
             continue
-        size = max(sizes)
+        measured = {size: (interleaved(compares, f"{collective}_vs_baseline", codec, size,
+                                       ranks, link),
+                           interleaved(compares, f"{collective}_vs_p2p", codec, size, ranks,
+                                       link))
+                    for size in sizes}
+        compared = [size for size, pair in measured.items() if any(pair)]
+        size = max(compared) if compared else max(sizes)
         b = _at(mine, size)
         entry = {"codec": codec, "size": size, "baseline": base_name, "vs_baseline": None,
-                 "vs_p2p": None}
+                 "vs_p2p": None, "interleaved": bool(compared)}
+        vs_base, vs_p2p = measured[size]
         a = _at(base, size)
-        if same_run(a, b):  # rows of two runs are never paired
+        if vs_base is not None:
+            entry["vs_baseline"] = vs_base
+        elif not compared and same_run(a, b):  # rows of two runs are never paired
             entry["vs_baseline"] = separate_ratio(a["avg_us"], a["_lo"], a["_hi"],
                                                   b["avg_us"], b["_lo"], b["_hi"])
         p2p = points[(points["variant"] == "p2p_compressed") & (points["codec"] == codec)]
         a = _at(p2p, size)
-        if a is not None and same_run(a, b):
+        if vs_p2p is not None:
+            entry["vs_p2p"] = vs_p2p
+        elif not compared and a is not None and same_run(a, b):
             entry["vs_p2p"] = separate_ratio(a["avg_us"], a["_lo"], a["_hi"], b["avg_us"],
                                              b["_lo"], b["_hi"])
         found.append(entry)
@@ -118,18 +160,29 @@ def reductions(points: pd.DataFrame) -> list[dict]:
 def reduction_text(entries: list[dict]) -> str:
     if not entries:
         return ""
-    size = format_bytes(entries[0]["size"])
     base = entries[0]["baseline"] or "baseline"
     any_p2p = any(e["vs_p2p"] is not None for e in entries)
-    lines = [f"collective-level latency change at {size} [bounds]"]
+    sizes = sorted({e["size"] for e in entries})
+    how = {e["interleaved"] for e in entries}
+    source = ("interleaved, ccbench compare" if how == {True} else
+              "separate launches" if how == {False} else "see each line")
+    at = format_bytes(sizes[0]) if len(sizes) == 1 else "the sizes named"
+    lines = [f"collective-level latency change at {at} [{source}]"]
     for e in entries:
-        text = (f"{codec_label(e['codec'])}: {base} is another run's, not paired"
-                if e["vs_baseline"] is None else
-                f"{codec_label(e['codec'])}: {change_text(*e['vs_baseline'])} vs {base}")
+        where = "" if len(sizes) == 1 else f" at {format_bytes(e['size'])}"
+        kind = "" if len(how) == 1 else (" (interleaved)" if e["interleaved"] else
+                                         " (separate)")
+        if e["vs_baseline"] is None and not e["interleaved"]:
+            text = f"{codec_label(e['codec'])}{where}: {base} is another run's, not paired"
+        elif e["vs_baseline"] is None:
+            text = f"{codec_label(e['codec'])}{where}: no comparison with {base}"
+        else:
+            text = (f"{codec_label(e['codec'])}{where}: {change_text(*e['vs_baseline'])} "
+                    f"vs {base}")
         if any_p2p:
             text += ("; " + change_text(*e["vs_p2p"]) + " vs p2p" if e["vs_p2p"] is not None
                      else "; no p2p point")
-        lines.append(text)
+        lines.append(text + kind)
     return "\n".join(lines)
 
 
@@ -205,14 +258,14 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
         tidy_log_axis(ax)
         ax.set_ylabel(f"Latency ({unit})")
         ax.set_title(panel_title(ranks, link))
-        entries = reductions(points)
+        entries = reductions(points, rows(data, "compare"), collective, ranks, link)
         no_p2p |= bool(entries) and all(e["vs_p2p"] is None for e in entries)
         text = reduction_text(entries)
         if text:
             panel_note(ax, text)
     handles, labels = variant_codec_handles(style, keys)
     if modelled:
-        proxy = model_handle("model: link-bound, wire bytes / link rate")
+        proxy = model_handle("model: the link's lower bound")
         handles.append(proxy)
         labels.append(proxy.get_label())
     legend_below(fig, handles, labels)

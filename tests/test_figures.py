@@ -89,8 +89,15 @@ def test_latency_notes_equal_the_csv(collective, results, data, style):
         mine = [r for r in rows if r["ranks"] == ranks]
         base = {int(r["size_bytes"]): r for r in mine
                 if r["variant"] == "baseline" and r["algorithm"] == "mpi"}
+        # fixture compare rows c1 and c2 measured fp16's allgather claims on the link:
+        # B/A 0.3 [0.25, 0.36] against MPI; p2p/coll 1.5 [1.3, 1.7] -> 1/1.5 [1/1.7, 1/1.3]
+        compared = collective == "allgather" and ranks == "4"
         expected = []
         for codec in sorted(drawn):
+            if compared and codec == "fp16":
+                expected.append("fp16: -70% [-75, -64] vs MPI; -33% [-41, -23] vs p2p "
+                                "(interleaved)")
+                continue
             coll = {int(r["size_bytes"]): r for r in mine
                     if r["variant"] == "coll_compressed" and r["codec"] == codec}
             p2p = {int(r["size_bytes"]): r for r in mine
@@ -98,10 +105,11 @@ def test_latency_notes_equal_the_csv(collective, results, data, style):
             size = max(set(coll) & set(base))
             text = f"{codec}: {change(coll[size], base[size])} vs MPI"
             text += f"; {change(coll[size], p2p[size])} vs p2p"
-            expected.append(text)
+            expected.append(text + (" (separate)" if compared else ""))
         lines = note_lines(ax)
         top = max(int(r["size_bytes"]) for r in mine)
-        assert lines[0] == f"collective-level latency change at {top >> 20}M [bounds]"
+        source = "see each line" if compared else "separate launches"
+        assert lines[0] == f"collective-level latency change at {top >> 20}M [{source}]"
         assert sorted(lines[1:]) == sorted(expected)
 
 

@@ -494,7 +494,7 @@ def test_latency_figure_series_axes_and_model(collective, data, style):
     labels = legend_labels(figure.fig)
     assert labels == ["baseline (mpi)", "baseline (ring)", "p2p compressed",
                       "collective compressed", "uncompressed", "fp16", "bfp:rate=8",
-                      "zfp:rate=16", "zfp:rate=8", "model: link-bound, wire bytes / link rate"]
+                      "zfp:rate=16", "zfp:rate=8", "model: the link's lower bound"]
     # at most four codecs: the reproduction sweep's three first, the rest named
     assert "left out for legibility: zfp:rate=4" in figure.caption
     axes = figure.fig.axes
@@ -520,7 +520,9 @@ def test_latency_figure_series_axes_and_model(collective, data, style):
     scale = {"us": 1, "ms": 1e3, "s": 1e6}[ax.get_ylabel().split("(")[1][:-1]
                                            .replace("µs", "us")]
     assert base_model.get_ydata()[-1] * scale == pytest.approx(expected_us, rel=1e-9)
-    assert note_lines(ax)[0] == "collective-level latency change at 16M [bounds]"
+    # allgather's fp16 claims were compared in interleaved rounds, the rest not
+    source = "see each line" if collective == "allgather" else "separate launches"
+    assert note_lines(ax)[0] == f"collective-level latency change at 16M [{source}]"
     assert "Error bars: the 95% t interval of the mean" in figure.caption
     # the caption quotes the paper's numbers for its own collective only
     quoted = {"allgather": ("83.6%", "30.3%"), "reduce_scatter": ("88.1%", "40.6%"),
@@ -700,9 +702,10 @@ def test_general_figures(data, style):
     (codecs,) = draw("general_codec_throughput", data, style)
     ax = codecs.fig.axes[0]
     assert ax.get_title() == "grad:lm-small data" and ax.get_xscale() == "linear"
+    # rows of version 1 ran before the fused kernels: the reference kernels, named
     assert [t.get_text() for t in ax.get_yticklabels()] == [
-        "fp16 (2x)", "bf16 (1.3x)", "bfp:rate=8 (4x)", "zfp:rate=8 (4x)",
-        "zstd (lossless) (1.3x)"]
+        "fp16 [reference] (2x)", "bf16 [reference] (1.3x)", "bfp:rate=8 [reference] (4x)",
+        "zfp:rate=8 [reference] (4x)", "zstd (lossless) [reference] (1.3x)"]
     assert len(ax.patches) == 2 * 5  # encode and decode bars
     assert "plain copy" in legend_labels(codecs.fig)
 
@@ -745,12 +748,19 @@ def test_cli_draws_every_figure_with_index(rendered):
     assert status == 0
     index = (out / "index.html").read_text()
     names = [spec.name for spec in cli.all_figures()]
+    # the fixture holds rows of every regime: each figure drawn in the sections of its rows
+    assert index.index("bandwidth-limited links") < index.index("Shared memory") \
+        < index.index("Codecs, layer profiles and simulations")
     for name in names:
         stems = ["seed002_profile_bert", "seed002_profile_resnet50"] \
             if name == "seed002_profile" else [name]
         for stem in stems:
-            assert (out / f"{stem}.png").stat().st_size > 5_000
-            assert f"src='{stem}.png'" in index
+            drawn = [p for p in out.glob(f"{stem}_*.png")
+                     if p.stem.rsplit("_", 1)[1] in ("links", "shm", "models")]
+            assert drawn, stem
+            for path in drawn:
+                assert path.stat().st_size > 5_000
+                assert f"src='{path.name}'" in index
     assert "Not drawn" not in index
     # the headline table's measured values, worked by hand from compare_rows():
     # c1 B/A 0.3 [0.25, 0.36]; c2 has p2p as B: 1/1.5 [1/1.7, 1/1.3]; c4 dense/omni 1/0.5
@@ -762,8 +772,9 @@ def test_cli_draws_every_figure_with_index(rendered):
 
 def test_output_is_deterministic(rendered, results, tmp_path):
     _, first = rendered
-    names = ("seed000_allgather_latency", "seed002_iteration_time")
-    only = ["--only", names[0], "--only", names[1], "--dpi", "60"]
+    only = ["--only", "seed000_allgather_latency", "--only", "seed002_iteration_time",
+             "--dpi", "60"]
+    names = ("seed000_allgather_latency_links", "seed002_iteration_time_links")
     assert cli.main([str(results), "-o", str(tmp_path / "a"), *only]) == 0
     assert cli.main([str(results), "-o", str(tmp_path / "b"), *only]) == 0
     for name in names:
@@ -852,7 +863,7 @@ def test_a_failing_figure_is_reported_and_the_others_drawn(results, tmp_path, mo
     assert status == 1
     assert "error: [general] A broken figure failed: ValueError: a bug (at test_plots.py:" \
         in capsys.readouterr().err
-    assert (tmp_path / "seed002_iteration_time.png").exists()
+    assert (tmp_path / "seed002_iteration_time_links.png").exists()
     assert "A broken figure</b>: failed: ValueError: a bug" in \
         (tmp_path / "index.html").read_text()
 
@@ -932,3 +943,19 @@ def test_a_point_below_its_lower_bound_is_flagged(tmp_path, style):
     crosses = [line for ax in figures[0].fig.axes for line in ax.get_lines()
                if line.get_marker() == "x"]
     assert len(crosses) == 1 and len(crosses[0].get_xdata()) == 1
+
+
+def test_one_number_per_claim_the_note_quotes_the_headlines_measurement(results, style):
+    """Where ccbench compare measured a claim (fixture c1: fp16 against MPI, B/A 0.3
+    [0.25, 0.36]; c2: fp16 against p2p, written as p2p/coll 1.5 [1.3, 1.7]), the figure's
+    note gives that measurement, not a ratio of two separate points, so the page carries
+    one estimate of it."""
+    data = load([results]).regimes()[0][1]  # the emulated-link section
+    (figure,) = draw("seed000_allgather_latency", data, style)
+    (fp16,) = [line for line in note_lines(figure.fig.axes[0]) if line.startswith("fp16:")]
+    # -70% [-75, -64]; 1/1.5 = 0.667 -> -33% with [1/1.7, 1/1.3] -> [-41, -23]
+    assert fp16 == "fp16: -70% [-75, -64] vs MPI; -33% [-41, -23] vs p2p (interleaved)"
+    found, _, _ = cli.collect_headlines(data)
+    quoted = {h.claim: h.measured for h in found}
+    assert quoted["Allgather latency, collective-level compression vs the uncompressed "
+                  "baseline"] == "-70.0% (95% interval -75.0% to -64.0%)"
