@@ -668,21 +668,30 @@ def test_mgwfbp_figures(data, style):
     assert all(ln.get_linestyle() == "--" for ln in ax.get_lines())  # a model throughout
 
 
-def test_fit_without_fit_csv_uses_harness_points_and_the_runs_alpha_beta(tmp_path, style):
+def test_fit_without_fit_csv_is_fitted_to_the_harness_points_it_is_drawn_with(tmp_path,
+                                                                              style):
+    """The line is fitted to the points drawn with it (the fixture's MPI Allreduce, exactly
+    a line: 20 us + 6/4 size x 8 ns/B, so the fit is that line and R² is 1); the MG-WFBP
+    run's own alpha and beta (90 us, 4 ns/B) are only quoted in the note."""
     _, iteration, _ = seed002_rows()
     write(tmp_path / "mgwfbp.csv", iteration, SIMULATE_COLUMNS)
     write(tmp_path / "base.csv", seed000_rows([1 << 16, 1 << 20, 1 << 24], ranks=4, link=1.0))
     (fit,) = draw("seed002_allreduce_fit", load([tmp_path]), style)
     assert [ax.get_title() for ax in fit.fig.axes] == [
-        "4 ranks, 1 Gbit/s links, mpi (bert run's fit)",
-        "4 ranks, 1 Gbit/s links, mpi (resnet50 run's fit)"]
+        "4 ranks, 1 Gbit/s links, mpi (at the bert run's ranks)",
+        "4 ranks, 1 Gbit/s links, mpi (at the resnet50 run's ranks)"]
     ax = fit.fig.axes[1]
     points = next(ln for ln in ax.get_lines() if ln.get_label().startswith("baseline MPI"))
     unit = {"µs": 1, "ms": 1e3, "s": 1e6}[ax.get_ylabel().split("(")[1][:-1]]
     expected = 20 + 6 * (1 << 24) / 4 * US_PER_BYTE_1G  # the fixture's MPI allreduce
     assert points.get_ydata()[-1] * unit == pytest.approx(expected)
     line = next(ln for ln in ax.get_lines() if ln.get_label().startswith("model"))
-    assert line.get_ydata()[-1] * unit == pytest.approx(90 + 4e-3 * (1 << 24))
+    assert line.get_ydata()[-1] * unit == pytest.approx(expected)
+    note = note_lines(ax)
+    assert note[0] == f"alpha = 20.0 µs, beta = {1.5 * US_PER_BYTE_1G * 1e3:.4g} µs/KB " \
+        f"({8e-3 / (1.5 * US_PER_BYTE_1G):.2f} Gbit/s)"
+    assert note[1] == "R² = 1.0000 (log times) against the points drawn"
+    assert note[2] == "resnet50 run's own fit: alpha = 90.0 µs, beta = 4 µs/KB"
     assert "No fit CSV was given" in fit.caption
 
 
