@@ -420,12 +420,18 @@ PALETTE = ("#000000", "#1f66b4", "#e6770b", "#2a9d2a", "#c0392b", "#9a4fc4", "#8
 
 
 def loss_notes(group: list[Launch], labels: list[str]) -> list[str]:
-    """Final loss of each run: the mean of its last steps with the 95% t interval."""
+    """Final loss of each run over one range of steps for all (the last steps every run
+    reached: a run with more steps would otherwise look further trained): the mean with
+    its 95% t interval."""
+    end = min(int(launch.steps["step"].max()) for launch in group)
+    window = min(launch.window for launch in group)
     lines = []
     for launch, label in zip(group, labels, strict=True):
-        mean, low, high, n = interval(launch.final_losses())
+        steps = launch.steps
+        chosen = steps[(steps["step"] > end - window) & (steps["step"] <= end)]
+        mean, low, high, n = interval(chosen["loss"].to_numpy(dtype=float))
         bounds = f" [{low:.3f}, {high:.3f}]" if np.isfinite(low) else ""
-        lines.append(f"{label}: {mean:.3f}{bounds} (last {n} steps)")
+        lines.append(f"{label}: {mean:.3f}{bounds} (steps {end - n + 1}-{end})")
     return lines
 
 

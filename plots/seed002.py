@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from ccbench.benchmarks.statistics import t_quantile
@@ -237,6 +238,7 @@ def iteration_time(data, style: Style) -> list[Figure]:
         strategies = sorted(sub["strategy"].astype(str).unique(), key=strategy_key)
         scale, unit = time_unit(sub[["measured_us", "predicted_us"]].to_numpy().ravel())
         slot = 0.8 / max(1, len(strategies))
+        values = []
         for m, model in enumerate(models):
             part = sub[sub["model"].astype(str) == model]
             if part.empty:
@@ -255,28 +257,38 @@ def iteration_time(data, style: Style) -> list[Figure]:
                 if np.isfinite(low):
                     yerr = [[(mean - low) / scale], [(high - mean) / scale]]
                     bounded = True
-                bar = ax.bar(x - slot / 4, mean / scale, slot / 2, color=color, label=strategy,
-                             linewidth=0, yerr=yerr, error_kw={"elinewidth": 0.6,
-                                                               "capsize": 1.2})
-                ax.bar(x + slot / 4, float(row["predicted_us"]) / scale, slot / 2,
-                       color="white", edgecolor=color, hatch="/////", linewidth=0.6)
-                handles.append(bar)
+                # points, not bars from zero: strategies differ by percents, which an
+                # axis from zero hides
+                bar = ax.errorbar(x - slot / 6, mean / scale, yerr=yerr, color=color,
+                                  marker="o", markersize=5, linestyle="none", elinewidth=0.8,
+                                  capsize=2, label=strategy)
+                ax.plot(x + slot / 6, float(row["predicted_us"]) / scale, marker="o",
+                        markersize=5, linestyle="none", markerfacecolor="white",
+                        markeredgecolor=color)
+                values += [mean, float(row["predicted_us"]), low, high]
+                handles.append(bar.lines[0])
                 labels.append(strategy)
         ax.set_xticks(range(len(models)), models)
         ax.set_xlim(-0.5, len(models) - 0.5)
         ax.grid(axis="x", visible=False)
         ax.set_ylabel(f"Iteration time ({unit})")
-        ax.set_ylim(bottom=0)
+        shown_values = np.asarray([v for v in values if np.isfinite(v)], dtype=float)
+        if shown_values.size:
+            low, high = shown_values.min(), shown_values.max()
+            pad = 0.08 * (high - low) if high > low else 0.05 * high
+            ax.set_ylim((low - pad) / scale, (high + pad) / scale)
         ax.set_title(panel_title(ranks, link) + (f", {transport}" if transport else ""))
-    proxy = Patch(facecolor="white", edgecolor="0.3", hatch="/////", label="predicted")
+    proxy = Line2D([], [], color="0.3", marker="o", markerfacecolor="white",
+                   linestyle="none", label="predicted")
     handles.append(proxy)
-    labels.append("model: planner's prediction (hatched)")
+    labels.append("model: planner's prediction (hollow)")
     legend_below(fig, handles, labels, ncol=min(4, len(set(labels))))
-    caption = ("Iteration time per merge strategy and model: measured (solid) next to a "
+    caption = ("Iteration time per merge strategy and model: measured (filled) next to a "
                "model, the planner's prediction from the layer profile and the fitted "
-               "alpha-beta model (hatched, same colour). The strategies ran one after "
-               "another, not interleaved: compare them by their intervals, and see the "
-               "headline table for interleaved comparisons.")
+               "alpha-beta model (hollow, same colour). The axis does not start at zero: "
+               "it spans the values drawn, so differences of a few percent show. The "
+               "strategies ran one after another, not interleaved: compare them by their "
+               "intervals, and see the headline table for interleaved comparisons.")
     caption += (" Error bars: the 95% t interval of the mean iteration, from "
                 "measured_std_us over the run's iterations." if bounded else
                 " No interval: the rows carry no measured_std_us.")

@@ -157,9 +157,33 @@ def test_training_loss_note_equals_the_csv(results, data, style):
               "mg": "baseline (mpi) [strategies rotated]"}
     notes = [line for ax in figure.fig.axes for line in note_lines(ax)]
     for run, label in labels.items():
-        losses = [num(r, "loss") for r in launches[run]][-WINDOW:]
+        # one range of steps for every run drawn together: the last WINDOW steps all ran
+        end = min(int(r["step"]) for r in launches[run][-1:])
+        losses = [num(r, "loss") for r in launches[run] if end - WINDOW < int(r["step"]) <= end]
         mean, low, high = t_interval(losses)
-        assert f"{label}: {mean:.3f} [{low:.3f}, {high:.3f}] (last {WINDOW} steps)" in notes
+        assert (f"{label}: {mean:.3f} [{low:.3f}, {high:.3f}] (steps {end - WINDOW + 1}-{end})"
+                in notes), notes
+
+
+def test_loss_notes_of_runs_of_different_lengths_cover_the_same_steps():
+    """A run of 32 steps beside runs of 30: every note is over steps 21-30, so the longer
+    run is not shown as further trained."""
+    import pandas as pd
+
+    from ccbench.plots.seed000 import loss_notes
+    from ccbench.plots.steps import Launch
+
+    def launch(steps: int, loss) -> Launch:
+        frame = pd.DataFrame({"step": range(1, steps + 1),
+                              "loss": [loss(k) for k in range(1, steps + 1)]})
+        return Launch(key=(), setting=(), steps=frame, summaries=pd.DataFrame(), warmup=3,
+                      window=10, inferred=False)
+
+    short, long = launch(30, lambda k: 100.0 - k), launch(32, lambda k: 100.0 - k)
+    a, b = loss_notes([short, long], ["a", "b"])
+    # steps 21-30 of 100 - k: mean 74.5, for both
+    assert a.startswith("a: 74.500 [") and b.startswith("b: 74.500 [")
+    assert a.endswith("(steps 21-30)") and b.endswith("(steps 21-30)")
 
 
 def step_interval(rows: list[dict], value=lambda r: num(r, "step_us")):
