@@ -180,6 +180,20 @@ def draw_series(ax, frame: pd.DataFrame, x: str, y: str, scale: float = 1.0,
     return line, None
 
 
+def fit_axis_to_points(ax, values, scale: float = 1.0, factor: float = 1.6) -> bool:
+    """A log y axis spanning the points drawn (a factor either side), not their error bars:
+    one wide interval of a few noisy calls would otherwise squash every line. Returns
+    whether an error bar now runs off the axis (the caption says so)."""
+    values = np.asarray(values, dtype=float) / scale
+    values = values[np.isfinite(values) & (values > 0)]
+    if values.size == 0:
+        return False
+    low, high = values.min() / factor, values.max() * factor
+    before = ax.get_ylim()
+    ax.set_ylim(low, high)
+    return before[0] < low * 0.999 or before[1] > high * 1.001
+
+
 def wire_measured(frame: pd.DataFrame) -> pd.Series:
     """Whether a row counted its wire bytes (False: wire_bytes falls back to a formula)."""
     if "wire_bytes_per_rank" not in frame.columns:

@@ -18,6 +18,7 @@ from ccbench.plots.base import (
     below_bound,
     change_text,
     draw_series,
+    fit_axis_to_points,
     held_text,
     hold_configuration,
     interval_caption,
@@ -236,17 +237,19 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     groups = panels(frame)
     shown, omitted = groups[:MAX_PANELS], groups[MAX_PANELS:]
     fig, axes = figure(len(shown), panel_height=2.35 + 0.12 * (len(codecs) + 1))
-    keys, modelled, kinds, no_p2p, flagged = [], False, set(), False, []
+    keys, modelled, kinds, no_p2p, flagged, clipped = [], False, set(), False, [], False
     for ax, ((ranks, link), sub) in zip(axes, shown, strict=True):
         points = drawn_points(sub)
         scale, unit = time_unit(points["avg_us"])
         for variant, algorithm, codec in series_keys(points):
             series = points[(points["variant"] == variant) & (points["algorithm"] == algorithm)
                             & (points["codec"] == codec)]
+            marker = style.marker(codec)
+            if variant == "p2p_compressed":  # hollow: visible where it meets coll's line
+                marker = {**marker, "markerfacecolor": "white"}
             _, kind = draw_series(ax, series, "size_bytes", "avg_us", scale,
                                   low="_lo", high="_hi", color=style.color(variant, algorithm),
-                                  label=series_label(variant, algorithm, codec),
-                                  **style.marker(codec))
+                                  label=series_label(variant, algorithm, codec), **marker)
             kinds.add(kind)
             keys.append((variant, algorithm, codec))
         if link > 0:
@@ -255,6 +258,7 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
             flagged.append(below)
         size_axis(ax, points["size_bytes"])
         ax.set_yscale("log")
+        clipped |= fit_axis_to_points(ax, points["avg_us"], scale)
         tidy_log_axis(ax)
         ax.set_ylabel(f"Latency ({unit})")
         ax.set_title(panel_title(ranks, link))
@@ -292,6 +296,9 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
         caption += (f" {len(below)} point(s) measured BELOW their lower bound (red x): the "
                     "bound, the wire count or the link rate is wrong there.")
     caption += interval_caption(kinds)
+    if clipped:
+        caption += (" The axis spans the points: an error bar that runs off it belongs to "
+                    "a point of few, noisy calls.")
     if omitted:
         caption += " Not shown: " + ", ".join(panel_title(*k) for k, _ in omitted) + "."
     if left_out:
