@@ -348,6 +348,25 @@ def write_json_atomic(path, payload: dict) -> None:
     atomic_write_bytes(Path(path), (text + "\n").encode())
 
 
+def read_json_document(path, label: str, remedy: str) -> dict | None:
+    """The JSON object in `path`, or None when there is no file. A file that exists but
+    cannot be read, or is not an object, is one error naming it (`label`) and the
+    `remedy`: a damaged record is never taken for a missing one."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UsageError(f"{label}: cannot read it ({exc.strerror})") from None
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{label} is not valid JSON ({exc}); {remedy}") from None
+    if not isinstance(document, dict):
+        raise UsageError(f"{label} is not a JSON object; {remedy}")
+    return document
+
+
 def read_rows(path) -> tuple[list[str], list[dict]]:
     """(header, rows as dicts of strings) of a CSV written by write_csv_atomic."""
     with open(path, newline="") as f:
@@ -448,18 +467,10 @@ class Sidecar:
 
     def read(self) -> dict:
         """The whole document ({} when there is no file)."""
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            return {}
-        except OSError as exc:
-            raise UsageError(f"{self.path}: cannot read it ({exc.strerror})") from None
-        try:
-            document = json.loads(text)
-        except ValueError as exc:
-            raise UsageError(f"{self.path} is not valid JSON ({exc}); repair or delete it "
-                             "(it records the runs of the CSV beside it)") from None
-        if not isinstance(document, dict) or not isinstance(document.get("runs", {}), dict):
+        document = read_json_document(
+            self.path, str(self.path),
+            "repair or delete it (it records the runs of the CSV beside it)") or {}
+        if not isinstance(document.get("runs", {}), dict):
             raise UsageError(f"{self.path} is not a ccbench sidecar (no 'runs' object)")
         return document
 

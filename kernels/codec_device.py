@@ -252,6 +252,15 @@ class _Launch:
     def view(a):
         return _cupy().asarray(a)
 
+    @staticmethod
+    def worst_of(kernel: str, threads: int, *args) -> int:
+        """Run an encode kernel that reports the largest magnitude bits it met (through
+        a trailing int* argument) and return them; 0 for an empty array."""
+        worst = _cupy().zeros(1, dtype=_cupy().int32)
+        if threads:
+            _module.get_function(kernel)(_grid(threads), (THREADS,), (*args, worst))
+        return int(worst.get()[0])
+
 
 def _grid(threads: int) -> tuple[int]:
     return (max(1, -(-threads // THREADS)),)
@@ -282,15 +291,12 @@ def bfp_encode(codec, x, payload, tile_width: int) -> bool:
     """Encode a float32 GPU array; False: out of range (the reference must run)."""
     n = x.shape[0]
     with _Launch(x) as launch:
-        cupy = _cupy()
-        worst = cupy.zeros(1, dtype=cupy.int32)
-        if n:
-            _module.get_function("bfp_encode")(
-                _grid(_columns(n, codec.block, tile_width)), (THREADS,),
-                (launch.view(x), np.int64(n), launch.view(payload), np.int32(codec.block),
-                 np.int32(tile_width), np.int32(codec.rate), np.int32(codec.limit_bits),
-                 _edge(codec.rate), worst))
-        return int(worst.get()[0]) < codec.limit_bits
+        worst = launch.worst_of(
+            "bfp_encode", _columns(n, codec.block, tile_width) if n else 0,
+            launch.view(x), np.int64(n), launch.view(payload), np.int32(codec.block),
+            np.int32(tile_width), np.int32(codec.rate), np.int32(codec.limit_bits),
+            _edge(codec.rate))
+        return worst < codec.limit_bits
 
 
 def bfp_decode(codec, payload, out, tile_width: int) -> None:
@@ -305,14 +311,9 @@ def bfp_decode(codec, payload, out, tile_width: int) -> None:
 def cast_encode(x, payload, bfloat: bool) -> bool:
     n = x.shape[0]
     with _Launch(x) as launch:
-        cupy = _cupy()
-        worst = cupy.zeros(1, dtype=cupy.int32)
-        if n:
-            _module.get_function("cast_encode")(
-                _grid(n), (THREADS,),
-                (launch.view(x), np.int64(n), launch.view(payload), np.int32(bfloat), worst))
-        limit = _BF16_OVERFLOW_BITS if bfloat else _F16_OVERFLOW_BITS
-        return int(worst.get()[0]) < limit
+        worst = launch.worst_of("cast_encode", n, launch.view(x), np.int64(n),
+                                launch.view(payload), np.int32(bfloat))
+        return worst < (_BF16_OVERFLOW_BITS if bfloat else _F16_OVERFLOW_BITS)
 
 
 def cast_decode(payload, out, bfloat: bool) -> None:

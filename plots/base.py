@@ -338,3 +338,11 @@ def held_text(held: list[str]) -> str:
         return ""
     return (" Series run with several configurations are drawn at one: "
             + ", ".join(held) + ".")
+
+
+# Said beside every note that quotes a ratio: which of the two measurements it is.
+SEPARATE = ("Where the note says 'interleaved', its numbers are the ccbench compare "
+            "measurement the headline table quotes (the ratio and its 95% interval over "
+            "rounds); where it says 'separate launches', they are the widest ratio the two "
+            "points' 95% intervals allow, which leaves out what varies from launch to "
+            "launch.")

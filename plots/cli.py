@@ -17,7 +17,15 @@ import traceback
 from pathlib import Path
 
 from ccbench.kernels.errors import UsageError
-from ccbench.plots import breakdown, general, headlines, seed000, seed001, seed002
+from ccbench.plots import (
+    breakdown,
+    general,
+    headlines,
+    seed000,
+    seed000_training,
+    seed001,
+    seed002,
+)
 from ccbench.plots.base import Skip
 from ccbench.plots.data import MODEL_KINDS, REGIMES, RUN, TITLES, Data, Run, load
 from ccbench.plots.report import (
@@ -31,7 +39,7 @@ from ccbench.plots.style import PNG_DPI, Style, close_all, save
 
 REGIME_HEADINGS = dict(REGIMES)
 
-MODULES = (seed000, seed001, seed002, general, breakdown)
+MODULES = (seed000, seed000_training, seed001, seed002, general, breakdown)
 DEFAULT_OUTDIR = "results/figures"
 FORMATS = ("png", "pdf")
 

@@ -170,7 +170,7 @@ def test_loss_notes_of_runs_of_different_lengths_cover_the_same_steps():
     run is not shown as further trained."""
     import pandas as pd
 
-    from ccbench.plots.seed000 import loss_notes
+    from ccbench.plots.seed000_training import loss_notes
     from ccbench.plots.steps import Launch
 
     def launch(steps: int, loss) -> Launch:
