@@ -14,6 +14,7 @@ import argparse
 import re
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 from ccbench.kernels.errors import UsageError
@@ -184,6 +185,21 @@ def folder_name(run: Run) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", run.id).strip("-") or "run"
 
 
+def point_to_earlier(claims: list, sections: list[Section]) -> list:
+    """A claim this regime did not measure but a section above did reads "measured
+    above", naming that section, rather than "not measured" on the same page."""
+    earlier = {h.claim.split(": against", 1)[0]: section.heading for section in sections
+               for h in section.headlines if h.verdict != headlines.NOT_MEASURED}
+    out = []
+    for h in claims:
+        heading = earlier.get(h.claim)
+        if h.verdict == headlines.NOT_MEASURED and heading:
+            h = replace(h, verdict=headlines.MEASURED_ABOVE,
+                        where=f"in the section \"{heading}\" above")
+        out.append(h)
+    return out
+
+
 def render(data: Data, outdir: Path, opts, formats, run: Run | None,
            together: list[Run] | None = None) -> int:
     """Draw one run's figures (or those of several runs `together`) and index.html into
@@ -200,6 +216,7 @@ def render(data: Data, outdir: Path, opts, formats, run: Run | None,
                                          key if several else None)
         claims, notes, trouble = ([], [], []) if key == "models" else \
             collect_headlines(subset)
+        claims = point_to_earlier(claims, sections)
         sections.append(Section(key, REGIME_HEADINGS[key], drawn, claims))
         rendered += drawn
         skipped += missed

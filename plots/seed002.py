@@ -233,7 +233,7 @@ def iteration_time(data, style: Style) -> list[Figure]:
     models = sorted(frame["model"].astype(str).unique())
     width = min(FULL_WIDTH, max(COLUMN_WIDTH, 1.3 + 1.5 * len(models)))
     fig, axes = figure(len(shown), ncols=1, width=width, panel_height=2.2)
-    handles, labels, bounded = [], [], False
+    handles, labels, bounded, logged = [], [], False, False
     for ax, ((ranks, link, transport), sub) in zip(axes, shown, strict=True):
         strategies = sorted(sub["strategy"].astype(str).unique(), key=strategy_key)
         scale, unit = time_unit(sub[["measured_us", "predicted_us"]].to_numpy().ravel())
@@ -275,8 +275,14 @@ def iteration_time(data, style: Style) -> list[Figure]:
         shown_values = np.asarray([v for v in values if np.isfinite(v)], dtype=float)
         if shown_values.size:
             low, high = shown_values.min(), shown_values.max()
-            pad = 0.08 * (high - low) if high > low else 0.05 * high
-            ax.set_ylim((low - pad) / scale, (high + pad) / scale)
+            if low > 0 and high > 3 * low:  # one slow strategy would flatten the rest
+                logged = True
+                ax.set_yscale("log")
+                ax.set_ylim(low / 1.15 / scale, high * 1.15 / scale)
+                tidy_log_axis(ax)
+            else:
+                pad = 0.08 * (high - low) if high > low else 0.05 * high
+                ax.set_ylim((low - pad) / scale, (high + pad) / scale)
         ax.set_title(panel_title(ranks, link) + (f", {transport}" if transport else ""))
     proxy = Line2D([], [], color="0.3", marker="o", markerfacecolor="white",
                    linestyle="none", label="predicted")
@@ -286,7 +292,9 @@ def iteration_time(data, style: Style) -> list[Figure]:
     caption = ("Iteration time per merge strategy and model: measured (filled) next to a "
                "model, the planner's prediction from the layer profile and the fitted "
                "alpha-beta model (hollow, same colour). The axis does not start at zero: "
-               "it spans the values drawn, so differences of a few percent show. The "
+               "it spans the values drawn, so differences of a few percent show"
+               + (" (log scale where the values span more than 3x)" if logged else "")
+               + ". The "
                "strategies ran one after another, not interleaved: compare them by their "
                "intervals, and see the headline table for interleaved comparisons.")
     caption += (" Error bars: the 95% t interval of the mean iteration, from "

@@ -782,6 +782,10 @@ def test_cli_draws_every_figure_with_index(rendered):
                      "-33.3% (95% interval -41.2% to -23.1%)",
                      "2.00x (95% interval 1.67x to 2.50x)"):
         assert measured in index, measured
+    # the fixture's comparisons ran on links: the shared-memory table points up to them
+    links, shm = index.split("Headline numbers: measured")[1:3]
+    assert "-70.0% (95% interval" in links
+    assert "measured above" in shm and "in the section" in shm
 
 
 def test_output_is_deterministic(rendered, results, tmp_path):
