@@ -10,8 +10,8 @@ emulation, which checks the indexing and the bits, not the warp reduction or NVR
 Imported only when a cupy array or a torch CUDA tensor (float32, contiguous) is encoded
 or decoded, and only with cupy installed (torch tensors are viewed through their
 __cuda_array_interface__ and the kernels launched on torch's current stream). The CUDA
-source below follows the format of codec_bfp.py and the casts of fused_kernels.c line
-by line:
+source below follows the format of codec_bfp.py and the casts of fused_cast.c line by
+line:
 
 * bfp: one thread per block (a tile column, B values W apart: neighbouring threads read
   neighbouring addresses). It reads its column once for the block maximum and once to
@@ -156,7 +156,7 @@ __global__ void bfp_decode(const unsigned char *payload, long long n, float *out
     }
 }
 
-/* the casts of fused_kernels.c: round to nearest even in integer arithmetic */
+/* the casts of fused_cast.c: round to nearest even in integer arithmetic */
 __device__ __forceinline__ unsigned short to_half(float x) {
     const unsigned b = (unsigned)__float_as_int(x), a = b & 0x7FFFFFFFu;
     const unsigned sign = (b >> 16) & 0x8000u;
