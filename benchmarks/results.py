@@ -69,6 +69,9 @@ class Schema:
     signature: tuple[str, ...] = ()  # columns that tell a version-1 file of this kind
     # per older version: values its rows lacked, as the code then wrote them implicitly
     defaults: Mapping[int, Mapping[str, object]] = field(default_factory=dict)
+    # the same, for the rows of one variant only: {version: {variant: {column: value}}}
+    variant_defaults: Mapping[int, Mapping[str, Mapping[str, object]]] = field(
+        default_factory=dict)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -121,10 +124,10 @@ HARNESS = Schema("harness", 2, _columns(
     (PROVENANCE, ("link_ceiling_gbps", "link_burst_bytes", *WHERE)),
 ), open=True, signature=("variant", "collective", "size_bytes"), defaults={1: {
     # numpy's own default paging: huge pages advised for large arrays
-    "hugepages": "madvise",
+    "hugepages": "madvise"}}, variant_defaults={1: {
     # sparse-streaming rows of version 1 left out what their defaults were
-    "block_size": 256, "fusion": 1024, "overlap": "random", "threshold": 0.0,
-    "aggregators": 0}})
+    "sparse_streaming": {"block_size": 256, "fusion": 1024, "overlap": "random",
+                         "threshold": 0.0, "aggregators": 0}}})
 
 COMPARE = Schema("compare", 2, _columns(
     (PROVENANCE, (SCHEMA, "compare_id", "sweep_id", "timestamp")),
@@ -245,12 +248,15 @@ def schema_of(header: Sequence[str], first: Mapping | None = None
 def upgrade(rows: Iterable[dict], schema: Schema, version: int) -> list[dict]:
     """Rows of an older version with what they left implicit filled in, tagged current."""
     fill: dict = {}
+    by_variant: dict[str, dict] = {}
     for older in range(version, schema.version):
         fill.update(schema.defaults.get(older, {}))
+        for variant, values in schema.variant_defaults.get(older, {}).items():
+            by_variant.setdefault(variant, {}).update(values)
     out = []
     for row in rows:
         row = dict(row)
-        for column, value in fill.items():
+        for column, value in {**fill, **by_variant.get(row.get("variant"), {})}.items():
             if row.get(column) in (None, ""):
                 row[column] = value
         row[SCHEMA] = schema.tag
