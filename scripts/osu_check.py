@@ -11,8 +11,10 @@ point with its 95% interval over rounds:
 
 Sizes of 4 bytes or more are float32 (OSU `-T mpi_float`); smaller sizes are one-byte
 integers (OSU's default MPI_CHAR, ccbench `-T int8`). A point agrees when the ratio's
-estimate lies within --tolerance of 1. Exit status: 0 when every point agrees, 1 when one
-does not, 2 on bad input (no OSU binary, a launch that fails).
+estimate lies within --tolerance of 1, differs when its whole interval lies outside, and
+is inconclusive otherwise (rounds that scatter: a loaded host). Exit status: 0 when every
+point agrees, 1 when one differs or is inconclusive, 2 on bad input (no OSU binary, a
+launch that fails).
 """
 
 from __future__ import annotations
@@ -137,19 +139,29 @@ def measure(points: list[Point], rounds: int, runner: Runner,
     return times
 
 
-def agrees(ratio: Ratio, tolerance: float) -> bool:
-    return abs(ratio.ratio - 1) <= tolerance
+AGREES, DIFFERS, INCONCLUSIVE = "agrees", "differs", "inconclusive"
+
+
+def judge(ratio: Ratio, tolerance: float) -> str:
+    """Agrees when the estimate lies within the tolerance of 1; differs when the whole
+    interval lies outside it; else the rounds scatter too much to say (a loaded host)."""
+    low, high = 1 - tolerance, 1 + tolerance
+    if low <= ratio.ratio <= high:
+        return AGREES
+    if ratio.high < low or ratio.low > high:
+        return DIFFERS
+    return INCONCLUSIVE
 
 
 def table(times: dict[Point, tuple[list[float], list[float]]], tolerance: float) -> list[str]:
-    lines = [f"{'Collective':<15}{'Size':>10}{'OSU(us)':>12}{'ccbench(us)':>13}"
-             f"{'ccbench/OSU':>13}{'CI95 low':>10}{'CI95 high':>10}  Verdict"]
+    lines = [f"{'Collective':<14} {'Size':>9} {'OSU(us)':>11} {'ccbench(us)':>12} "
+             f"{'ccbench/OSU':>12} {'CI95 low':>9} {'CI95 high':>9}  Verdict"]
     for point, (osu_times, ours) in times.items():
         ratio = ratio_interval(osu_times, ours)
-        verdict = "agrees" if agrees(ratio, tolerance) else "differs"
-        lines.append(f"{point.collective:<15}{point.size:>10}"
-                     f"{sum(osu_times) / len(osu_times):>12.2f}{sum(ours) / len(ours):>13.2f}"
-                     f"{ratio.ratio:>13.3f} {ratio.low:>9.3g} {ratio.high:>9.3g}  {verdict}")
+        lines.append(f"{point.collective:<14} {point.size:>9} "
+                     f"{sum(osu_times) / len(osu_times):>11.2f} {sum(ours) / len(ours):>12.2f} "
+                     f"{ratio.ratio:>12.3f} {ratio.low:>9.3g} {ratio.high:>9.3g}  "
+                     f"{judge(ratio, tolerance)}")
     return lines
 
 
@@ -206,8 +218,12 @@ def main(argv: list[str]) -> int:
                         progress=lambda text: print(text, flush=True))
     lines = table(times, opts.tolerance / 100)
     print("\n".join(lines))
-    differing = sum(line.endswith("differs") for line in lines)
+    differing = sum(line.endswith(DIFFERS) for line in lines)
+    unsure = sum(line.endswith(INCONCLUSIVE) for line in lines)
     if differing:
         print(f"# {differing} of {len(times)} points differ from OSU by more than "
               f"{opts.tolerance:g}%")
-    return 1 if differing else 0
+    if unsure:
+        print(f"# {unsure} of {len(times)} points are inconclusive: their rounds scatter "
+              "beyond the tolerance; rerun on a quieter host or with more --rounds")
+    return 1 if differing or unsure else 0
