@@ -106,23 +106,25 @@ WHERE = ("mpi_library", "hostname", "git_sha")
 
 HARNESS = Schema("harness", 2, _columns(
     (PROVENANCE, (SCHEMA, *RUN)),
-    (SETTING, ("variant", "algorithm", "collective", "codec", "dtype", "buffer", "ranks",
-               "nodes", "size_bytes")),
+    (SETTING, ("variant", "algorithm", "collective", "codec", "dtype", "buffer",
+               "transport", "backend", "ranks", "nodes", "size_bytes")),
     (DERIVED, ("bytes_per_rank", "total_bytes", "count")),
     (MEASUREMENT, ("iterations", "warmup")),
     (SETTING, ("timing", "timer", "ci_target_pct", "time_budget_s")),
     (MEASUREMENT, ("stopped_by", "avg_us", "min_us", "max_us", "p50_us", "p99_us",
                    "fastest_us", "ci_low_us", "ci_high_us", "algbw_gbps", "busbw_gbps",
-                   "wire_bytes_per_rank", "compression_ratio")),
+                   "wire_bytes_per_rank", "compression_ratio", "host_syncs")),
     (SETTING, ("data",)),
     (MEASUREMENT, ("rel_l2_err", "max_abs_err", "max_rel_err", "psnr_db", "cosine",
                    "validation", "validation_err", "error_bound")),
     (SETTING, ("link_gbps",)),
-    (PROVENANCE, WHERE),
+    (PROVENANCE, (*WHERE, "device")),
 ), open=True, signature=("variant", "collective", "size_bytes"), defaults={1: {
     # sparse-streaming rows of version 1 left out what their defaults were
     "block_size": 256, "fusion": 1024, "overlap": "random", "threshold": 0.0,
-    "aggregators": 0}})
+    "aggregators": 0,
+    # before the torch transport every row ran over MPI
+    "transport": "mpi", "backend": "mpi"}})
 
 COMPARE = Schema("compare", 2, _columns(
     (PROVENANCE, (SCHEMA, "compare_id", "sweep_id", "timestamp")),
