@@ -11,9 +11,9 @@ gloo's all-gather, reduce-scatter and all-reduce).
 from __future__ import annotations
 
 from ccbench.benchmarks.harness import Op, Variant, run_variant
+from ccbench.benchmarks.options import resolve_algorithm
 from ccbench.collectives.baseline import ALGORITHMS, bind_collective
 from ccbench.kernels import arrays
-from ccbench.kernels.errors import UsageError
 
 
 class Baseline(Variant):
@@ -44,17 +44,6 @@ class Baseline(Variant):
         algorithm = ctx.opts.algorithm
         run = bind_collective(ctx.comm, algorithm, case.collective, send, recv)
         return Op(run=run, send=send, recv=recv, measures_wire=algorithm == "ring")
-
-
-def resolve_algorithm(algorithm: str | None, transport: str) -> str:
-    """The library's collective is spelled mpi over MPI, library over the torch transport."""
-    own = "mpi" if transport == "mpi" else "library"
-    if algorithm is None:
-        return own
-    if algorithm in ("mpi", "library") and algorithm != own:
-        raise UsageError(f"--algorithm {algorithm} with --transport {transport}: the "
-                         f"library's own collective is --algorithm {own} there")
-    return algorithm
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -192,6 +192,17 @@ def resolve_transport(opts) -> None:
     check_backend(opts.backend, opts.buffer)
 
 
+def resolve_algorithm(algorithm: str | None, transport: str) -> str:
+    """The library's collective is spelled mpi over MPI, library over the torch transport."""
+    own = "mpi" if transport == "mpi" else "library"
+    if algorithm is None:
+        return own
+    if algorithm in ("mpi", "library") and algorithm != own:
+        raise UsageError(f"--algorithm {algorithm} with --transport {transport}: the "
+                         f"library's own collective is --algorithm {own} there")
+    return algorithm
+
+
 def add_output(parser, rows: str, json: bool = False) -> None:
     parser.add_argument("--csv", metavar="PATH", help=f"append {rows} to this CSV (its run's "
                                                       "environment goes to PATH.json)")

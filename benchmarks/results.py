@@ -155,7 +155,8 @@ CODEC = Schema("codec", 2, _columns(
 TRAINING = Schema("training", 2, _columns(
     (PROVENANCE, (SCHEMA, *RUN)),
     (SETTING, ("row", "framework", "variant", "algorithm", "codec", "compress",
-               "error_feedback", "overlap", "strategy", "model", "dataset")),
+               "error_feedback", "overlap", "strategy", "model", "dataset", "transport",
+               "backend")),
     (MEASUREMENT, ("params",)),
     (SETTING, ("ranks", "nodes", "global_batch", "lr", "seed", "steps", "warmup_steps",
                "final_window", "step")),
@@ -165,10 +166,12 @@ TRAINING = Schema("training", 2, _columns(
                    "max_step_us", "wire_bytes_per_rank", "throughput", "throughput_unit",
                    "held_out_loss", "held_out_accuracy")),
     (SETTING, ("link_gbps",)),
-    (PROVENANCE, WHERE),
+    (PROVENANCE, (*WHERE, "device")),
 ), signature=("step", "loss", "step_us"), defaults={1: {
     # the training loop's warm-up and final-loss window before rows recorded them
-    "warmup_steps": 3, "final_window": 10, "framework": "own", "row": "step"}})
+    "warmup_steps": 3, "final_window": 10, "framework": "own", "row": "step",
+    # before the torch transport ccbench's collectives all ran over MPI
+    "transport": "mpi", "backend": "mpi"}})
 
 MGWFBP = Schema("mgwfbp", 2, _columns(
     (PROVENANCE, (SCHEMA, *RUN)),

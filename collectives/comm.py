@@ -105,6 +105,10 @@ class BaseCommunicator:
     def cancel(self, request) -> None:
         raise UsageError(f"the {self.transport} transport cannot cancel receives")
 
+    def completed(self, request) -> bool:
+        """Whether a request was found complete by an earlier test."""
+        raise UsageError(f"the {self.transport} transport cannot test requests")
+
     # the library's collectives ---------------------------------------------------------
     def library_call(self, collective: str, sendbuf, recvbuf):
         """A zero-argument callable running the library's own collective on these
@@ -298,6 +302,10 @@ class Communicator(BaseCommunicator):
         mpi_request = getattr(request, "request", request)
         mpi_request.Cancel()
         mpi_request.Wait()
+
+    def completed(self, request) -> bool:
+        # a completed request is MPI_REQUEST_NULL (falsy) once a test has seen it
+        return not getattr(request, "request", request)
 
     # The library's collectives ----------------------------------------------------
 

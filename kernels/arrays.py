@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
@@ -476,6 +476,12 @@ def to_device(host: np.ndarray, x) -> None:
     """The bytes of device array x = host (uint8): a declared host transfer."""
     with declared():
         backend_of(x).copy_in(host[:nbytes(x)], x)
+
+
+def host_driven(x):
+    """Around a call whose algorithm reads a device's data back at every step (sparse
+    block maps, message headers): declared once per call; nothing on the host."""
+    return declared() if is_device_array(x) else nullcontext()
 
 
 def host_sync(x) -> None:

@@ -219,6 +219,8 @@ class DoubleArray:
         return DoubleArray(self._a.ravel(), self.device)
 
     def __getitem__(self, key):
+        if isinstance(key, DoubleArray) and key.dtype == np.bool_:
+            _sync("boolean mask")  # the result's length depends on the data
         return _wrap(self._a[_index(key)])
 
     def __setitem__(self, key, value) -> None:
@@ -317,6 +319,19 @@ class _Namespace:
 
     def asnumpy(self, x):
         return x.get()
+
+    # results whose shape depends on the data: the host waits to learn it (as cupy's)
+    def nonzero(self, x):
+        _sync("nonzero()")
+        return _wrap(np.nonzero(_unwrap(x)))
+
+    def flatnonzero(self, x):
+        _sync("flatnonzero()")
+        return _wrap(np.flatnonzero(_unwrap(x)))
+
+    def unique(self, x, *args, **kwargs):
+        _sync("unique()")
+        return _wrap(np.unique(_unwrap(x), *args, **kwargs))
 
 
 NAMESPACE = _Namespace()
