@@ -321,10 +321,11 @@ class Communicator(BaseCommunicator):
                     "(ccbench's user op reduces it on the host only); unset "
                     "CCBENCH_GPU_AWARE to stage it, or use --transport torch (NCCL)")
             send, recv = _as_bytes_if_bf16(sendbuf), _as_bytes_if_bf16(recvbuf)
-            call = self._bind(collective, send, recv, MPI.SUM)
+            call = self._bind(collective, arrays.backend_of(send).direct(send),
+                              arrays.backend_of(recv).direct(recv), MPI.SUM)
 
             def direct_call():
-                self._device_direct(sendbuf)
+                self._device_direct(sendbuf)  # MPI reads the device once its kernels ran
                 call()
 
             return direct_call

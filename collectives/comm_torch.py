@@ -117,16 +117,17 @@ def init_default_group(backend: str, rank: int, size: int, local_rank: int,
         port = mpi_comm.bcast(store.port if store is not None else None, root=0)
         if store is None:
             store = dist.TCPStore(address, port, size, is_master=False, timeout=_timeout())
-    else:
+    else:  # torchrun / srun: env:// (torchrun's agent hosts the store at MASTER_PORT)
         address, port = master
-        store = dist.TCPStore(address, port, size, is_master=rank == 0,
-                              wait_for_workers=False, timeout=_timeout())
-    kwargs = {}
+        os.environ.setdefault("MASTER_ADDR", address)
+        os.environ.setdefault("MASTER_PORT", str(port))
+        store = None
+    kwargs = {"store": store} if store is not None else {"init_method": "env://"}
     if backend == "nccl":
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
         kwargs["device_id"] = torch.device("cuda", torch.cuda.current_device())
-    dist.init_process_group(backend, store=store, rank=rank, world_size=size,
-                            timeout=_timeout(), **kwargs)
+    dist.init_process_group(backend, rank=rank, world_size=size, timeout=_timeout(),
+                            **kwargs)
     atexit.register(_destroy)
 
 
