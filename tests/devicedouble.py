@@ -113,16 +113,22 @@ def _wrap(value):
     return value
 
 
+# a device computes on: no floating-point warnings (overflow to Inf, NaN), as on a GPU
+_QUIET = {"all": "ignore"}
+
+
 def _binary(name: str):
     def op(self, other):
-        return _wrap(getattr(self._a, name)(_unwrap(other)))
+        with np.errstate(**_QUIET):
+            return _wrap(getattr(self._a, name)(_unwrap(other)))
     op.__name__ = name
     return op
 
 
 def _inplace(name: str):
     def op(self, other):
-        getattr(self._a, name)(_unwrap(other))
+        with np.errstate(**_QUIET):
+            getattr(self._a, name)(_unwrap(other))
         return self
     op.__name__ = name
     return op
@@ -224,7 +230,8 @@ class DoubleArray:
         return _wrap(self._a[_index(key)])
 
     def __setitem__(self, key, value) -> None:
-        self._a[_index(key)] = _unwrap(value)
+        with np.errstate(**_QUIET):
+            self._a[_index(key)] = _unwrap(value)
 
     def __iter__(self):
         for i in range(len(self)):
@@ -285,7 +292,8 @@ class _Namespace:
             out = kwargs.get("out")
             if out is not None:
                 kwargs["out"] = _unwrap(out)
-            return _wrap(target(*_unwrap(args), **kwargs))
+            with np.errstate(**_QUIET):
+                return _wrap(target(*_unwrap(args), **kwargs))
 
         call.__name__ = name
         return call
