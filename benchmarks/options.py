@@ -266,10 +266,13 @@ def split_common(argv: list[str]) -> tuple[list[str], list[str]]:
 def launch_backend(argv: list[str]) -> str:
     """The torch backend a torchrun launch starts with, read from argv before it is
     parsed (--backend, else the default of -d); bad values are left to the parser."""
-    peek = argparse.ArgumentParser(add_help=False)
+    peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     peek.add_argument("--backend", default=None)
     peek.add_argument("-d", "--buffer", default="numpy")
-    known, _ = peek.parse_known_args(argv)
+    try:
+        known, _ = peek.parse_known_args(argv)
+    except (argparse.ArgumentError, SystemExit):  # the real parser will say what is wrong
+        return "gloo"
     if known.backend in ("gloo", "nccl"):
         return known.backend
     return "nccl" if known.buffer in ("cupy", "torch-cuda") else "gloo"

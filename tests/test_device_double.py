@@ -23,6 +23,8 @@ from ccbench.kernels.errors import DataError
 from tests.drivers.transport_cases import double_cases
 from tests.mpirun import case_results
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 CASES = [cid for cid, _, _, _ in double_cases()]
 # what must not wait for the host at all over torch.distributed
 SYNC_FREE = ("baseline", "p2p", "coll", "sparse-dense")
@@ -140,7 +142,6 @@ def test_codec_throughput_times_device_buffers_with_events():
 # ---------------------------------------------------------------- every variant on it
 
 
-@pytest.mark.mpi
 @pytest.mark.timeout(660)
 @pytest.mark.parametrize("case_id", CASES)
 def test_every_variant_on_the_double_validates_without_waiting(case_id):

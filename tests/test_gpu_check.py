@@ -14,6 +14,8 @@ from ccbench.scripts import gpu_check
 from ccbench.scripts.gpu_check import Machine, cells, skip_reason
 from tests.mpirun import REPO
 
+pytestmark = pytest.mark.mpi  # a cell that runs launches ranks (mpiexec_command)
+
 
 def without_gpus() -> dict:
     """This environment with no NVIDIA driver in sight (whatever the host has)."""

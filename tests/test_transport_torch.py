@@ -128,3 +128,21 @@ def test_torchrun_refuses_the_mpi_transport_in_one_line():
     ours = [line for line in proc.stderr.splitlines() if line.startswith("ccbench:")]
     assert ours == ["ccbench: error: --transport mpi needs an MPI launch (mpiexec, or srun "
                     "with MPI); under torchrun add --transport torch"], proc.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_paired_launch_puts_mpi_beside_torch(tmp_path):
+    """`ccbench compare "baseline" "baseline --transport torch"`: one launch, a transport
+    per side, both validated."""
+    import json
+
+    out = tmp_path / "pairs.json"
+    proc = mpirun(2, [*variant_module("paired"), "--turns", "2", "--a", "baseline",
+                      "--b", "baseline --transport torch", "--json", out, "--",
+                      "--collective", "allreduce", "-m", "4K:8K", "-i", "3", "-x", "1", "-c"])
+    assert proc.returncode == 0, proc.stderr
+    points = json.loads(out.read_text())["points"].values()
+    assert sorted(p["size_bytes"] for p in points) == [4096, 8192]
+    for point in points:
+        assert point["validation"] == {"A": "Pass", "B": "Pass"}
+        assert point["timers"] == {"A": "python", "B": "python"}  # like with like
