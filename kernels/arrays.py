@@ -106,6 +106,11 @@ class Backend:
     def region(self, timed: bool) -> None:
         """Entering (True) or leaving a timed region (the test double counts in it)."""
 
+    def codec_kernels(self):
+        """The codecs' device kernels of this backend, if it brings its own (None: cupy's,
+        kernels/codec_device.py, where cupy runs)."""
+        return None
+
     def address(self, x) -> int:
         raise NotImplementedError
 

@@ -11,7 +11,9 @@ behave, where it matters here, like cupy's:
   host synchronisations;
 * copies are explicit, with cupy's rules: `x.get()` (device to host, a synchronisation),
   `x.set(host)` and `asarray(host)` (host to device);
-* a stream whose `synchronize` is counted, and events (`record`, `elapsed`).
+* a stream whose `synchronize` is counted, and events (`record`, `elapsed`);
+* the codecs' device kernels (`Kernels`: the compiled host kernels on the double's
+  memory, their range check left on the device, as kernels/codec_device.py leaves it).
 
 Operations run at once on numpy storage (an ideal device: every kernel has finished when
 it returns). The namespace is numpy's, with arguments and results wrapped, so the
@@ -34,6 +36,7 @@ import traceback
 import numpy as np
 
 from ccbench.kernels import arrays
+from ccbench.kernels import codec_fused as fused
 
 STRICT_ENV = "CCBENCH_DOUBLE_STRICT"
 
@@ -358,6 +361,39 @@ class Event:
         _sync("event.synchronize()")
 
 
+class Kernels:
+    """The codecs' device kernels on the double, as kernels/codec_device.py's are on a GPU:
+    one "launch" each (the compiled host kernels on the storage), and the encodes' largest
+    |x| bits returned as a device scalar, never read back here. CCBENCH_DOUBLE_KERNELS=0
+    leaves the double on the codecs' array-API kernels (torch-CUDA without cupy)."""
+
+    @staticmethod
+    def _worst(x):
+        bits = np.bitwise_and(x._a.view(np.int32), 0x7FFFFFFF)
+        return DoubleArray(np.asarray(bits.max() if bits.size else 0, dtype=np.int32))
+
+    def bfp_encode(self, codec, x, payload, tile_width):
+        worst = self._worst(x)
+        if worst._a < codec.limit_bits:  # the storage, as the kernel sees it: no wait
+            fused.host_kernels().bfp_encode(x._a, payload._a, codec.block, tile_width,
+                                            codec.rate)
+        return worst
+
+    def bfp_decode(self, codec, payload, out, tile_width):
+        fused.host_kernels().bfp_decode(payload._a, out._a, codec.block, tile_width,
+                                        codec.rate)
+
+    def cast_encode(self, x, payload, bfloat):
+        fused.host_kernels().cast_encode(x._a, payload._a, bfloat)
+        return self._worst(x)
+
+    def cast_decode(self, payload, out, bfloat):
+        fused.host_kernels().cast_decode(payload._a, out._a, bfloat)
+
+
+KERNELS = Kernels()
+
+
 class DoubleBackend(arrays.Backend):
     name = "double"
     device = True
@@ -410,6 +446,12 @@ class DoubleBackend(arrays.Backend):
 
     def copy_in(self, host, x) -> None:
         x.view(np.uint8).set(host)
+
+    def codec_kernels(self):
+        if os.environ.get("CCBENCH_DOUBLE_KERNELS", "1") == "0" or \
+                fused.host_kernels() is None:
+            return None
+        return KERNELS
 
     def direct(self, x):
         # a transport that reads device memory itself (GPU-aware MPI, NCCL): the storage

@@ -86,11 +86,19 @@ def test_data_dependent_shapes_wait_for_the_device():
     assert double.STATS.timed == 2
 
 
+# the device kernels' path (kernels/codec_device.py where cupy runs: emulated on the
+# double) and the array-API kernels' (torch-CUDA without cupy)
+KERNELS = [("auto", "device"), ("reference", "reference")]
+
+
+@pytest.mark.parametrize("kernels, path", KERNELS)
 @pytest.mark.parametrize("spec", ["fp16", "bf16", "bfp:rate=8", "bfp:rate=3,block=8"])
-def test_codecs_never_wait_and_match_the_host_bit_for_bit(spec):
+def test_codecs_never_wait_and_match_the_host_bit_for_bit(spec, kernels, path):
     codec = parse_codec(spec)
+    codec.kernels = kernels
     x = np.random.default_rng(1).standard_normal(20_000).astype(np.float32)
     d = arrays.from_numpy("double", x, "float32")
+    assert codec.kernel_path(d) == path
     out = arrays.empty("double", x.size, "float32")
     double.STATS.in_region = True
     payload = codec.encode(d)
@@ -103,14 +111,17 @@ def test_codecs_never_wait_and_match_the_host_bit_for_bit(spec):
     assert np.array_equal(arrays.to_numpy(out).view(np.uint32), y.view(np.uint32))
 
 
+@pytest.mark.parametrize("kernels, path", KERNELS)
 @pytest.mark.parametrize("spec", ["fp16", "bf16", "bfp:rate=8"])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, float(np.finfo(np.float32).max)])
-def test_a_device_range_check_is_deferred_and_refuses_as_the_host_does(spec, bad):
+def test_a_device_range_check_is_deferred_and_refuses_as_the_host_does(spec, bad, kernels,
+                                                                       path):
     x = np.random.default_rng(2).standard_normal(9000).astype(np.float32)
     x[1234] = bad
     with pytest.raises(DataError) as on_host:
         parse_codec(spec).encode(x)
     codec = parse_codec(spec)
+    codec.kernels = kernels
     codec.encode(arrays.from_numpy("double", x, "float32"))  # no wait, no error yet
     with pytest.raises(DataError) as later:
         codec.check_deferred()
@@ -134,7 +145,7 @@ def test_codec_throughput_times_device_buffers_with_events():
     from ccbench.benchmarks.codec_throughput import measure_codec
 
     row = measure_codec("bfp:rate=8", "gradient-like", "double", "float32", 1 << 15, 2)
-    assert row["buffer"] == "double" and row["kernels"] == "reference"
+    assert row["buffer"] == "double" and row["kernels"] == "device"
     assert row["encode_gbps"] > 0 and row["ratio"] == pytest.approx(32 * 4 / 33)
     assert double.STATS.timed == 0  # encode, decode, hop and copy: nothing waits
 
