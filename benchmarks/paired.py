@@ -75,15 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _words(label: str, text: str) -> list[str]:
+    words = shlex.split(text)
+    if not words:
+        raise UsageError(f"{label}: give a variant and its options")
+    return words
+
+
 class Side:
     """One side: its variant, options, transport and context (built on every rank)."""
 
     def __init__(self, label: str, text: str, common: list[str], comm):
-        words = shlex.split(text)
-        if not words:
-            raise UsageError(f"{label}: give a variant and its options")
+        words = agreed(comm, lambda: _words(label, text))
         self.label, self.text = label, text
-        self.variant = variant_named(words[0])
+        self.variant = agreed(comm, lambda: variant_named(words[0]))
         self.opts = agreed(comm, lambda: parse_options(self.variant, [*words[1:], *common],
                                                        comm))
         # each side's own transport (A over MPI, B over torch.distributed, say)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ccbench.benchmarks.results import write_csv_atomic
 from ccbench.kernels.errors import UsageError
+from ccbench.kernels.vocabulary import COLLECTIVES
 from ccbench.scripts.launch import OPEN_MPI, find_mpiexec, mpi_family, mpiexec_command
 
 BUFFERS = ("cupy", "torch-cuda")
@@ -159,12 +160,10 @@ def cells(ranks: int) -> list[Cell]:
     for buffer in BUFFERS:
         for name, over, env in TRANSPORTS:
             own = "library" if name == "nccl" else "mpi"
-            runs = [("baseline", ["--algorithm", own], c) for c in
-                    ("allgather", "reduce_scatter", "allreduce")]
+            runs = [("baseline", ["--algorithm", own], c) for c in COLLECTIVES]
             runs += [("baseline", ["--algorithm", "ring"], "allreduce"),
                      ("p2p_compressed", ["--codec", "fp16"], "allreduce")]
-            runs += [("coll_compressed", ["--codec", "fp16"], c) for c in
-                     ("allgather", "reduce_scatter", "allreduce")]
+            runs += [("coll_compressed", ["--codec", "fp16"], c) for c in COLLECTIVES]
             runs += [("coll_compressed", ["--codec", "bfp:rate=8"], "allreduce"),
                      ("sparse_streaming", ["--algorithm",
                                            "dense-ring" if name == "nccl" else "omnireduce"],

@@ -170,3 +170,27 @@ def test_every_variant_on_the_double_validates_without_waiting(case_id):
         assert {r["host_syncs"] for r in rows} == {"0.0"}
     elif case_id.startswith("mpi-"):  # staging, or a GPU-aware MPI's wait: counted
         assert all(float(r["host_syncs"]) > 0 for r in rows), rows
+
+
+def test_bfloat16_on_a_device_reaches_mpi_only_where_mpi_can_reduce_it():
+    """MPI has no bfloat16 datatype: ccbench's op adds it on the host (staged). A GPU-aware
+    MPI would get device memory it cannot add: refused in one line, before any call."""
+    from ccbench.kernels.errors import UsageError
+
+    class Bf16:  # a device tensor's description is all the refusal reads
+        dtype, shape = "torch.bfloat16", (8,)
+
+    class Device(arrays.Backend):
+        name, device = "bf16-device", True
+
+        def owns(self, x):
+            return isinstance(x, Bf16)
+
+    arrays.register(Device())
+    try:
+        comm = Communicator(MPI.COMM_SELF, gpu_aware=True)
+        for collective in ("reduce_scatter", "allreduce"):
+            with pytest.raises(UsageError, match="MPI has no bfloat16 datatype"):
+                comm.library_call(collective, Bf16(), Bf16())
+    finally:
+        arrays._BACKENDS.pop("bf16-device")
