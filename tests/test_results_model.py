@@ -37,7 +37,8 @@ def harness_row(**changes) -> dict:
 
 @pytest.mark.parametrize("column, other", [("data", "gradient-like"), ("timing", "batch"),
                                             ("timer", "python"), ("ci_target_pct", "2.0"),
-                                            ("time_budget_s", "5.0")])
+                                            ("time_budget_s", "5.0"), ("transport", "torch"),
+                                            ("backend", "gloo")])
 def test_merge_and_plots_keep_apart_rows_that_differ_in_one_setting(tmp_path, column,
                                                                     other):
     """Two rows of one run that differ in one setting measured two points; two that differ
@@ -108,6 +109,22 @@ def test_an_older_version_is_read_by_its_number_and_upgraded(tmp_path):
     assert (row["schema"], row["warmup_steps"], row["final_window"]) == ("training/2", 3, 10)
     frame = load([path]).get("training")
     assert frame["warmup_steps"].tolist() == [3]
+
+
+def test_harness_rows_of_version_1_ran_over_mpi(tmp_path):
+    """Before the torch transport every row ran over MPI: version-1 rows say so once
+    upgraded; which device a rank used is provenance, not part of a point."""
+    v1 = [c for c in COMMON_COLUMNS if c not in ("schema", "transport", "backend",
+                                                 "host_syncs", "device")]
+    path = tmp_path / "old.csv"
+    write_csv_atomic(path, [{k: v for k, v in harness_row().items() if k in v1}], v1)
+    table = results.read_table(path)
+    assert (table.schema, table.version) == (HARNESS, 1)
+    (row,) = table.current()
+    assert (row["transport"], row["backend"]) == ("mpi", "mpi")
+    assert HARNESS.role("transport") == HARNESS.role("backend") == "setting"
+    assert HARNESS.role("device") == "provenance"
+    assert HARNESS.role("host_syncs") == "measurement"
 
 
 def test_a_newer_version_is_refused_in_one_line(tmp_path):

@@ -119,6 +119,30 @@ def test_torchrun_runs_the_torch_transport_without_mpi(tmp_path):
     assert {(r["transport"], r["backend"], r["device"]) for r in rows} == {
         ("torch", "gloo", "cpu,cpu")}
     assert {r["mpi_library"] for r in rows} == {""}  # MPI was never started
+    import json
+
+    (run,) = json.loads(out.with_name("b.csv.json").read_text())["runs"].values()
+    assert run["transport_info"]["transport"] == "torch"
+    assert run["transport_info"]["backend"] == "gloo"
+    assert run["transport_info"]["launch"] == "torchrun/srun"
+    assert run["versions"]["torch"] and run["mpi_library_full"] == ""
+    assert [run["devices"][r]["device"] for r in ("0", "1")] == ["cpu", "cpu"]
+    assert [run["devices"][r]["local_rank"] for r in ("0", "1")] == [0, 1]
+
+
+def test_the_launch_is_told_from_the_environment():
+    from ccbench.collectives.launch import EnvLaunch, env_launch
+
+    torchrun = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "n0",
+                "MASTER_PORT": "29400"}
+    assert env_launch(torchrun) == EnvLaunch("torchrun", 3, 8, 1, "n0", 29400)
+    srun = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
+            "MASTER_ADDR": "n1"}
+    assert env_launch(srun) == EnvLaunch("srun", 5, 8, 1, "n1", 29500)
+    # an MPI launcher's variables: MPI starts, and gives rank, size and rendezvous
+    assert env_launch({**srun, "PMI_RANK": "5"}) is None
+    assert env_launch({**torchrun, "OMPI_COMM_WORLD_RANK": "3"}) is None
+    assert env_launch({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}) is None  # no rendezvous
 
 
 @pytest.mark.timeout(200)
