@@ -107,6 +107,7 @@ def test_an_older_version_is_read_by_its_number_and_upgraded(tmp_path):
     assert (table.schema, table.version) == (TRAINING, 1)
     (row,) = table.current()
     assert (row["schema"], row["warmup_steps"], row["final_window"]) == (TRAINING.tag, 3, 10)
+    assert (row["transport"], row["backend"]) == ("mpi", "mpi")  # before the torch transport
     frame = load([path]).get("training")
     assert frame["warmup_steps"].tolist() == [3]
 
