@@ -9,6 +9,7 @@ rounds). MPICH's progress thread (`MPIR_CVAR_ASYNC_PROGRESS=1`) needs MULTIPLE, 
 the entry points whose communication runs on a thread of its own (`training`,
 `merged_gradient`): they ask for it before their own imports. `MPI4PY_RC_THREAD_LEVEL`
 in the environment overrides all of this. The JSON sidecar records the level granted.
+Under torchrun MPI is not started at all (the torch transport needs none).
 """
 
 from __future__ import annotations
@@ -32,4 +33,15 @@ def _async_progress() -> bool:
         "1", "yes", "true", "on")
 
 
+def _without_mpi() -> None:
+    """Under torchrun (or srun without an MPI plug-in) MPI is never started: importing
+    mpi4py.MPI must not initialise it (collectives/launch.py tells the launches apart)."""
+    from ccbench.collectives.launch import mpi_wanted
+
+    if "mpi4py.MPI" not in sys.modules and not mpi_wanted():
+        mpi4py.rc.initialize = False
+        mpi4py.rc.finalize = False
+
+
 request_thread_level("multiple" if _async_progress() else "funneled")
+_without_mpi()

@@ -3,8 +3,10 @@
 Every phase outside the timed collectives (parsing, set-up, input generation, checks) runs
 under `agreed`, which gathers each rank's outcome: a bad input found on any rank is
 printed once by rank 0 and every rank exits 2 (3 for bad data). Inside a collective no
-agreement is possible, so a rank-local failure prints one line naming the rank and calls
-`MPI_Abort` (`run_main`): the job ends instead of waiting.
+agreement is possible, so a rank-local failure prints one line naming the rank and ends
+the job (`run_main`): `MPI_Abort` under an MPI launch, an exit that torchrun or srun
+turns into the end of every rank otherwise. Both go through the communicator's control
+plane, so they work over either transport (collectives/comm.py).
 """
 
 from __future__ import annotations
@@ -15,9 +17,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from mpi4py import MPI
-
-from ccbench.collectives.comm import Communicator
+from ccbench.collectives.comm import BaseCommunicator
 from ccbench.kernels.errors import DataError, UsageError
 
 
@@ -29,7 +29,7 @@ class _AgreedError(Exception):
         self.status = status
 
 
-def agreed(comm: Communicator, phase: Callable):
+def agreed(comm: BaseCommunicator, phase: Callable):
     """Run `phase` on every rank; if it raises on any rank, raise on all (no hang).
 
     Used around everything outside the timed collectives (parsing, set-up, checks),
@@ -42,7 +42,7 @@ def agreed(comm: Communicator, phase: Callable):
         message, status = str(exc), 2
     except DataError as exc:
         message, status = f"rank {comm.rank}: {exc}", 3
-    failures = comm.mpi.allgather((message, status) if status else None)
+    failures = comm.allgather_obj((message, status) if status else None)
     failed = [f for f in failures if f is not None]
     if failed:
         raise _AgreedError(*failed[0])
@@ -50,16 +50,26 @@ def agreed(comm: Communicator, phase: Callable):
 
 
 
-def run_main(body: Callable[[list[str], Communicator], int], argv: list[str] | None = None,
-             comm: Communicator | None = None) -> int:
-    """Run `body(argv, comm)` on every rank with ccbench's error handling.
+def run_main(body: Callable[[list[str], BaseCommunicator], int],
+             argv: list[str] | None = None, comm: BaseCommunicator | None = None) -> int:
+    """Run `body(argv, comm)` on every rank with ccbench's error handling; `comm` is the
+    launch's communicator (collectives/launch.py), made here when not given.
 
     Exit status: 0 success, 1 validation failure, 2 bad input (one line from rank 0),
     3 bad data. Errors raised inside `agreed` phases are known to every rank and end the
     run cleanly; an unexpected error on one rank aborts the whole job instead of hanging.
     """
-    comm = comm or Communicator(MPI.COMM_WORLD)
     argv = sys.argv[1:] if argv is None else argv
+    if comm is None:
+        from ccbench.benchmarks.options import launch_backend
+        from ccbench.collectives.launch import launch_communicator
+
+        try:
+            comm = launch_communicator(launch_backend(argv))
+        except UsageError as exc:  # every rank reads the same argv and environment
+            if os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0":
+                print(f"ccbench: error: {exc}", file=sys.stderr, flush=True)
+            return 2
     try:
         return body(argv, comm)
     except _AgreedError as exc:
@@ -73,8 +83,7 @@ def run_main(body: Callable[[list[str], Communicator], int], argv: list[str] | N
         return 1
 
 
-
-def _abort(comm: Communicator, exc: BaseException) -> None:
+def _abort(comm: BaseCommunicator, exc: BaseException) -> None:
     if isinstance(exc, DataError | UsageError):
         message = str(exc)
         status = 3 if isinstance(exc, DataError) else 2
@@ -87,4 +96,4 @@ def _abort(comm: Communicator, exc: BaseException) -> None:
         traceback.print_exception(exc)
     sys.stderr.flush()
     time.sleep(0.05)  # let the line reach the launcher before the job is torn down
-    comm.mpi.Abort(status)
+    comm.abort(status)

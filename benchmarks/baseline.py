@@ -1,11 +1,17 @@
-"""Baseline: the MPI library's Allgather / Reduce_scatter_block / Allreduce, or the ring.
+"""Baseline: the library's own Allgather / Reduce_scatter_block / Allreduce, or the ring.
 
     mpiexec -n 2 python -m ccbench.benchmarks.baseline --collective allgather -m 1:1M -f -c
+    mpiexec -n 2 python -m ccbench.benchmarks.baseline --transport torch -m 1:1M -c
+
+The library is the transport's: MPI's (--algorithm mpi, the default over MPI) or
+torch.distributed's (--algorithm library, the default with --transport torch: NCCL's or
+gloo's all-gather, reduce-scatter and all-reduce).
 """
 
 from __future__ import annotations
 
 from ccbench.benchmarks.harness import Op, Variant, run_variant
+from ccbench.benchmarks.options import resolve_algorithm
 from ccbench.collectives.baseline import ALGORITHMS, bind_collective
 from ccbench.kernels import arrays
 
@@ -15,9 +21,13 @@ class Baseline(Variant):
     description = __doc__
 
     def add_options(self, parser) -> None:
-        parser.add_argument("--algorithm", choices=ALGORITHMS, default="mpi",
-                            help="mpi: the library's collective; ring: the textbook ring "
-                                 "over point-to-point calls (default mpi)")
+        parser.add_argument("--algorithm", choices=ALGORITHMS, default=None,
+                            help="mpi: MPI's own collective (the default over MPI); library: "
+                                 "the transport library's own (the default with --transport "
+                                 "torch); ring: the textbook ring over point-to-point calls")
+
+    def check_options(self, opts, ranks: int) -> None:
+        opts.algorithm = resolve_algorithm(opts.algorithm, opts.transport)
 
     def columns(self, opts) -> dict:
         return {"algorithm": opts.algorithm, "codec": "none"}
@@ -33,7 +43,7 @@ class Baseline(Variant):
         recv = arrays.empty(case.buffer, case.recv_count, case.dtype)
         algorithm = ctx.opts.algorithm
         run = bind_collective(ctx.comm, algorithm, case.collective, send, recv)
-        return Op(run=run, send=send, recv=recv, measures_wire=algorithm != "mpi")
+        return Op(run=run, send=send, recv=recv, measures_wire=algorithm == "ring")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,6 +44,8 @@ from ccbench.kernels.codec_base import empty_payload
 from ccbench.kernels.codecs import describe_codecs, parse_codec
 from ccbench.kernels.errors import DataError, UsageError
 from ccbench.kernels.inputs import DATA_KINDS, DataKind, parse_data_kind, values
+from ccbench.kernels.reduce import copy_into
+from ccbench.kernels.stopwatch import Stopwatch
 from ccbench.kernels.vocabulary import itemsize
 
 DEFAULT_CODECS = ("fp16", "bf16", "bfp:rate=16", "bfp:rate=8", "bfp:rate=4", "zfp:rate=16",
@@ -62,7 +64,7 @@ def round_trip_accuracy(got: np.ndarray, ref: np.ndarray, gradient: bool) -> dic
 def _copy_fn(buffer: str, src, dst):
     if buffer == "numpy":
         return lambda: np.copyto(dst, src)
-    return lambda: dst.copy_(src)
+    return lambda: copy_into(dst, src)  # torch's copy_, cupy's assignment
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
@@ -74,7 +76,8 @@ def measure_codec(spec: str, kind: DataKind | str, buffer: str, dtype: str, coun
     """One row: best-of-`repeats` encode, decode, hop and copy rates, ratio and error.
 
     clock 'cpu' times this thread's CPU time instead of wall time: on a loaded host it
-    leaves out the time other processes hold the core (not for GPU buffers). `kernels`
+    leaves out the time other processes hold the core (not for GPU buffers). Device
+    buffers are timed by events around each call (kernels/stopwatch.py). `kernels`
     'reference' forces the array-API kernels; 'fused' takes what the codec picks (the
     fused or device kernels where it has them); the row's `kernels` says what ran.
     """
@@ -110,18 +113,23 @@ def measure_codec(spec: str, kind: DataKind | str, buffer: str, dtype: str, coun
     for name, fn in list(steps):
         try:
             fn()
+            codec.check_deferred()  # a device's range check, read back here
         except DataError:
             if name != "hop":
                 raise
             steps.pop()  # a sum past the codec's range: no hop rate (NaN)
     encode()  # the hop's scratch is `out`: the round trip below reads the decode
     decode()
+    # device buffers: events around each call, the wait for the device after it
+    watch = Stopwatch(buffer, now)
+    watch.prepare(1)
     for _ in range(repeats):
         for name, fn in steps:
-            t0 = now()
+            watch.begin(0)
             fn()
-            arrays.synchronize(buffer)
-            best[name] = min(best[name], now() - t0)
+            watch.end(0)
+            best[name] = min(best[name], float(watch.seconds(1)[0]))
+    codec.check_deferred()
     decode()
     got = arrays.to_numpy(out).astype(np.float64)
     ref = arrays.to_numpy(x).astype(np.float64)  # the input as the dtype holds it

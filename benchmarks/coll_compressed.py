@@ -25,7 +25,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from mpi4py import MPI
 
 from ccbench.benchmarks.compressed_base import CompressedVariant, link_goodput_gbps, size_option
 from ccbench.benchmarks.harness import run_variant
@@ -87,26 +86,30 @@ def codec_rate(codec, buffer: str, dtype: str) -> float:
 
     encode()
     seconds = _best(encode) + _best(decode)
+    codec.check_deferred()
     return 2 * count * itemsize(dtype) / seconds
 
 
-def ring_exchange_fit(mpi) -> tuple[float, float | None]:
+def ring_exchange_fit(comm, buffer: str = "numpy") -> tuple[float, float | None]:
     """(per-message seconds, link Gbit/s) from a ring exchange (each rank sends to the
-    next and receives from the previous) at two sizes: the intercept and the inverse slope
-    of the line through their median times (the slowest rank's); (0, None) on one rank."""
-    size, rank = mpi.Get_size(), mpi.Get_rank()
+    next and receives from the previous) at two sizes, through the run's transport and
+    buffers: the intercept and the inverse slope of the line through their median times
+    (the slowest rank's); (0, None) on one rank."""
+    size, rank = comm.size, comm.rank
     if size < 2:
         return 0.0, None
     medians = []
     for nbytes in MESSAGE_SIZES:
-        send, recv = np.zeros(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+        send = arrays.from_numpy(buffer, np.zeros(nbytes, np.int8), "int8")
+        recv = arrays.empty(buffer, nbytes, "int8")
         times = []
         for _ in range(RATE_REPEATS):
-            mpi.Barrier()
+            comm.barrier()
             t0 = time.perf_counter()
-            mpi.Sendrecv(send, (rank + 1) % size, 0, recv, (rank - 1) % size, 0)
+            comm.sendrecv(send, (rank + 1) % size, recv, (rank - 1) % size)
+            arrays.synchronize(buffer)
             times.append(time.perf_counter() - t0)
-        medians.append(mpi.allreduce(float(np.median(times)), op=MPI.MAX))
+        medians.append(comm.allreduce_value(float(np.median(times)), op="max"))
     (s1, t1), (s2, t2) = zip(MESSAGE_SIZES, medians, strict=True)
     slope = (t2 - t1) / (s2 - s1)
     intercept = max(t1 - slope * s1, 0.0)
@@ -115,8 +118,8 @@ def ring_exchange_fit(mpi) -> tuple[float, float | None]:
 
 def measure_rates(comm, codec, buffer: str, dtype: str) -> MeasuredRates:
     """The rates --chunk-bytes auto uses, agreed by every rank. Collective."""
-    rate = comm.mpi.allreduce(codec_rate(codec, buffer, dtype), op=MPI.MIN)
-    message_s, fitted_gbps = ring_exchange_fit(comm.mpi)
+    rate = comm.allreduce_value(codec_rate(codec, buffer, dtype), op="min")
+    message_s, fitted_gbps = ring_exchange_fit(comm, buffer)
     link = link_goodput_gbps()
     return MeasuredRates(rate, message_s, link if link else fitted_gbps)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from mpi4py import MPI
 
 from ccbench.benchmarks.harness import Op, Variant, held
 from ccbench.benchmarks.options import iterations_for, parse_size
@@ -81,17 +80,17 @@ class CompressedVariant(Variant):
 
         def stats() -> dict:
             # the harness ran one more call just before and left its bytes in the counter
-            raw = comm.mpi.allreduce(run.raw_bytes)
-            wire = comm.mpi.allreduce(comm.wire_bytes)
+            raw = comm.allreduce_value(run.raw_bytes)
+            wire = comm.allreduce_value(comm.wire_bytes)
             row = {"compression_ratio": raw / wire if wire else float("nan")}
             # the timed calls: after the warm-up, before the harness's untimed last call
             row.update(breakdown_columns(comm, run.breakdown.mean(warmup, last=-1),
-                                         comm.wire_bytes))
+                                         comm.wire_bytes, arrays.is_gpu(case.buffer)))
             if "chunk_bytes" in options:  # what --chunk-bytes auto chose for this size
                 row["chunk_used_bytes"] = options["chunk_bytes"]
             return row
 
-        return Op(run=run, send=send, recv=recv, stats=stats)
+        return Op(run=run, send=send, recv=recv, stats=stats, check=self.codec.check_deferred)
 
     def validation_input(self, case, rank: int) -> np.ndarray:
         # a lossy codec is exact on small integers, which would leave its bound untested:
@@ -110,8 +109,8 @@ class CompressedVariant(Variant):
 
 BREAKDOWN_COLUMNS = (
     "call_us", "encode_us", "decode_us", "reduce_us", "wait_us", "idle_us", "codec_cpu_us",
-    "wire_floor_us", "codec_floor_us", "floor_us", "overlap_efficiency", "floor_link_gbps",
-    "ranks_per_core",
+    "stage_us", "wire_floor_us", "codec_floor_us", "floor_us", "overlap_efficiency",
+    "floor_link_gbps", "ranks_per_core",
 )  # fmt: skip
 
 
@@ -125,27 +124,29 @@ def link_goodput_gbps() -> float | None:
     return None
 
 
-def breakdown_columns(comm, mean, wire_bytes: int) -> dict:
+def breakdown_columns(comm, mean, wire_bytes: int, on_device: bool = False) -> dict:
     """The breakdown on the critical rank (the one whose calls took longest), its floor
     and the overlap efficiency (call time over floor). `mean` is this rank's per-call mean
-    of pipeline.FIELDS in seconds; `wire_bytes` what it sent in one call. Collective."""
-    where = (MPI.Get_processor_name(), sorted(os.sched_getaffinity(0)))
-    everyone = comm.mpi.allgather((list(map(float, mean)), int(wire_bytes), where))
+    of pipeline.FIELDS in seconds (device time on a device: codec_cpu is then the codec
+    kernels' time, and a rank's core is its device's); `wire_bytes` what it sent in one
+    call. Collective."""
+    where = (comm.processor_name(), sorted(os.sched_getaffinity(0)))
+    everyone = comm.allgather_obj((list(map(float, mean)), int(wire_bytes), where))
     critical = max(range(len(everyone)), key=lambda r: everyone[r][0][0])
     values, sent, (host, _) = everyone[critical]
     same_host = [w for _, _, w in everyone if w[0] == host]
     cores = len({core for _, affinity in same_host for core in affinity}) or 1
-    per_core = len(same_host) / cores
+    per_core = 1.0 if on_device else len(same_host) / cores
     got = dict(zip(FIELDS, values, strict=True))
     link = link_goodput_gbps()
     floor = pipeline_floor(sent, link * 1e9 if link else None, got["codec_cpu"], per_core)
-    busy = got["encode"] + got["decode"] + got["reduce"] + got["wait"]
+    busy = got["encode"] + got["decode"] + got["reduce"] + got["wait"] + got["stage"]
     us = 1e6
     return {
         "call_us": got["call"] * us, "encode_us": got["encode"] * us,
         "decode_us": got["decode"] * us, "reduce_us": got["reduce"] * us,
         "wait_us": got["wait"] * us, "idle_us": max(0.0, got["call"] - busy) * us,
-        "codec_cpu_us": got["codec_cpu"] * us,
+        "codec_cpu_us": got["codec_cpu"] * us, "stage_us": got["stage"] * us,
         "wire_floor_us": floor["wire"] * us if floor["wire"] is not None else None,
         "codec_floor_us": floor["codec"] * us, "floor_us": floor["floor"] * us,
         "overlap_efficiency": got["call"] / floor["floor"] if floor["floor"] > 0 else None,

@@ -13,9 +13,12 @@ from pathlib import Path
 from mpi4py import MPI
 
 from ccbench.benchmarks.results import Sidecar, new_run_id
+from ccbench.kernels import arrays
 from ccbench.kernels.arrays import transparent_hugepages
 
-_ENV_PREFIXES = re.compile(r"^(CCBENCH_|MPIR_|MPICH_|FI_|UCX_|OMPI_|PMIX_|SLURM_|CUDA_VISIBLE)")
+_ENV_PREFIXES = re.compile(
+    r"^(CCBENCH_|MPIR_|MPICH_|FI_|UCX_|OMPI_|PMIX_|SLURM_|CUDA_VISIBLE|NCCL_|GLOO_|TORCHELASTIC_|"
+    r"MASTER_ADDR|MASTER_PORT|LOCAL_RANK|WORLD_SIZE)")
 _REPO = Path(__file__).resolve().parent.parent
 
 
@@ -31,7 +34,15 @@ def git_sha() -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
+def mpi_started() -> bool:
+    """False under torchrun / srun without MPI, where ccbench never starts it."""
+    return MPI.Is_initialized() and not MPI.Is_finalized()
+
+
 def mpi_library() -> str:
+    """The MPI library's name and version; '' where this launch never started MPI."""
+    if not mpi_started():
+        return ""
     # Open MPI ends its version string with a NUL
     return MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].strip()
 
@@ -58,12 +69,14 @@ def _cpus_allowed() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def placement(comm) -> dict:
-    """Where each rank runs: its host and CPU affinity, each host's cores and load average
-    at the start, and whether ranks outnumber a host's cores. Collective over `comm`."""
-    mine = {"host": MPI.Get_processor_name(), "affinity": _cpus_allowed(),
-            "cores": os.cpu_count() or 1, "load_average": list(os.getloadavg())}
-    ranks = comm.mpi.allgather(mine)
+def placement(comm, buffer: str | None = None) -> dict:
+    """Where each rank runs: its host, CPU affinity and device, each host's cores and load
+    average at the start, and whether ranks outnumber a host's cores. Collective."""
+    device = arrays.backend(buffer).describe() if buffer else {"device": "cpu"}
+    mine = {"host": comm.processor_name(), "affinity": _cpus_allowed(),
+            "cores": os.cpu_count() or 1, "load_average": list(os.getloadavg()),
+            "local_rank": comm.local_rank, **device}
+    ranks = comm.allgather_obj(mine)
     hosts: dict[str, dict] = {}
     for r in ranks:
         host = hosts.setdefault(r["host"], {"cores": r["cores"], "ranks": 0,
@@ -74,6 +87,9 @@ def placement(comm) -> dict:
         [r for r in ranks if len(r["affinity"]) == 1])
     return {
         "affinity": {str(i): r["affinity"] for i, r in enumerate(ranks)},
+        "devices": {str(i): {k: v for k, v in r.items() if k not in (
+            "affinity", "cores", "load_average")} for i, r in enumerate(ranks)},
+        "device": ",".join(r["device"] for r in ranks),
         "bound": all(len(r["affinity"]) == 1 for r in ranks),
         "hosts": hosts,
         "oversubscribed": bool(oversubscribed),
@@ -81,13 +97,14 @@ def placement(comm) -> dict:
     }
 
 
-def run_info(comm, variant: str) -> dict:
+def run_info(comm, variant: str, buffer: str | None = None) -> dict:
     """Columns shared by every row of one run; collective over `comm`.
 
-    Also measures the placement (`info["placement"]`, for the JSON sidecar) and warns in
-    one line from rank 0 when ranks outnumber a host's cores.
+    Also measures the placement (`info["placement"]`, for the JSON sidecar: each rank's
+    host, cores and device) and warns in one line from rank 0 when ranks outnumber a
+    host's cores. `device` is every rank's device, in rank order ("cuda:0,cuda:1").
     """
-    where = placement(comm)
+    where = placement(comm, buffer)
     hosts = list(where["hosts"])
     info = None
     if comm.rank == 0:
@@ -103,15 +120,17 @@ def run_info(comm, variant: str) -> dict:
             "link_gbps": link_gbps(),
             **link_bound(),
             "mpi_library": mpi_library(),
-            "hostname": MPI.Get_processor_name(),
+            "hostname": comm.processor_name(),
             "git_sha": git_sha(),
+            "device": where["device"],
+            "transport_info": comm.describe(),
         }
         for host in (h for h, v in where["hosts"].items() if v["ranks"] > v["cores"]):
             v = where["hosts"][host]
             print(f"ccbench: warning: {v['ranks']} ranks on the {v['cores']} cores of {host}: "
                   "ranks share cores, so timings measure the sharing too", file=sys.stderr,
                   flush=True)
-    info = comm.mpi.bcast(info, root=0)
+    info = comm.bcast_obj(info, root=0)
     info["placement"] = where
     return info
 
@@ -122,6 +141,10 @@ def _versions() -> dict:
         module = sys.modules.get(name)
         if module is not None:
             versions[name] = getattr(module, "__version__", "")
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():  # only where it is in use already
+        versions["cuda"] = torch.version.cuda
+        versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
     return versions
 
 
@@ -141,13 +164,16 @@ THREAD_LEVELS = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
 
 def describe(info: dict, argv, ranks: int) -> dict:
     """The full environment of a run: the JSON sidecar's content."""
+    started = mpi_started()
     return {
         **{k: v for k, v in info.items() if k != "placement"},
         "argv": list(argv),
         "ranks": ranks,
-        "mpi_library_full": MPI.Get_library_version().replace("\0", "").strip(),
-        "mpi_version": "{}.{}".format(*MPI.Get_version()),
-        "mpi_thread_level": THREAD_LEVELS.get(MPI.Query_thread(), str(MPI.Query_thread())),
+        "mpi_library_full": MPI.Get_library_version().replace("\0", "").strip()
+        if started else "",
+        "mpi_version": "{}.{}".format(*MPI.Get_version()) if started else "",
+        "mpi_thread_level": THREAD_LEVELS.get(MPI.Query_thread(), str(MPI.Query_thread()))
+        if started else "",
         "versions": _versions(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),

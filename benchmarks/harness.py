@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from mpi4py import MPI
 
 from ccbench.benchmarks import accuracy, environment, osu_format
 from ccbench.benchmarks.agreement import agreed, run_main
@@ -25,6 +24,7 @@ from ccbench.benchmarks.options import (
     FALLBACK_DATA,
     build_parser,
     iterations_for,
+    resolve_transport,
     size_list,
 )
 from ccbench.benchmarks.results import (
@@ -38,7 +38,8 @@ from ccbench.benchmarks.results import (
     write_json_atomic,
 )
 from ccbench.benchmarks.timing import measure, planned_timer
-from ccbench.collectives.comm import Communicator
+from ccbench.collectives.comm import BaseCommunicator
+from ccbench.collectives.launch import communicator_for
 from ccbench.collectives.spec import spec
 from ccbench.kernels import arrays, inputs
 from ccbench.kernels.errors import UsageError
@@ -78,11 +79,13 @@ class Op:
     stats: Callable[[], dict] | None = None
     # False when the bytes leave through the MPI library, where Python cannot count them
     measures_wire: bool = True
+    # reads what device calls left for later (a codec's range check); outside the timing
+    check: Callable[[], None] | None = None
 
 
 @dataclass
 class Context:
-    comm: Communicator
+    comm: BaseCommunicator
     opts: object
     variant: Variant
 
@@ -138,7 +141,7 @@ class Variant:
         """Extra stdout columns after OSU's: (header, row key, format)."""
         return []
 
-    def prepare(self, comm: Communicator, opts) -> None:
+    def prepare(self, comm: BaseCommunicator, opts) -> None:
         """Start-up work of a run, collective over `comm`, before the header is printed
         (e.g. rates measured for an automatic setting)."""
 
@@ -174,12 +177,9 @@ def dense_reference(case: Case, inputs: list[np.ndarray]) -> np.ndarray:
 
 
 def fill(buffer_array, values: np.ndarray, case: Case) -> None:
-    """Copy float64 host values into a benchmark buffer of any backend, cast to its dtype."""
-    staged = arrays.from_numpy(case.buffer, values, case.dtype)
-    if isinstance(buffer_array, np.ndarray):
-        buffer_array[...] = staged
-    else:
-        buffer_array.copy_(staged) if hasattr(buffer_array, "copy_") else buffer_array.set(staged)
+    """Copy float64 host values into a benchmark buffer of any backend, cast to its dtype
+    (on a device: one explicit copy from host memory)."""
+    arrays.fill(buffer_array, values)
 
 
 def held(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -216,13 +216,14 @@ def check_result(variant: Variant, case: Case, got, inputs: list[np.ndarray]) ->
 # The driver ---------------------------------------------------------------------------------
 
 
-def parse_options(variant: Variant, argv, comm: Communicator):
+def parse_options(variant: Variant, argv, comm: BaseCommunicator):
     prog = f"ccbench {variant.name}"
     parser = build_parser(prog, variant.description, variant.collectives, quiet=comm.rank != 0)
     variant.add_options(parser)
     opts = parser.parse_args(argv)
     opts.sizes = size_list(opts.message_size)
     arrays.check_supported(opts.buffer, opts.dtype)
+    resolve_transport(opts)
     # the buffer policy is part of what a row measures: set before any buffer exists
     opts.hugepages = arrays.set_hugepages(opts.hugepages) if opts.buffer == "numpy" else ""
     opts.data_kind, opts.data_note = resolve_data(variant, opts)
@@ -260,7 +261,14 @@ def resolve_data(variant: Variant, opts) -> tuple[DataKind, str | None]:
         "uncompressed collective's time does not depend on the values")
 
 
-def plan_cases(variant: Variant, opts, comm: Communicator) -> list[tuple[Case, list[int]]]:
+def open_transport(launch: BaseCommunicator, opts) -> BaseCommunicator:
+    """This rank's device (its node-local rank's), then the communicator the run's
+    algorithms use (--transport). Collective; errors agreed."""
+    agreed(launch, lambda: arrays.select_device(opts.buffer, launch.local_rank))
+    return agreed(launch, lambda: communicator_for(launch, opts.transport, opts.backend))
+
+
+def plan_cases(variant: Variant, opts, comm: BaseCommunicator) -> list[tuple[Case, list[int]]]:
     cases, skipped = [], []
     for size in opts.sizes:
         shape = spec(opts.collective).shape(size, comm.size, opts.dtype)
@@ -289,7 +297,8 @@ def _row(run_info: dict, variant_columns: dict, case: Case, iters: int, warmup: 
     row[SCHEMA] = HARNESS.tag
     row.update({
         "collective": case.collective, "dtype": case.dtype, "buffer": case.buffer,
-        "ranks": case.ranks, "size_bytes": case.size_bytes,
+        "transport": opts.transport, "backend": opts.backend, "ranks": case.ranks,
+        "size_bytes": case.size_bytes,
         "bytes_per_rank": case.bytes_per_rank, "total_bytes": case.total_bytes,
         "count": case.count, "iterations": iters, "warmup": warmup, "timing": opts.timing,
         "hugepages": opts.hugepages,
@@ -331,15 +340,14 @@ def prepare_case(variant: Variant, ctx: Context, case: Case) -> Prepared:
                                   for r in range(case.ranks)])
     agreed(comm, lambda: fill(op.send, timed[case.rank], case))
     iters, warmup = iterations_for(case.size_bytes, opts)
-    run = op.run
-    if arrays.is_gpu(case.buffer):
-        call = op.run
+    # device calls return once queued: the timing waits for the device outside the call
+    return Prepared(op, op.run, timed, iters, warmup)
 
-        def run():
-            call()
-            arrays.synchronize(case.buffer)
 
-    return Prepared(op, run, timed, iters, warmup)
+def check_deferred(comm: BaseCommunicator, op: Op) -> None:
+    """What device calls left to check (a codec's range), agreed; outside the timing."""
+    if op.check is not None:
+        agreed(comm, op.check)
 
 
 def validate_case(variant: Variant, ctx: Context, case: Case, op: Op) -> dict:
@@ -349,8 +357,8 @@ def validate_case(variant: Variant, ctx: Context, case: Case, op: Op) -> dict:
                                   for r in range(case.ranks)])
     agreed(comm, lambda: fill(op.send, exact[case.rank], case))
     op.run()
-    if arrays.is_gpu(case.buffer):
-        arrays.synchronize(case.buffer)
+    arrays.synchronize(case.buffer)
+    check_deferred(comm, op)
     return _combine_checks(comm, agreed(comm, lambda: check_result(variant, case,
                                                                    op.recv, exact)))
 
@@ -361,12 +369,16 @@ def _run_case(variant: Variant, ctx: Context, case: Case):
     op, run, timed = prepared.op, prepared.run, prepared.timed
     timing = measure(comm, run, prepared.iterations, prepared.warmup, opts.timing,
                      ci_target=opts.ci_target / 100 if opts.ci_target else None,
-                     budget_s=opts.time_budget, timer=getattr(opts, "timer", None))
+                     budget_s=opts.time_budget, timer=getattr(opts, "timer", None),
+                     buffer=case.buffer)
+    check_deferred(comm, op)
     iters = timing.pop("iterations")
     # one more call on the timed data: the wire volume, the ratio and the accuracy
     comm.reset_wire_bytes()
     run()
-    wire = comm.mpi.allreduce(comm.wire_bytes, op=MPI.SUM) / comm.size
+    arrays.synchronize(case.buffer)
+    check_deferred(comm, op)
+    wire = comm.allreduce_value(comm.wire_bytes) / comm.size
     stats = {"wire_bytes_per_rank": int(round(wire)) if op.measures_wire else None}
     if op.stats is not None:
         stats.update(agreed(comm, op.stats))
@@ -377,27 +389,27 @@ def _run_case(variant: Variant, ctx: Context, case: Case):
     return iters, prepared.warmup, timing, check, stats
 
 
-def _accuracy(comm: Communicator, variant: Variant, case: Case, got, timed) -> dict:
+def _accuracy(comm: BaseCommunicator, variant: Variant, case: Case, got, timed) -> dict:
     """The accuracy columns of this call's result on the timed data (every rank's)."""
     mine = agreed(comm, lambda: accuracy.partial_sums(arrays.to_numpy(got),
                                                       variant.reference(case, timed)))
     sums, maxima = accuracy.split(mine)
-    total, largest = np.empty_like(sums), np.empty_like(maxima)
-    comm.mpi.Allreduce(sums, total, op=MPI.SUM)
-    comm.mpi.Allreduce(maxima, largest, op=MPI.MAX)
+    total = comm.allreduce_array(sums, "sum")
+    largest = comm.allreduce_array(maxima, "max")
     return accuracy.combine(total, largest, gradient=case.data.is_gradient)
 
 
-def _combine_checks(comm: Communicator, mine: dict) -> dict:
+def _combine_checks(comm: BaseCommunicator, mine: dict) -> dict:
     return {
-        "validation_err": comm.mpi.allreduce(mine["max_abs_err"], op=MPI.MAX),
+        "validation_err": comm.allreduce_value(float(mine["max_abs_err"]), op="max"),
         "error_bound": mine["error_bound"],
-        "passed": bool(comm.mpi.allreduce(int(mine["passed"]), op=MPI.MIN)),
+        "passed": bool(comm.allreduce_value(int(mine["passed"]), op="min")),
     }
 
 
-def _run(variant: Variant, argv, comm: Communicator) -> int:
-    opts = agreed(comm, lambda: parse_options(variant, argv, comm))
+def _run(variant: Variant, argv, launch: BaseCommunicator) -> int:
+    opts = agreed(launch, lambda: parse_options(variant, argv, launch))
+    comm = open_transport(launch, opts)
     cases, skipped = agreed(comm, lambda: plan_cases(variant, opts, comm))
     opts.timer, timer_note = agreed(comm, lambda: planned_timer(variant, opts, comm))
     agreed(comm, lambda: variant.prepare(comm, opts))
@@ -408,7 +420,7 @@ def _run(variant: Variant, argv, comm: Communicator) -> int:
     columns = [*COMMON_COLUMNS, *extra]
     root = comm.rank == 0
     agreed(comm, lambda: check_header(opts.csv, columns) if root else None)
-    run_info = environment.run_info(comm, variant.name)
+    run_info = environment.run_info(comm, variant.name, opts.buffer)
     printer = osu_format.Printer(opts, variant, run_info) if root else None
     if printer:
         if comm.size == 1:
@@ -442,6 +454,6 @@ def _run(variant: Variant, argv, comm: Communicator) -> int:
 
 
 def run_variant(variant: Variant, argv: list[str] | None = None,
-                comm: Communicator | None = None) -> int:
+                comm: BaseCommunicator | None = None) -> int:
     """Entry point of every variant script; returns the process exit status (run_main)."""
     return run_main(lambda args, c: _run(variant, args, c), argv, comm)

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from mpi4py import MPI
 
 from ccbench.benchmarks import environment
 from ccbench.benchmarks.agreement import agreed, run_main
+from ccbench.benchmarks.harness import open_transport
 from ccbench.benchmarks.options import (
     RankAwareParser,
     add_output,
@@ -38,6 +38,7 @@ from ccbench.benchmarks.options import (
     add_seed,
     add_validate,
     parse_size,
+    resolve_transport,
 )
 from ccbench.benchmarks.results import (
     COSTFIT,
@@ -52,7 +53,7 @@ from ccbench.benchmarks.results import (
 )
 from ccbench.benchmarks.timing import measure
 from ccbench.collectives.baseline import bind_collective
-from ccbench.collectives.comm import Communicator
+from ccbench.collectives.comm import BaseCommunicator as Communicator
 from ccbench.collectives.costmodel import AlphaBeta, Fit, fit_cost_model, fit_sizes
 from ccbench.collectives.mgwfbp import Profile, parse_strategies, plan, plan_columns, read_profile
 from ccbench.collectives.overlap import CommThread, Schedule, make_schedule, replay_iteration
@@ -69,7 +70,19 @@ TRANSPORTS = {
     "coll:CODEC": "collective-level compressed ring allreduce (collectives.compressed), "
                   "e.g. coll:fp16, coll:zfp:rate=8",
     "p2p:CODEC": "point-to-point compressed ring allreduce, e.g. p2p:bfp:rate=8",
+    "torch": "torch.distributed's all_reduce (gloo; --backend)",
+    "torch:ALLREDUCE": "ring, coll:CODEC or p2p:CODEC over torch.distributed, e.g. "
+                       "torch:coll:fp16",
 }
+
+
+def split_transport(name: str) -> tuple[str, str]:
+    """(the library that moves the bytes: mpi or torch, the allreduce run over it)."""
+    if name == "torch":
+        return "torch", "library"
+    if name.startswith("torch:"):
+        return "torch", name.split(":", 1)[1]
+    return "mpi", name
 
 
 # ---------------------------------------------------------------- transport
@@ -94,9 +107,10 @@ class Transport:
 
 
 def make_transport(name: str, comm: Communicator) -> Transport:
-    if name in ("mpi", "ring"):
-        return Transport(name, lambda s, r: bind_collective(comm, name, "allreduce", s, r))
-    variant, sep, spec = name.partition(":")
+    _, allreduce = split_transport(name)
+    if allreduce in ("mpi", "library", "ring"):
+        return Transport(name, lambda s, r: bind_collective(comm, allreduce, "allreduce", s, r))
+    variant, sep, spec = allreduce.partition(":")
     if variant in ("coll", "p2p") and sep:
         from ccbench.collectives.compressed import bind_compressed
         from ccbench.kernels.codecs import parse_codec
@@ -114,7 +128,7 @@ def measure_cost_model(comm: Communicator, bind, send, recv, sizes: list[int],
                        seconds_per_size: float) -> tuple[Fit, list[dict]]:
     """Time one allreduce per size, OSU style (the slowest rank's mean, OSU's "Max
     Latency": an iteration ends with its slowest rank), and fit alpha + beta * s."""
-    return fit_cost_model(comm.mpi, bind, send, recv, sizes, seconds_per_size,
+    return fit_cost_model(comm, bind, send, recv, sizes, seconds_per_size,
                           lambda run, iters: measure(comm, run, iters, 1, "per-call")["max_us"])
 
 
@@ -131,9 +145,7 @@ def run_strategies(comm: Communicator, schedules: list[Schedule], stream: CommTh
             result = replay_iteration(schedules[j], stream)
             if it >= warmup:
                 times[j, it - warmup] = result
-    slowest = np.empty_like(times)
-    comm.mpi.Allreduce(times, slowest, op=MPI.MAX)
-    return slowest * 1e6
+    return comm.allreduce_array(times, "max") * 1e6
 
 
 def validate(comm: Communicator, schedules: list[Schedule], stream: CommThread,
@@ -161,7 +173,7 @@ def validate(comm: Communicator, schedules: list[Schedule], stream: CommThread,
             ok = bool(np.array_equal(recv, expected))
         else:
             ok = bool(np.all(np.abs(recv - expected) <= bound))  # NaN (uncovered) fails
-        passed.append(bool(comm.mpi.allreduce(int(ok), op=MPI.MIN)))
+        passed.append(bool(comm.allreduce_value(int(ok), op="min")))
     return passed
 
 
@@ -184,7 +196,11 @@ def build_parser(quiet: bool) -> argparse.ArgumentParser:
                              "optimal, or all (default)")
     parser.add_argument("--transport", default="mpi", metavar="NAME",
                         help="allreduce of every group: mpi (default), ring, coll:CODEC, "
-                             "p2p:CODEC (see above)")
+                             "p2p:CODEC, over MPI; torch, or torch: before the others, over "
+                             "torch.distributed (see above)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                        help="torch transports: the torch.distributed backend (default gloo: "
+                             "the gradients are host buffers)")
     add_repetitions(parser, 10, "training iterations per strategy", warmup_default=2)
     parser.add_argument("--compute-speedup", type=float, default=1.0,
                         help="replay the profile's compute this many times faster")
@@ -207,8 +223,15 @@ def _parse(argv, comm: Communicator):
     opts.fit_low = parse_size(opts.fit_min)
     if opts.compute_speedup <= 0 or opts.fit_seconds <= 0:
         raise UsageError("--compute-speedup and --fit-seconds must be positive")
-    if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
-        raise UsageError("the communication thread needs MPI_THREAD_SERIALIZED or better")
+    opts.transport_name = opts.transport
+    opts.transport, _ = split_transport(opts.transport)
+    opts.buffer = "numpy"
+    resolve_transport(opts)
+    if opts.transport == "mpi":
+        from mpi4py import MPI
+
+        if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
+            raise UsageError("the communication thread needs MPI_THREAD_SERIALIZED or better")
     return opts
 
 
@@ -241,12 +264,14 @@ def _report(rows: list[dict]) -> None:
               f" {r.get('validation', ''):>5}", flush=True)
 
 
-def _run(argv, comm: Communicator) -> int:
-    opts = agreed(comm, lambda: _parse(argv, comm))
+def _run(argv, launch: Communicator) -> int:
+    opts = agreed(launch, lambda: _parse(argv, launch))
+    comm = open_transport(launch, opts)
     agreed(comm, lambda: check_header(opts.csv, MGWFBP_COLUMNS) if comm.rank == 0 else None)
     profile = agreed(comm, lambda: _load_profile(opts) if comm.rank == 0 else None)
-    profile = comm.mpi.bcast(profile, root=0)
+    profile = comm.bcast_obj(profile, root=0)
     root = comm.rank == 0
+    opts.transport = opts.transport_name  # the rows' and the plans' name of it
     transport = agreed(comm, lambda: make_transport(opts.transport, comm))
     bind = transport.bind
     count = profile.total_bytes // ITEM

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from ccbench.kernels.arrays import DEFAULT_HUGEPAGES, HUGEPAGE_POLICIES
+from ccbench.kernels.arrays import DEFAULT_HUGEPAGES, HUGEPAGE_POLICIES, buffer_choices
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.inputs import DATA_KINDS
 from ccbench.kernels.vocabulary import BUFFERS, DTYPES
@@ -127,7 +127,8 @@ class RankAwareParser(argparse.ArgumentParser):
 # One option set for every entry point: a letter means the same thing everywhere. -m: the
 # message sizes (OSU's), -i: timed repetitions of each measured point (what a repetition
 # is, a call, a step, a round, each program says), -x: untimed warm-up repetitions,
-# -c: validate, -d: buffer backend, -T: element type; --csv, --json, --seed.
+# -c: validate, -d: buffer backend, -T: element type; --transport, --backend, --csv, --json,
+# --seed.
 
 
 def add_sizes(parser, default: str, note: str = "") -> None:
@@ -157,14 +158,52 @@ def add_validate(parser, what: str = "check results against a reference") -> Non
 
 
 def add_buffer(parser, default_dtype: str = "float32") -> None:
-    parser.add_argument("-d", "--buffer", choices=BUFFERS, default="numpy",
-                        help="buffer backend (default numpy)")
+    parser.add_argument("-d", "--buffer", choices=buffer_choices(), default="numpy",
+                        help=f"buffer backend: {', '.join(BUFFERS)} (default numpy); each "
+                             "rank takes the device of its node-local rank")
     parser.add_argument("--hugepages", choices=HUGEPAGE_POLICIES, default=DEFAULT_HUGEPAGES,
                         help="numpy buffers: off (default) allocates as OSU's C benchmarks "
                              "do; madvise asks for transparent huge pages, numpy's own "
                              "default (faster large copies on some hosts)")
     parser.add_argument("-T", "--dtype", choices=DTYPES, default=default_dtype,
                         help=f"element type (default {default_dtype})")
+
+
+TRANSPORTS = ("mpi", "torch")
+
+
+def add_transport(parser) -> None:
+    """--transport and --backend: which library moves the bytes (collectives/comm.py)."""
+    parser.add_argument("--transport", choices=TRANSPORTS, default="mpi",
+                        help="mpi: mpi4py (default); torch: torch.distributed, the same "
+                             "algorithms over its collectives and point-to-point calls")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                        help="--transport torch: nccl (default for -d torch-cuda and cupy) "
+                             "or gloo (default for host buffers)")
+
+
+def resolve_transport(opts) -> None:
+    """opts.backend from --transport and the buffer; UsageError where it cannot run."""
+    if opts.transport == "mpi":
+        if opts.backend is not None:
+            raise UsageError("--backend applies to --transport torch (MPI is its own backend)")
+        opts.backend = "mpi"
+        return
+    from ccbench.collectives.comm_torch import check_backend, default_backend
+
+    opts.backend = opts.backend or default_backend(opts.buffer)
+    check_backend(opts.backend, opts.buffer)
+
+
+def resolve_algorithm(algorithm: str | None, transport: str) -> str:
+    """The library's collective is spelled mpi over MPI, library over the torch transport."""
+    own = "mpi" if transport == "mpi" else "library"
+    if algorithm is None:
+        return own
+    if algorithm in ("mpi", "library") and algorithm != own:
+        raise UsageError(f"--algorithm {algorithm} with --transport {transport}: the "
+                         f"library's own collective is --algorithm {own} there")
+    return algorithm
 
 
 def add_output(parser, rows: str, json: bool = False) -> None:
@@ -201,6 +240,7 @@ def build_parser(prog: str, description: str, collectives, quiet: bool) -> RankA
                         help="per-call: barrier, then Wtime around each call (OSU's C "
                              "benchmarks); batch: Wtime around the back-to-back loop "
                              "(OMB-Py), for small messages")
+    add_transport(common)
     add_output(common, "one row per size", json=True)
     add_seed(common)
     common.add_argument("--data", default=None, metavar="KIND",
@@ -224,3 +264,18 @@ def split_common(argv: list[str]) -> tuple[list[str], list[str]]:
         i = argv.index("--")
         return argv[:i], argv[i + 1:]
     return argv, []
+
+
+def launch_backend(argv: list[str]) -> str:
+    """The torch backend a torchrun launch starts with, read from argv before it is
+    parsed (--backend, else the default of -d); bad values are left to the parser."""
+    peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    peek.add_argument("--backend", default=None)
+    peek.add_argument("-d", "--buffer", default="numpy")
+    try:
+        known, _ = peek.parse_known_args(argv)
+    except (argparse.ArgumentError, SystemExit):  # the real parser will say what is wrong
+        return "gloo"
+    if known.backend in ("gloo", "nccl"):
+        return known.backend
+    return "nccl" if known.buffer in ("cupy", "torch-cuda") else "gloo"

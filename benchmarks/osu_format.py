@@ -50,8 +50,13 @@ class Printer:
         described = ", ".join(f"{k} {v}" for k, v in columns.items() if v is not None)
         lines.append(f"# ccbench {self.variant.name}" + (f": {described}" if described else ""))
         alone = " (one rank: no data moves; start it under mpiexec)" if ranks == 1 else ""
-        lines.append(f"# {self.info['mpi_library']}; {ranks} rank{'s' * (ranks != 1)}{alone}; "
-                     f"buffer {opts.buffer}; timing {opts.timing}")
+        transport = getattr(opts, "transport", "mpi")
+        over = f"; transport torch ({opts.backend})" if transport == "torch" else ""
+        library = self.info["mpi_library"] or "MPI not started"
+        devices = self.info.get("device", "")
+        where = f" on {devices}" if devices and set(devices.split(",")) != {"cpu"} else ""
+        lines.append(f"# {library}{over}; {ranks} rank{'s' * (ranks != 1)}{alone}; "
+                     f"buffer {opts.buffer}{where}; timing {opts.timing}")
         timer = getattr(opts, "timer", "")
         if timer:
             lines.append(f"# Timer: {timer}, {timer_note}")

@@ -131,8 +131,14 @@ def parse(argv: list[str], quiet: bool):
     return opts, size_list(opts.message_size)
 
 
+def _require_mpi(comm) -> None:
+    if comm.transport != "mpi":
+        raise UsageError("overhead times MPI's own loops: start it under mpiexec")
+
+
 def body(argv: list[str], comm) -> int:
     opts, sizes = agreed(comm, lambda: parse(argv, comm.rank != 0))
+    agreed(comm, lambda: _require_mpi(comm))
     root = comm.rank == 0
     rows = []
     if root:

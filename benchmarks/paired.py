@@ -29,6 +29,8 @@ from ccbench.benchmarks.environment import run_info
 from ccbench.benchmarks.harness import (
     Context,
     Variant,
+    check_deferred,
+    open_transport,
     parse_options,
     plan_cases,
     prepare_case,
@@ -73,18 +75,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _words(label: str, text: str) -> list[str]:
+    words = shlex.split(text)
+    if not words:
+        raise UsageError(f"{label}: give a variant and its options")
+    return words
+
+
 class Side:
-    """One side: its variant, options and context (built on every rank)."""
+    """One side: its variant, options, transport and context (built on every rank)."""
 
     def __init__(self, label: str, text: str, common: list[str], comm):
-        words = shlex.split(text)
-        if not words:
-            raise UsageError(f"{label}: give a variant and its options")
+        words = agreed(comm, lambda: _words(label, text))
         self.label, self.text = label, text
-        self.variant = variant_named(words[0])
-        self.opts = parse_options(self.variant, [*words[1:], *common], comm)
-        self.variant.prepare(comm, self.opts)
-        self.ctx = Context(comm, self.opts, self.variant)
+        self.variant = agreed(comm, lambda: variant_named(words[0]))
+        self.opts = agreed(comm, lambda: parse_options(self.variant, [*words[1:], *common],
+                                                       comm))
+        # each side's own transport (A over MPI, B over torch.distributed, say)
+        self.comm = open_transport(comm, self.opts)
+        agreed(comm, lambda: self.variant.prepare(self.comm, self.opts))
+        self.ctx = Context(self.comm, self.opts, self.variant)
 
 
 def case_key(case) -> str:
@@ -119,8 +129,7 @@ def common_timer(asked: str, prepared: list) -> str:
 def run_pairs(argv: list[str], comm) -> int:
     own, common = split_common(argv)
     opts = agreed(comm, lambda: build_parser().parse_args(own))
-    sides = agreed(comm, lambda: [Side("A", opts.a, common, comm),
-                                  Side("B", opts.b, common, comm)])
+    sides = [Side("A", opts.a, common, comm), Side("B", opts.b, common, comm)]
     pairs = agreed(comm, lambda: paired_cases(sides, comm))
     info = run_info(comm, "paired")
     asked = agreed(comm, timing_c.requested_timer)
@@ -136,8 +145,9 @@ def run_pairs(argv: list[str], comm) -> int:
             order = (0, 1) if (k + start) % 2 == 0 else (1, 0)
             for i in order:
                 side, p = sides[i], prepared[i]
-                timing = measure(comm, p.run, p.iterations, p.warmup, side.opts.timing,
-                                 timer=timer)
+                timing = measure(side.comm, p.run, p.iterations, p.warmup,
+                                 side.opts.timing, timer=timer, buffer=side.opts.buffer)
+                check_deferred(side.comm, p.op)
                 iterations[side.label] = timing["iterations"]
                 timers[side.label] = timing["timer"]
                 for key in KEPT:

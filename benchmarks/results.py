@@ -107,24 +107,26 @@ def _columns(*groups: tuple[str, tuple[str, ...]]) -> tuple[tuple[str, str], ...
 RUN = ("run_id", "sweep_id", "timestamp")
 WHERE = ("mpi_library", "hostname", "git_sha")
 
-HARNESS = Schema("harness", 2, _columns(
+HARNESS = Schema("harness", 3, _columns(
     (PROVENANCE, (SCHEMA, *RUN)),
-    (SETTING, ("variant", "algorithm", "collective", "codec", "dtype", "buffer", "ranks",
-               "nodes", "size_bytes")),
+    (SETTING, ("variant", "algorithm", "collective", "codec", "dtype", "buffer",
+               "transport", "backend", "ranks", "nodes", "size_bytes")),
     (DERIVED, ("bytes_per_rank", "total_bytes", "count")),
     (MEASUREMENT, ("iterations", "warmup")),
     (SETTING, ("timing", "timer", "hugepages", "ci_target_pct", "time_budget_s")),
     (MEASUREMENT, ("stopped_by", "avg_us", "min_us", "max_us", "p50_us", "p99_us",
                    "fastest_us", "ci_low_us", "ci_high_us", "algbw_gbps", "busbw_gbps",
-                   "wire_bytes_per_rank", "compression_ratio")),
+                   "wire_bytes_per_rank", "compression_ratio", "host_syncs")),
     (SETTING, ("data",)),
     (MEASUREMENT, ("rel_l2_err", "max_abs_err", "max_rel_err", "psnr_db", "cosine",
                    "validation", "validation_err", "error_bound")),
     (SETTING, ("link_gbps",)),
-    (PROVENANCE, ("link_ceiling_gbps", "link_burst_bytes", *WHERE)),
+    (PROVENANCE, ("link_ceiling_gbps", "link_burst_bytes", *WHERE, "device")),
 ), open=True, signature=("variant", "collective", "size_bytes"), defaults={1: {
     # numpy's own default paging: huge pages advised for large arrays
-    "hugepages": "madvise"}}, variant_defaults={1: {
+    "hugepages": "madvise"}, 2: {
+    # before the torch transport every row ran over MPI
+    "transport": "mpi", "backend": "mpi"}}, variant_defaults={1: {
     # sparse-streaming rows of version 1 left out what their defaults were
     "sparse_streaming": {"block_size": 256, "fusion": 1024, "overlap": "random",
                          "threshold": 0.0, "aggregators": 0}}})
@@ -156,10 +158,11 @@ CODEC = Schema("codec", 2, _columns(
 ), signature=("encode_gbps", "decode_gbps"), defaults={1: {
     "data": "random", "kernels": "reference", "hugepages": "madvise"}})
 
-TRAINING = Schema("training", 2, _columns(
+TRAINING = Schema("training", 3, _columns(
     (PROVENANCE, (SCHEMA, *RUN)),
     (SETTING, ("row", "framework", "variant", "algorithm", "codec", "compress",
-               "error_feedback", "overlap", "strategy", "model", "dataset")),
+               "error_feedback", "overlap", "strategy", "model", "dataset", "transport",
+               "backend")),
     (MEASUREMENT, ("params",)),
     (SETTING, ("ranks", "nodes", "global_batch", "lr", "seed", "steps", "warmup_steps",
                "final_window", "step")),
@@ -169,10 +172,12 @@ TRAINING = Schema("training", 2, _columns(
                    "max_step_us", "wire_bytes_per_rank", "throughput", "throughput_unit",
                    "held_out_loss", "held_out_accuracy")),
     (SETTING, ("link_gbps",)),
-    (PROVENANCE, WHERE),
+    (PROVENANCE, (*WHERE, "device")),
 ), signature=("step", "loss", "step_us"), defaults={1: {
     # the training loop's warm-up and final-loss window before rows recorded them
-    "warmup_steps": 3, "final_window": 10, "framework": "own", "row": "step"}})
+    "warmup_steps": 3, "final_window": 10, "framework": "own", "row": "step"}, 2: {
+    # before the torch transport ccbench's collectives all ran over MPI
+    "transport": "mpi", "backend": "mpi"}})
 
 MGWFBP = Schema("mgwfbp", 2, _columns(
     (PROVENANCE, (SCHEMA, *RUN)),

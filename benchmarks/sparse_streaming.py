@@ -18,7 +18,6 @@ blocks and adds them).
 from __future__ import annotations
 
 import numpy as np
-from mpi4py import MPI
 
 from ccbench.benchmarks.harness import Op, Variant, dense_reference, run_variant
 from ccbench.benchmarks.options import non_negative_int, positive_int
@@ -122,6 +121,10 @@ class SparseStreaming(Variant):
         else:
             opts.window = opts.window or DEFAULT_WINDOW
             opts.streams = opts.streams or DEFAULT_STREAMS
+        if opts.algorithm == "omnireduce" and opts.transport != "mpi":
+            raise UsageError("--algorithm omnireduce tags its streams and tests and cancels "
+                             "its receives, which torch.distributed cannot: use --transport "
+                             "mpi, or --algorithm dense, dense-ring or allgather-sparse")
         if opts.aggregators:
             if opts.algorithm != "omnireduce":
                 raise UsageError("--aggregators applies to --algorithm omnireduce only")
@@ -237,8 +240,7 @@ class SparseStreaming(Variant):
         block_bytes = opts.block_size * itemsize(case.dtype)
         mask_xp = block_mask(send, opts.block_size, threshold)
         mask = arrays.to_numpy(mask_xp).astype(np.uint8)
-        union = np.empty_like(mask)
-        comm.mpi.Allreduce(mask, union, op=MPI.MAX)
+        union = comm.allreduce_array(mask, "max")
         nblocks = mask.shape[0]
         nnz = int(np.count_nonzero(mask))
         # bytes one block puts on the wire: its elements (a partial tail block only its
@@ -264,7 +266,7 @@ class SparseStreaming(Variant):
             total_abs = float(np.abs(arrays.to_numpy(send).astype(np.float64)).sum())
         sums = np.array([nnz, nnz_bytes, mine_min, dropped, total_abs, wire or 0],
                         dtype=np.float64)
-        comm.mpi.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+        sums = comm.allreduce_array(sums, "sum")
         total_nnz, total_nnz_bytes, total_min, dropped, total_abs, total_wire = sums.tolist()
         ranks = case.ranks
         if opts.algorithm == "omnireduce":

@@ -1,10 +1,15 @@
 """The timed loops: OSU's per-call loop and OMB-Py's batch loop, in Python or compiled.
 
-Timing follows OSU's C benchmarks: a barrier outside the timed region, `MPI.Wtime()`
-around one blocking collective, then the statistics across ranks
-(benchmarks/statistics.py). The MPI library's own collectives are timed by the same
-loops compiled in C (benchmarks/timing_c.py) where the C loop is available; `timer`
-says which loop ran, and a run decides it once, before its header (`planned_timer`).
+Timing follows OSU's C benchmarks: a barrier outside the timed region, the clock around
+one blocking collective, then the statistics across ranks (benchmarks/statistics.py).
+The clock is the transport's (`MPI.Wtime()` over MPI, the host's monotonic clock over
+torch.distributed); on device buffers it is a pair of device events around the call, as
+nccl-tests times, with the host waiting for the device only after the region
+(kernels/stopwatch.py). The MPI library's own collectives on host buffers are timed by
+the same loops compiled in C (benchmarks/timing_c.py) where the C loop is available;
+`timer` says which loop ran, and a run decides it once, before its header
+(`planned_timer`). Each region counts the host synchronisations declared inside it
+(`host_syncs`, per call).
 """
 
 from __future__ import annotations
@@ -12,72 +17,80 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 from ccbench.benchmarks import timing_c
 from ccbench.benchmarks.agreement import agreed
-from ccbench.benchmarks.statistics import relative_halfwidth, summarize
-from ccbench.collectives.comm import Communicator
+from ccbench.benchmarks.statistics import relative_halfwidth, summarize, t_quantile
+from ccbench.collectives.comm import BaseCommunicator
+from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
+from ccbench.kernels.stopwatch import Stopwatch
 
 BATCH_BLOCKS = 10  # batch timing: blocks of back-to-back calls, for an interval
 
 
-def _warm_up(run, barrier, warmup: int, timing: str) -> None:
+def _warm_up(run, barrier, warmup: int, timing: str, watch: Stopwatch) -> None:
     for _ in range(warmup):
         run()
         if timing == "per-call":
+            watch.settle()
             barrier()
+    watch.settle()
     barrier()
 
 
-def _timed_per_call(run, barrier, iterations: int, clock) -> np.ndarray:
-    """OSU's loop: the clock around each blocking call, the barrier outside it."""
-    times = np.empty(iterations)
+def _timed_per_call(run, barrier, iterations: int, watch: Stopwatch) -> np.ndarray:
+    """OSU's loop: the clock around each blocking call, the barrier outside it (on a
+    device: the events around it, the wait for the device after it)."""
+    watch.prepare(iterations)
     for i in range(iterations):
-        t0 = clock()
+        watch.begin(i)
         run()
-        t1 = clock()
-        times[i] = t1 - t0
+        watch.end(i)
+        watch.settle()
         barrier()
-    return times
+    return watch.seconds(iterations)
 
 
-def _timed_batch(run, barrier, iterations: int, clock) -> np.ndarray:
+def _timed_batch(run, barrier, iterations: int, watch: Stopwatch) -> np.ndarray:
     """OMB-Py's loop, cut into up to BATCH_BLOCKS blocks: the clock around back-to-back
     calls of each block. One value per block: its time per call."""
     blocks = np.array_split(np.arange(iterations), min(BATCH_BLOCKS, iterations))
-    times = np.empty(len(blocks))
+    watch.prepare(len(blocks))
     for b, block in enumerate(blocks):
-        t0 = clock()
+        watch.begin(b)
         for _ in range(block.size):
             run()
-        t1 = clock()
-        times[b] = (t1 - t0) / block.size
+        watch.end(b)
+        watch.settle()
         barrier()
-    return times
+    return watch.seconds(len(blocks)) / np.array([block.size for block in blocks])
 
 
-def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str,
+def measure(comm: BaseCommunicator, run, iterations: int, warmup: int, timing: str,
             ci_target: float | None = None, budget_s: float | None = None,
-            clock=MPI.Wtime, timer: str | None = None) -> dict:
+            clock=None, timer: str | None = None, buffer: str | None = None) -> dict:
     """Time `run` on every rank; the statistics across ranks (the same on every rank).
 
     Without `ci_target`, `iterations` calls are timed. With it, calls are timed in rounds
     of `iterations` until the 95% interval's half-width is at most `ci_target` of the
     mean, or `budget_s` seconds of timing have passed (all ranks stop together).
 
-    The MPI library's own collectives are timed by the same loops compiled in C
-    (benchmarks/timing_c.py) when `timer` (default: CCBENCH_TIMER, else auto) allows and
-    a compiler was found; the result's `timer` says which loop ran: c or python.
+    `buffer`: the run's buffer backend; device buffers are timed with device events. The
+    MPI library's own collectives on host buffers are timed by the same loops compiled
+    in C (benchmarks/timing_c.py) when `timer` (default: CCBENCH_TIMER, else auto)
+    allows and a compiler was found; the result's `timer` says which loop ran: c or
+    python.
     """
-    barrier = comm.mpi.Barrier
+    barrier = comm.barrier
+    watch = Stopwatch(buffer, clock or comm.clock)
     compiled = None
-    if clock is MPI.Wtime:  # the C loop reads MPI_Wtime: a custom clock keeps Python's
+    # the C loop reads MPI_Wtime around MPI's own calls on host buffers only
+    if clock is None and comm.transport == "mpi" and not watch.on_device:
         asked = timer or agreed(comm, timing_c.requested_timer)
         compiled, _ = agreed(comm, lambda: timing_c.compiled_loop(comm.mpi, run, asked))
     if compiled is not None:
-        def timer_loop(run, barrier, calls, clock):
+        def timer_loop(run, barrier, calls, watch):
             return compiled.timed(calls, timing)
     else:
         timer_loop = _timed_batch if timing == "batch" else _timed_per_call
@@ -85,7 +98,9 @@ def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str,
     if compiled is not None:
         compiled.warm_up(warmup, timing)
     else:
-        _warm_up(run, barrier, warmup, timing)
+        _warm_up(run, barrier, warmup, timing, watch)
+    if ci_target is not None:
+        t_quantile(2)  # scipy's first import (seconds on a loaded host) is not the budget's
     rounds, stopped_by, start = [], "iterations", time.monotonic()
     stats: dict = {}
     while True:
@@ -98,11 +113,10 @@ def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str,
                 left = budget_s - (time.monotonic() - start)
                 calls = int(min(calls, max(iterations, left / (stats["avg_us"] * 1e-6))))
                 # the clocks' start differs by rank: rank 0's count, or Allgather truncates
-                calls = comm.mpi.bcast(calls, root=0)
-        rounds.append(timer_loop(run, barrier, calls, clock))
+                calls = comm.bcast_obj(calls, root=0)
+        rounds.append(timer_loop(run, barrier, calls, watch))
         mine = np.concatenate(rounds)
-        everyone = np.empty((comm.size, mine.size))
-        comm.mpi.Allgather(mine, everyone)
+        everyone = comm.allgather_array(mine)
         stats = summarize(everyone)
         if ci_target is None:
             break
@@ -113,12 +127,15 @@ def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str,
         else:
             stopped_by = None
         # rank 0's clock decides, so no rank goes on alone
-        stopped_by = comm.mpi.bcast(stopped_by, root=0)
+        stopped_by = comm.bcast_obj(stopped_by, root=0)
         if stopped_by is not None:
             break
     calls = sum(r.size for r in rounds) if timing == "per-call" else iterations * len(rounds)
+    # the timed calls' declared host synchronisations, the most of any rank
+    syncs = comm.allreduce_value(watch.syncs, op="max") if watch.on_device else 0
     stats.update(iterations=calls, stopped_by=stopped_by,
-                 timer="c" if compiled is not None else "python")
+                 timer="c" if compiled is not None else "python",
+                 host_syncs=syncs / calls if watch.on_device else None)
     if timing == "batch":  # no single calls to rank: blocks are not calls
         stats.update(p50_us=None, p99_us=None)
     del stats["samples"]
@@ -127,14 +144,22 @@ def measure(comm: Communicator, run, iterations: int, warmup: int, timing: str,
     return stats
 
 
-
-def planned_timer(variant, opts, comm: Communicator) -> tuple[str, str]:
+def planned_timer(variant, opts, comm: BaseCommunicator) -> tuple[str, str]:
     """(timer, why) of this run, decided before the header is printed: 'c' where the
     variant times the library's own collectives and the C loop is available, else
     'python'. Every case is timed by it, so the header and the rows agree."""
     asked = agreed(comm, timing_c.requested_timer)
+    if arrays.is_gpu(opts.buffer):
+        if asked == "c":
+            raise UsageError("CCBENCH_TIMER=c: device buffers are timed with device events")
+        return "python", "device events around each call (the host waits after it)"
     if asked == "python":
         return "python", "CCBENCH_TIMER=python"
+    if comm.transport != "mpi":
+        if asked == "c":
+            raise UsageError("CCBENCH_TIMER=c times MPI's own collectives only (this run's "
+                             f"transport is {comm.transport})")
+        return "python", "the Python loop (the torch transport)"
     if not variant.library_collectives(opts):
         if asked == "c":
             raise UsageError("CCBENCH_TIMER=c, but only the MPI library's own collectives on "

@@ -26,6 +26,7 @@ from ccbench.benchmarks.options import (
     RankAwareParser,
     add_output,
     add_seed,
+    add_transport,
     non_negative_int,
     parse_size,
     positive_int,
@@ -33,7 +34,13 @@ from ccbench.benchmarks.options import (
 from ccbench.benchmarks.progress import progress_bar
 from ccbench.benchmarks.results import SCHEMA, TRAINING
 from ccbench.kernels.errors import UsageError
-from ccbench.training.loop import TrainConfig, TrainResult, build_trainer, run_training
+from ccbench.training.loop import (
+    DEVICES,
+    TrainConfig,
+    TrainResult,
+    build_trainer,
+    run_training,
+)
 
 COLUMNS = TRAINING.names
 
@@ -152,8 +159,15 @@ def build_parser(quiet: bool) -> RankAwareParser:
                         help="which collectives carry parameters and gradients; torch: "
                              "torch.distributed's own (gloo / NCCL), with DDP also its "
                              "fp16, bf16 and powersgd hooks (--codec)")
-    parser.add_argument("--algorithm", choices=("mpi", "ring"), default="mpi",
-                        help="baseline only: the MPI library's collectives or ccbench's ring")
+    parser.add_argument("--algorithm", choices=("mpi", "library", "ring"), default=None,
+                        help="baseline only: the transport library's own collectives (mpi "
+                             "over MPI, library with --transport torch: the default) or "
+                             "ccbench's ring")
+    parser.add_argument("--device", choices=DEVICES, default="auto",
+                        help="fsdp / ddp / mgwfbp: the model's device: cuda (the rank's "
+                             "node-local GPU), cpu, or auto (default: cuda where there is "
+                             "one)")
+    add_transport(parser)
     parser.add_argument("--codec", default="none",
                         help="codec spec of the compressed variants (fp16, bf16, bfp:rate=8, "
                              "zfp:rate=8, ...); none with the baseline")
@@ -237,6 +251,7 @@ def config_from_options(opts) -> TrainConfig:
         final_window=opts.final_window, threads=opts.threads, chunk_bytes=opts.chunk_bytes,
         overlap=opts.overlap, strategy=opts.strategy, bucket_cap_mb=opts.bucket_cap_mb,
         powersgd_rank=opts.powersgd_rank, profile_iterations=opts.profile_iterations,
+        device=opts.device,
     )
 
 
@@ -251,6 +266,8 @@ def cost_model(comm, opts, root: bool):
 
         count = profile.total_bytes // 4
         send = torch.randn(count, generator=torch.Generator().manual_seed(comm.rank))
+        if opts.buffer == "torch-cuda":  # the gradients' device
+            send = send.to(torch.device("cuda", torch.cuda.current_device()))
         recv = send.clone()
 
         def bind(_, r):  # in place, as the trainer does; divided so values stay bounded
@@ -258,7 +275,7 @@ def cost_model(comm, opts, root: bool):
 
         sizes = fit_sizes(profile.total_bytes, opts.fit_min, comm.size)
         fit, _ = fit_cost_model(
-            comm.mpi, bind, send, recv, sizes, opts.fit_seconds,
+            comm, bind, send, recv, sizes, opts.fit_seconds,
             lambda run, iters: measure(comm, run, iters, 1, "per-call")["max_us"])
         if root:
             print(f"# allreduce cost model ({opts.variant}, {opts.codec}): {fit.describe()}",
@@ -269,24 +286,40 @@ def cost_model(comm, opts, root: bool):
 
 
 def _setup(argv: list[str], comm):
+    from ccbench.benchmarks.options import resolve_algorithm, resolve_transport
     from ccbench.training.models import make_task
 
     opts = build_parser(quiet=comm.rank != 0).parse_args(argv)
+    opts.algorithm = resolve_algorithm(opts.algorithm, opts.transport)
+    cuda = opts.device == "cuda" or (opts.device == "auto" and opts.framework != "own"
+                                     and _cuda_available())
+    # the buffers the transport carries: the model's (NCCL by default on a GPU)
+    opts.buffer = "torch-cuda" if cuda else "torch"
+    resolve_transport(opts)
     config = config_from_options(opts)
     return opts, config, make_task(config.model)
 
 
-def _train_and_report(argv: list[str], comm) -> int:
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _train_and_report(argv: list[str], launch) -> int:
     from ccbench.benchmarks import environment
     from ccbench.benchmarks.agreement import agreed
     from ccbench.benchmarks.results import append_rows, check_header, write_json_atomic
+    from ccbench.collectives.launch import communicator_for
 
+    opts, config, task = agreed(launch, lambda: _setup(argv, launch))
+    comm = agreed(launch, lambda: communicator_for(launch, opts.transport, opts.backend))
     root = comm.rank == 0
-    opts, config, task = agreed(comm, lambda: _setup(argv, comm))
     cost = cost_model(comm, opts, root) if config.framework == "mgwfbp" else None
     trainer = agreed(comm, lambda: build_trainer(comm, config, task, cost))
     agreed(comm, lambda: check_header(opts.csv, COLUMNS) if root else None)
-    info = environment.run_info(comm, config.variant)
+    info = environment.run_info(comm, config.variant, opts.buffer)
+    info.update(transport=opts.transport, backend=opts.backend)
     if root:
         batch = config.batch or task.default_batch
         print(f"# ccbench training: model {task.name} on {task.dataset}, framework "

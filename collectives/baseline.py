@@ -1,4 +1,4 @@
-"""The uncompressed baseline: the MPI library's collectives and the same ring by hand."""
+"""The uncompressed baseline: the transport library's collectives and the same ring by hand."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from ccbench.collectives.ring import (
     ring_reduce_scatter,
 )
 
-ALGORITHMS = ("mpi", "ring")
+# mpi and library both name the transport's own collective (mpi: as MPI runs spell it)
+ALGORITHMS = ("mpi", "library", "ring")
 
 
 def bind_collective(comm, algorithm: str, collective: str, sendbuf, recvbuf):
     """A zero-argument callable running one collective; set-up (views, scratch) done here."""
-    if algorithm == "mpi":
+    if algorithm in ("mpi", "library"):
         return comm.library_call(collective, sendbuf, recvbuf)
     if algorithm != "ring":
         raise ValueError(f"unknown algorithm {algorithm!r}")

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import time
 
-from array_api_compat import is_cupy_array, is_torch_array
-
+from ccbench.collectives import compressed_ordered
 from ccbench.collectives.pipeline import (
     DECODE,
     DEFAULT_PROGRESS,
@@ -66,27 +65,19 @@ def _round_up(n: int, align: int = SLOT_ALIGN) -> int:
     return -(-n // align) * align
 
 
-def _device_sync(x) -> None:
-    """Wait for queued device work before MPI reads a GPU payload; no-op on the host."""
-    if is_torch_array(x) and x.device.type == "cuda":
-        arrays.synchronize("torch-cuda")
-    elif is_cupy_array(x):
-        arrays.synchronize("cupy")
-
-
-def _wait(request, mode: str = DEFAULT_WAIT) -> None:
+def _wait(comm, requests, mode: str = DEFAULT_WAIT) -> None:
     """Wait, giving the core away between progress polls instead of spinning in MPI.
 
     Ranks often outnumber cores (4 ranks on 2 cores on an emulated cluster): a rank
-    spinning in MPI_Wait takes the core from a rank that is encoding. Each Test drives
-    MPI's progress engine; in between, pipeline.idle_wait yields or sleeps.
+    spinning in MPI_Wait takes the core from a rank that is encoding. Each test drives
+    MPI's progress engine; in between, pipeline.idle_wait yields or sleeps. A transport
+    whose requests cannot be tested (torch.distributed) is waited for.
     """
-    test = getattr(request, "Test", None)
-    if test is None:
-        request.Wait()
+    if not comm.any_completion:
+        comm.waitall(requests)
         return
     since = time.perf_counter()
-    while not test():
+    while not comm.testall(requests):
         idle_wait(since, mode)
 
 
@@ -198,7 +189,7 @@ class P2PCompressed(_Bound):
         self.send_payload = empty_payload(sendbuf, self._slot_nbytes(longest))
         self.recv_payload = empty_payload(sendbuf, self._slot_nbytes(longest))
         self.scratch = RingScratch(sendbuf, longest)
-        self.breakdown = Breakdown()
+        self.breakdown = Breakdown(comm, sendbuf)
 
     def __call__(self) -> None:
         started = self.breakdown.start()
@@ -221,24 +212,19 @@ class P2PCompressed(_Bound):
         enough. Either may be empty (fewer elements than ranks): then it is skipped, as
         the neighbour's matching side is empty too."""
         timing = self.breakdown
-        request = None
-        if data.shape[0]:
-            if nbytes(data) >= self.threshold:
-                data = timed(timing, ENCODE, self.codec.encode, data, self.send_payload)
-            _device_sync(data)  # GPU-aware MPI reads device memory: finish queued kernels
-            request = self.comm.isend(data, self.right, _TAG_P2P)
-        if out.shape[0]:
-            compressed = nbytes(out) >= self.threshold
-            if compressed:
-                capacity = self.codec.max_encoded_nbytes(out.shape[0], self.dtype)
-                incoming = self.recv_payload[:capacity]
-            else:
-                incoming = out
-            timed(timing, WAIT, _wait, self.comm.irecv(incoming, self.left, _TAG_P2P))
-            if compressed:
-                timed(timing, DECODE, self.codec.decode, incoming, out)
-        if request is not None:
-            timed(timing, WAIT, _wait, request)
+        if data.shape[0] and nbytes(data) >= self.threshold:
+            data = timed(timing, ENCODE, self.codec.encode, data, self.send_payload)
+        compressed = out.shape[0] and nbytes(out) >= self.threshold
+        incoming = out
+        if compressed:
+            capacity = self.codec.max_encoded_nbytes(out.shape[0], self.dtype)
+            incoming = self.recv_payload[:capacity]
+        # one exchange: a batch where the transport needs one (NCCL); the transport waits
+        # for the device where it must (staging, GPU-aware MPI) and counts it
+        requests = self.comm.exchange(data, self.right, incoming, self.left, _TAG_P2P)
+        timed(timing, WAIT, _wait, self.comm, requests)
+        if compressed:
+            timed(timing, DECODE, self.codec.decode, incoming, out)
 
     def _allgather(self, buf) -> None:
         for _, send_block, recv_block in allgather_schedule(self.rank, self.size):
@@ -346,6 +332,13 @@ class CollCompressed(_Bound):
             raise UsageError(f"codec threads must be 0 or 1, got {codec_threads}")
         if wait not in WAIT_MODES:
             raise UsageError(f"wait {wait!r}: choose one of {', '.join(WAIT_MODES)}")
+        if codec_threads and arrays.is_device_array(sendbuf):
+            raise UsageError("--codec-threads 1 runs the codec on a host thread; a device's "
+                             "codec kernels run beside the transfers already")
+        if not comm.any_completion and (codec_threads or progress != DEFAULT_PROGRESS):
+            raise UsageError(f"--progress testall and --codec-threads 1 drive MPI's progress "
+                             f"engine; the {comm.transport} transport's pipeline runs in "
+                             f"posting order")
         self.progress, self.codec_threads, self.fused = progress, codec_threads, fused
         self.wait = wait
         self.chunk_count = chunk_count_for(codec, self.dtype, chunk_bytes)
@@ -375,13 +368,15 @@ class CollCompressed(_Bound):
             if not splittable(codec, self.dtype, piece):
                 piece = 0
         self.piece = piece
-        self.breakdown = Breakdown()
+        self.breakdown = Breakdown(comm, sendbuf)
         self.engine: Engine | None = None
 
     def __call__(self) -> None:
         started = self.breakdown.start()
         if self.size == 1:
             copy_into(self.recvbuf, self.sendbuf)
+        elif not self.comm.any_completion:  # torch.distributed: in posting order
+            compressed_ordered.run(self)
         elif self.collective == "allgather":
             start, _ = self.bounds[self.rank]
             self._run(lambda e: self._allgather(e, self.sendbuf, self.recvbuf, start))
@@ -403,7 +398,7 @@ class CollCompressed(_Bound):
         self.breakdown.finish(started)
 
     def _run(self, build) -> None:
-        self.engine = Engine(self.breakdown, self.codec_threads, self.wait)
+        self.engine = Engine(self.comm, self.breakdown, self.codec_threads, self.wait)
         build(self.engine)
         self.engine.run()
 
@@ -412,7 +407,6 @@ class CollCompressed(_Bound):
         return _TAG_BASE + phase * self.size + step
 
     def _send(self, payload, tag: int):
-        _device_sync(payload)
         return self.comm.isend(payload, self.right, tag)
 
     # codec work, in sub-chunks with MPI progress between them ------------------------

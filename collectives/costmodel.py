@@ -158,13 +158,14 @@ def fit_sizes(total_bytes: int, low: int, ranks: int, item: int = 4) -> list[int
     return sorted(set(sizes))
 
 
-def fit_cost_model(mpi_comm, bind, send, recv, sizes: list[int], seconds_per_size: float,
+def fit_cost_model(comm, bind, send, recv, sizes: list[int], seconds_per_size: float,
                    timer, item: int = 4) -> tuple[Fit, list[dict]]:
     """Time one collective per size and fit ``alpha + beta * s`` (``fit_alpha_beta``).
 
     ``bind(send[:n], recv[:n])`` returns the call for n elements; ``timer(run,
     iterations)`` times it and returns microseconds per call, the same on every rank of
-    ``mpi_comm`` (the harness's OSU-style timing). About ``seconds_per_size`` per size.
+    the communicator ``comm`` (the harness's OSU-style timing). About
+    ``seconds_per_size`` per size.
     """
     import time
 
@@ -175,7 +176,7 @@ def fit_cost_model(mpi_comm, bind, send, recv, sizes: list[int], seconds_per_siz
         run()  # warm-up, and a first estimate of the time per call
         t0 = time.perf_counter()
         run()
-        first = mpi_comm.allreduce(time.perf_counter() - t0, op=_mpi_max())
+        first = comm.allreduce_value(time.perf_counter() - t0, op="max")
         iters = int(np.clip(seconds_per_size / max(first, 1e-6), 3, 200))
         points.append({"size_bytes": size, "measured_us": float(timer(run, iters)),
                        "iterations": iters})
@@ -183,9 +184,3 @@ def fit_cost_model(mpi_comm, bind, send, recv, sizes: list[int], seconds_per_siz
     for p in points:
         p["fitted_us"] = float(fit.model.time_us(p["size_bytes"]))
     return fit, points
-
-
-def _mpi_max():
-    from mpi4py import MPI
-
-    return MPI.MAX

@@ -18,12 +18,12 @@ import os
 
 import numpy as np
 from array_api_compat import array_namespace, device
-from mpi4py import MPI
 
 from ccbench.collectives.omnireduce_layout import Layout
 from ccbench.collectives.omnireduce_request import RequestAggregator, RequestWorker
 from ccbench.collectives.omnireduce_stream_ahead import AggregatorStream, WorkerStream
-from ccbench.collectives.omnireduce_streams import mpi_request_of
+from ccbench.kernels import arrays
+from ccbench.kernels.errors import UsageError
 
 
 class OmniReduce:
@@ -34,6 +34,12 @@ class OmniReduce:
     """
 
     def __init__(self, comm, send, recv, layout: Layout, threshold: float = 0.0):
+        if not (comm.tagged and comm.any_completion):
+            raise UsageError(
+                f"omnireduce tags its streams and tests and cancels its receives; the "
+                f"{comm.transport} transport can do neither (torch.distributed completes a "
+                f"receive only when waited for): use --transport mpi, or --algorithm dense, "
+                f"dense-ring or allgather-sparse")
         self.comm, self.send, self.recv = comm, send, recv
         self.layout, self.threshold = layout, threshold
         self.xp = array_namespace(send)
@@ -63,6 +69,11 @@ class OmniReduce:
         return self.xp.asarray(host_ids.astype(np.int64, copy=False), device=self.device)
 
     def __call__(self) -> None:
+        # host-driven: every step reads headers and block maps back from a device
+        with arrays.host_driven(self.send):
+            self._call()
+
+    def _call(self) -> None:
         self.counters = dict.fromkeys(self.counters, 0)
         if self.sent is not None:
             self.sent.clear()
@@ -94,8 +105,8 @@ class OmniReduce:
             owners = [entry for entry in inboxes if entry[0].posted]
             if not owners:
                 raise RuntimeError("omnireduce: unfinished streams but no receive posted")
-            heads = [mpi_request_of(entry[0].posted[0][1]) for entry in owners]
-            for index in _wait_some(heads):
+            heads = [entry[0].posted[0][1] for entry in owners]
+            for index in _wait_some(self.comm, heads):
                 inbox, handler, worker = owners[index]
                 while inbox.ready():
                     message = inbox.pop()
@@ -108,7 +119,7 @@ class OmniReduce:
         return all(w.done for w in self.working) and all(a.done for a in self.aggregating)
 
 
-def _wait_some(requests: list) -> list[int]:
+def _wait_some(comm, requests: list) -> list[int]:
     """Indices of completed requests; polls, yielding the core in between.
 
     Ranks often outnumber cores (4 ranks on 2 cores here): a rank spinning in
@@ -116,7 +127,7 @@ def _wait_some(requests: list) -> list[int]:
     round trip of the request-driven protocol would pay for that.
     """
     while True:
-        done = MPI.Request.Testsome(requests)
+        done = comm.testsome(requests)
         if done:
             return done
         os.sched_yield()

@@ -8,7 +8,8 @@ every remote worker; the protocols (`omnireduce_request`, `omnireduce_stream_ahe
 what each side does with the messages. The engine (`collectives.omnireduce.OmniReduce`)
 calls each side's `begin` once per collective, then hands over every received message.
 
-All sends go through `collectives.comm.Communicator`, so the wire bytes are measured.
+All sends go through the communicator (`collectives.comm`), so the wire bytes are
+measured; its requests are tested and cancelled there too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from collections import deque
 
 import numpy as np
 from array_api_compat import array_namespace, device
-from mpi4py import MPI
 
 from ccbench.collectives.omnireduce_layout import TAG_BASE, Layout
 from ccbench.kernels.arrays import host_view, to_numpy
@@ -134,12 +134,10 @@ class Inbox:
         self.posted.append((message, self.comm.irecv(message.raw, self.source, self.tag)))
 
     def ready(self) -> bool:
-        return bool(self.posted) and not mpi_request_of(self.posted[0][1])
+        return bool(self.posted) and self.comm.completed(self.posted[0][1])
 
     def pop(self) -> Message:
-        message, request = self.posted.popleft()
-        if request is not mpi_request_of(request):  # staged through host: copy it over
-            request.Wait()
+        message, _ = self.posted.popleft()  # tested complete (a staged one copied in)
         self.free.append(message)  # reusable once the caller has read it
         return message
 
@@ -151,15 +149,8 @@ class Inbox:
         """
         while len(self.posted) > keep:
             message, request = self.posted.pop()
-            mpi_request = mpi_request_of(request)
-            mpi_request.Cancel()
-            mpi_request.Wait()
+            self.comm.cancel(request)
             self.free.append(message)
-
-
-def mpi_request_of(request) -> MPI.Request:
-    # the communicator returns a wrapper for device receives staged through host memory
-    return request if isinstance(request, MPI.Request) else request.request
 
 
 class Outbox:
@@ -170,13 +161,14 @@ class Outbox:
     other to receive). Workers stay within `window` buffers by their credit rule.
     """
 
-    def __init__(self, factory):
+    def __init__(self, comm, factory):
+        self.comm = comm
         self.factory = factory  # buffers are allocated when first needed, then reused
         self.free: list = []
         self.busy: deque = deque()  # (message, send requests), oldest first
 
     def take(self) -> tuple[Message, list]:
-        while self.busy and MPI.Request.Testall(self.busy[0][1]):
+        while self.busy and self.comm.testall(self.busy[0][1]):
             self.free.append(self.busy.popleft()[0])
         message = self.free.pop() if self.free else self.factory()
         requests: list = []
@@ -185,7 +177,7 @@ class Outbox:
 
     def drain(self) -> None:
         for message, requests in self.busy:
-            MPI.Request.Waitall(requests)
+            self.comm.waitall(requests)
             self.free.append(message)
         self.busy.clear()
 
@@ -211,7 +203,7 @@ class WorkerSide(StreamSide):
         super().__init__(engine, stream)
         self.send, self.recv = engine.regions(stream)
         self.aggregator = engine.layout.aggregator_of[stream]
-        self.outbox = Outbox(self.new_message)
+        self.outbox = Outbox(engine.comm, self.new_message)
         self.inbox = Inbox(engine.comm, self.aggregator,
                            TAG_BASE + len(engine.layout.streams) + stream, self.new_message)
 
@@ -232,7 +224,7 @@ class AggregatorSide(StreamSide):
         self.local_worker = rank in workers
         self.inboxes = {w: Inbox(engine.comm, w, TAG_BASE + stream, self.new_message)
                         for w in self.remote_workers}  # fmt: skip
-        self.outbox = Outbox(self.new_message)
+        self.outbox = Outbox(engine.comm, self.new_message)
         self.result_tag = TAG_BASE + len(engine.layout.streams) + stream
 
     def sum_local(self):

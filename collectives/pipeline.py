@@ -24,7 +24,16 @@ cores with each other and with other work).
 
 Every call records its breakdown (`Breakdown`): wall time in encode, decode and reduce,
 the time the rank waited with no codec work left to do (the wire), the codec's CPU time,
-and the call's wall time; the rest is idle (bookkeeping, MPI calls, descheduling).
+the time spent staging device buffers through host memory, and the call's wall time;
+the rest is idle (bookkeeping, MPI calls, descheduling). On a device a host clock would
+time kernel launches, not kernels: encode, decode, reduce and the call are then timed
+by device events (read once the device has passed them, outside the timed calls),
+`codec_cpu` is the codec kernels' device time, and the wait is the rest of the call.
+
+The engine talks to its transport through the communicator (collectives/comm.py):
+`testsome` and `testall` drive its progress, so it needs a transport whose requests can
+be tested (MPI); over torch.distributed the pipelines run in posting order instead
+(collectives/compressed_ordered.py).
 """
 
 from __future__ import annotations
@@ -36,7 +45,8 @@ import time
 from collections import deque
 
 import numpy as np
-from mpi4py import MPI
+
+from ccbench.kernels import arrays
 
 PROGRESS_MODES = ("chunk", "testall")
 WAIT_MODES = ("sleep", "yield")
@@ -47,7 +57,8 @@ POLL_S = 50e-6               # a waiting rank's poll interval once it sleeps
 SPIN_S = 200e-6              # how long a waiting rank polls without sleeping
 
 # the breakdown's fields, per call, in seconds
-FIELDS = ("call", "encode", "decode", "reduce", "wait", "codec_cpu")
+FIELDS = ("call", "encode", "decode", "reduce", "wait", "codec_cpu", "stage")
+CALL, ENCODE, DECODE, REDUCE, WAIT, CODEC_CPU, STAGE = range(len(FIELDS))
 
 
 def async_progress() -> bool:
@@ -67,43 +78,107 @@ def idle_wait(since: float, mode: str = DEFAULT_WAIT) -> None:
 
 
 class Breakdown:
-    """Per-call time records of one bound collective: one row of FIELDS per call."""
+    """Per-call time records of one bound collective: one row of FIELDS per call.
 
-    def __init__(self):
-        self.rows: list[np.ndarray] = []
+    `comm` (optional) supplies the staging time; `like` (optional) an array whose backend,
+    when a device, times the pieces with its events."""
+
+    def __init__(self, comm=None, like=None):
+        self.rows: list = []
         self._now = np.zeros(len(FIELDS))
         self._lock = threading.Lock()
+        self.comm = comm
+        backend = arrays.backend_of(like) if like is not None else None
+        self.device = backend if backend is not None and backend.device else None
+        self._spans: list = []     # this call's (field, start event, stop event)
+        self._pending: list = []   # (row index, spans, call start, call stop)
+        self._free: list = []      # events whose times have been read
+        self._stage0 = 0.0
+        self._call_start = None
+
+    def _event(self):
+        return self._free.pop() if self._free else self.device.event()
 
     def start(self) -> float:
         self._now = np.zeros(len(FIELDS))
+        self._stage0 = self.comm.stage_s if self.comm is not None else 0.0
+        if self.device is not None:
+            self._resolve(wait=False)  # the previous calls' events, where already passed
+            self._spans = []
+            self._call_start = self._event()
+            self._call_start.record()
         return time.perf_counter()
 
     def add(self, field: int, seconds: float, cpu: float = 0.0) -> None:
         with self._lock:  # the codec thread and the MPI thread both add
             self._now[field] += seconds
-            self._now[5] += cpu
+            self._now[CODEC_CPU] += cpu
+
+    def timed(self, field: int, fn, *args):
+        """fn(*args), its time added to `field` of the running call: wall and CPU time
+        on the host, device events around it on a device."""
+        if self.device is not None and field != WAIT:  # the wait is what the rest leaves
+            begin, end = self._event(), self._event()
+            begin.record()
+            out = fn(*args)
+            end.record()
+            self._spans.append((field, begin, end))
+            return out
+        if self.device is not None:
+            return fn(*args)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        out = fn(*args)
+        self.add(field, time.perf_counter() - t0, time.thread_time() - c0)
+        return out
 
     def finish(self, started: float) -> None:
-        self._now[0] = time.perf_counter() - started
+        self._now[CALL] = time.perf_counter() - started
+        if self.comm is not None:
+            self._now[STAGE] = self.comm.stage_s - self._stage0
         self.rows.append(self._now)
+        if self.device is not None:
+            stop = self._event()
+            stop.record()
+            self._pending.append((len(self.rows) - 1, self._spans, self._call_start, stop))
+            self._spans = []
+
+    def _resolve(self, wait: bool) -> None:
+        """Device times of the calls whose events the device has passed (all of them,
+        after one declared wait, with `wait`); their events are reused."""
+        if not self._pending:
+            return
+        if wait:
+            with arrays.declared():
+                self.device.synchronize()
+        device, kept = self.device, []
+        for index, spans, begin, stop in self._pending:
+            if not wait and not device.event_done(stop):
+                kept.append((index, spans, begin, stop))
+                continue
+            row = self.rows[index]
+            row[ENCODE:REDUCE + 1] = 0.0
+            for field, a, b in spans:
+                row[field] += device.elapsed_s(a, b)
+                self._free += [a, b]
+            row[CALL] = device.elapsed_s(begin, stop)
+            row[CODEC_CPU] = row[ENCODE] + row[DECODE] + row[REDUCE]
+            row[WAIT] = max(0.0, row[CALL] - row[CODEC_CPU] - row[STAGE])
+            self._free += [begin, stop]
+        self._pending = kept
 
     def mean(self, first: int = 0, last: int | None = None) -> np.ndarray:
         """Mean per call of rows[first:last] (the timed calls), in seconds."""
+        if self.device is not None:
+            self._resolve(wait=True)
         rows = self.rows[first:last] or self.rows[-1:]
         if not rows:
             return np.zeros(len(FIELDS))
         return np.mean(rows, axis=0)
 
 
-ENCODE, DECODE, REDUCE, WAIT = 1, 2, 3, 4
-
-
 def timed(breakdown: Breakdown, field: int, fn, *args):
-    """fn(*args), its wall and CPU time added to `field` of the running call."""
-    t0, c0 = time.perf_counter(), time.thread_time()
-    out = fn(*args)
-    breakdown.add(field, time.perf_counter() - t0, time.thread_time() - c0)
-    return out
+    """fn(*args), its time added to `field` of the running call (Breakdown.timed)."""
+    return breakdown.timed(field, fn, *args)
 
 
 class _Worker:
@@ -144,13 +219,13 @@ def worker() -> _Worker:
 class Engine:
     """One call's receives, work queues and sends; `run` drives them to completion."""
 
-    def __init__(self, breakdown: Breakdown, codec_threads: int = 0,
+    def __init__(self, comm, breakdown: Breakdown, codec_threads: int = 0,
                  wait: str = DEFAULT_WAIT):
+        self.comm = comm
         self.breakdown = breakdown
         self.threads = codec_threads
         self.wait = wait
-        self.requests: list = []      # MPI requests of the posted receives
-        self.staged: list = []        # their staged (GPU) wrappers, or None
+        self.requests: list = []      # the transport's requests of the posted receives
         self.handlers: list = []
         self.done: list[bool] = []
         self.left = 0
@@ -165,9 +240,7 @@ class Engine:
 
     def post(self, request, handler) -> None:
         """A posted receive; `handler()` runs in this thread when it has arrived."""
-        mpi_request = getattr(request, "request", request)  # staged GPU receive
-        self.requests.append(mpi_request)
-        self.staged.append(request if mpi_request is not request else None)
+        self.requests.append(request)
         self.handlers.append(handler)
         self.done.append(False)
         self.left += 1
@@ -175,7 +248,7 @@ class Engine:
     def poke(self) -> None:
         """Drive MPI's progress engine between sub-chunks of codec work (inline only: with
         a codec thread the calling thread polls, and handlers stay in that thread)."""
-        if not self.threads and self.left and MPI.Request.Testall(self.requests):
+        if not self.threads and self.left and self.comm.testall(self.requests):
             self._arrived(range(len(self.requests)))
 
     def send(self, post, *args) -> None:
@@ -193,13 +266,11 @@ class Engine:
                 continue
             self.done[i] = True
             self.left -= 1
-            if self.staged[i] is not None:
-                self.staged[i].Wait()  # copies the staged bytes to the device
             self.handlers[i]()
 
     def poll(self) -> None:
         if self.left:
-            indices = MPI.Request.Testsome(self.requests)
+            indices = self.comm.testsome(self.requests)  # staged ones are copied in
             if indices:
                 self._arrived(indices)
 
@@ -267,8 +338,7 @@ class Engine:
 
     def _finish_sends(self) -> None:
         t0 = time.perf_counter()
-        pending = [getattr(s, "request", s) for s in self.sends]
-        while pending and not MPI.Request.Testall(pending):
+        while self.sends and not self.comm.testall(self.sends):
             idle_wait(t0, self.wait)
         self.breakdown.add(WAIT, time.perf_counter() - t0)
 

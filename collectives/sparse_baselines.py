@@ -13,6 +13,7 @@ import numpy as np
 from array_api_compat import array_namespace, device
 
 from ccbench.collectives.ring import allgather_schedule, ring_allgather, ring_neighbors
+from ccbench.kernels import arrays
 from ccbench.kernels.sparse import gather_blocks, nonzero_block_ids, scatter_add_blocks
 from ccbench.kernels.vocabulary import SPARSE_INDEX_BYTES, dtype_name, itemsize
 
@@ -44,6 +45,11 @@ class AllgatherSparse:
         return ids, values.reshape(k, self.block_size)
 
     def __call__(self) -> None:
+        # host-driven: the block counts and ids come back from a device every call
+        with arrays.host_driven(self.send):
+            self._call()
+
+    def _call(self) -> None:
         comm, xp = self.comm, self.xp
         ids = nonzero_block_ids(self.send, self.block_size, self.threshold)
         ring_allgather(comm, np.array([ids.shape[0]], dtype=np.int64), self.counts)

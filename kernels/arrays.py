@@ -1,19 +1,32 @@
 """Buffer backends: numpy and torch here, cupy and torch-CUDA on a GPU cluster.
 
-Everything that allocates, converts or synchronises a benchmark buffer goes through
-this module, so the harness and the collectives never branch on the backend. GPU
+Everything that allocates, converts, copies or synchronises a benchmark buffer goes
+through this module, so the harness and the collectives never branch on the backend. GPU
 libraries are imported only when a GPU buffer is asked for.
+
+A backend is *device* when the host cannot read its memory (a GPU's, or the test-only
+device double's). Copies between host and device and waits for the device are explicit
+here: `to_host`, `to_device` and `host_sync` *declare* a host synchronisation and count
+it (`SYNCS`), so a timed call reports the ones its algorithm needs (staging through host
+memory for an MPI that cannot read the device) and the device double of the tests can
+tell them from accidental ones (an implicit `float()` of a device scalar).
+
+Test-only backends register themselves (`register`) from the modules named in
+CCBENCH_TEST_BACKENDS (comma-separated); the option parsers then offer them too.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
+from contextlib import contextmanager, nullcontext
+
 import numpy as np
 
 from ccbench.kernels.errors import UsageError
-from ccbench.kernels.vocabulary import BUFFERS, DTYPES
+from ccbench.kernels.vocabulary import BUFFERS, DTYPES, nbytes
 
-# Backends whose arrays cannot hold a dtype (numpy and cupy have no bfloat16).
-_UNSUPPORTED = {("numpy", "bfloat16"), ("cupy", "bfloat16")}
+TEST_BACKENDS_ENV = "CCBENCH_TEST_BACKENDS"
 
 # How host buffers are paged: "off" allocates as OSU's C benchmarks do (plain malloc, no
 # advice); "madvise" asks the kernel for transparent huge pages on large numpy arrays, as
@@ -49,91 +62,426 @@ def transparent_hugepages() -> str:
     return chosen[0] if chosen else ""
 
 
-def is_gpu(buffer: str) -> bool:
-    return buffer in ("cupy", "torch-cuda")
+class SyncCounter:
+    """Declared host synchronisations of this process (waits for the device, copies
+    between host and device); `depth` > 0 while one is under way."""
+
+    def __init__(self):
+        self.count = 0
+        self.depth = 0
 
 
-def check_supported(buffer: str, dtype: str) -> None:
-    """Raise UsageError when `buffer` cannot hold `dtype` or is not usable here."""
-    if buffer not in BUFFERS:
-        raise UsageError(f"unknown buffer {buffer!r}; choose one of {', '.join(BUFFERS)}")
-    if dtype not in DTYPES:
-        raise UsageError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    if (buffer, dtype) in _UNSUPPORTED:
-        raise UsageError(f"{buffer} buffers cannot hold {dtype}; use -d torch")
-    if buffer in ("torch", "torch-cuda"):
+SYNCS = SyncCounter()
+
+
+@contextmanager
+def declared():
+    """A host synchronisation the algorithm needs: counted, and known to be meant."""
+    SYNCS.count += 1
+    SYNCS.depth += 1
+    try:
+        yield
+    finally:
+        SYNCS.depth -= 1
+
+
+class Backend:
+    """One kind of buffer. Host backends need none of the device hooks."""
+
+    name = ""
+    device = False
+    holds = DTYPES  # the dtypes its arrays can hold
+
+    def check(self) -> None:
+        """Raise UsageError when this backend cannot run here."""
+
+    def owns(self, x) -> bool:
+        raise NotImplementedError
+
+    def empty(self, count: int, dtype: str):
+        raise NotImplementedError
+
+    def from_numpy(self, values: np.ndarray, dtype: str):
+        raise NotImplementedError
+
+    def fill(self, x, values: np.ndarray) -> None:
+        """x[...] = host `values` cast to x's dtype (an explicit copy on a device)."""
+        raise NotImplementedError
+
+    def to_numpy(self, x) -> np.ndarray:
+        raise NotImplementedError
+
+    # device hooks -----------------------------------------------------------------
+    def synchronize(self) -> None:
+        """Wait for the work queued on the current stream."""
+
+    def select(self, local_rank: int) -> None:
+        """Make the device of this node-local rank the current one."""
+
+    def label(self) -> str:
+        return "cpu"
+
+    def describe(self) -> dict:
+        """What the sidecar records about this rank's device."""
+        return {"device": self.label()}
+
+    def event(self):
+        """A timing event on the current stream (device backends)."""
+        raise NotImplementedError
+
+    def elapsed_s(self, start, stop) -> float:
+        raise NotImplementedError
+
+    def event_done(self, event) -> bool:
+        """Whether the stream has passed the event (never waits)."""
+        raise NotImplementedError
+
+    def region(self, timed: bool) -> None:
+        """Entering (True) or leaving a timed region (the test double counts in it)."""
+
+    def codec_kernels(self):
+        """The codecs' device kernels of this backend, if it brings its own (None: cupy's,
+        kernels/codec_device.py, where cupy runs)."""
+        return None
+
+    def address(self, x) -> int:
+        raise NotImplementedError
+
+    def copy_out(self, x, host: np.ndarray) -> None:
+        """host (uint8, nbytes(x)) = the bytes of device array x."""
+        raise NotImplementedError
+
+    def copy_in(self, host: np.ndarray, x) -> None:
+        """The bytes of device array x = host (uint8)."""
+        raise NotImplementedError
+
+    def direct(self, x):
+        """What an MPI that reads device memory is handed for x."""
+        return x
+
+    def tensor(self, x):
+        """A zero-copy torch tensor of x's memory, for torch.distributed."""
+        raise NotImplementedError
+
+
+class _Numpy(Backend):
+    name = "numpy"
+    holds = tuple(d for d in DTYPES if d != "bfloat16")
+
+    def owns(self, x) -> bool:
+        return isinstance(x, np.ndarray)
+
+    def empty(self, count, dtype):
+        return np.empty(count, dtype=dtype)
+
+    def from_numpy(self, values, dtype):
+        return np.ascontiguousarray(values, dtype=dtype)
+
+    def fill(self, x, values):
+        x[...] = values
+
+    def to_numpy(self, x):
+        return x
+
+    def tensor(self, x):
+        import torch
+
+        return torch.from_numpy(x)
+
+
+class _Torch(Backend):
+    """torch tensors on the CPU (`torch`) or on the current CUDA device (`torch-cuda`)."""
+
+    def __init__(self, name: str, cuda: bool):
+        self.name, self.device, self.cuda = name, cuda, cuda
+
+    def check(self):
         try:
             import torch
         except ImportError:
-            raise UsageError(f"-d {buffer} needs torch (pip install 'ccbench[torch]')") from None
-        if buffer == "torch-cuda" and not torch.cuda.is_available():
+            raise UsageError(f"-d {self.name} needs torch (pip install 'ccbench[torch]')"
+                             ) from None
+        if self.cuda and not torch.cuda.is_available():
             raise UsageError("-d torch-cuda: torch sees no CUDA device on this host")
-    if buffer == "cupy":
-        try:
-            import cupy
-        except ImportError:
-            raise UsageError("-d cupy needs cupy (pip install 'ccbench[gpu]')") from None
-        if cupy.cuda.runtime.getDeviceCount() == 0:
-            raise UsageError("-d cupy: no CUDA device on this host")
 
+    def owns(self, x):
+        if not type(x).__module__.startswith("torch"):
+            return False
+        return (x.device.type != "cpu") == self.cuda
 
-def _torch_dtype(dtype: str):
-    import torch
-
-    return getattr(torch, dtype)
-
-
-def empty(buffer: str, count: int, dtype: str):
-    """An uninitialised 1-D array of `count` elements on `buffer`."""
-    if buffer == "numpy":
-        return np.empty(count, dtype=dtype)
-    if buffer in ("torch", "torch-cuda"):
+    def _where(self):
         import torch
 
-        device = "cuda" if buffer == "torch-cuda" else "cpu"
-        return torch.empty(count, dtype=_torch_dtype(dtype), device=device)
-    if buffer == "cupy":
-        import cupy
+        return torch.device("cuda", torch.cuda.current_device()) if self.cuda else "cpu"
 
-        return cupy.empty(count, dtype=dtype)
-    raise UsageError(f"unknown buffer {buffer!r}")
-
-
-def from_numpy(buffer: str, array: np.ndarray, dtype: str):
-    """Copy a host numpy array onto `buffer`, cast to `dtype` (rounding to nearest)."""
-    if buffer == "numpy":
-        return np.ascontiguousarray(array, dtype=dtype)
-    if buffer in ("torch", "torch-cuda"):
+    def empty(self, count, dtype):
         import torch
 
-        device = "cuda" if buffer == "torch-cuda" else "cpu"
-        return torch.from_numpy(np.ascontiguousarray(array)).to(
-            device=device, dtype=_torch_dtype(dtype)
-        )
-    if buffer == "cupy":
-        import cupy
+        return torch.empty(count, dtype=getattr(torch, dtype), device=self._where())
 
-        return cupy.asarray(array, dtype=dtype)
-    raise UsageError(f"unknown buffer {buffer!r}")
+    def from_numpy(self, values, dtype):
+        import torch
 
+        host = torch.from_numpy(np.ascontiguousarray(values))
+        return host.to(device=self._where(), dtype=getattr(torch, dtype))
 
-def to_numpy(x) -> np.ndarray:
-    """A host numpy copy (or view) of any backend array; bfloat16 comes back as float32."""
-    if isinstance(x, np.ndarray):
-        return x
-    module = type(x).__module__
-    if module.startswith("torch"):
+    def fill(self, x, values):
+        import torch
+
+        x.copy_(torch.from_numpy(np.ascontiguousarray(values)))
+
+    def to_numpy(self, x):
         import torch
 
         x = x.detach()
         if x.dtype == torch.bfloat16:
             x = x.float()
         return x.cpu().numpy()
-    if module.startswith("cupy"):
+
+    def synchronize(self):
+        if self.cuda:
+            import torch
+
+            torch.cuda.current_stream().synchronize()
+
+    def select(self, local_rank):
+        if self.cuda:
+            import torch
+
+            torch.cuda.set_device(local_rank % torch.cuda.device_count())
+
+    def label(self):
+        if not self.cuda:
+            return "cpu"
+        import torch
+
+        return f"cuda:{torch.cuda.current_device()}"
+
+    def describe(self):
+        if not self.cuda:
+            return {"device": "cpu"}
+        import torch
+
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        return {"device": self.label(), "name": props.name,
+                "uuid": str(getattr(props, "uuid", "")),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+
+    def event(self):
+        import torch
+
+        return torch.cuda.Event(enable_timing=True)
+
+    def elapsed_s(self, start, stop):
+        return start.elapsed_time(stop) * 1e-3
+
+    def event_done(self, event):
+        return event.query()
+
+    def address(self, x):
+        return x.data_ptr()
+
+    def copy_out(self, x, host):
+        import torch
+
+        torch.from_numpy(host).copy_(x.view(-1).view(torch.uint8))
+
+    def copy_in(self, host, x):
+        import torch
+
+        x.view(-1).view(torch.uint8).copy_(torch.from_numpy(host))
+
+    def tensor(self, x):
+        return x
+
+
+class _Cupy(Backend):
+    name = "cupy"
+    device = True
+    holds = tuple(d for d in DTYPES if d != "bfloat16")
+
+    def check(self):
+        try:
+            import cupy
+        except ImportError:
+            raise UsageError("-d cupy needs cupy (pip install 'ccbench[gpu]')") from None
+        try:
+            count = cupy.cuda.runtime.getDeviceCount()
+        except cupy.cuda.runtime.CUDARuntimeError:
+            count = 0
+        if count == 0:
+            raise UsageError("-d cupy: no CUDA device on this host")
+
+    def owns(self, x):
+        return type(x).__module__.startswith("cupy")
+
+    def empty(self, count, dtype):
+        import cupy
+
+        return cupy.empty(count, dtype=dtype)
+
+    def from_numpy(self, values, dtype):
+        import cupy
+
+        return cupy.asarray(np.ascontiguousarray(values, dtype=dtype))
+
+    def fill(self, x, values):
+        # ndarray.set takes host memory only: cast on the host, then one copy
+        x.set(np.ascontiguousarray(values, dtype=x.dtype))
+
+    def to_numpy(self, x):
         import cupy
 
         return cupy.asnumpy(x)
-    return np.asarray(x)
+
+    def synchronize(self):
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
+    def select(self, local_rank):
+        import cupy
+
+        cupy.cuda.Device(local_rank % cupy.cuda.runtime.getDeviceCount()).use()
+
+    def label(self):
+        import cupy
+
+        return f"cuda:{cupy.cuda.Device().id}"
+
+    def describe(self):
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props.get("name", b"")
+        return {"device": self.label(),
+                "name": name.decode() if isinstance(name, bytes) else str(name),
+                "pci_bus_id": cupy.cuda.Device().pci_bus_id,
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+
+    def event(self):
+        import cupy
+
+        return cupy.cuda.Event()
+
+    def elapsed_s(self, start, stop):
+        import cupy
+
+        return cupy.cuda.get_elapsed_time(start, stop) * 1e-3
+
+    def event_done(self, event):
+        return event.done
+
+    def address(self, x):
+        return x.data.ptr
+
+    def copy_out(self, x, host):
+        x.view(np.uint8).get(out=host)
+
+    def copy_in(self, host, x):
+        x.view(np.uint8).set(host)
+
+    def tensor(self, x):
+        import torch
+
+        return torch.as_tensor(x, device=f"cuda:{x.device.id}")
+
+
+_BACKENDS: dict[str, Backend] = {
+    "numpy": _Numpy(), "torch": _Torch("torch", False),
+    "torch-cuda": _Torch("torch-cuda", True), "cupy": _Cupy(),
+}
+_TEST_LOADED = False
+
+
+def register(backend: Backend) -> None:
+    """Add a (test-only) backend under its name."""
+    _BACKENDS[backend.name] = backend
+
+
+def _load_test_backends() -> None:
+    global _TEST_LOADED
+    if _TEST_LOADED:
+        return
+    _TEST_LOADED = True
+    for module in filter(None, (m.strip() for m in os.environ.get(TEST_BACKENDS_ENV, "")
+                                .split(","))):
+        importlib.import_module(module)
+
+
+def buffer_choices() -> tuple[str, ...]:
+    """What -d accepts: the four backends, and test-only ones where registered."""
+    _load_test_backends()
+    return (*BUFFERS, *(n for n in _BACKENDS if n not in BUFFERS))
+
+
+def backend(buffer: str) -> Backend:
+    _load_test_backends()
+    try:
+        return _BACKENDS[buffer]
+    except KeyError:
+        raise UsageError(f"unknown buffer {buffer!r}; choose one of "
+                         f"{', '.join(buffer_choices())}") from None
+
+
+def backend_of(x) -> Backend:
+    """The backend an array belongs to."""
+    for b in _BACKENDS.values():
+        if b.owns(x):
+            return b
+    raise UsageError(f"no buffer backend holds a {type(x).__name__}")
+
+
+def is_gpu(buffer: str) -> bool:
+    """True for device buffers (a GPU's memory, or the test double's)."""
+    return backend(buffer).device
+
+
+def is_device_array(x) -> bool:
+    if isinstance(x, np.ndarray):
+        return False
+    return backend_of(x).device
+
+
+def check_supported(buffer: str, dtype: str) -> None:
+    """Raise UsageError when `buffer` cannot hold `dtype` or is not usable here."""
+    b = backend(buffer)
+    if dtype not in DTYPES:
+        raise UsageError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    if dtype not in b.holds:
+        raise UsageError(f"{buffer} buffers cannot hold {dtype}; use -d torch")
+    b.check()
+
+
+def empty(buffer: str, count: int, dtype: str):
+    """An uninitialised 1-D array of `count` elements on `buffer`."""
+    return backend(buffer).empty(count, dtype)
+
+
+def from_numpy(buffer: str, array: np.ndarray, dtype: str):
+    """Copy a host numpy array onto `buffer`, cast to `dtype` (rounding to nearest)."""
+    return backend(buffer).from_numpy(array, dtype)
+
+
+def fill(x, values: np.ndarray) -> None:
+    """x[...] = float64 host `values` rounded to x's dtype, for any backend (on a device,
+    an explicit copy, outside the timed calls)."""
+    backend_of(x).fill(x, values)
+
+
+def to_numpy(x) -> np.ndarray:
+    """A host numpy copy (or view) of any backend array; bfloat16 comes back as float32.
+
+    On a device this is an explicit copy, outside the timed calls (validation, accuracy).
+    """
+    if isinstance(x, np.ndarray):
+        return x
+    b = backend_of(x)
+    if not b.device:
+        return b.to_numpy(x)
+    with declared():
+        return b.to_numpy(x)
 
 
 def host_view(x) -> np.ndarray:
@@ -156,13 +504,45 @@ def host_view(x) -> np.ndarray:
     raise ValueError(f"no host view for {type(x).__name__}")
 
 
+def to_host(x, host: np.ndarray) -> None:
+    """host (uint8, nbytes(x) long) = the bytes of device array x: a declared sync."""
+    with declared():
+        backend_of(x).copy_out(x, host[:nbytes(x)])
+
+
+def to_device(host: np.ndarray, x) -> None:
+    """The bytes of device array x = host (uint8): a declared host transfer."""
+    with declared():
+        backend_of(x).copy_in(host[:nbytes(x)], x)
+
+
+def host_driven(x):
+    """Around a call whose algorithm reads a device's data back at every step (sparse
+    block maps, message headers): declared once per call; nothing on the host."""
+    return declared() if is_device_array(x) else nullcontext()
+
+
+def host_sync(x) -> None:
+    """Wait until the work queued on x's device is done: a declared sync."""
+    b = backend_of(x)
+    if b.device:
+        with declared():
+            b.synchronize()
+
+
 def synchronize(buffer: str) -> None:
-    """Wait for queued device work; a no-op on host buffers."""
-    if buffer == "torch-cuda":
-        import torch
+    """Wait for queued device work (a declared sync); a no-op on host buffers."""
+    b = backend(buffer)
+    if b.device:
+        with declared():
+            b.synchronize()
 
-        torch.cuda.synchronize()
-    elif buffer == "cupy":
-        import cupy
 
-        cupy.cuda.get_current_stream().synchronize()
+def select_device(buffer: str, local_rank: int) -> None:
+    """Each rank its own device: the node-local rank's (modulo the devices it sees)."""
+    backend(buffer).select(local_rank)
+
+
+def device_label(buffer: str) -> str:
+    """This rank's device as rows record it: 'cpu', 'cuda:1', ..."""
+    return backend(buffer).label()

@@ -12,6 +12,11 @@ their payload with an 8-byte length header; a receiver posts a buffer of
 `max_encoded_nbytes(count)` and reads the real size back with `payload_nbytes(buf)`,
 so the size travels in-band with the data instead of in an extra message.
 
+On a device, a range check that raised at once would stall the host on every encode
+(reading a flag back waits for the kernel). Device encodes keep the largest magnitude
+they saw on the device instead (`_defer`); `check_deferred()`, called outside the timed
+calls, reads it once and raises the same DataError the host would have.
+
 Lossy codecs state `error_bound(amax, dtype)`: the largest absolute error one
 encode/decode round trip can add to data whose largest magnitude is `amax`, when the
 result is stored in `dtype`. Collectives that compress more than once add these up
@@ -28,7 +33,7 @@ import os
 
 import array_api_compat
 
-from ccbench.kernels.errors import UsageError
+from ccbench.kernels.errors import DataError, UsageError
 from ccbench.kernels.reduce import add_into
 from ccbench.kernels.vocabulary import FLOAT_DTYPES, itemsize
 from ccbench.kernels.vocabulary import dtype_name as any_dtype_name
@@ -137,6 +142,33 @@ class Codec:
         self.spec = spec
         # 'reference' forces the array-API kernels of codecs that have faster ones
         self.kernels = requested_kernels()
+        self._worst: dict = {}  # array type -> device int32 scalar: the deferred check
+
+    # the deferred range check of device encodes ------------------------------------
+    def _defer(self, worst) -> None:
+        """Keep `worst` (a device int32 scalar: the bits of the largest |x| seen, or the
+        bits of Inf for a failed check) until check_deferred reads it."""
+        kind = type(worst)
+        held = self._worst.get(kind)
+        self._worst[kind] = worst if held is None else namespace(worst).maximum(held, worst)
+
+    def check_deferred(self) -> None:
+        """Raise the DataError a device encode since the last check would have raised
+        (one host synchronisation; call it outside the timed calls)."""
+        if not self._worst:
+            return
+        from ccbench.kernels import arrays
+
+        pending, self._worst = list(self._worst.values()), {}
+        with arrays.declared():
+            worst = max(int(value) for value in pending)
+        message = self._range_error(worst)
+        if message is not None:
+            raise DataError(message)
+
+    def _range_error(self, worst: int) -> str | None:
+        """The DataError message for a deferred `worst`, or None when it is in range."""
+        return None
 
     def __repr__(self) -> str:
         return f"<codec {self.spec}>"

@@ -22,7 +22,8 @@ bfloat16 and float64 pass through float32). Error of one round trip: half a step
 |x - y| <= 2**(emax - R) <= 2**(1 - R) * max|x| of the block, computed exactly (the
 rounding is one correctly rounded float32 add, decoding an exact multiply by a power
 of two). With emax from the global max |x| this bounds the whole array. NaN, Inf and
-|x| >= 2**(102 + R) raise DataError.
+|x| >= 2**(102 + R) raise DataError (on a device, when the codec's deferred check is
+read: codec_base.Codec.check_deferred).
 
 Quantising is one add: x + C with C = 1.5 * 2**23 * step lies in [2**23, 2**24) *
 step, where float32 spacing is exactly `step`, so the sum is x rounded to a multiple
@@ -36,7 +37,7 @@ import math
 import array_api_compat
 
 from ccbench.kernels import codec_fused as fused
-from ccbench.kernels.codec_base import Codec, namespace, rounding_error
+from ccbench.kernels.codec_base import Codec, is_host, namespace, rounding_error
 from ccbench.kernels.errors import DataError
 from ccbench.kernels.vocabulary import FLOAT_DTYPES
 
@@ -85,8 +86,8 @@ class BfpCodec(Codec):
         path = self.kernel_path(x)
         if path == "fused" and fused.bfp_encode(self, x, payload, TILE_WIDTH):
             return
-        device = fused.device_kernels(x) if path == "device" else None
-        if device is not None and device.bfp_encode(self, x, payload, TILE_WIDTH):
+        if path == "device":  # the range check is read later (check_deferred)
+            self._defer(fused.device_kernels(x).bfp_encode(self, x, payload, TILE_WIDTH))
             return
         self._reference_encode(x, payload)  # also where the fast kernels refused the data
 
@@ -174,8 +175,10 @@ class BfpCodec(Codec):
         # NaN and Inf sort above every finite value.
         xp.bitwise_and(x3.view(xp.int32), 0x7FFFFFFF, out=scratch)
         amax_bits = xp.max(scratch, axis=1)            # (k, W)
-        if not bool(xp.all(amax_bits < self.limit_bits)):
-            raise DataError(_bad_input(xp, amax_bits, self))
+        if not is_host(x3):  # the device does not wait: checked later (check_deferred)
+            self._defer(xp.max(amax_bits))
+        elif not bool(xp.all(amax_bits < self.limit_bits)):
+            raise DataError(_bad_message(int(xp.max(amax_bits)), self))
         biased = self._block_exponents(xp, amax_bits)
         region[:, region.shape[1] - width:] = biased
         # x + C, C = 1.5 * 2**23 * step: the sum is x rounded to a multiple of step, and
@@ -259,6 +262,9 @@ class BfpCodec(Codec):
                     dest += extra
         out3 *= xp.reshape(step, (k, 1, width))
 
+    def _range_error(self, worst):
+        return _bad_message(worst, self) if worst >= self.limit_bits else None
+
     # error --------------------------------------------------------------
     def _error_bound(self, amax, dtype):
         staged = amax * (1 + 2.0**-23) if dtype == "float64" else amax
@@ -317,8 +323,8 @@ def _copy_back(dest, src):
     return finish
 
 
-def _bad_input(xp, amax_bits, codec) -> str:
-    worst = int(xp.max(amax_bits))
+def _bad_message(worst: int, codec) -> str:
+    """The DataError of data whose largest |x| has the float32 bits `worst`."""
     what = ("NaN" if worst > 0x7F800000 else "Inf" if worst == 0x7F800000
             else f"|x| >= 2**{codec.max_exponent}")
     return (f"codec {codec.spec}: input contains {what}, outside the codec's range "

@@ -8,7 +8,8 @@ fraction of memory speed, and numpy has no bfloat16). Without torch (and on cupy
 generic path runs: numpy/cupy float16 casts, and bfloat16 as round-to-nearest-even on
 the float32 bit pattern. Every path rounds to nearest even and refuses NaN, Inf and
 values that would round to Inf (|x| >= 65520 for float16, >= 2**128 - 2**119 for
-bfloat16); values just above the largest finite one round down to it.
+bfloat16); values just above the largest finite one round down to it. On a device the
+check is deferred (codec_base.Codec.check_deferred): nothing waits for the device.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import array_api_compat
 import numpy as np
 
 from ccbench.kernels import codec_fused as fused
-from ccbench.kernels.codec_base import Codec, rounding_error
+from ccbench.kernels.codec_base import Codec, is_host, rounding_error
 from ccbench.kernels.errors import DataError
 
 FLOAT16_MAX = 65504.0
@@ -91,6 +92,44 @@ def cast_into(x, payload, target: str, spec: str) -> None:
     payload.view(xp.uint16)[...] = rounded >> 16
 
 
+INF_BITS = 0x7F800000
+# the bits of the smallest float32 magnitude each cast refuses (the deferred check's limit)
+OVERFLOW_BITS = {"float16": 0x477FF000, "bfloat16": 0x7F7F8000}
+
+
+def cast_device(x, payload, target: str):
+    """`cast_into` for device arrays, without the host's wait: writes the payload and
+    returns the device int32 scalar the codec defers (INF_BITS if a value does not fit,
+    else 0), so nothing waits for the device here."""
+    tx, tp = _as_torch(x), _as_torch(payload)
+    if tx is not None and tp is not None:
+        import torch
+
+        low = tp.view(_torch_dtype(target))
+        low.copy_(tx)
+        # overflow, NaN and Inf all leave a non-finite value behind
+        bad = torch.logical_not(torch.isfinite(low)).any() if low.shape[0] else (
+            torch.zeros((), dtype=torch.bool, device=low.device))
+        return bad.to(torch.int32) * INF_BITS
+    xp = array_api_compat.array_namespace(x)
+    if target == "float16":
+        ok = _fits(xp, x, FLOAT16_OVERFLOW)
+        payload.view(xp.float16)[...] = x
+    else:
+        x32 = _f32(xp, x)
+        ok = _fits(xp, x32, BFLOAT16_OVERFLOW)
+        bits = x32.view(xp.uint32)
+        payload.view(xp.uint16)[...] = (bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16
+    return (1 - xp.astype(ok, xp.int32)) * INF_BITS
+
+
+def _fits(xp, x, overflow: float):
+    """A device bool scalar: every |x| < overflow (NaN fails), computed without a wait."""
+    if not x.shape[0]:
+        return xp.asarray(True, device=array_api_compat.device(x))
+    return xp.logical_and(-overflow < xp.min(x), xp.max(x) < overflow)
+
+
 def _in_range(xp, x, overflow: float) -> bool:
     # NaN propagates through max / min and fails both comparisons
     return bool(-overflow < xp.min(x)) and bool(xp.max(x) < overflow)
@@ -141,9 +180,17 @@ class CastCodec(Codec):
         path, bfloat = self.kernel_path(x), self.target == "bfloat16"
         if path == "fused" and fused.cast_encode(x, payload, bfloat):
             return
-        if path == "device" and fused.device_kernels(x).cast_encode(x, payload, bfloat):
+        if path == "device":  # the range check is read later (check_deferred)
+            self._defer(fused.device_kernels(x).cast_encode(x, payload, bfloat))
+            return
+        if not is_host(x):
+            self._defer(cast_device(x, payload, self.target))
             return
         cast_into(x, payload, self.target, self.spec)  # also where they refused the data
+
+    def _range_error(self, worst):
+        return _bad_input(self.spec, self.target) if worst >= OVERFLOW_BITS[self.target] \
+            else None
 
     def _decode(self, payload, out):
         path, payload = self.kernel_path(out), payload[:2 * out.shape[0]]

@@ -13,10 +13,10 @@ def add_into(out, a, b) -> None:
         import torch
 
         torch.add(a, b, out=out)
-    else:  # cupy
-        import cupy
+    else:  # cupy, or another device library (its namespace's add)
+        import array_api_compat
 
-        cupy.add(a, b, out=out)
+        array_api_compat.array_namespace(out).add(a, b, out=out)
 
 
 def copy_into(out, a) -> None:

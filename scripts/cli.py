@@ -45,6 +45,8 @@ SUBCOMMANDS = {
     "profile": ("ccbench.scripts.profile_layers:main", "profile MG-WFBP's models layer by layer"),
     "simulate": ("ccbench.scripts.simulate:main", "MG-WFBP trace-based simulation to 2048 ranks"),
     "corpus": ("ccbench.scripts.corpus:main", "capture real gradients, weights, activations"),
+    "gpu-check": ("ccbench.scripts.gpu_check:main", "the GPU acceptance run: every variant on "
+                                                     "device buffers, MPI and NCCL, a report"),
 }
 
 

@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,18 +132,48 @@ def refuse_inside_mpi_launch(tool: str) -> None:
     raise SystemExit(0)
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """Stop a launcher started in a session of its own, and every rank it started."""
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (zombies, whose parent has yet to
+    reap them, do not run)."""
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:  # no /proc: the group exists while kill(0) reaches a member
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue  # it ended while we looked
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """Stop a launcher started in a session of its own, and every rank it started: it
+    returns once no process of the group runs (the launcher may exit before its ranks
+    have), with SIGKILL for whatever outlives SIGTERM by `grace_s`."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            pass  # the launcher's group is gone; its ranks may still be ending
+        deadline = time.monotonic() + grace_s
         try:
-            proc.wait(timeout=5)
-            return
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             continue
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not _group_alive(proc.pid):
+            return
 
 
 def run_captured(command: list[str], env: dict | None = None,

@@ -133,7 +133,7 @@ def test_merge_refuses_a_malformed_sidecar(tmp_path, capsys):
     from ccbench.scripts import merge
 
     good = tmp_path / "in" / "a.csv"
-    write_csv_atomic(good, [{"schema": "harness/2", "run_id": "r1", "variant": "baseline",
+    write_csv_atomic(good, [{"schema": "harness/3", "run_id": "r1", "variant": "baseline",
                              "collective": "allgather", "size_bytes": 4}], COMMON_COLUMNS)
     sidecar = malformed_sidecar(good)
     assert merge.main([str(tmp_path / "in"), "-o", str(tmp_path / "m.csv")]) == 2

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 
 def harness_row(**changes) -> dict:
     row = {c: "" for c in COMMON_COLUMNS}
-    row.update(schema="harness/2", run_id="r1", sweep_id="s1", timestamp="2026-01-01T00:00:00",
+    row.update(schema=HARNESS.tag, run_id="r1", sweep_id="s1", timestamp="2026-01-01T00:00:00",
                variant="baseline", algorithm="mpi", collective="allgather", codec="none",
                dtype="float32", buffer="numpy", ranks="2", nodes="1", size_bytes="4096",
                iterations="100", timing="per-call", timer="c", data="gradient",
@@ -37,7 +37,8 @@ def harness_row(**changes) -> dict:
 
 @pytest.mark.parametrize("column, other", [("data", "gradient-like"), ("timing", "batch"),
                                             ("timer", "python"), ("ci_target_pct", "2.0"),
-                                            ("time_budget_s", "5.0")])
+                                            ("time_budget_s", "5.0"), ("transport", "torch"),
+                                            ("backend", "gloo")])
 def test_merge_and_plots_keep_apart_rows_that_differ_in_one_setting(tmp_path, column,
                                                                     other):
     """Two rows of one run that differ in one setting measured two points; two that differ
@@ -105,16 +106,56 @@ def test_an_older_version_is_read_by_its_number_and_upgraded(tmp_path):
     table = results.read_table(path)
     assert (table.schema, table.version) == (TRAINING, 1)
     (row,) = table.current()
-    assert (row["schema"], row["warmup_steps"], row["final_window"]) == ("training/2", 3, 10)
+    assert (row["schema"], row["warmup_steps"], row["final_window"]) == (TRAINING.tag, 3, 10)
+    assert (row["transport"], row["backend"]) == ("mpi", "mpi")  # before the torch transport
     frame = load([path]).get("training")
     assert frame["warmup_steps"].tolist() == [3]
+
+
+def test_harness_rows_of_version_1_ran_over_mpi(tmp_path):
+    """Before the torch transport every row ran over MPI: version-1 rows say so once
+    upgraded; which device a rank used is provenance, not part of a point."""
+    v1 = [c for c in COMMON_COLUMNS if c not in ("schema", "hugepages", "transport",
+                                                 "backend", "host_syncs", "device")]
+    path = tmp_path / "old.csv"
+    write_csv_atomic(path, [{k: v for k, v in harness_row().items() if k in v1}], v1)
+    table = results.read_table(path)
+    assert (table.schema, table.version) == (HARNESS, 1)
+    (row,) = table.current()
+    assert (row["schema"], row["transport"], row["backend"]) == ("harness/3", "mpi", "mpi")
+    assert HARNESS.role("transport") == HARNESS.role("backend") == "setting"
+    assert HARNESS.role("device") == "provenance"
+    assert HARNESS.role("host_syncs") == "measurement"
+
+
+def test_harness_rows_of_version_2_ran_over_mpi_and_keep_their_own_settings(tmp_path):
+    """Version 2 recorded the paging and the sparse-streaming settings but not the
+    transport: upgraded, its rows ran over MPI, and nothing they recorded is replaced
+    (not their paging, not a sparse-streaming setting they gave, none added to a ring)."""
+    v2 = [c for c in COMMON_COLUMNS if c not in ("transport", "backend", "host_syncs",
+                                                 "device")] + ["block_size"]
+    ring = harness_row(schema="harness/2", hugepages="off")
+    sparse = harness_row(schema="harness/2", variant="sparse_streaming",
+                         algorithm="omnireduce", collective="allreduce", hugepages="off",
+                         block_size="64")
+    path = tmp_path / "v2.csv"
+    write_csv_atomic(path, [{k: r.get(k, "") for k in v2} for r in (ring, sparse)], v2)
+    table = results.read_table(path)
+    assert (table.schema, table.version) == (HARNESS, 2)
+    ring_now, sparse_now = table.current()
+    for row in (ring_now, sparse_now):
+        assert (row["schema"], row["transport"], row["backend"], row["hugepages"]) == (
+            "harness/3", "mpi", "mpi", "off")
+    assert ring_now["block_size"] == "" and "fusion" not in ring_now
+    assert sparse_now["block_size"] == "64" and "fusion" not in sparse_now
 
 
 def test_a_variants_own_older_defaults_fill_only_its_rows(tmp_path):
     """Version-1 harness rows: huge pages were numpy's default (madvise) for every row,
     the sparse-streaming settings only for sparse streaming's rows. Filling the latter into
     a ring's row would make it a different point from the same ring measured today."""
-    v1 = [c for c in COMMON_COLUMNS if c not in ("schema", "hugepages")] + ["density"]
+    v1 = [c for c in COMMON_COLUMNS if c not in ("schema", "hugepages", "transport", "backend")
+          ] + ["density"]
     ring = {"variant": "p2p_compressed", "algorithm": "ring", "collective": "allgather",
             "size_bytes": 4096}
     sparse = {"variant": "sparse_streaming", "algorithm": "omnireduce",
@@ -128,6 +169,7 @@ def test_a_variants_own_older_defaults_fill_only_its_rows(tmp_path):
     assert "block_size" not in ring_now and "aggregators" not in ring_now
     assert (sparse_now["block_size"], sparse_now["fusion"], sparse_now["overlap"],
             sparse_now["threshold"], sparse_now["aggregators"]) == (256, 1024, "random", 0.0, 0)
+
 
 def test_a_newer_version_is_refused_in_one_line(tmp_path):
     path = tmp_path / "future.csv"

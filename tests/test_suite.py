@@ -8,7 +8,7 @@ import re
 from tests.mpirun import REPO
 
 # what a module does when it starts ranks: the launcher helpers, or the tools that launch
-LAUNCHES = re.compile(r"\bmpirun\(|\bcase_results\(|\bmpiexec_command\(|"
+LAUNCHES = re.compile(r"\bmpirun\(|\bcase_results\(|\bmpiexec_command\(|\brun_cell\(|"
                       r"ccbench\(\"(compare|gate|sweep)\"|\"ccbench\.scripts\.sweep\"|"
                       r"\bccb\(\"run\"|as_nobody\(\"run\"")
 

@@ -440,6 +440,50 @@ def processes_mentioning(text: str) -> list[int]:
     return pids
 
 
+_RANK = """
+import pathlib, signal, sys, time
+if sys.argv[1] == "slow":  # ends a second after SIGTERM
+    signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.0), sys.exit(0)))
+else:  # ignores SIGTERM: only SIGKILL ends it
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+pathlib.Path(sys.argv[2]).touch()
+while True:
+    time.sleep(0.05)
+"""
+_LAUNCHER = """
+import pathlib, subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]])
+while not pathlib.Path(sys.argv[3]).exists():
+    time.sleep(0.02)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("rank", ["slow", "deaf"])
+def test_kill_group_returns_once_no_rank_of_the_launch_runs(tmp_path, rank):
+    """A launcher that dies at once on SIGTERM while its rank takes a second to end, or
+    never ends on SIGTERM: kill_group returns only once the rank is gone too."""
+    from ccbench.scripts.launch import kill_group
+
+    ready = tmp_path / f"rank-{rank}-ready"
+    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, _RANK, rank, str(ready)],
+                            stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert len(processes_mentioning(str(ready))) == 2  # the launcher and its rank
+        start = time.monotonic()
+        kill_group(proc, grace_s=3.0)
+        assert processes_mentioning(str(ready)) == []
+        # the slow rank ended by itself within the grace; the deaf one needed SIGKILL
+        assert time.monotonic() - start < 10
+    finally:
+        if processes_mentioning(str(ready)):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.stdout.close()
+
+
 def data_rows(path: Path) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))

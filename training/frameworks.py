@@ -69,18 +69,25 @@ class StreamTrainer:
     def step(self, loss_fn: Callable[[nn.Module], torch.Tensor]) -> StepRecord:
         comm, stream = self.comm, self.stream
         stream.drain()
+        self.transport.check()  # a codec's deferred range check, outside the collectives
         comm.reset_wire_bytes()
         stream.reset_counters()
+        # on a GPU the phases' host clocks wait for the device's queued work (a step's
+        # phases, not a timed collective)
+        settle = _settler(self.model)
         t0 = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(self.model)
+        settle()
         t1 = time.perf_counter()
         self.before_backward()
         loss.backward()
         stream.drain()
         self.after_backward()
+        settle()
         t2 = time.perf_counter()
         self.optimizer.step()
+        settle()
         t3 = time.perf_counter()
         total = (t3 - t0) * 1e6
         exposed = stream.waited_s * 1e6
@@ -101,10 +108,18 @@ class StreamTrainer:
 
     def final_parameters(self) -> np.ndarray:
         return torch.cat([p.detach().reshape(-1) for p in self.exact_model().parameters()]
-                         ).numpy().copy()
+                         ).cpu().numpy().copy()
 
     def close(self) -> None:
         self.stream.close()
+
+
+def _settler(model: nn.Module):
+    """A wait for the model's device (nothing on the CPU)."""
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return lambda: None
+    return lambda: torch.cuda.synchronize(device)
 
 
 class FSDPTrainer(StreamTrainer):
@@ -154,6 +169,9 @@ class DDPTrainer(StreamTrainer):
         from torch.nn.parallel import DistributedDataParallel
 
         kwargs = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}
+        device = next(model.parameters()).device
+        if device.type == "cuda":  # a single-device module on the rank's GPU
+            kwargs["device_ids"] = [device.index]
         ddp = DistributedDataParallel(model, gradient_as_bucket_view=True, **kwargs)
         self.module = model
         self.hook = DDPHook(None if transport.spec.variant == "torch" else transport,
@@ -180,13 +198,11 @@ def measure_profile(model: nn.Module, loss_fn, comm, iterations: int = 5, warmup
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     params = dict(model.named_parameters())
     order, gaps, forward_ns = backward_stamps(model, loss_fn, warmup, iterations)
-    order = comm.mpi.bcast(order, root=0)  # the same layout everywhere
+    order = comm.bcast_obj(order, root=0)  # the same layout everywhere
     local = np.concatenate([[forward_ns.mean()], gaps.mean(axis=0)]) / 1e3
     if len(local) != len(order) + 1:
         raise UsageError("ranks disagree on the model's gradients")
-    mean = np.empty_like(local)
-    comm.mpi.Allreduce(local, mean)
-    mean /= comm.size
+    mean = comm.allreduce_array(local) / comm.size
     nbytes = [params[n].numel() * params[n].element_size() for n in order]
     profile = Profile.from_arrays(name, nbytes, np.maximum(mean[1:], 0.0), float(mean[0]),
                                   params=order)
@@ -215,7 +231,8 @@ class MergedGradientTrainer(StreamTrainer):
         self.params = [params[i] for i in order]
         self.plans = plans
         total = sum(p.numel() for p in self.params)
-        self.flat = torch.zeros(total, dtype=self.params[0].dtype)
+        self.flat = torch.zeros(total, dtype=self.params[0].dtype,
+                                device=self.params[0].device)
         self.edges = np.concatenate(([0], np.cumsum([p.numel() for p in self.params])))
         for i, p in enumerate(self.params):
             p.grad = self.flat[self.edges[i]:self.edges[i + 1]].view_as(p)

@@ -42,6 +42,7 @@ class TrainConfig:
     bucket_cap_mb: float | None = None  # ddp: None is DDP's default (25)
     powersgd_rank: int = 4
     profile_iterations: int = 5    # mgwfbp: backward passes profiled before training
+    device: str = "auto"           # fsdp / ddp / mgwfbp: cpu, cuda, or auto (cuda if any)
 
 
 @dataclass
@@ -118,9 +119,38 @@ def evaluate(trainer, task, comm) -> tuple[float, float]:
     model.eval()
     local: Metrics = task.evaluate(model, lo, hi)
     model.train()
-    total = np.empty(3)
-    comm.mpi.Allreduce(np.array([local.loss_sum, local.correct, local.count], float), total)
+    total = comm.allreduce_array(np.array([local.loss_sum, local.correct, local.count], float))
     return float(total[0] / total[2]), float(total[1] / total[2])
+
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def training_device(config: TrainConfig, local_rank: int):
+    """The device the model trains on: the node-local rank's GPU for the stock-PyTorch
+    trainers when there is one (--device auto), else the CPU; the compact trainer keeps
+    its model on the CPU."""
+    import torch
+
+    if config.device not in DEVICES:
+        raise UsageError(f"--device {config.device}: choose one of {', '.join(DEVICES)}")
+    stock = config.framework in ("fsdp", "ddp", "mgwfbp")
+    if config.device == "cuda" and not stock:
+        raise UsageError("--device cuda: the compact trainer (--framework own) runs on the "
+                         "CPU; use --framework fsdp, ddp or mgwfbp")
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: torch sees no CUDA device on this host")
+    if config.device == "cpu" or not stock or not torch.cuda.is_available():
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def to_device(batch, device):
+    """A batch (a tensor or a tuple of them) on the model's device."""
+    if isinstance(batch, tuple | list):
+        return type(batch)(to_device(b, device) for b in batch)
+    return batch.to(device, non_blocking=True) if hasattr(batch, "to") else batch
 
 
 def build_trainer(comm, config: TrainConfig, task, cost=None):
@@ -137,7 +167,8 @@ def build_trainer(comm, config: TrainConfig, task, cost=None):
     batch = config.batch or task.default_batch
     if batch % comm.size:
         raise UsageError(f"the global batch ({batch}) must divide by the ranks ({comm.size})")
-    model = build_model(task, config.seed)
+    device = training_device(config, comm.local_rank)
+    model = build_model(task, config.seed).to(device)
     lr = config.lr or task.default_lr
     if config.framework == "own":
         from ccbench.training.sharded import ShardedTrainer
@@ -151,7 +182,7 @@ def build_trainer(comm, config: TrainConfig, task, cost=None):
             error_feedback=config.error_feedback, clip=config.clip,
             chunk_bytes=config.chunk_bytes,
         )
-    return _build_stream_trainer(comm, config, task, model, lr, cost)
+    return _build_stream_trainer(comm, config, task, model, lr, cost, device)
 
 
 def torch_hook_of(config: TrainConfig) -> str:
@@ -159,7 +190,7 @@ def torch_hook_of(config: TrainConfig) -> str:
     return config.codec.split(":")[0] if config.variant == "torch" else "none"
 
 
-def _build_stream_trainer(comm, config: TrainConfig, task, model, lr, cost):
+def _build_stream_trainer(comm, config: TrainConfig, task, model, lr, cost, device):
     from ccbench.training import frameworks
     from ccbench.training.comm_stream import CommStream
     from ccbench.training.rendezvous import init_torch_distributed
@@ -190,7 +221,8 @@ def _build_stream_trainer(comm, config: TrainConfig, task, model, lr, cost):
         compress=config.compress, error_feedback=config.error_feedback,
         chunk_bytes=config.chunk_bytes)
     transport = Transport(comm, spec)
-    init_torch_distributed(comm)
+    # stock FSDP and DDP run their own collectives on the default group: NCCL on a GPU
+    init_torch_distributed(comm, "nccl" if device.type == "cuda" else None)
     stream = CommStream(overlap=config.overlap)
     if config.framework == "fsdp":
         from ccbench.training.models import build_model
@@ -200,10 +232,10 @@ def _build_stream_trainer(comm, config: TrainConfig, task, model, lr, cost):
     if config.framework == "ddp":
         return frameworks.DDPTrainer(model, comm, transport, stream, lr, torch_hook,
                                      config.bucket_cap_mb, config.powersgd_rank)
-    return _build_mgwfbp(comm, config, task, model, lr, transport, stream, cost)
+    return _build_mgwfbp(comm, config, task, model, lr, transport, stream, cost, device)
 
 
-def _build_mgwfbp(comm, config, task, model, lr, transport, stream, cost):
+def _build_mgwfbp(comm, config, task, model, lr, transport, stream, cost, device):
     from ccbench.collectives.mgwfbp import parse_strategies, plan
     from ccbench.training.frameworks import MergedGradientTrainer, measure_profile
 
@@ -212,7 +244,7 @@ def _build_mgwfbp(comm, config, task, model, lr, transport, stream, cost):
         raise UsageError("--framework mgwfbp needs an allreduce cost model")
     batch = config.batch or task.default_batch
     lo, hi = batch * comm.rank // comm.size, batch * (comm.rank + 1) // comm.size
-    inputs = task.batch(config.seed, 0, batch, lo, hi)  # step 0: never trained on
+    inputs = to_device(task.batch(config.seed, 0, batch, lo, hi), device)  # step 0: unseen
     profile, order = measure_profile(model, lambda m: task.loss(m, inputs), comm,
                                      iterations=config.profile_iterations, name=task.name)
     alpha_beta = cost(transport, profile)
@@ -241,7 +273,9 @@ def run_training(comm, config: TrainConfig, task=None, trainer=None, keep_params
     records, evals = [], {}
     try:
         for step in range(1, config.steps + 1):
-            inputs = task.batch(config.seed, step, batch, lo, hi)  # the data loader's work
+            # the data loader's work, and its copy to the model's device
+            inputs = to_device(task.batch(config.seed, step, batch, lo, hi),
+                               _device_of(trainer.model))
             records.append(trainer.step(lambda m, b=inputs: task.loss(m, b)))
             if on_step is not None:
                 on_step(step, records[-1].loss)
@@ -251,11 +285,8 @@ def run_training(comm, config: TrainConfig, task=None, trainer=None, keep_params
     finally:
         trainer.close()
     local = np.array([[getattr(r, f) for f in RECORD_FIELDS] for r in records], dtype=float)
-    mean = np.empty_like(local)
-    comm.mpi.Allreduce(local, mean)
-    mean /= comm.size
-    slowest = np.empty(len(records))
-    comm.mpi.Allreduce(np.ascontiguousarray(local[:, 1]), slowest, op=_mpi_max())
+    mean = comm.allreduce_array(local) / comm.size
+    slowest = comm.allreduce_array(np.ascontiguousarray(local[:, 1]), "max")
     column = {f: mean[:, i] for i, f in enumerate(RECORD_FIELDS)}
     plans = getattr(trainer, "plans", [])
     return TrainResult(
@@ -272,7 +303,7 @@ def run_training(comm, config: TrainConfig, task=None, trainer=None, keep_params
     )
 
 
-def _mpi_max():
-    from mpi4py import MPI
-
-    return MPI.MAX
+def _device_of(model):
+    for parameter in model.parameters():
+        return parameter.device
+    return "cpu"

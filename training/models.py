@@ -206,8 +206,10 @@ class Task:
     def evaluate(self, model: nn.Module, lo: int, hi: int, chunk: int = 64) -> Metrics:
         """Summed loss and correct predictions over held-out samples lo..hi."""
         total = Metrics(0.0, 0, 0)
+        device = next(model.parameters()).device
         for start in range(lo, hi, chunk):
             inputs, targets = self.held_out_batch(start, min(hi, start + chunk))
+            inputs, targets = inputs.to(device), targets.to(device)
             logits = model(inputs)
             logits, targets = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
             total.loss_sum += float(F.cross_entropy(logits, targets, reduction="sum"))

@@ -109,7 +109,7 @@ def make_shard_collectives(
     if variant == "baseline":
         if codec != "none":
             raise UsageError("the baseline variant sends uncompressed data: use --codec none")
-        if algorithm not in ("mpi", "ring"):
+        if algorithm not in ("mpi", "library", "ring"):
             raise UsageError("the baseline variant's --algorithm is mpi or ring")
         return ShardCollectives(
             variant, algorithm, "none",
@@ -241,8 +241,7 @@ class ShardedTrainer:
         """Clip the global gradient norm; the tiny allreduce is counted as communication."""
         t0 = time.perf_counter()
         local = np.array([float(self.shard.grad.double().square().sum())])
-        total = np.empty(1)
-        self.comm.mpi.Allreduce(local, total)
+        total = self.comm.allreduce_array(local)
         elapsed = (time.perf_counter() - t0) * 1e6
         norm = float(np.sqrt(total[0]))
         if norm > self.clip:

@@ -2,9 +2,11 @@
 feedback of its codec.
 
 ``allgather``, ``reduce_scatter`` and ``allreduce`` take the tensors FSDP / DDP hand over
-and pass them to the ring (or the MPI library, or OmniReduce) as zero-copy views; bound
-objects (payload slots, scratch) are built once per buffer and reused. The variant
-``torch`` runs torch.distributed's own collectives instead.
+and pass them to the ring (or the transport library's own collective, or OmniReduce) as
+zero-copy views; bound objects (payload slots, scratch) are built once per buffer and
+reused. The variant ``torch`` runs torch.distributed's own collectives instead. Tensors
+on a device reach the communicator as they are: staging through host memory, where the
+transport cannot read the device (MPI without GPU-awareness), happens inside it alone.
 
 Error feedback (``error_feedback=True`` with a lossy codec) keeps, per buffer (FSDP
 parameter group or DDP bucket), ``residual = g - decode(encode(g))`` of the compensated
@@ -18,12 +20,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from mpi4py import MPI
 
 from ccbench.collectives.baseline import bind_collective
-from ccbench.collectives.comm import sum_op
 from ccbench.collectives.ring import RingScratch, block_bounds
-from ccbench.kernels.arrays import host_view
+from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
 
 # Variants a Transport runs: ccbench's, and "torch" (torch.distributed's own collectives).
@@ -66,7 +66,7 @@ class Transport:
             if spec.codec != "none":
                 raise UsageError(f"the {spec.variant} variant sends uncompressed data: use "
                                  "--codec none")
-            if spec.variant == "baseline" and spec.algorithm not in ("mpi", "ring"):
+            if spec.variant == "baseline" and spec.algorithm not in ("mpi", "library", "ring"):
                 raise UsageError("the baseline variant's --algorithm is mpi or ring")
         elif self.kind is not None:
             from ccbench.kernels.codecs import parse_codec
@@ -129,17 +129,41 @@ class Transport:
         bound.recvbuf = recv  # a fresh output of the same length: retarget, keep the slots
         return bound
 
+    def _library(self, collective: str, send, recv) -> None:
+        """The transport library's own collective (MPI's, NCCL's, gloo's). MPI on host
+        tensors runs in place where FSDP's input lies inside its output; elsewhere the
+        communicator binds the call once per buffer (staging device tensors, if need be)."""
+        comm = self.comm
+        host = not arrays.is_device_array(recv)
+        if comm.transport == "mpi" and host:
+            from mpi4py import MPI
+
+            from ccbench.collectives.comm import sum_op
+
+            r = arrays.host_view(recv)
+            if collective == "allgather":
+                first = MPI.IN_PLACE if _aliases(send, recv) else arrays.host_view(send)
+                comm.mpi.Allgather(first, r)
+            elif collective == "reduce_scatter":
+                comm.mpi.Reduce_scatter_block(arrays.host_view(send), r, sum_op(r))
+            else:
+                comm.mpi.Allreduce(MPI.IN_PLACE, r, sum_op(r))
+            return
+        if collective == "allreduce":  # in place: the library's call reads a copy
+            key = ("library-in", send.data_ptr(), send.numel(), send.dtype)
+            send = self._cached(key, lambda: torch.empty_like(send)).copy_(send)
+        key = ("library", collective, send.data_ptr(), recv.data_ptr(), send.numel(),
+               recv.numel(), send.dtype)
+        self._cached(key, lambda: comm.library_call(collective, send, recv))()
+
     def allgather(self, send, recv) -> None:
         v = self.spec.variant
         if v == "torch":
             _torch_all_gather(recv, send)
         elif self.compresses("allgather"):
             self._compressed("allgather", send, recv)()
-        elif v == "baseline" and self.spec.algorithm == "mpi":
-            if _aliases(send, recv):
-                self.comm.mpi.Allgather(MPI.IN_PLACE, host_view(recv))
-            else:
-                self.comm.mpi.Allgather(host_view(send), host_view(recv))
+        elif v == "baseline" and self.spec.algorithm in ("mpi", "library"):
+            self._library("allgather", send, recv)
         else:  # the ring (also the uncompressed side of a compressed variant)
             bind_collective(self.comm, "ring", "allgather", send, recv)()
 
@@ -149,9 +173,8 @@ class Transport:
             _torch_reduce_scatter(recv, send)
         elif self.compresses("reduce_scatter"):
             self._compressed("reduce_scatter", send, recv)()
-        elif v == "baseline" and self.spec.algorithm == "mpi":
-            r = host_view(recv)
-            self.comm.mpi.Reduce_scatter_block(host_view(send), r, sum_op(r))
+        elif v == "baseline" and self.spec.algorithm in ("mpi", "library"):
+            self._library("reduce_scatter", send, recv)
         else:
             from ccbench.collectives.ring import ring_reduce_scatter
 
@@ -167,9 +190,8 @@ class Transport:
             self._omnireduce(buf)
         elif self.compresses("allreduce"):
             self._compressed("allreduce", buf, buf)()
-        elif v == "baseline" and self.spec.algorithm == "mpi":
-            b = host_view(buf)
-            self.comm.mpi.Allreduce(MPI.IN_PLACE, b, sum_op(b))
+        elif v == "baseline" and self.spec.algorithm in ("mpi", "library"):
+            self._library("allreduce", buf, buf)
         else:
             from ccbench.collectives.ring import ring_allreduce
 
@@ -191,6 +213,11 @@ class Transport:
         engine, out = self._cached(("omnireduce", buf.data_ptr(), buf.numel()), build)
         engine()
         buf.copy_(out)
+
+    def check(self) -> None:
+        """Raise what the codec's device encodes deferred (outside the collectives)."""
+        if self.codec is not None:
+            self.codec.check_deferred()
 
     # error feedback
     def roundtrip(self, x, out, blocks: int) -> None:

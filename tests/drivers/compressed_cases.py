@@ -273,17 +273,17 @@ def run_case(comm, variant, options, collective, spec, dtype, buffer, count):
 
 def timing_ok(rows, collective: str, moved: bool, hops_only: bool = False) -> bool:
     """One breakdown row per call; its parts are times within the call: encode, decode,
-    reduce and wait never negative and, being disjoint, adding up to at most the call
+    reduce, wait and host staging never negative and, being disjoint, adding up to at most the call
     (a codec thread's work lies within the call too). Where data moved, the codec ran
     (encode and decode), and the reducing collectives added. `hops_only`: the
     collective-level reduce-scatter decodes only inside its hops (decode, add, encode in
     one call), which are timed as the reduction."""
     if len(rows) != 2:
         return False
-    for call, encode, decode, reduce, wait, cpu in rows:
-        if min(call, encode, decode, reduce, wait, cpu) < 0:
+    for call, encode, decode, reduce, wait, cpu, stage in rows:
+        if min(call, encode, decode, reduce, wait, cpu, stage) < 0:
             return False
-        if encode + decode + reduce + wait > call * 1.0001 + 1e-6:
+        if encode + decode + reduce + wait + stage > call * 1.0001 + 1e-6:
             return False
         if moved and (encode <= 0 or (decode <= 0 and not hops_only)):
             return False
