@@ -17,13 +17,13 @@ import traceback
 from pathlib import Path
 
 from ccbench.kernels.errors import UsageError
-from ccbench.plots import breakdown, general, headlines, seed000, seed001, seed002
+from ccbench.plots import breakdown, general, headlines, seed000, seed001, seed002, traces
 from ccbench.plots.base import Skip
 from ccbench.plots.data import RUN, TITLES, Data, Run, load
 from ccbench.plots.report import RenderedFigure, ReportContent, write_index, write_runs_index
 from ccbench.plots.style import PNG_DPI, Style, close_all, save
 
-MODULES = (seed000, seed001, seed002, general, breakdown)
+MODULES = (seed000, seed001, seed002, general, breakdown, traces)
 DEFAULT_OUTDIR = "results/figures"
 FORMATS = ("png", "pdf")
 
