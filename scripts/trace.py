@@ -9,7 +9,8 @@
 
 ``capture`` is the training benchmark (its options) recording the steps after --warmup;
 ``replay`` is the trace_replay benchmark (its options). Both run under mpiexec, srun or
-``ccbench cluster run``; ``build``, ``show`` and ``convert`` run alone. docs/traces.md.
+``ccbench cluster run``; ``build``, ``show``, ``convert`` and ``check`` (which launches
+its own ranks, scripts/trace_check.py) run alone. docs/traces.md.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ ACTIONS = {
     "replay": "replay a trace through any variant and codec (under mpiexec)",
     "show": "summarise a trace (ccbench's or PARAM's)",
     "convert": "write a trace in ccbench's format or PARAM's comms trace format",
+    "check": "replay captured steps against the real ones, in interleaved rounds",
 }
 
 
@@ -158,13 +160,19 @@ def convert(argv: list[str]) -> int:
     return 0
 
 
+def check(argv: list[str]) -> int:
+    from ccbench.scripts import trace_check
+
+    return trace_check.main(argv)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0
     action, rest = argv[0], argv[1:]
     run = {"capture": capture, "build": build, "replay": replay, "show": show,
-           "convert": convert}.get(action)
+           "convert": convert, "check": check}.get(action)
     if run is None:
         print(f"ccbench trace: error: unknown action {action!r}\n{usage()}", file=sys.stderr)
         return 2

@@ -159,14 +159,14 @@ class Buffers:
             if collective == "reduce_scatter":
                 self.pools[("out", dtype)] = torch.empty(n // self.ranks,
                                                          dtype=TORCH_DTYPES[dtype])
-        self.sparse: dict = {}
+        self.sparse: dict = {}  # (count, dtype, density) -> (buffer, its sparse input)
         for e in (e for s in steps for e in s.calls if e.sparse and e.collective == "allreduce"):
             key = (e.count, e.dtype, e.density)
             if key not in self.sparse:
                 kind = f"sparse:{e.density if e.density is not None else 1.0}"
-                self.sparse[key] = torch.from_numpy(values(kind, e.count, self.rank,
-                                                           self.ranks, seed)).to(
-                    TORCH_DTYPES[e.dtype])
+                fresh = torch.from_numpy(values(kind, e.count, self.rank, self.ranks,
+                                                seed)).to(TORCH_DTYPES[e.dtype])
+                self.sparse[key] = (fresh.clone(), fresh)
 
     def views(self, e: Event):
         """(send, recv) of one call."""
@@ -179,8 +179,7 @@ class Buffers:
             return (self.pools[("reduce_scatter", e.dtype)][:n],
                     self.pools[("out", e.dtype)][:n // self.ranks])
         if e.sparse:
-            buf = self.sparse[(e.count, e.dtype, e.density)]
-            return buf, buf
+            return self.sparse[(e.count, e.dtype, e.density)]
         buf = self.pools[("allreduce", e.dtype)][:e.count]
         return buf, buf
 
@@ -201,8 +200,9 @@ def collective_call(e: Event, router: Router, buffers: Buffers):
         return lambda: transport.allgather(send, recv)
     if e.collective == "reduce_scatter":
         return lambda: (transport.reduce_scatter(send, recv), recv.div_(size))
-    if e.sparse:  # OmniReduce's input must stay sparse: the sum is not written back
-        return lambda: transport.allreduce(recv)
+    if e.sparse:  # the sum lands on the input: the next call gets the sparse gradient
+        # again, as a step of training would (a copy, inside the call's time)
+        return lambda: (transport.allreduce(send), send.copy_(recv))
     return lambda: (transport.allreduce(recv), recv.div_(size))
 
 
