@@ -7,15 +7,16 @@ does replay predict what a compressed variant saves? Measured in interleaved rou
 Each round, on the same ranks (each step a launch of its own):
 
 1. the real training with the options after ``--``, capturing its trace (``--trace``);
-2. in an order that rotates from round to round: the replay of that trace as captured
-   (the training's own variant), and per ``--variant``: its replay through the variant
-   and the real training with the variant;
-3. the real training again.
+2. the replay of that trace as captured (the training's own variant);
+3. in an order that rotates from round to round, per ``--variant``: its replay through
+   the variant and the real training with the variant;
+4. the real training again.
 
-The real step of a round is the geometric mean of 1 and 3 (a drift of the host's load
+The real step of a round is the geometric mean of 1 and 4 (a drift of the host's load
 over the round cancels). Over the rounds (benchmarks/statistics.ratio_interval, the 95%
-interval of the mean log ratio): the replay against the real step, and per variant the
-real saving (variant over real) next to the predicted one (its replay over the replay).
+interval of the mean log ratio): the replay against the real step and against the run
+it captured, and per variant the real saving (variant over real) next to the predicted
+one (its replay over the replay).
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def main(argv: list[str]) -> int:
     meta = run_meta()
     meta["sweep_id"] = os.environ.get("CCBENCH_SWEEP_ID", "")
     started = time.monotonic()
-    times: dict[str, list[float]] = {"real": [], "replay": []}
+    times: dict[str, list[float]] = {"real": [], "replay": [], "captured": [], "again": []}
     for n in range(len(variants)):
         times[f"real{n}"], times[f"replay{n}"] = [], []
     print(f"# ccbench trace check: training {shlex.join(training)}; {opts.ranks} ranks, "
@@ -157,19 +158,22 @@ def main(argv: list[str]) -> int:
             trace = str(work / "trace.json")
             run = Round(launcher, work, opts.rev, root)
             first = run.step_us("real-1", ["training", *training, "--trace", trace])
-            middle = [("replay", ["trace_replay", trace, *replay])]
+            # the replay right after the run it captured; the variants rotate after it
+            times["replay"].append(run.step_us("replay", ["trace_replay", trace, *replay]))
+            middle = []
             for n, v in enumerate(variants):
                 chosen = ["--variant", v[0], *v[1:]]
                 middle.append((f"replay{n}", ["trace_replay", trace, *chosen, *replay[-4:]]))
                 middle.append((f"real{n}", ["training", *base, *chosen]))
-            shift = k % len(middle)
+            shift = k % max(1, len(middle))
             for key, command in middle[shift:] + middle[:shift]:
                 times[key].append(run.step_us(key, command))
             last = run.step_us("real-2", ["training", *training])
+            times["captured"].append(first)
+            times["again"].append(last)
             times["real"].append(math.sqrt(first * last))
-            print(f"  round {k + 1}: real {first / 1e3:.1f} / {last / 1e3:.1f} ms, "
-                  + ", ".join(f"{key} {v[-1] / 1e3:.1f} ms" for key, v in times.items()
-                              if key != "real"), flush=True)
+            print(f"  round {k + 1}: " + ", ".join(
+                f"{key} {v[-1] / 1e3:.1f} ms" for key, v in times.items()), flush=True)
     meta["load_end"] = round(os.getloadavg()[0], 2)
     rows = report(opts, training, variants, times, meta)
     print(f"# {time.monotonic() - started:.0f} s, load {meta['load_start']} -> "
@@ -184,8 +188,10 @@ def main(argv: list[str]) -> int:
 
 def report(opts, training, variants, times, meta) -> list[dict]:
     real = "training " + shlex.join(training)
-    pairs = [("the replay of its trace", real, "trace_replay TRACE " + shlex.join(
-        replay_options(training)), times["real"], times["replay"])]
+    replayed = "trace_replay TRACE " + shlex.join(replay_options(training))
+    pairs = [("the replay of its trace", real, replayed, times["real"], times["replay"]),
+             ("the replay against the run it captured", real + " --trace TRACE", replayed,
+              times["captured"], times["replay"])]
     for n, v in enumerate(variants):
         text = shlex.join(v)
         pairs.append((f"real saving of {text}", real, f"training ... {text}",
@@ -214,7 +220,7 @@ def report(opts, training, variants, times, meta) -> list[dict]:
           f"{opts.within:.0%} of the real step (its interval "
           f"{first['ratio_low']:.3f}-{first['ratio_high']:.3f})")
     for n in range(len(variants)):
-        real_row, replay_row = rows[1 + 2 * n], rows[2 + 2 * n]
+        real_row, replay_row = rows[2 + 2 * n], rows[3 + 2 * n]
         same_sign = (real_row["ratio"] < 1) == (replay_row["ratio"] < 1)
         within = real_row["ratio_low"] <= replay_row["ratio"] <= real_row["ratio_high"]
         print(f"# {opts.variant[n]}: replay predicts {1 - replay_row['ratio']:+.1%}, real "

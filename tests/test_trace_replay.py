@@ -144,3 +144,56 @@ def test_a_process_group_of_some_ranks_is_refused_in_one_line(run):
     assert "runs on process group 1 (ranks [0]); the replay runs collectives over every " \
            "rank only" in stderr
     assert "Traceback" not in stderr
+
+
+def test_check_options_follow_the_training():
+    from ccbench.scripts.trace_check import replay_options, without_variant
+
+    training = ["--model", "lm-tiny", "--framework", "fsdp", "--variant", "baseline",
+                "--algorithm", "ring", "--steps", "12", "--warmup", "3"]
+    assert replay_options(training) == ["--variant", "baseline", "--algorithm", "ring",
+                                        "--steps", "9", "--warmup", "1"]
+    assert without_variant(training) == ["--model", "lm-tiny", "--framework", "fsdp",
+                                         "--steps", "12", "--warmup", "3"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--", "--model", "lm-tiny"], "with --framework fsdp, ddp or mgwfbp"),
+    (["--rounds", "1", "--", "--framework", "ddp"], "--rounds at least 2"),
+    (["--", "--framework", "ddp", "--trace", "x.json"], "--trace after --"),
+    (["--variant=--codec fp16", "--", "--framework", "ddp"], "a variant and its options"),
+])
+def test_check_bad_input_is_one_line(args, message):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "ccbench.scripts.cli", "trace", "check",
+                           *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.timeout(600)
+def test_check_runs_its_rounds_and_writes_compare_rows(tmp_path):
+    import subprocess
+    import sys
+
+    from ccbench.benchmarks.results import COMPARE, read_rows
+
+    csv = tmp_path / "check.csv"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ccbench.scripts.cli", "trace", "check", "-n", "2",
+         "--rounds", "2", "--variant", "coll_compressed --codec fp16", "--csv", str(csv),
+         "--", "--model", "lm-tiny", "--framework", "ddp", "--algorithm", "ring",
+         "--steps", "3", "--warmup", "1"], capture_output=True, text=True, timeout=560)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    header, rows = read_rows(csv)
+    assert header == list(COMPARE.names) and len(rows) == 4
+    assert [r["config"] for r in rows] == [
+        "the replay of its trace", "the replay against the run it captured",
+        "real saving of coll_compressed --codec fp16",
+        "replayed saving of coll_compressed --codec fp16"]
+    for r in rows:
+        assert r["rounds"] == "2" and float(r["ratio"]) > 0
+        assert float(r["ratio_low"]) <= float(r["ratio"]) <= float(r["ratio_high"])
+    assert "within 10% of the real step" in proc.stdout
