@@ -213,13 +213,15 @@ def run(argv: list[str]) -> int:
         raise UsageError(f"--data needs at least one kind: {DATA_KINDS}")
     kinds = [parse_data_kind(k) for k in specs_of_data]  # bad kinds fail before any timing
     arrays.check_supported(opts.buffer, opts.dtype)
+    hugepages = arrays.set_hugepages(opts.hugepages) if opts.buffer == "numpy" else ""
     if opts.clock == "cpu" and arrays.is_gpu(opts.buffer):
         raise UsageError("--clock cpu does not see GPU time; use --clock wall")
-    sizes = size_list(opts.message_size)
+    # as every variant: sizes too small for one element are skipped, and named
+    skipped = [size for size in size_list(opts.message_size) if size < itemsize(opts.dtype)]
+    sizes = [size for size in size_list(opts.message_size) if size not in skipped]
+    if not sizes:
+        raise UsageError(f"-m {opts.message_size}: no size holds one {opts.dtype} element")
     counts = [size // itemsize(opts.dtype) for size in sizes]
-    if min(counts) < 1:
-        raise UsageError(f"-m {opts.message_size}: {sizes[0]} B is smaller than one "
-                         f"{opts.dtype} element")
     specs = opts.codec or list(DEFAULT_CODECS)
     codecs = [parse_codec(spec) for spec in specs]  # bad specs fail before any timing
     for codec in codecs:
@@ -234,6 +236,9 @@ def run(argv: list[str]) -> int:
     print(f"# ccbench codec throughput: {opts.dtype} buffers of {shown}, buffer "
           f"{opts.buffer}, best of {opts.iterations} rounds, {opts.clock} clock, one thread",
           flush=True)
+    if skipped:
+        print(f"# Skipped sizes too small for one element: {', '.join(map(str, skipped))}",
+              flush=True)
     for kind in kinds:
         note = kind.fill_note(max(counts), 0, 1)
         if note:
@@ -252,7 +257,7 @@ def run(argv: list[str]) -> int:
                 for kind in kinds:
                     row = measure_codec(codec.spec, kind, opts.buffer, opts.dtype, count,
                                         opts.iterations, opts.seed, opts.clock, kernels)
-                    rows.append({SCHEMA: CODEC.tag, **info, **row})
+                    rows.append({SCHEMA: CODEC.tag, **info, **row, "hugepages": hugepages})
                     _print_row(row)
     if opts.csv:
         from ccbench.benchmarks import environment

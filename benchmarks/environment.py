@@ -13,6 +13,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 from ccbench.benchmarks.results import Sidecar, new_run_id
+from ccbench.kernels.arrays import transparent_hugepages
 
 _ENV_PREFIXES = re.compile(r"^(CCBENCH_|MPIR_|MPICH_|FI_|UCX_|OMPI_|PMIX_|SLURM_|CUDA_VISIBLE)")
 _REPO = Path(__file__).resolve().parent.parent
@@ -39,6 +40,15 @@ def link_gbps():
     """The emulated link rate in Gbit/s, set by `ccbench cluster run`; None on real links."""
     value = os.environ.get("CCBENCH_LINK_GBPS", "")
     return float(value) if value else None
+
+
+def link_bound() -> dict:
+    """What a lower bound on an emulated transfer needs (`ccbench cluster run` sets it):
+    the link's payload ceiling and its token bucket's burst; empty on real links."""
+    ceiling = os.environ.get("CCBENCH_LINK_CEILING_GBPS", "")
+    burst = os.environ.get("CCBENCH_LINK_BURST_BYTES", "")
+    return {"link_ceiling_gbps": float(ceiling) if ceiling else None,
+            "link_burst_bytes": int(burst) if burst else None}
 
 
 def _cpus_allowed() -> list[int]:
@@ -91,6 +101,7 @@ def run_info(comm, variant: str) -> dict:
             "variant": variant,
             "nodes": len(hosts),
             "link_gbps": link_gbps(),
+            **link_bound(),
             "mpi_library": mpi_library(),
             "hostname": MPI.Get_processor_name(),
             "git_sha": git_sha(),
@@ -140,6 +151,7 @@ def describe(info: dict, argv, ranks: int) -> dict:
         "versions": _versions(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),
+        "transparent_hugepages": transparent_hugepages(),
         "cpu_count": os.cpu_count(),
         **info.get("placement", {}),
         "environment": {k: v for k, v in sorted(os.environ.items()) if _ENV_PREFIXES.match(k)},

@@ -223,6 +223,8 @@ def parse_options(variant: Variant, argv, comm: Communicator):
     opts = parser.parse_args(argv)
     opts.sizes = size_list(opts.message_size)
     arrays.check_supported(opts.buffer, opts.dtype)
+    # the buffer policy is part of what a row measures: set before any buffer exists
+    opts.hugepages = arrays.set_hugepages(opts.hugepages) if opts.buffer == "numpy" else ""
     opts.data_kind, opts.data_note = resolve_data(variant, opts)
     if opts.collective not in variant.collectives:
         raise UsageError(f"{variant.name} does not run {opts.collective}")
@@ -290,6 +292,7 @@ def _row(run_info: dict, variant_columns: dict, case: Case, iters: int, warmup: 
         "ranks": case.ranks, "size_bytes": case.size_bytes,
         "bytes_per_rank": case.bytes_per_rank, "total_bytes": case.total_bytes,
         "count": case.count, "iterations": iters, "warmup": warmup, "timing": opts.timing,
+        "hugepages": opts.hugepages,
         "ci_target_pct": opts.ci_target, "time_budget_s": opts.time_budget,
         **timing,
         "algbw_gbps": algbw,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from ccbench.kernels.arrays import DEFAULT_HUGEPAGES, HUGEPAGE_POLICIES
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.inputs import DATA_KINDS
 from ccbench.kernels.vocabulary import BUFFERS, DTYPES
@@ -158,6 +159,10 @@ def add_validate(parser, what: str = "check results against a reference") -> Non
 def add_buffer(parser, default_dtype: str = "float32") -> None:
     parser.add_argument("-d", "--buffer", choices=BUFFERS, default="numpy",
                         help="buffer backend (default numpy)")
+    parser.add_argument("--hugepages", choices=HUGEPAGE_POLICIES, default=DEFAULT_HUGEPAGES,
+                        help="numpy buffers: off (default) allocates as OSU's C benchmarks "
+                             "do; madvise asks for transparent huge pages, numpy's own "
+                             "default (faster large copies on some hosts)")
     parser.add_argument("-T", "--dtype", choices=DTYPES, default=default_dtype,
                         help=f"element type (default {default_dtype})")
 

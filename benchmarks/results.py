@@ -69,6 +69,9 @@ class Schema:
     signature: tuple[str, ...] = ()  # columns that tell a version-1 file of this kind
     # per older version: values its rows lacked, as the code then wrote them implicitly
     defaults: Mapping[int, Mapping[str, object]] = field(default_factory=dict)
+    # the same, for the rows of one variant only: {version: {variant: {column: value}}}
+    variant_defaults: Mapping[int, Mapping[str, Mapping[str, object]]] = field(
+        default_factory=dict)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -110,7 +113,7 @@ HARNESS = Schema("harness", 2, _columns(
                "nodes", "size_bytes")),
     (DERIVED, ("bytes_per_rank", "total_bytes", "count")),
     (MEASUREMENT, ("iterations", "warmup")),
-    (SETTING, ("timing", "timer", "ci_target_pct", "time_budget_s")),
+    (SETTING, ("timing", "timer", "hugepages", "ci_target_pct", "time_budget_s")),
     (MEASUREMENT, ("stopped_by", "avg_us", "min_us", "max_us", "p50_us", "p99_us",
                    "fastest_us", "ci_low_us", "ci_high_us", "algbw_gbps", "busbw_gbps",
                    "wire_bytes_per_rank", "compression_ratio")),
@@ -118,11 +121,13 @@ HARNESS = Schema("harness", 2, _columns(
     (MEASUREMENT, ("rel_l2_err", "max_abs_err", "max_rel_err", "psnr_db", "cosine",
                    "validation", "validation_err", "error_bound")),
     (SETTING, ("link_gbps",)),
-    (PROVENANCE, WHERE),
+    (PROVENANCE, ("link_ceiling_gbps", "link_burst_bytes", *WHERE)),
 ), open=True, signature=("variant", "collective", "size_bytes"), defaults={1: {
+    # numpy's own default paging: huge pages advised for large arrays
+    "hugepages": "madvise"}}, variant_defaults={1: {
     # sparse-streaming rows of version 1 left out what their defaults were
-    "block_size": 256, "fusion": 1024, "overlap": "random", "threshold": 0.0,
-    "aggregators": 0}})
+    "sparse_streaming": {"block_size": 256, "fusion": 1024, "overlap": "random",
+                         "threshold": 0.0, "aggregators": 0}}})
 
 COMPARE = Schema("compare", 2, _columns(
     (PROVENANCE, (SCHEMA, "compare_id", "sweep_id", "timestamp")),
@@ -140,15 +145,16 @@ COMPARE = Schema("compare", 2, _columns(
 
 CODEC = Schema("codec", 2, _columns(
     (PROVENANCE, (SCHEMA, *RUN)),
-    (SETTING, ("codec", "kernels", "lossless", "data", "dtype", "buffer", "size_bytes")),
+    (SETTING, ("codec", "kernels", "lossless", "data", "dtype", "buffer", "hugepages",
+               "size_bytes")),
     (MEASUREMENT, ("repeats",)),
     (SETTING, ("clock",)),
     (MEASUREMENT, ("encode_gbps", "decode_gbps", "hop_gbps", "copy_gbps", "encode_vs_copy",
                    "decode_vs_copy", "hop_vs_copy", "ratio", "max_abs_err", "max_rel_err",
                    "rel_l2_err", "psnr_db", "cosine", "error_bound")),
     (PROVENANCE, ("hostname", "git_sha")),
-), signature=("encode_gbps", "decode_gbps"), defaults={1: {"data": "random",
-                                                           "kernels": "reference"}})
+), signature=("encode_gbps", "decode_gbps"), defaults={1: {
+    "data": "random", "kernels": "reference", "hugepages": "madvise"}})
 
 TRAINING = Schema("training", 2, _columns(
     (PROVENANCE, (SCHEMA, *RUN)),
@@ -256,12 +262,15 @@ def schema_of(header: Sequence[str], first: Mapping | None = None
 def upgrade(rows: Iterable[dict], schema: Schema, version: int) -> list[dict]:
     """Rows of an older version with what they left implicit filled in, tagged current."""
     fill: dict = {}
+    by_variant: dict[str, dict] = {}
     for older in range(version, schema.version):
         fill.update(schema.defaults.get(older, {}))
+        for variant, values in schema.variant_defaults.get(older, {}).items():
+            by_variant.setdefault(variant, {}).update(values)
     out = []
     for row in rows:
         row = dict(row)
-        for column, value in fill.items():
+        for column, value in {**fill, **by_variant.get(row.get("variant"), {})}.items():
             if row.get(column) in (None, ""):
                 row[column] = value
         row[SCHEMA] = schema.tag
@@ -357,6 +366,25 @@ def write_csv_atomic(path, rows: Sequence[dict], columns: Sequence[str] | None =
 def write_json_atomic(path, payload: dict) -> None:
     text = json.dumps(payload, indent=2, sort_keys=True, default=str)
     atomic_write_bytes(Path(path), (text + "\n").encode())
+
+
+def read_json_document(path, label: str, remedy: str) -> dict | None:
+    """The JSON object in `path`, or None when there is no file. A file that exists but
+    cannot be read, or is not an object, is one error naming it (`label`) and the
+    `remedy`: a damaged record is never taken for a missing one."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UsageError(f"{label}: cannot read it ({exc.strerror})") from None
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{label} is not valid JSON ({exc}); {remedy}") from None
+    if not isinstance(document, dict):
+        raise UsageError(f"{label} is not a JSON object; {remedy}")
+    return document
 
 
 def read_rows(path) -> tuple[list[str], list[dict]]:
@@ -459,18 +487,10 @@ class Sidecar:
 
     def read(self) -> dict:
         """The whole document ({} when there is no file)."""
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            return {}
-        except OSError as exc:
-            raise UsageError(f"{self.path}: cannot read it ({exc.strerror})") from None
-        try:
-            document = json.loads(text)
-        except ValueError as exc:
-            raise UsageError(f"{self.path} is not valid JSON ({exc}); repair or delete it "
-                             "(it records the runs of the CSV beside it)") from None
-        if not isinstance(document, dict) or not isinstance(document.get("runs", {}), dict):
+        document = read_json_document(
+            self.path, str(self.path),
+            "repair or delete it (it records the runs of the CSV beside it)") or {}
+        if not isinstance(document.get("runs", {}), dict):
             raise UsageError(f"{self.path} is not a ccbench sidecar (no 'runs' object)")
         return document
 

@@ -9,7 +9,9 @@ Pure functions of arrays, so every number in a row can be checked by hand.
 * The 95% confidence interval of the mean is Student's t interval over the per-call
   averages across ranks (whose mean is exactly `avg`): mean +- t(0.975, n-1) s / sqrt(n).
   It assumes the calls are independent; a drifting host breaks that, which is why
-  comparisons are made in interleaved rounds (`ratio_interval`).
+  comparisons are made in interleaved rounds (`ratio_interval`). Where the t interval
+  would reach below zero (few calls, one of them long), a percentile bootstrap of the
+  mean is used instead: a time's interval never holds a negative time.
 * A comparison of A and B in R interleaved rounds gives one time per round for each;
   the ratio B/A is the geometric mean of the per-round ratios, with the t interval of
   the mean of log(B/A) across rounds, turned back into a ratio. Rounds pair A and B
@@ -22,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats  # imported with the module: never inside a timed budget
 
 CONFIDENCE = 0.95
 # A ratio within [1/(1+m), 1+m] is "no difference" (m = DEFAULT_MARGIN): differences this
@@ -32,8 +35,6 @@ FASTER, SLOWER, SAME = "faster", "slower", "no difference"
 
 def t_quantile(n: int, confidence: float = CONFIDENCE) -> float:
     """Two-sided Student t quantile for a mean of n values (n - 1 degrees of freedom)."""
-    from scipy import stats
-
     return float(stats.t.ppf(0.5 + confidence / 2, n - 1))
 
 
@@ -47,6 +48,28 @@ def mean_interval(values, confidence: float = CONFIDENCE) -> tuple[float, float,
     return mean, mean - half, mean + half
 
 
+BOOTSTRAP_RESAMPLES = 4000
+
+
+def time_interval(values, confidence: float = CONFIDENCE,
+                  seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high) for the mean of positive, skewed times: the t interval where it
+    stays above zero, else (few calls, one of them long) a percentile bootstrap of the
+    mean, which never leaves the range of the times themselves. Seeded: a row's interval
+    is the same every time it is computed from the same times."""
+    x = np.asarray(values, dtype=np.float64)
+    mean, low, high = mean_interval(x, confidence)
+    if not (math.isfinite(low) and low <= 0):
+        return mean, low, high
+    rng = np.random.default_rng(seed)
+    # resampled means in batches: memory stays small for long runs
+    means = np.concatenate([rng.choice(x, size=(min(500, BOOTSTRAP_RESAMPLES - i), x.size))
+                            .mean(axis=1) for i in range(0, BOOTSTRAP_RESAMPLES, 500)])
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return mean, float(low), float(high)
+
+
 def summarize(times) -> dict:
     """OSU's statistics and ccbench's additions from `times[rank, call]` in seconds;
     the result in microseconds."""
@@ -55,7 +78,7 @@ def summarize(times) -> dict:
         raise ValueError("times must be [ranks, calls] with at least one call")
     per_rank = t.mean(axis=1)
     slowest = t.max(axis=0)  # each call ends with its slowest rank
-    mean, low, high = mean_interval(t.mean(axis=0))
+    mean, low, high = time_interval(t.mean(axis=0))
     us = 1e6
     return {
         "avg_us": float(per_rank.mean()) * us,

@@ -10,8 +10,8 @@ emulation, which checks the indexing and the bits, not the warp reduction or NVR
 Imported only when a cupy array or a torch CUDA tensor (float32, contiguous) is encoded
 or decoded, and only with cupy installed (torch tensors are viewed through their
 __cuda_array_interface__ and the kernels launched on torch's current stream). The CUDA
-source below follows the format of codec_bfp.py and the casts of fused_kernels.c line
-by line:
+source below follows the format of codec_bfp.py and the casts of fused_cast.c line by
+line:
 
 * bfp: one thread per block (a tile column, B values W apart: neighbouring threads read
   neighbouring addresses). It reads its column once for the block maximum and once to
@@ -156,7 +156,7 @@ __global__ void bfp_decode(const unsigned char *payload, long long n, float *out
     }
 }
 
-/* the casts of fused_kernels.c: round to nearest even in integer arithmetic */
+/* the casts of fused_cast.c: round to nearest even in integer arithmetic */
 __device__ __forceinline__ unsigned short to_half(float x) {
     const unsigned b = (unsigned)__float_as_int(x), a = b & 0x7FFFFFFFu;
     const unsigned sign = (b >> 16) & 0x8000u;
@@ -252,6 +252,15 @@ class _Launch:
     def view(a):
         return _cupy().asarray(a)
 
+    @staticmethod
+    def worst_of(kernel: str, threads: int, *args) -> int:
+        """Run an encode kernel that reports the largest magnitude bits it met (through
+        a trailing int* argument) and return them; 0 for an empty array."""
+        worst = _cupy().zeros(1, dtype=_cupy().int32)
+        if threads:
+            _module.get_function(kernel)(_grid(threads), (THREADS,), (*args, worst))
+        return int(worst.get()[0])
+
 
 def _grid(threads: int) -> tuple[int]:
     return (max(1, -(-threads // THREADS)),)
@@ -282,15 +291,12 @@ def bfp_encode(codec, x, payload, tile_width: int) -> bool:
     """Encode a float32 GPU array; False: out of range (the reference must run)."""
     n = x.shape[0]
     with _Launch(x) as launch:
-        cupy = _cupy()
-        worst = cupy.zeros(1, dtype=cupy.int32)
-        if n:
-            _module.get_function("bfp_encode")(
-                _grid(_columns(n, codec.block, tile_width)), (THREADS,),
-                (launch.view(x), np.int64(n), launch.view(payload), np.int32(codec.block),
-                 np.int32(tile_width), np.int32(codec.rate), np.int32(codec.limit_bits),
-                 _edge(codec.rate), worst))
-        return int(worst.get()[0]) < codec.limit_bits
+        worst = launch.worst_of(
+            "bfp_encode", _columns(n, codec.block, tile_width) if n else 0,
+            launch.view(x), np.int64(n), launch.view(payload), np.int32(codec.block),
+            np.int32(tile_width), np.int32(codec.rate), np.int32(codec.limit_bits),
+            _edge(codec.rate))
+        return worst < codec.limit_bits
 
 
 def bfp_decode(codec, payload, out, tile_width: int) -> None:
@@ -305,14 +311,9 @@ def bfp_decode(codec, payload, out, tile_width: int) -> None:
 def cast_encode(x, payload, bfloat: bool) -> bool:
     n = x.shape[0]
     with _Launch(x) as launch:
-        cupy = _cupy()
-        worst = cupy.zeros(1, dtype=cupy.int32)
-        if n:
-            _module.get_function("cast_encode")(
-                _grid(n), (THREADS,),
-                (launch.view(x), np.int64(n), launch.view(payload), np.int32(bfloat), worst))
-        limit = _BF16_OVERFLOW_BITS if bfloat else _F16_OVERFLOW_BITS
-        return int(worst.get()[0]) < limit
+        worst = launch.worst_of("cast_encode", n, launch.view(x), np.int64(n),
+                                launch.view(payload), np.int32(bfloat))
+        return worst < (_BF16_OVERFLOW_BITS if bfloat else _F16_OVERFLOW_BITS)
 
 
 def cast_decode(payload, out, bfloat: bool) -> None:

@@ -2,7 +2,7 @@
 
 bfp, fp16 and bf16 have three implementations of one format:
 
-* ``fused``: compiled host kernels (kernels/fused_kernels.c, built by ``pip install`` as
+* ``fused``: compiled host kernels (kernels/fused_*.c, built by ``pip install`` as
   ``ccbench.kernels._fused``), one pass over memory, for numpy arrays and torch CPU
   tensors (contiguous; bfp takes every float dtype through float32, the casts float32);
 * ``device``: one CUDA kernel per encode and per decode (kernels/codec_device.py), for
@@ -24,7 +24,7 @@ import numpy as np
 
 from ccbench.kernels.codec_base import host_numpy, is_host, namespace
 
-KERNELS_VERSION = 1               # fused_kernels.c's KERNELS_VERSION this file calls
+KERNELS_VERSION = 1               # fused_module.c's KERNELS_VERSION this file calls
 
 _host = None                      # the compiled module, False when it cannot be used
 _host_note = ""

@@ -180,6 +180,20 @@ def draw_series(ax, frame: pd.DataFrame, x: str, y: str, scale: float = 1.0,
     return line, None
 
 
+def fit_axis_to_points(ax, values, scale: float = 1.0, factor: float = 1.6) -> bool:
+    """A log y axis spanning the points drawn (a factor either side), not their error bars:
+    one wide interval of a few noisy calls would otherwise squash every line. Returns
+    whether an error bar now runs off the axis (the caption says so)."""
+    values = np.asarray(values, dtype=float) / scale
+    values = values[np.isfinite(values) & (values > 0)]
+    if values.size == 0:
+        return False
+    low, high = values.min() / factor, values.max() * factor
+    before = ax.get_ylim()
+    ax.set_ylim(low, high)
+    return before[0] < low * 0.999 or before[1] > high * 1.001
+
+
 def wire_measured(frame: pd.DataFrame) -> pd.Series:
     """Whether a row counted its wire bytes (False: wire_bytes falls back to a formula)."""
     if "wire_bytes_per_rank" not in frame.columns:
@@ -202,10 +216,32 @@ def wire_bytes(frame: pd.DataFrame) -> pd.Series:
 
 
 def link_bound_us(frame: pd.DataFrame) -> pd.Series:
-    """Time to push each rank's wire bytes through its emulated link (no latency term)."""
+    """A lower bound on a call's time on an emulated link: the bytes each rank puts on
+    the wire (measured where the row has them), less what the link's token bucket passes
+    at once after a pause, at the link's payload ceiling (the configured rate less the
+    frames' headers). Rows without the ceiling and burst (files from before they were
+    recorded) fall back to the configured rate and no burst: then not a strict bound."""
     link = link_of(frame)
-    bits = wire_bytes(frame) * 8.0
-    return (bits / (link * 1e3)).where(link > 0)  # Gbit/s = 1e3 bits per microsecond
+    ceiling = (pd.to_numeric(frame["link_ceiling_gbps"], errors="coerce")
+               if "link_ceiling_gbps" in frame.columns else pd.Series(np.nan, frame.index))
+    burst = (pd.to_numeric(frame["link_burst_bytes"], errors="coerce")
+             if "link_burst_bytes" in frame.columns else pd.Series(np.nan, frame.index))
+    rate = ceiling.where(ceiling > 0, link)
+    bits = (wire_bytes(frame) - burst.fillna(0.0)).clip(lower=0.0) * 8.0
+    return (bits / (rate * 1e3)).where(link > 0)  # Gbit/s = 1e3 bits per microsecond
+
+
+def strict_bound(frame: pd.DataFrame) -> bool:
+    """Whether the rows carry what makes link_bound_us a strict bound."""
+    return {"link_ceiling_gbps", "link_burst_bytes"} <= set(frame.columns) and \
+        bool(pd.to_numeric(frame["link_ceiling_gbps"], errors="coerce").notna().any())
+
+
+def below_bound(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose measured time lies below their link's lower bound: a wrong bound, wire
+    count or link rate; the figure flags them and a test fails on them."""
+    bound = link_bound_us(frame)
+    return frame[(frame["avg_us"].astype(float) < bound * (1 - 1e-9)) & bound.notna()]
 
 
 def same_run(*points) -> bool:
@@ -302,3 +338,11 @@ def held_text(held: list[str]) -> str:
         return ""
     return (" Series run with several configurations are drawn at one: "
             + ", ".join(held) + ".")
+
+
+# Said beside every note that quotes a ratio: which of the two measurements it is.
+SEPARATE = ("Where the note says 'interleaved', its numbers are the ccbench compare "
+            "measurement the headline table quotes (the ratio and its 95% interval over "
+            "rounds); where it says 'separate launches', they are the widest ratio the two "
+            "points' 95% intervals allow, which leaves out what varies from launch to "
+            "launch.")

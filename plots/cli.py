@@ -14,16 +14,34 @@ import argparse
 import re
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 from ccbench.kernels.errors import UsageError
-from ccbench.plots import breakdown, general, headlines, seed000, seed001, seed002, traces
+from ccbench.plots import (
+    breakdown,
+    general,
+    headlines,
+    seed000,
+    seed000_training,
+    seed001,
+    seed002,
+    traces,
+)
 from ccbench.plots.base import Skip
-from ccbench.plots.data import RUN, TITLES, Data, Run, load
-from ccbench.plots.report import RenderedFigure, ReportContent, write_index, write_runs_index
+from ccbench.plots.data import MODEL_KINDS, REGIMES, RUN, TITLES, Data, Run, load
+from ccbench.plots.report import (
+    RenderedFigure,
+    ReportContent,
+    Section,
+    write_index,
+    write_runs_index,
+)
 from ccbench.plots.style import PNG_DPI, Style, close_all, save
 
-MODULES = (seed000, seed001, seed002, general, breakdown, traces)
+REGIME_HEADINGS = dict(REGIMES)
+
+MODULES = (seed000, seed000_training, seed001, seed002, general, breakdown, traces)
 DEFAULT_OUTDIR = "results/figures"
 FORMATS = ("png", "pdf")
 
@@ -78,12 +96,17 @@ def make_style(data: Data) -> Style:
 
 
 def draw_all(data: Data, outdir: Path, only: list[str], formats: tuple[str, ...],
-             dpi: int = PNG_DPI):
-    """Draw each selected figure; (rendered, skipped, failed) with reasons."""
+             dpi: int = PNG_DPI, suffix: str = "", regime: str | None = None):
+    """Draw each selected figure (file names ending in `suffix`); (rendered, skipped,
+    failed) with reasons. A figure of model kinds alone (profiles, codec throughput,
+    simulations) is drawn in the models regime only."""
     style = make_style(data)
     rendered, skipped, failed = [], [], []
     for spec in all_figures():
         if only and not any(text in spec.name for text in only):
+            continue
+        if regime is not None and spec.needs and set(spec.needs) <= set(MODEL_KINDS) \
+                and regime != "models":
             continue
         missing = [TITLES[k] for k in spec.needs if not data.has(k)]
         if missing:
@@ -99,8 +122,8 @@ def draw_all(data: Data, outdir: Path, only: list[str], formats: tuple[str, ...]
             close_all()
             continue
         for figure in figures:
-            files = save(figure.fig, outdir, figure.name, formats, dpi)
-            rendered.append(RenderedFigure(figure.name, spec.paper, spec.title,
+            files = save(figure.fig, outdir, figure.name + suffix, formats, dpi)
+            rendered.append(RenderedFigure(figure.name + suffix, spec.paper, spec.title,
                                            figure.caption, files))
     return rendered, skipped, failed
 
@@ -163,17 +186,53 @@ def folder_name(run: Run) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", run.id).strip("-") or "run"
 
 
+def point_to_earlier(claims: list, sections: list[Section]) -> list:
+    """A claim this regime did not measure but a section above did reads "measured
+    above", naming that section, rather than "not measured" on the same page."""
+    earlier = {h.claim.split(": against", 1)[0]: section.heading for section in sections
+               for h in section.headlines if h.verdict != headlines.NOT_MEASURED}
+    out = []
+    for h in claims:
+        heading = earlier.get(h.claim)
+        if h.verdict == headlines.NOT_MEASURED and heading:
+            h = replace(h, verdict=headlines.MEASURED_ABOVE,
+                        where=f"in the section \"{heading}\" above")
+        out.append(h)
+    return out
+
+
 def render(data: Data, outdir: Path, opts, formats, run: Run | None,
            together: list[Run] | None = None) -> int:
     """Draw one run's figures (or those of several runs `together`) and index.html into
-    outdir; the exit status."""
-    rendered, skipped, failed = draw_all(data, outdir, opts.only, formats, opts.dpi)
+    outdir; the exit status. Rows measured on emulated links, in shared memory and on no
+    network at all (codecs, profiles, simulations) are drawn in sections of their own, in
+    that order: the papers measured bandwidth-limited networks."""
+    regimes = data.regimes() or [("shm", data)]
+    several = len(regimes) > 1
+    sections, rendered, skipped, failed, found, problems, headline_notes = [], [], [], [], \
+        [], [], []
+    for key, subset in regimes:
+        drawn, missed, broken = draw_all(subset, outdir, opts.only, formats, opts.dpi,
+                                         f"_{key}" if several else "",
+                                         key if several else None)
+        claims, notes, trouble = ([], [], []) if key == "models" else \
+            collect_headlines(subset)
+        claims = point_to_earlier(claims, sections)
+        sections.append(Section(key, REGIME_HEADINGS[key], drawn, claims))
+        rendered += drawn
+        skipped += missed
+        failed += broken
+        found += claims
+        problems += trouble
+        headline_notes += [n for n in notes if n not in headline_notes]
+    drawn_titles = {f.title for f in rendered}
+    # a figure drawn in one section is not "not drawn" because another lacks its rows
+    skipped = list(dict.fromkeys(s for s in skipped if s[1] not in drawn_titles))
     selected = [spec for spec in all_figures()
                 if not opts.only or any(text in spec.name for text in opts.only)]
     written = {path for figure in rendered for path in figure.files}
     for path in remove_stale(outdir, selected, written):
         print(f"removed {path}: left by an earlier run, not drawn from these inputs")
-    found, headline_notes, problems = collect_headlines(data)
     for paper, title, why in skipped:
         print(f"skipped [{paper}] {title}: {why}")
     for paper, title, why in failed:
@@ -199,7 +258,8 @@ def render(data: Data, outdir: Path, opts, formats, run: Run | None,
         skipped=skipped + [(p, t, f"failed: {w}") for p, t, w in failed],
         notes=notes + [f"error: {t}" for t in problems],
         run=run.label if run is not None else "",
-        runs=tuple(r.label for r in together or ()))
+        runs=tuple(r.label for r in together or ()),
+        sections=sections if several else [])
     outdir.mkdir(parents=True, exist_ok=True)
     index = write_index(outdir, content)
     print(f"{len(rendered)} figure(s) written to {outdir}; open {index}")

@@ -144,6 +144,27 @@ TEXT_DEFAULTS = {"harness": {"algorithm": "", "codec": "none", "dtype": "float32
 
 # Kinds that describe inputs rather than measurements of a run: shared by every run.
 INPUT_KINDS = ("profile",)
+# Where rows were measured, in the order the report shows them (the papers measured
+# bandwidth-limited networks: those first).
+REGIMES = (
+    ("links", "Where the papers measured: bandwidth-limited links"),
+    ("shm", "Shared memory: where compression cannot win, and why"),
+    ("models", "Codecs, layer profiles and simulations"),
+)
+# Kinds measured on no network at all.
+MODEL_KINDS = ("profile", "codec", "simulation")
+
+
+def regime_of(name: str, frame: pd.DataFrame) -> pd.Series:
+    """Each row's regime: links (an emulated link rate), shm, or models."""
+    if name in MODEL_KINDS:
+        return pd.Series("models", index=frame.index)
+    link = (pd.to_numeric(frame["link_gbps"], errors="coerce").fillna(0.0)
+            if "link_gbps" in frame.columns else pd.Series(0.0, index=frame.index))
+    where = pd.Series("shm", index=frame.index).where(link <= 0, "links")
+    if name == "mgwfbp" and "scaling_efficiency" in frame.columns:  # simulated: a model
+        where = where.where(frame["scaling_efficiency"].isna(), "models")
+    return where
 # Kinds whose files may name no run at all (the fit CSV of benchmarks.merged_gradient):
 # without a run column they are drawn on their own, in every run's report; no figure
 # pairs their rows with another kind's.
@@ -248,6 +269,26 @@ class Data:
                 shown = ", ".join(f"{k}={v}" for k, v in zip(key, point, strict=True) if v)
                 found.append(f"{TITLES[name]}: {shown}")
         return found
+
+    def regimes(self) -> list[tuple[str, Data]]:
+        """The rows split by where they were measured, as (regime, data), in REGIMES'
+        order: emulated links, shared memory, then models and codecs (measured on no
+        network). Only regimes that hold rows; shared inputs go with every regime."""
+        split: dict[str, dict[str, pd.DataFrame]] = {key: {} for key, _ in REGIMES}
+        for name, frame in self.frames.items():
+            where = regime_of(name, frame)
+            for key in split:
+                split[key][name] = frame[where == key].reset_index(drop=True)
+        out = []
+        for key, _ in REGIMES:
+            frames = split[key]
+            if not any(not f.empty for n, f in frames.items() if n not in INPUT_KINDS):
+                continue
+            for name in INPUT_KINDS:  # layer profiles describe models: every regime's
+                if name in self.frames:
+                    frames[name] = self.frames[name]
+            out.append((key, Data(frames=frames, files=self.files, notes=list(self.notes))))
+        return out
 
     def only(self, label: str) -> Data:
         """The rows of one run, with the shared inputs (layer profiles)."""

@@ -218,6 +218,7 @@ def rotation_headlines(data) -> list[Headline]:
 
 
 NOT_MEASURED = "not measured"
+MEASURED_ABOVE = "measured above"  # on the page, in a regime nearer the paper's
 
 
 def published(claim: papers.Claim) -> str:

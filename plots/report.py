@@ -45,6 +45,32 @@ class RenderedFigure:
 
 
 @dataclass
+class Section:
+    """The figures and headline numbers of one regime (links, shared memory, models)."""
+
+    key: str
+    heading: str
+    figures: list[RenderedFigure]
+    headlines: list[Headline]
+
+
+# What each section says before its figures: why its numbers look as they do.
+SECTION_INTROS = {
+    "links": "Each rank sits in a network namespace of its own, its link shaped by tc to "
+             "the rate named in each panel: a bandwidth-limited network, the regime the "
+             "papers measured, where bytes saved on the wire can pay for the codec's "
+             "work. The papers' headline claims are measured here.",
+    "shm": "Ranks on one host exchange bytes through shared memory at memory speed, tens "
+           "of GB/s: a codec that reads and writes every byte costs about as much as the "
+           "copy it saves, so compression cannot win here, and the numbers say by how "
+           "much it loses. They check that everything works and show the codecs' costs "
+           "without a network to hide them.",
+    "models": "Measured on no network: the codecs' throughput on one core, the models' "
+              "layer profiles, and MG-WFBP's trace-based simulation.",
+}
+
+
+@dataclass
 class ReportContent:
     inputs: list[tuple[str, str, str]]  # (file, what, status class)
     figures: list[RenderedFigure] = field(default_factory=list)
@@ -53,6 +79,7 @@ class ReportContent:
     notes: list[str] = field(default_factory=list)
     run: str = ""  # the run every figure is drawn from
     runs: tuple[str, ...] = ()  # or the runs drawn together, each curve from one
+    sections: list[Section] = field(default_factory=list)  # by regime, when several
 
 
 def esc(text) -> str:
@@ -87,37 +114,10 @@ def write_index(outdir: Path, content: ReportContent) -> Path:
         out.append(f"<p>{len(content.runs)} runs drawn together, each curve from one of them "
                    f"({esc('; '.join(content.runs))}); notes that pair two curves (ratios, "
                    "speed-ups) pair rows of one run only.</p>")
-    out.append("<h2>Headline numbers: measured next to the papers'</h2>")
-    out += headline_table(content.headlines)
-    out.append("<p>Every number measured here is an interleaved comparison (B and A run "
-               "in alternating rounds: <code>ccbench compare</code>, or MG-WFBP strategies "
-               "taking turns step by step), never a ratio of two separate runs. Verdict: B "
-               "is faster or slower when the whole interval clears a margin around 1, "
-               "otherwise no difference this run can show. The papers measured GPU "
-               "clusters; numbers here come from the machine and link named in each row, so "
-               "compare the shape, not the digits. The papers' numbers and where they are "
-               "stated: <code>docs/references.md</code>.</p>")
-    if content.figures:
-        out.append("<h2>Contents</h2><ul>")
-        out += [f"<li><a href='#{esc(f.name)}'>{esc(f.title)}</a></li>"
-                for f in content.figures]
-        out.append("</ul>")
-    for paper, heading in PAPERS.items():
-        figures = [f for f in content.figures if f.paper == paper]
-        skipped = [s for s in content.skipped if s[0] == paper]
-        if not figures and not skipped:
-            continue
-        out.append(f"<h2>{esc(heading)}</h2>")
-        for fig in figures:
-            png = next((p for p in fig.files if p.suffix == ".png"), None)
-            others = " ".join(f"<a href='{esc(p.name)}'>{esc(p.suffix[1:].upper())}</a>"
-                              for p in fig.files if p.suffix != ".png")
-            out.append(f"<figure id='{esc(fig.name)}'><h3>{esc(fig.title)}</h3>")
-            if png is not None:
-                out.append(f"<img src='{esc(png.name)}' alt='{esc(fig.title)}'>")
-            out.append(f"<figcaption>{esc(fig.caption)} {others}</figcaption></figure>")
-        for _, title, why in skipped:
-            out.append(f"<p class='note'>Not drawn: <b>{esc(title)}</b>: {esc(why)}</p>")
+    if content.sections:
+        out += sectioned(content)
+    else:
+        out += unsectioned(content)
     out.append("<h2>Inputs</h2><table><tr><th>File</th><th>Read as</th></tr>")
     for name, what, status in content.inputs:
         out.append(f"<tr><td><code>{esc(name)}</code></td>"
@@ -131,6 +131,75 @@ def write_index(outdir: Path, content: ReportContent) -> Path:
     path = outdir / "index.html"
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
     return path
+
+
+HEADLINE_NOTE = ("<p>Every number measured here is an interleaved comparison (B and A run "
+               "in alternating rounds: <code>ccbench compare</code>, or MG-WFBP strategies "
+               "taking turns step by step), never a ratio of two separate runs. Verdict: B "
+               "is faster or slower when the whole interval clears a margin around 1, "
+               "otherwise no difference this run can show. The papers measured GPU "
+               "clusters; numbers here come from the machine and link named in each row, so "
+               "compare the shape, not the digits. The papers' numbers and where they are "
+               "stated: <code>docs/references.md</code>.</p>")
+
+
+def figure_html(fig: RenderedFigure) -> list[str]:
+    png = next((p for p in fig.files if p.suffix == ".png"), None)
+    others = " ".join(f"<a href='{esc(p.name)}'>{esc(p.suffix[1:].upper())}</a>"
+                      for p in fig.files if p.suffix != ".png")
+    out = [f"<figure id='{esc(fig.name)}'><h3>{esc(fig.title)}</h3>"]
+    if png is not None:
+        out.append(f"<img src='{esc(png.name)}' alt='{esc(fig.title)}'>")
+    out.append(f"<figcaption>{esc(fig.caption)} {others}</figcaption></figure>")
+    return out
+
+
+def sectioned(content: ReportContent) -> list[str]:
+    """The page by regime: each with its headline numbers, then its figures by paper."""
+    out = ["<h2>Contents</h2><ul>"]
+    for section in content.sections:
+        out.append(f"<li><a href='#{esc(section.key)}'>{esc(section.heading)}</a><ul>")
+        out += [f"<li><a href='#{esc(f.name)}'>{esc(f.title)}</a></li>"
+                for f in section.figures]
+        out.append("</ul></li>")
+    out.append("</ul>")
+    for section in content.sections:
+        out.append(f"<h2 id='{esc(section.key)}'>{esc(section.heading)}</h2>")
+        out.append(f"<p>{esc(SECTION_INTROS[section.key])}</p>")
+        if section.key != "models":
+            out.append("<h3>Headline numbers: measured next to the papers'</h3>")
+            out += headline_table(section.headlines)
+        for paper in PAPERS:
+            out += [line for fig in section.figures if fig.paper == paper
+                    for line in figure_html(fig)]
+    if content.skipped:
+        out.append("<h2>Not drawn</h2>")
+        out += [f"<p class='note'><b>{esc(title)}</b>: {esc(why)}</p>"
+                for _, title, why in content.skipped]
+    out.append(HEADLINE_NOTE)
+    return out
+
+
+def unsectioned(content: ReportContent) -> list[str]:
+    out = ["<h2>Headline numbers: measured next to the papers'</h2>"]
+    out += headline_table(content.headlines)
+    out.append(HEADLINE_NOTE)
+    if content.figures:
+        out.append("<h2>Contents</h2><ul>")
+        out += [f"<li><a href='#{esc(f.name)}'>{esc(f.title)}</a></li>"
+                for f in content.figures]
+        out.append("</ul>")
+    for paper, heading in PAPERS.items():
+        figures = [f for f in content.figures if f.paper == paper]
+        skipped = [s for s in content.skipped if s[0] == paper]
+        if not figures and not skipped:
+            continue
+        out.append(f"<h2>{esc(heading)}</h2>")
+        for fig in figures:
+            out += figure_html(fig)
+        for _, title, why in skipped:
+            out.append(f"<p class='note'>Not drawn: <b>{esc(title)}</b>: {esc(why)}</p>")
+    return out
 
 
 def write_runs_index(outdir: Path, runs: list[tuple[str, str, str]]) -> Path:

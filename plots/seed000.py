@@ -1,7 +1,8 @@
 """Seed 000 figures: compression-assisted Allgather / Reduce-Scatter (and Allreduce).
 
 Latency against message size for the uncompressed baseline, point-to-point compression
-and collective-level compression; sensitivity to the fixed rate; the training run.
+and collective-level compression; sensitivity to the fixed rate. The training run's
+figures are in seed000_training.
 Every note beside a panel is computed from the points drawn in that panel.
 """
 
@@ -12,11 +13,14 @@ import pandas as pd
 
 from ccbench.plots import papers
 from ccbench.plots.base import (
+    SEPARATE,
     Figure,
     FigureSpec,
     Skip,
+    below_bound,
     change_text,
     draw_series,
+    fit_axis_to_points,
     held_text,
     hold_configuration,
     interval_caption,
@@ -30,12 +34,11 @@ from ccbench.plots.base import (
     same_run,
     separate_ratio,
     series_keys,
+    strict_bound,
     time_bounds,
 )
-from ccbench.plots.steps import FRAMEWORK_ORDER, Launch, interval, launches, training_frame
 from ccbench.plots.style import (
     COLLECTIVE_LABELS,
-    FULL_WIDTH,
     Style,
     codec_family,
     codec_label,
@@ -56,8 +59,6 @@ from ccbench.plots.style import (
 VARIANTS = ("baseline", "p2p_compressed", "coll_compressed")
 MAX_PANELS = 4
 POINT_KEYS = ["variant", "algorithm", "codec", "size_bytes"]
-SEPARATE = ("Bounds: the widest ratio the two 95% intervals allow (separate launches, "
-            "not an interleaved comparison; the headline table holds those).")
 
 
 def drawn_points(sub: pd.DataFrame) -> pd.DataFrame:
@@ -84,10 +85,38 @@ def _at(frame: pd.DataFrame, size) -> pd.Series | None:
     return None if hit.empty else hit.iloc[-1]
 
 
-def reductions(points: pd.DataFrame) -> list[dict]:
+def interleaved(compares: pd.DataFrame, claim: str, codec: str, size, ranks, link):
+    """(ratio, low, high) of the `ccbench compare` row that measured this claim for this
+    codec, size, rank count and link, oriented as B = collective level; or None."""
+    from ccbench.plots.headlines import claim_of, parse_side
+
+    if compares.empty:
+        return None
+    for _, row in compares.iloc[::-1].iterrows():  # the newest first
+        if (float(row["size_bytes"]) != float(size) or int(row["ranks"]) != int(ranks)
+                or float(link_of(row.to_frame().T).iloc[0]) != float(link)):
+            continue
+        a, b = parse_side(row["a"]), parse_side(row["b"])
+        found = claim_of(a, b, str(row.get("collective", "")))
+        if found is None or found[0] != claim:
+            continue
+        coll = a if found[1] else b
+        if coll["codec"] != codec or not np.isfinite(float(row["ratio"])):
+            continue
+        ratio, low, high = (float(row[c]) for c in ("ratio", "ratio_low", "ratio_high"))
+        return (1 / ratio, 1 / high, 1 / low) if found[1] else (ratio, low, high)
+    return None
+
+
+def reductions(points: pd.DataFrame, compares: pd.DataFrame | None = None,
+               collective: str = "", ranks=0, link=0.0) -> list[dict]:
     """Per collective-level codec drawn in a panel: its latency over the baseline's and
-    over point-to-point compression's (same codec), with bounds, at the largest size
-    where the collective-level series and the baseline both have a point."""
+    over point-to-point compression's (same codec), with bounds. One number per claim:
+    where `ccbench compare` measured the claim at a size the panel draws, the note is at
+    that size and quotes that measurement, the one the headline table quotes; otherwise
+    it is the ratio of the separately launched points, at the largest size shared with
+    the baseline, and says so."""
+    compares = compares if compares is not None else pd.DataFrame()
     base_name, base = baseline_reference(points)
     coll = points[points["variant"] == "coll_compressed"]
     found = []
@@ -96,17 +125,28 @@ def reductions(points: pd.DataFrame) -> list[dict]:
         sizes = set(mine["size_bytes"]) & set(base["size_bytes"])
         if not sizes:
             continue
-        size = max(sizes)
+        measured = {size: (interleaved(compares, f"{collective}_vs_baseline", codec, size,
+                                       ranks, link),
+                           interleaved(compares, f"{collective}_vs_p2p", codec, size, ranks,
+                                       link))
+                    for size in sizes}
+        compared = [size for size, pair in measured.items() if any(pair)]
+        size = max(compared) if compared else max(sizes)
         b = _at(mine, size)
         entry = {"codec": codec, "size": size, "baseline": base_name, "vs_baseline": None,
-                 "vs_p2p": None}
+                 "vs_p2p": None, "interleaved": bool(compared)}
+        vs_base, vs_p2p = measured[size]
         a = _at(base, size)
-        if same_run(a, b):  # rows of two runs are never paired
+        if vs_base is not None:
+            entry["vs_baseline"] = vs_base
+        elif not compared and same_run(a, b):  # rows of two runs are never paired
             entry["vs_baseline"] = separate_ratio(a["avg_us"], a["_lo"], a["_hi"],
                                                   b["avg_us"], b["_lo"], b["_hi"])
         p2p = points[(points["variant"] == "p2p_compressed") & (points["codec"] == codec)]
         a = _at(p2p, size)
-        if a is not None and same_run(a, b):
+        if vs_p2p is not None:
+            entry["vs_p2p"] = vs_p2p
+        elif not compared and a is not None and same_run(a, b):
             entry["vs_p2p"] = separate_ratio(a["avg_us"], a["_lo"], a["_hi"], b["avg_us"],
                                              b["_lo"], b["_hi"])
         found.append(entry)
@@ -116,25 +156,42 @@ def reductions(points: pd.DataFrame) -> list[dict]:
 def reduction_text(entries: list[dict]) -> str:
     if not entries:
         return ""
-    size = format_bytes(entries[0]["size"])
     base = entries[0]["baseline"] or "baseline"
     any_p2p = any(e["vs_p2p"] is not None for e in entries)
-    lines = [f"collective-level latency change at {size} [bounds]"]
+    sizes = sorted({e["size"] for e in entries})
+    how = {e["interleaved"] for e in entries}
+    source = ("interleaved, ccbench compare" if how == {True} else
+              "separate launches" if how == {False} else "see each line")
+    at = format_bytes(sizes[0]) if len(sizes) == 1 else "the sizes named"
+    lines = [f"collective-level latency change at {at} [{source}]"]
     for e in entries:
-        text = (f"{codec_label(e['codec'])}: {base} is another run's, not paired"
-                if e["vs_baseline"] is None else
-                f"{codec_label(e['codec'])}: {change_text(*e['vs_baseline'])} vs {base}")
+        where = "" if len(sizes) == 1 else f" at {format_bytes(e['size'])}"
+        kind = "" if len(how) == 1 else (" (interleaved)" if e["interleaved"] else
+                                         " (separate)")
+        if e["vs_baseline"] is None and not e["interleaved"]:
+            text = f"{codec_label(e['codec'])}{where}: {base} is another run's, not paired"
+        elif e["vs_baseline"] is None:
+            text = f"{codec_label(e['codec'])}{where}: no comparison with {base}"
+        else:
+            text = (f"{codec_label(e['codec'])}{where}: {change_text(*e['vs_baseline'])} "
+                    f"vs {base}")
         if any_p2p:
             text += ("; " + change_text(*e["vs_p2p"]) + " vs p2p" if e["vs_p2p"] is not None
                      else "; no p2p point")
-        lines.append(text)
+        lines.append(text + kind)
     return "\n".join(lines)
 
 
-def draw_model_lines(ax, sub: pd.DataFrame, style: Style, scale: float) -> bool:
-    """Link-bound time (wire bytes / link rate) next to the baseline and collective-level
-    measurements; returns whether anything was drawn (only emulated-link rows have it)."""
+def draw_model_lines(ax, sub: pd.DataFrame, style: Style, scale: float
+                     ) -> tuple[bool, pd.DataFrame]:
+    """The link's lower bound (plots/base.py) next to the baseline and collective-level
+    measurements; returns whether anything was drawn (only emulated-link rows have it)
+    and the rows measured below their bound, marked with a red x."""
     drawn = False
+    below = below_bound(sub)
+    if not below.empty:
+        ax.plot(below["size_bytes"], below["avg_us"].astype(float) / scale, linestyle="none",
+                marker="x", markersize=7, color="#c0392b", zorder=5)
     _, base = baseline_reference(sub)
     coll = sub[sub["variant"] == "coll_compressed"]
     candidates = [(base, "baseline")] + [(coll[coll["codec"] == c], "coll_compressed")
@@ -150,7 +207,7 @@ def draw_model_lines(ax, sub: pd.DataFrame, style: Style, scale: float) -> bool:
         ax.plot(frame["size_bytes"], frame["_model"] / scale, linestyle="--", linewidth=0.8,
                 color=style.color(variant, algorithm), alpha=0.75, zorder=1)
         drawn = True
-    return drawn
+    return drawn, below
 
 
 def paper_numbers(collective: str) -> str:
@@ -175,34 +232,39 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     groups = panels(frame)
     shown, omitted = groups[:MAX_PANELS], groups[MAX_PANELS:]
     fig, axes = figure(len(shown), panel_height=2.35 + 0.12 * (len(codecs) + 1))
-    keys, modelled, kinds, no_p2p = [], False, set(), False
+    keys, modelled, kinds, no_p2p, flagged, clipped = [], False, set(), False, [], False
     for ax, ((ranks, link), sub) in zip(axes, shown, strict=True):
         points = drawn_points(sub)
         scale, unit = time_unit(points["avg_us"])
         for variant, algorithm, codec in series_keys(points):
             series = points[(points["variant"] == variant) & (points["algorithm"] == algorithm)
                             & (points["codec"] == codec)]
+            marker = style.marker(codec)
+            if variant == "p2p_compressed":  # hollow: visible where it meets coll's line
+                marker = {**marker, "markerfacecolor": "white"}
             _, kind = draw_series(ax, series, "size_bytes", "avg_us", scale,
                                   low="_lo", high="_hi", color=style.color(variant, algorithm),
-                                  label=series_label(variant, algorithm, codec),
-                                  **style.marker(codec))
+                                  label=series_label(variant, algorithm, codec), **marker)
             kinds.add(kind)
             keys.append((variant, algorithm, codec))
         if link > 0:
-            modelled |= draw_model_lines(ax, points, style, scale)
+            drawn, below = draw_model_lines(ax, points, style, scale)
+            modelled |= drawn
+            flagged.append(below)
         size_axis(ax, points["size_bytes"])
         ax.set_yscale("log")
+        clipped |= fit_axis_to_points(ax, points["avg_us"], scale)
         tidy_log_axis(ax)
         ax.set_ylabel(f"Latency ({unit})")
         ax.set_title(panel_title(ranks, link))
-        entries = reductions(points)
+        entries = reductions(points, rows(data, "compare"), collective, ranks, link)
         no_p2p |= bool(entries) and all(e["vs_p2p"] is None for e in entries)
         text = reduction_text(entries)
         if text:
             panel_note(ax, text)
     handles, labels = variant_codec_handles(style, keys)
     if modelled:
-        proxy = model_handle("model: link-bound, wire bytes / link rate")
+        proxy = model_handle("model: the link's lower bound")
         handles.append(proxy)
         labels.append(proxy.get_label())
     legend_below(fig, handles, labels)
@@ -217,9 +279,21 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     if no_p2p:
         caption += " No point-to-point compressed rows were drawn, so there is no 'vs p2p'."
     if modelled:
-        caption += (" Dashed: a model, the bytes each rank puts on the wire divided by the "
-                    "emulated link rate.")
+        caption += (" Dashed: a model, the lower bound of the link: the bytes each rank puts "
+                    "on the wire (counted), less the burst its shaper passes at once, at "
+                    "the link's payload rate.")
+        if not strict_bound(frame):
+            caption += (" These rows do not record the link's burst and payload ceiling: "
+                        "the dashed line uses the configured rate and is not a strict "
+                        "bound.")
+    below = pd.concat(flagged) if flagged else pd.DataFrame()
+    if not below.empty:
+        caption += (f" {len(below)} point(s) measured BELOW their lower bound (red x): the "
+                    "bound, the wire count or the link rate is wrong there.")
     caption += interval_caption(kinds)
+    if clipped:
+        caption += (" The axis spans the points: an error bar that runs off it belongs to "
+                    "a point of few, noisy calls.")
     if omitted:
         caption += " Not shown: " + ", ".join(panel_title(*k) for k, _ in omitted) + "."
     if left_out:
@@ -306,247 +380,6 @@ def rate_sensitivity(data, style: Style) -> list[Figure]:
     return [Figure("seed000_rate_sensitivity", fig, caption)]
 
 
-# ---------------------------------------------------------------- training
-
-
-def run_label(launch: Launch, show_framework: bool, varied_compress: bool) -> str:
-    framework, variant, algorithm, codec, compress, feedback = launch.key
-    label = series_label(variant, algorithm, codec)
-    if variant == "torch":
-        label = "torch" + (f" {codec} hook" if codec and codec != "none" else "")
-    if varied_compress and compress:
-        label += f" ({compress})"
-    if float(feedback or 0) > 0:
-        label += " +EF"
-    if len(launch.strategies) > 1:
-        label += " [strategies rotated]"
-    return f"{framework}: {label}" if show_framework else label
-
-
-def is_uncompressed(launch: Launch) -> bool:
-    """ccbench's baseline or torch's own collectives without a compression hook."""
-    _, variant, _, codec, _, _ = launch.key
-    return variant == "baseline" or (variant == "torch" and codec in ("", "none"))
-
-
-def training_settings(runs: list[Launch]) -> list[tuple[tuple, list[Launch]]]:
-    """(model, ranks, link) settings, emulated links first."""
-    settings: dict[tuple, list[Launch]] = {}
-    for launch in runs:
-        settings.setdefault(launch.setting, []).append(launch)
-    return sorted(settings.items(),
-                  key=lambda s: (s[0][2] <= 0, -s[0][2], str(s[0][0]), s[0][1]))
-
-
-def setting_title(model, ranks, link) -> str:
-    return f"{model}, {panel_title(ranks, link)}" if model else panel_title(ranks, link)
-
-
-LINESTYLES = ("-", ":", "-.", (0, (3, 1, 1, 1, 1, 1)))  # dashed is kept for models
-PALETTE = ("#000000", "#1f66b4", "#e6770b", "#2a9d2a", "#c0392b", "#9a4fc4", "#8c564b",
-           "#17a2b8")
-
-
-def loss_notes(group: list[Launch], labels: list[str]) -> list[str]:
-    """Final loss of each run: the mean of its last steps with the 95% t interval."""
-    lines = []
-    for launch, label in zip(group, labels, strict=True):
-        mean, low, high, n = interval(launch.final_losses())
-        bounds = f" [{low:.3f}, {high:.3f}]" if np.isfinite(low) else ""
-        lines.append(f"{label}: {mean:.3f}{bounds} (last {n} steps)")
-    return lines
-
-
-def training_loss(data, style: Style) -> list[Figure]:
-    runs = launches(training_frame(data))
-    if not runs:
-        raise Skip("no per-step training rows")
-    settings = training_settings(runs)[:2]
-    fig, axes = figure(2 * len(settings), ncols=len(settings), width=FULL_WIDTH * 0.8,
-                       panel_height=1.7 + 0.1 * max(len(g) for _, g in settings))
-    handles, labels = [], []
-    for col, ((model, ranks, link), group) in enumerate(settings):
-        ax, ax_diff = axes[col], axes[len(settings) + col]
-        several = len({la.key[0] for la in group}) > 1
-        varied = len({la.key[4] for la in group if la.key[1] != "baseline"}) > 1
-        names = [run_label(la, several, varied) for la in group]
-        # the reference: an uncompressed run of the compact trainer, one strategy
-        plain = sorted((la for la in group if is_uncompressed(la)),
-                       key=lambda la: (len(la.strategies) > 1, la.key[0] != "own"))
-        reference = plain[0] if plain else None
-        ref_loss = (reference.steps.set_index("step")["loss"] if reference is not None
-                    else None)
-        for i, (launch, name) in enumerate(zip(group, names, strict=True)):
-            steps = launch.steps
-            kw = dict(color=PALETTE[i % len(PALETTE)], linestyle=LINESTYLES[i % 4],
-                      marker="osD^v<>p"[i % 8], markersize=2.6, linewidth=0.9,
-                      markevery=(i % 4, max(1, len(steps) // 8)), label=name)
-            (line,) = ax.plot(steps["step"], steps["loss"], **kw)
-            handles.append(line)
-            labels.append(name)
-            if ref_loss is not None and launch is not reference:
-                shared = steps[steps["step"].isin(ref_loss.index)]
-                ax_diff.plot(shared["step"], shared["loss"].to_numpy()
-                             - ref_loss.loc[shared["step"]].to_numpy(), **kw)
-        ax.set_ylabel("Training loss")
-        ax.set_title(setting_title(model, ranks, link))
-        ax_diff.axhline(0.0, color="0.5", linewidth=0.6)
-        ax_diff.set_xlabel("Step")
-        ax_diff.set_ylabel("Loss difference")
-        ax_diff.set_title("minus " + names[group.index(reference)] if reference is not None
-                          else "no uncompressed run to compare with")
-        panel_note(ax_diff, "final loss, mean of the last steps [95% interval]\n"
-                   + "\n".join(loss_notes(group, names)))
-    legend_below(fig, handles, labels, ncol=2)
-    reference_text = ("an uncompressed run (ccbench's baseline, the compact trainer's "
-                      "first; or torch's own collectives), named above the panel")
-    caption = ("Training loss per step (top; mean over ranks) for each run (framework, "
-               "variant, codec): the compact sharded trainer (own), stock PyTorch FSDP2 / "
-               "DDP with ccbench's collectives plugged in, or MG-WFBP from gradient hooks "
-               "(one run, its strategies rotated step by step); same seeds and data for "
-               "every run. Bottom: each run's loss minus that of " + reference_text
-               + " at the same step, so runs whose curves coincide above stay apart. The "
-               "note gives each run's final loss (the mean over the last steps, as the "
-               "run's summary takes it) with the 95% t interval over those steps. The "
-               f"paper ({papers.PAPERS['seed 000'].short}, abstract): similar accuracy "
-               "with compression.")
-    steps = training_frame(data)
-    return [Figure("seed000_training_loss", fig, caption + runs_note(steps))]
-
-
-def step_bars(group: list[Launch]) -> list[dict]:
-    """One bar per run (per strategy for MG-WFBP runs): the mean time per timed step with
-    its 95% t interval, and the mean compute and exposed communication."""
-    bars = []
-    for launch in group:
-        for strategy in launch.strategies or [None]:
-            timed = launch.timed(strategy)
-            mean, low, high, n = interval(timed["step_us"])
-            bars.append({"launch": launch, "strategy": strategy, "step_us": mean,
-                         "low": low, "high": high, "n": n,
-                         "compute_us": float(timed["compute_us"].mean())
-                         if "compute_us" in timed else np.nan,
-                         "comm_us": float(timed["comm_us"].mean())
-                         if "comm_us" in timed else np.nan})
-    order = {"torch": -1, "baseline": 0, "p2p_compressed": 1, "coll_compressed": 2}
-    return sorted(bars, key=lambda b: (FRAMEWORK_ORDER.get(b["launch"].key[0], 9),
-                                       order.get(b["launch"].key[1], 9),
-                                       codec_sort_key(b["launch"].key[3]),
-                                       str(b["strategy"])))
-
-
-def step_time_changes(bars: list[dict]) -> list[tuple[str, tuple | None, tuple | None]]:
-    """(label, collective-level over baseline, over p2p) per collective-level run, each
-    against bars of its own framework: (ratio, low, high) from the drawn bars."""
-    out = []
-    frameworks = list(dict.fromkeys(b["launch"].key[0] for b in bars))
-    several = len(frameworks) > 1
-    for framework in frameworks:
-        own = [b for b in bars if b["launch"].key[0] == framework and b["strategy"] is None]
-        base = next((b for b in own if b["launch"].key[1] == "baseline"), None)
-        for bar in (b for b in own if b["launch"].key[1] == "coll_compressed"):
-            codec, compress, feedback = bar["launch"].key[3:6]
-            p2p = next((b for b in own if b["launch"].key[1] == "p2p_compressed"
-                        and b["launch"].key[3:6] == (codec, compress, feedback)), None)
-
-            def against(a, b=bar):
-                if a is None:
-                    return None
-                return separate_ratio(a["step_us"], a["low"], a["high"], b["step_us"],
-                                      b["low"], b["high"])
-
-            label = f"{framework} {codec_label(codec)}" if several else codec_label(codec)
-            if base is not None or p2p is not None:
-                out.append((label, against(base), against(p2p)))
-    return out
-
-
-def step_time_text(bars: list[dict]) -> str:
-    changes = step_time_changes(bars)
-    if not changes:
-        return ""
-    show = lambda v: "no run" if v is None else change_text(*v)  # noqa: E731
-    return "\n".join(["collective-level step time change [bounds]"]
-                     + [f"{c}: {show(b)} vs baseline; {show(p)} vs p2p"
-                        for c, b, p in changes])
-
-
-def bar_label(bar: dict, several: bool, varied: bool) -> str:
-    label = run_label(bar["launch"], several, varied).replace(" [strategies rotated]", "")
-    if bar["strategy"]:
-        label += f" [{bar['strategy']}]"
-    return label
-
-
-def training_step_time(data, style: Style) -> list[Figure]:
-    runs = launches(training_frame(data))
-    if not runs:
-        raise Skip("no per-step training rows")
-    settings = training_settings(runs)[:2]
-    fig, axes = figure(len(settings), panel_height=2.9)
-    handles, labels = [], []
-    inferred = all(la.inferred for _, group in settings for la in group)
-    for ax, ((model, ranks, link), group) in zip(axes, settings, strict=True):
-        several = len({la.key[0] for la in group}) > 1
-        varied = len({la.key[4] for la in group if la.key[1] != "baseline"}) > 1
-        bars = step_bars(group)
-        scale, unit = time_unit([b["high"] if np.isfinite(b["high"]) else b["step_us"]
-                                 for b in bars])
-        names = []
-        for x, bar in enumerate(bars):
-            variant, algorithm = bar["launch"].key[1:3]
-            color = style.color(variant, algorithm)
-            compute, comm, step = bar["compute_us"], bar["comm_us"], bar["step_us"]
-            if np.isfinite(compute) and np.isfinite(comm):
-                a = ax.bar(x, compute / scale, 0.6, color="0.8", label="compute")
-                ax.bar(x, comm / scale, 0.6, bottom=compute / scale, color=color)
-                rest = step - compute - comm
-                if rest > 0.02 * step:
-                    ax.bar(x, rest / scale, 0.6, bottom=(compute + comm) / scale,
-                           color="white", edgecolor="0.6", linewidth=0.5)
-                handles.append(a)
-                labels.append("compute")
-            else:
-                ax.bar(x, step / scale, 0.6, color=color)
-            if np.isfinite(bar["low"]):
-                ax.errorbar(x, step / scale, yerr=[[(step - bar["low"]) / scale],
-                                                   [(bar["high"] - step) / scale]],
-                            color="black", capsize=2, elinewidth=0.7, linestyle="none")
-            names.append(bar_label(bar, several, varied))
-        crowded = len(names) > 4
-        ax.set_xticks(range(len(names)), names, rotation=40 if crowded else 0,
-                      ha="right" if crowded else "center", fontsize=5.2 if crowded else 5.8)
-        ax.grid(axis="x", visible=False)
-        ax.set_ylabel(f"Time per step ({unit})")
-        ax.set_title(setting_title(model, ranks, link))
-        ax.set_ylim(bottom=0)
-        text = step_time_text(bars)
-        if text:
-            panel_note(ax, text)
-    from matplotlib.patches import Patch
-
-    handles.append(Patch(facecolor="0.5", label="communication (colour of the variant)"))
-    labels.append("communication (colour of the variant)")
-    legend_below(fig, handles, labels, ncol=2)
-    claims = papers.CLAIMS
-    caption = ("Time per training step, the mean over the timed steps (after warm-up) of "
-               "each run's per-step rows, split into compute (grey) and the communication "
-               "the step waited for (coloured by variant: all of the allgather and "
-               "reduce-scatter in the compact trainer, the part not hidden behind compute "
-               "in FSDP, DDP and MG-WFBP); an outlined top is time spent elsewhere. Error "
-               "bars: the 95% t interval of the mean over the timed steps. The note gives "
-               "the collective-level run's step time against the uncompressed baseline and "
-               "point-to-point compression of the same framework, from the bars drawn. "
-               + SEPARATE + f" The paper ({papers.PAPERS['seed 000'].short}, FSDP, "
-               f"{claims['training_vs_baseline'].source}): "
-               f"{claims['training_vs_baseline'].value} than the baseline, "
-               f"{claims['training_vs_p2p'].value} than point-to-point compression.")
-    if not inferred:
-        caption += (" Some runs have no summary row: their warm-up is the training "
-                    "loop's default.")
-    return [Figure("seed000_training_step_time", fig, caption
-                   + runs_note(training_frame(data)))]
-
 
 FIGURES = [
     FigureSpec("seed000_allgather_latency", "seed 000", "Allgather latency vs message size",
@@ -558,8 +391,4 @@ FIGURES = [
                ("harness",), lambda d, s: latency_vs_size(d, s, "allreduce")),
     FigureSpec("seed000_rate_sensitivity", "seed 000", "Sensitivity to the codec rate",
                ("harness",), rate_sensitivity),
-    FigureSpec("seed000_training_loss", "seed 000", "Training loss per step",
-               ("training",), training_loss),
-    FigureSpec("seed000_training_step_time", "seed 000", "Training time per step",
-               ("training",), training_step_time),
 ]

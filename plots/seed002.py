@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from ccbench.benchmarks.statistics import t_quantile
@@ -105,9 +106,10 @@ def fit_settings(data) -> list[tuple[tuple, pd.DataFrame, dict]]:
 
 
 def fit_from_harness(data) -> list[tuple[tuple, pd.DataFrame, dict]]:
-    """Without a fit CSV: the alpha and beta that MG-WFBP runs fitted (in their iteration
-    rows) next to the baseline's MPI Allreduce measured by the harness at the same rank
-    count and link; the fitted line is stored as `fitted_us` at the harness sizes."""
+    """Without a fit CSV: the baseline's MPI Allreduce measured by the harness at the rank
+    count and link of an MG-WFBP run, with a line fitted here to those very points (a
+    line is only drawn with the points it was fitted to); the run's own alpha and beta,
+    fitted on its own sweep, go into the note for comparison."""
     runs = rows(data, "iteration")
     base = rows(data, "harness", variant="baseline", algorithm="mpi", collective="allreduce")
     if runs.empty or base.empty or "alpha_us" not in runs:
@@ -125,19 +127,24 @@ def fit_from_harness(data) -> list[tuple[tuple, pd.DataFrame, dict]]:
             continue
         low, high, _ = time_bounds(points)
         last = sub.iloc[-1]
-        points = pd.DataFrame({
-            "size_bytes": points["size_bytes"].to_numpy(dtype=float),
-            "measured_us": points["avg_us"].to_numpy(dtype=float), "_lo": low, "_hi": high,
-            "fitted_us": last["alpha_us"] + last["beta_us_per_byte"]
-            * points["size_bytes"].to_numpy(dtype=float)})
+        sizes = points["size_bytes"].to_numpy(dtype=float)
+        measured = points["avg_us"].to_numpy(dtype=float)
+        beta, alpha = np.polyfit(sizes, measured, 1)
+        points = pd.DataFrame({"size_bytes": sizes, "measured_us": measured, "_lo": low,
+                               "_hi": high, "fitted_us": alpha + beta * sizes})
         out.append(((str(last["model"]), ranks, transport), points,
-                    {"link": float(link), "harness": True}))
+                    {"link": float(link), "harness": True,
+                     "run_fit": (float(last["alpha_us"]), float(last["beta_us_per_byte"]))}))
     return out
 
 
-def r_squared(measured, fitted) -> float:
-    """1 - SS_res / SS_tot of a line against the points it is drawn with."""
+def r_squared(measured, fitted, log: bool = True) -> float:
+    """1 - SS_res / SS_tot of a line against the points it is drawn with, in the space the
+    figure is read in (log axes: log times, so a small size weighs as a large one)."""
     measured, fitted = np.asarray(measured, float), np.asarray(fitted, float)
+    if log:
+        keep = (measured > 0) & (fitted > 0)
+        measured, fitted = np.log(measured[keep]), np.log(fitted[keep])
     total = float(np.sum((measured - measured.mean()) ** 2))
     return 1.0 - float(np.sum((measured - fitted) ** 2)) / total if total > 0 else 1.0
 
@@ -174,25 +181,31 @@ def allreduce_fit(data, style: Style) -> list[Figure]:
         ax.set_ylabel(f"Allreduce time ({unit})")
         where = panel_title(ranks, extra["link"])
         ax.set_title(f"{where}" + (f", {transport}" if transport else "")
-                     + (f" ({model} run's fit)" if extra.get("harness")
+                     + (f" (at the {model} run's ranks)" if extra.get("harness")
                         else f" ({model} sizes)" if model else ""))
         text = f"alpha = {round(alpha, 1) + 0.0:.1f} µs, beta = {beta * 1e3:.4g} µs/KB"
         if beta > 0:
             text += f" ({8e-3 / beta:.2f} Gbit/s)"
-        text += f"\nR² = {r_squared(sub['measured_us'], fitted):.4f} against the points drawn"
+        text += (f"\nR² = {r_squared(sub['measured_us'], fitted):.4f} (log times) against "
+                 "the points drawn")
+        if extra.get("run_fit"):
+            run_alpha, run_beta = extra["run_fit"]
+            text += (f"\n{model} run's own fit: alpha = {run_alpha:.1f} µs, "
+                     f"beta = {run_beta * 1e3:.4g} µs/KB")
         panel_note(ax, text)
     legend_below(fig, handles, labels)
     caption = ("Allreduce time against size on the communicator in use (OSU-style timing, "
                "mean over ranks), with the fitted cost model t(s) = alpha + beta s (dashed) "
                "that the MG-WFBP planner uses; alpha and beta are measured, never assumed. "
                "KB = 1000 bytes, as the command line prints it; the Gbit/s figure is 8/beta, "
-               "the rate the whole allreduce moves data at. R² is that of the drawn line "
-               "against the drawn points.")
+               "the rate the whole allreduce moves data at. The line is fitted to the "
+               "points drawn with it, and R² is that of the line against them in log times, "
+               "as the log axis shows them.")
     if from_harness:
         caption += (" No fit CSV was given: the points are the harness's baseline MPI "
-                    "Allreduce at the same rank count and link, the line the alpha and beta "
-                    "the MG-WFBP run fitted on its own points (its iteration rows), so the "
-                    "two measurements check each other.")
+                    "Allreduce at the rank count and link of an MG-WFBP run, the line fitted "
+                    "here to them; the note gives the run's own alpha and beta, fitted on its "
+                    "own sweep, to compare.")
     caption += interval_caption(kinds)
     fits = rows(data, "costfit")
     if not from_harness and "_run" in fits.columns and (fits["_run"] == "").all():
@@ -220,11 +233,12 @@ def iteration_time(data, style: Style) -> list[Figure]:
     models = sorted(frame["model"].astype(str).unique())
     width = min(FULL_WIDTH, max(COLUMN_WIDTH, 1.3 + 1.5 * len(models)))
     fig, axes = figure(len(shown), ncols=1, width=width, panel_height=2.2)
-    handles, labels, bounded = [], [], False
+    handles, labels, bounded, logged = [], [], False, False
     for ax, ((ranks, link, transport), sub) in zip(axes, shown, strict=True):
         strategies = sorted(sub["strategy"].astype(str).unique(), key=strategy_key)
         scale, unit = time_unit(sub[["measured_us", "predicted_us"]].to_numpy().ravel())
         slot = 0.8 / max(1, len(strategies))
+        values = []
         for m, model in enumerate(models):
             part = sub[sub["model"].astype(str) == model]
             if part.empty:
@@ -243,28 +257,46 @@ def iteration_time(data, style: Style) -> list[Figure]:
                 if np.isfinite(low):
                     yerr = [[(mean - low) / scale], [(high - mean) / scale]]
                     bounded = True
-                bar = ax.bar(x - slot / 4, mean / scale, slot / 2, color=color, label=strategy,
-                             linewidth=0, yerr=yerr, error_kw={"elinewidth": 0.6,
-                                                               "capsize": 1.2})
-                ax.bar(x + slot / 4, float(row["predicted_us"]) / scale, slot / 2,
-                       color="white", edgecolor=color, hatch="/////", linewidth=0.6)
-                handles.append(bar)
+                # points, not bars from zero: strategies differ by percents, which an
+                # axis from zero hides
+                bar = ax.errorbar(x - slot / 6, mean / scale, yerr=yerr, color=color,
+                                  marker="o", markersize=5, linestyle="none", elinewidth=0.8,
+                                  capsize=2, label=strategy)
+                ax.plot(x + slot / 6, float(row["predicted_us"]) / scale, marker="o",
+                        markersize=5, linestyle="none", markerfacecolor="white",
+                        markeredgecolor=color)
+                values += [mean, float(row["predicted_us"]), low, high]
+                handles.append(bar.lines[0])
                 labels.append(strategy)
         ax.set_xticks(range(len(models)), models)
         ax.set_xlim(-0.5, len(models) - 0.5)
         ax.grid(axis="x", visible=False)
         ax.set_ylabel(f"Iteration time ({unit})")
-        ax.set_ylim(bottom=0)
+        shown_values = np.asarray([v for v in values if np.isfinite(v)], dtype=float)
+        if shown_values.size:
+            low, high = shown_values.min(), shown_values.max()
+            if low > 0 and high > 3 * low:  # one slow strategy would flatten the rest
+                logged = True
+                ax.set_yscale("log")
+                ax.set_ylim(low / 1.15 / scale, high * 1.15 / scale)
+                tidy_log_axis(ax)
+            else:
+                pad = 0.08 * (high - low) if high > low else 0.05 * high
+                ax.set_ylim((low - pad) / scale, (high + pad) / scale)
         ax.set_title(panel_title(ranks, link) + (f", {transport}" if transport else ""))
-    proxy = Patch(facecolor="white", edgecolor="0.3", hatch="/////", label="predicted")
+    proxy = Line2D([], [], color="0.3", marker="o", markerfacecolor="white",
+                   linestyle="none", label="predicted")
     handles.append(proxy)
-    labels.append("model: planner's prediction (hatched)")
+    labels.append("model: planner's prediction (hollow)")
     legend_below(fig, handles, labels, ncol=min(4, len(set(labels))))
-    caption = ("Iteration time per merge strategy and model: measured (solid) next to a "
+    caption = ("Iteration time per merge strategy and model: measured (filled) next to a "
                "model, the planner's prediction from the layer profile and the fitted "
-               "alpha-beta model (hatched, same colour). The strategies ran one after "
-               "another, not interleaved: compare them by their intervals, and see the "
-               "headline table for interleaved comparisons.")
+               "alpha-beta model (hollow, same colour). The axis does not start at zero: "
+               "it spans the values drawn, so differences of a few percent show"
+               + (" (log scale where the values span more than 3x)" if logged else "")
+               + ". The "
+               "strategies ran one after another, not interleaved: compare them by their "
+               "intervals, and see the headline table for interleaved comparisons.")
     caption += (" Error bars: the 95% t interval of the mean iteration, from "
                 "measured_std_us over the run's iterations." if bounded else
                 " No interval: the rows carry no measured_std_us.")

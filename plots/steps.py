@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ccbench.benchmarks.results import TRAINING
-from ccbench.benchmarks.statistics import mean_interval
+from ccbench.benchmarks.statistics import time_interval
 from ccbench.plots.base import rows
 
 RUN_KEYS = ("framework", "variant", "algorithm", "codec", "compress", "error_feedback")
@@ -146,5 +146,5 @@ def interval(values) -> tuple[float, float, float, int]:
     values = values[np.isfinite(values)]
     if values.size == 0:
         return np.nan, np.nan, np.nan, 0
-    mean, low, high = mean_interval(values)
+    mean, low, high = time_interval(values)
     return mean, low, high, int(values.size)

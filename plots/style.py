@@ -418,12 +418,14 @@ def save(fig, outdir: Path, name: str, formats=("png", "pdf"), dpi: int = PNG_DP
     outdir.mkdir(parents=True, exist_ok=True)
     place_notes(fig)
     written = []
+    # the saved image holds every label and note, however long (nothing clipped)
+    tight = {"bbox_inches": "tight", "pad_inches": 0.04}
     if "png" in formats:
         written.append(outdir / f"{name}.png")
-        fig.savefig(written[-1], dpi=dpi, metadata={"Software": None})
+        fig.savefig(written[-1], dpi=dpi, metadata={"Software": None}, **tight)
     if "pdf" in formats:
         written.append(outdir / f"{name}.pdf")
         fig.savefig(written[-1], metadata={"CreationDate": None, "ModDate": None,
-                                           "Producer": None, "Creator": None})
+                                           "Producer": None, "Creator": None}, **tight)
     plt.close(fig)
     return written

@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from ccbench.benchmarks.results import write_json_atomic
+from ccbench.benchmarks.results import read_json_document, write_json_atomic
 from ccbench.kernels.errors import UsageError
 
 STATE_ENV = "CCBENCH_STATE"
@@ -39,18 +39,10 @@ def checkpoint_path(tool: str, identity: dict) -> Path:
 def load(path: Path, identity: dict) -> dict | None:
     """The saved state, or None when there is none. A checkpoint that cannot be read, or
     that was written for another measurement, is an error naming the file."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    saved = read_json_document(path, f"checkpoint {path}", "delete it to start again")
+    if saved is None:
         return None
-    except OSError as exc:
-        raise UsageError(f"checkpoint {path}: {exc.strerror}") from None
-    try:
-        saved = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"checkpoint {path} is not valid JSON ({exc}); delete it to "
-                         "start again") from None
-    if not isinstance(saved, dict) or saved.get("format") != FORMAT:
+    if saved.get("format") != FORMAT:
         raise UsageError(f"checkpoint {path} has an unknown format; delete it to start again")
     if saved.get("identity") != json.loads(json.dumps(identity, default=str)):
         raise UsageError(f"checkpoint {path} belongs to another measurement; delete it to "

@@ -45,6 +45,10 @@ def rank_environment(cluster: Cluster, nranks: int) -> dict[str, str]:
         "FI_TCP_IFACE": cluster.rank_iface,
         "CCBENCH_LINK_GBPS": f"{cluster.link_gbps:g}",
         "CCBENCH_LINK_GOODPUT_GBPS": f"{goodput / 1e9:.6g}",
+        # what a lower bound on a transfer's time needs: the fastest payload rate the
+        # shaper allows and the bytes its token bucket passes at once after a pause
+        "CCBENCH_LINK_CEILING_GBPS": f"{cluster.tcp_goodput_bps() / 1e9:.6g}",
+        "CCBENCH_LINK_BURST_BYTES": str(cluster.burst_bytes),
     }
     if "OMP_NUM_THREADS" not in os.environ:
         # the emulated nodes share the host's cores: no rank should spawn a thread per core

@@ -149,7 +149,7 @@ for link in "${links[@]}"; do
 # <= 1.15), its speed-up over MPI (goal: 0.8 x the achieved ratio for allgather, 0.7 x
 # for reduce-scatter and allreduce) and its latency below point-to-point compression
 # (the paper: 30.3% allgather, 40.6% reduce-scatter). One run of each: the verdicts with
-# intervals come from `ccbench compare` (sweeps/seed000-network.toml).
+# intervals come from `ccbench compare` (the main job's sweeps/main.toml).
 import sys
 
 from ccbench.benchmarks.results import read_results

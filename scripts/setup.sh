@@ -14,8 +14,8 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 stamp="$VENV/.ccbench-installed"
-# the C sources too: pip install -e builds the codecs' fused kernels from them
-want="$(cat pyproject.toml kernels/*.c | sha256sum | cut -d' ' -f1) $EXTRAS $TORCH_SPEC"
+# the C sources and headers too: pip install -e builds the codecs' fused kernels from them
+want="$(cat pyproject.toml kernels/*.c kernels/*.h | sha256sum | cut -d' ' -f1) $EXTRAS $TORCH_SPEC"
 corpus() {
     # The real tensors benchmarks time by default (--data gradient): built once, then
     # "up to date" in seconds. Needs torch; without it, benchmarks need --data normal.

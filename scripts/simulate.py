@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
 from pathlib import Path
 
@@ -128,6 +129,8 @@ def run(opts) -> list[dict]:
         link, source = LinkModel(opts.link_gbps, opts.hop_latency_us), "given"
     now = datetime.datetime.now(datetime.timezone.utc)
     common = {SCHEMA: MGWFBP.tag, "run_id": new_run_id(now),
+              # a simulation run beside a sweep (the main job) belongs to it
+              "sweep_id": os.environ.get("CCBENCH_SWEEP_ID", ""),
               "timestamp": now.isoformat(timespec="seconds"), "variant": "mgwfbp_simulation",
               "link_gbps": link.link_gbps, "hop_latency_us": link.hop_latency_us,
               "algorithm": opts.algorithm, "compute_speedup": opts.compute_speedup}

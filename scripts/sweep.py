@@ -290,6 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge-only", action="store_true",
                    help="only merge what the output folder holds (the SLURM merge job)")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed task")
+    p.add_argument("--no-links", action="store_true",
+                   help="leave out the tasks on emulated links (where no cluster can be "
+                        "built: no root and no unprivileged user namespaces)")
     p.add_argument("-v", "--verbose", action="store_true", help="show the variants' output")
     p.add_argument("--no-bind", action="store_true",
                    help="leave ranks unbound (default: bound to cores, -bind-to core / "
@@ -316,6 +319,12 @@ def main(argv: list[str]) -> int:
     try:
         spec = load_spec(opts.spec, opts.output_dir, opts.merged)
         tasks = _select(spec, opts.task)
+        if opts.no_links:
+            left = [t for t in tasks if t.link_gbps is not None]
+            tasks = [t for t in tasks if t.link_gbps is None]
+            if left:
+                print(f"ccbench sweep: {len(left)} task(s) on emulated links left out "
+                      "(--no-links)", file=sys.stderr)
         if opts.rerun and not opts.dry_run:
             for t in tasks:
                 remove(csv_path(spec, t))

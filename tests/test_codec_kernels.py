@@ -28,6 +28,8 @@ from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.errors import DataError, UsageError
 from ccbench.kernels.inputs import values
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 torch = pytest.importorskip("torch")
 
 if codec_fused.host_kernels() is None:

@@ -91,7 +91,7 @@ def test_cli_writes_the_new_columns(tmp_path, corpus):
 
     out = tmp_path / "codecs.csv"
     env = {**os.environ, "CCBENCH_CORPUS": str(corpus)}
-    proc = run_cli("-m", "256K", "-i", "1", "--codec", "zstd", "--codec", "bfp:rate=8",
+    proc = run_cli("-m", "256K:256K", "-i", "1", "--codec", "zstd", "--codec", "bfp:rate=8",
                    "--data", "gradient,weights,exact", "--csv", str(out), env=env)
     assert proc.returncode == 0, proc.stderr
     assert "zstd (lossless)" in proc.stdout
@@ -116,13 +116,13 @@ def test_cli_writes_the_new_columns(tmp_path, corpus):
 
 
 def test_kernels_option(tmp_path):
-    proc = run_cli("-m", "64K", "-i", "1", "--codec", "fp16", "--codec", "zstd", "--data",
+    proc = run_cli("-m", "64K:64K", "-i", "1", "--codec", "fp16", "--codec", "zstd", "--data",
                    "normal", "--kernels", "reference")
     assert proc.returncode == 0, proc.stderr
     lines = [line.split() for line in proc.stdout.splitlines() if not line.startswith("#")]
     assert [line[:2] for line in lines] == [["fp16", "reference"], ["zstd", "(lossless)"]]
     assert lines[1][2] == "library"
-    proc = run_cli("-m", "64K", "-i", "1", "--kernels", "fastest")
+    proc = run_cli("-m", "64K:64K", "-i", "1", "--kernels", "fastest")
     assert proc.returncode == 2 and "--kernels" in proc.stderr
 
 
@@ -130,9 +130,9 @@ def test_cli_bad_or_missing_data_fails_with_one_line(tmp_path):
     import os
 
     env = {**os.environ, "CCBENCH_CORPUS": str(tmp_path / "none")}
-    proc = run_cli("-m", "64K", "-i", "1", "--data", "gradient", env=env)
+    proc = run_cli("-m", "64K:64K", "-i", "1", "--data", "gradient", env=env)
     assert proc.returncode == 2 and "ccbench corpus" in proc.stderr
     assert proc.stderr.count("\n") == 1
-    proc = run_cli("-m", "64K", "-i", "1", "--data", "exact,random", env=env)
+    proc = run_cli("-m", "64K:64K", "-i", "1", "--data", "exact,random", env=env)
     assert proc.returncode == 2 and "'random'" in proc.stderr
     assert proc.stderr.count("\n") == 1

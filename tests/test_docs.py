@@ -354,3 +354,43 @@ def test_commands_run_as_shown(page, scratch):
                 f"{(proc.stdout + proc.stderr)[-3000:]}")
     changed = git(root, "status", "--porcelain", "--untracked-files=all").splitlines()
     assert not changed, f"{page}'s commands changed the tree:\n" + "\n".join(changed)
+
+
+@pytest.mark.timeout(180)
+def test_the_readmes_sample_output_is_the_tools_current_output():
+    """The README's `Running a benchmark` sample, its command run again: every comment
+    line as printed (the MPI library's own version words aside), the column header to the
+    character, and the sample's data rows in the tool's format (OSU's widths)."""
+    import re
+
+    from tests.mpirun import mpirun
+
+    text = (REPO / "README.md").read_text()
+    block = text.split("## Running a benchmark", 1)[1].split("```", 2)[1]
+    lines = [line for line in block.splitlines() if line.strip()]
+    command = lines[0]
+    assert command.startswith("$ mpiexec -bind-to core -n 2 ccbench baseline ")
+    args = command.split("ccbench baseline ", 1)[1].split()
+    sample = lines[1:]
+    proc = mpirun(2, ["-m", "ccbench.benchmarks.baseline", *args, "-i", "5", "-x", "1"])
+    assert proc.returncode == 0, proc.stderr
+    printed = proc.stdout.splitlines()
+    comments = [line for line in printed if line.startswith("#")]
+    library = re.compile(r"^# .*?; 2 ranks; buffer numpy; timing per-call$")
+    expected = [line for line in sample if line.startswith("#")]
+    assert len(comments) == len(expected), (comments, expected)
+    for got, want in zip(comments, expected, strict=True):
+        if library.match(want):
+            assert library.match(got), got
+        else:
+            assert got == want
+    rows = [line for line in sample if not line.startswith("#") and line != "..."]
+    pattern = re.compile(r"^\d+ {2,}(\s*-?\d+\.\d\d){3}\s+\d+\s+Pass(\s+-?\d+\.\d+)+$")
+    assert rows and all(pattern.match(row) for row in rows), rows
+    ours = [line for line in printed if not line.startswith("#")]
+    assert all(pattern.match(row) for row in ours), ours
+    # the same widths: each sample row is as long as the tool's row of its size
+    for row in rows:
+        size = row.split()[0]
+        (mine,) = [line for line in ours if line.split()[0] == size]
+        assert len(mine) == len(row), (mine, row)

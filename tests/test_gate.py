@@ -35,8 +35,10 @@ command = "coll_compressed --codec fp16 --collective allgather"
 sizes = "4K:4K"
 options = ["-i", "8", "-x", "1", "--data", "gradient-like"]
 """
-ENCODE = Path("kernels") / "codec_cast.py"
-ENCODE_DEF = "def cast_into(x, payload, target: str, spec: str) -> None:\n"
+ENCODE = Path("kernels") / "codec_base.py"
+# Codec.encode's docstring: the sleep goes right after it, in the base class's encode
+ENCODE_DEF = ('        """Compress the 1-D array `x`; returns the payload (a view of `out` if '
+              'given)."""\n')
 
 
 def ccbench(*args: str, timeout: float = 300, cwd: Path = REPO, env: dict | None = None,
@@ -76,12 +78,13 @@ def state(tmp_path) -> dict:
 
 
 def commit_encode_sleep(clone: Path, seconds: float) -> str:
-    """Commit a change that makes every fp16/bf16 encode sleep `seconds`; its commit."""
+    """Commit a change that makes every codec's encode sleep `seconds`; its commit."""
     path = clone / ENCODE
     text = path.read_text()
-    text = re.sub(r"\n    __import__\('time'\)\.sleep\([0-9.]+\)  # gate test\n", "\n", text)
-    assert ENCODE_DEF in text
-    path.write_text(text.replace(ENCODE_DEF, ENCODE_DEF + f"    __import__('time').sleep("
+    text = re.sub(r"\n        __import__\('time'\)\.sleep\([0-9.]+\)  # gate test\n", "\n",
+                  text)
+    assert text.count(ENCODE_DEF) == 1
+    path.write_text(text.replace(ENCODE_DEF, ENCODE_DEF + f"        __import__('time').sleep("
                                  f"{seconds})  # gate test\n", 1))
     git(clone, "commit", "--quiet", "-am", f"every encode sleeps {seconds} s")
     return git(clone, "rev-parse", "HEAD")

@@ -526,7 +526,7 @@ def test_latency_figure_series_axes_and_model(collective, data, style):
     labels = legend_labels(figure.fig)
     assert labels == ["baseline (mpi)", "baseline (ring)", "p2p compressed",
                       "collective compressed", "uncompressed", "fp16", "bfp:rate=8",
-                      "zfp:rate=16", "zfp:rate=8", "model: link-bound, wire bytes / link rate"]
+                      "zfp:rate=16", "zfp:rate=8", "model: the link's lower bound"]
     # at most four codecs: the reproduction sweep's three first, the rest named
     assert "left out for legibility: zfp:rate=4" in figure.caption
     axes = figure.fig.axes
@@ -552,7 +552,9 @@ def test_latency_figure_series_axes_and_model(collective, data, style):
     scale = {"us": 1, "ms": 1e3, "s": 1e6}[ax.get_ylabel().split("(")[1][:-1]
                                            .replace("µs", "us")]
     assert base_model.get_ydata()[-1] * scale == pytest.approx(expected_us, rel=1e-9)
-    assert note_lines(ax)[0] == "collective-level latency change at 16M [bounds]"
+    # allgather's fp16 claims were compared in interleaved rounds, the rest not
+    source = "see each line" if collective == "allgather" else "separate launches"
+    assert note_lines(ax)[0] == f"collective-level latency change at 16M [{source}]"
     assert "Error bars: the 95% t interval of the mean" in figure.caption
     # the caption quotes the paper's numbers for its own collective only
     quoted = {"allgather": ("83.6%", "30.3%"), "reduce_scatter": ("88.1%", "40.6%"),
@@ -689,8 +691,13 @@ def test_mgwfbp_figures(data, style):
     (iteration,) = draw("seed002_iteration_time", data, style)
     ax = iteration.fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["bert", "resnet50"]
-    assert len(ax.patches) == 2 * 6 * 2  # models x strategies x (measured, predicted)
-    assert "model: planner's prediction (hatched)" in legend_labels(iteration.fig)
+    # points, not bars from zero: models x strategies, measured (filled) and predicted
+    filled = [ln for ln in ax.get_lines() if ln.get_marker() == "o"
+              and ln.get_markerfacecolor() != "white"]
+    hollow = [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "white"]
+    assert len(filled) == len(hollow) == 2 * 6 and not ax.patches
+    assert ax.get_ylim()[0] > 0  # the axis spans the values, so a few percent show
+    assert "model: planner's prediction (hollow)" in legend_labels(iteration.fig)
     (scaling,) = draw("seed002_scaling_efficiency", data, style)
     ax = scaling.fig.axes[0]
     assert ax.get_ylabel() == "Scaling efficiency (simulated)" and ax.get_ylim()[1] <= 1.1
@@ -698,21 +705,30 @@ def test_mgwfbp_figures(data, style):
     assert all(ln.get_linestyle() == "--" for ln in ax.get_lines())  # a model throughout
 
 
-def test_fit_without_fit_csv_uses_harness_points_and_the_runs_alpha_beta(tmp_path, style):
+def test_fit_without_fit_csv_is_fitted_to_the_harness_points_it_is_drawn_with(tmp_path,
+                                                                              style):
+    """The line is fitted to the points drawn with it (the fixture's MPI Allreduce, exactly
+    a line: 20 us + 6/4 size x 8 ns/B, so the fit is that line and R² is 1); the MG-WFBP
+    run's own alpha and beta (90 us, 4 ns/B) are only quoted in the note."""
     _, iteration, _ = seed002_rows()
     write(tmp_path / "mgwfbp.csv", iteration, SIMULATE_COLUMNS)
     write(tmp_path / "base.csv", seed000_rows([1 << 16, 1 << 20, 1 << 24], ranks=4, link=1.0))
     (fit,) = draw("seed002_allreduce_fit", load([tmp_path]), style)
     assert [ax.get_title() for ax in fit.fig.axes] == [
-        "4 ranks, 1 Gbit/s links, mpi (bert run's fit)",
-        "4 ranks, 1 Gbit/s links, mpi (resnet50 run's fit)"]
+        "4 ranks, 1 Gbit/s links, mpi (at the bert run's ranks)",
+        "4 ranks, 1 Gbit/s links, mpi (at the resnet50 run's ranks)"]
     ax = fit.fig.axes[1]
     points = next(ln for ln in ax.get_lines() if ln.get_label().startswith("baseline MPI"))
     unit = {"µs": 1, "ms": 1e3, "s": 1e6}[ax.get_ylabel().split("(")[1][:-1]]
     expected = 20 + 6 * (1 << 24) / 4 * US_PER_BYTE_1G  # the fixture's MPI allreduce
     assert points.get_ydata()[-1] * unit == pytest.approx(expected)
     line = next(ln for ln in ax.get_lines() if ln.get_label().startswith("model"))
-    assert line.get_ydata()[-1] * unit == pytest.approx(90 + 4e-3 * (1 << 24))
+    assert line.get_ydata()[-1] * unit == pytest.approx(expected)
+    note = note_lines(ax)
+    assert note[0] == f"alpha = 20.0 µs, beta = {1.5 * US_PER_BYTE_1G * 1e3:.4g} µs/KB " \
+        f"({8e-3 / (1.5 * US_PER_BYTE_1G):.2f} Gbit/s)"
+    assert note[1] == "R² = 1.0000 (log times) against the points drawn"
+    assert note[2] == "resnet50 run's own fit: alpha = 90.0 µs, beta = 4 µs/KB"
     assert "No fit CSV was given" in fit.caption
 
 
@@ -732,9 +748,10 @@ def test_general_figures(data, style):
     (codecs,) = draw("general_codec_throughput", data, style)
     ax = codecs.fig.axes[0]
     assert ax.get_title() == "grad:lm-small data" and ax.get_xscale() == "linear"
+    # rows of version 1 ran before the fused kernels: the reference kernels, named
     assert [t.get_text() for t in ax.get_yticklabels()] == [
-        "fp16 (2x)", "bf16 (1.3x)", "bfp:rate=8 (4x)", "zfp:rate=8 (4x)",
-        "zstd (lossless) (1.3x)"]
+        "fp16 [reference] (2x)", "bf16 [reference] (1.3x)", "bfp:rate=8 [reference] (4x)",
+        "zfp:rate=8 [reference] (4x)", "zstd (lossless) [reference] (1.3x)"]
     assert len(ax.patches) == 2 * 5  # encode and decode bars
     assert "plain copy" in legend_labels(codecs.fig)
 
@@ -777,12 +794,19 @@ def test_cli_draws_every_figure_with_index(rendered):
     assert status == 0
     index = (out / "index.html").read_text()
     names = [spec.name for spec in cli.all_figures()]
+    # the fixture holds rows of every regime: each figure drawn in the sections of its rows
+    assert index.index("bandwidth-limited links") < index.index("Shared memory") \
+        < index.index("Codecs, layer profiles and simulations")
     for name in names:
         stems = ["seed002_profile_bert", "seed002_profile_resnet50"] \
             if name == "seed002_profile" else [name]
         for stem in stems:
-            assert (out / f"{stem}.png").stat().st_size > 5_000
-            assert f"src='{stem}.png'" in index
+            drawn = [p for p in out.glob(f"{stem}_*.png")
+                     if p.stem.rsplit("_", 1)[1] in ("links", "shm", "models")]
+            assert drawn, stem
+            for path in drawn:
+                assert path.stat().st_size > 5_000
+                assert f"src='{path.name}'" in index
     assert "Not drawn" not in index
     # the headline table's measured values, worked by hand from compare_rows():
     # c1 B/A 0.3 [0.25, 0.36]; c2 has p2p as B: 1/1.5 [1/1.7, 1/1.3]; c4 dense/omni 1/0.5
@@ -790,12 +814,17 @@ def test_cli_draws_every_figure_with_index(rendered):
                      "-33.3% (95% interval -41.2% to -23.1%)",
                      "2.00x (95% interval 1.67x to 2.50x)"):
         assert measured in index, measured
+    # the fixture's comparisons ran on links: the shared-memory table points up to them
+    links, shm = index.split("Headline numbers: measured")[1:3]
+    assert "-70.0% (95% interval" in links
+    assert "measured above" in shm and "in the section" in shm
 
 
 def test_output_is_deterministic(rendered, results, tmp_path):
     _, first = rendered
-    names = ("seed000_allgather_latency", "seed002_iteration_time")
-    only = ["--only", names[0], "--only", names[1], "--dpi", "60"]
+    only = ["--only", "seed000_allgather_latency", "--only", "seed002_iteration_time",
+             "--dpi", "60"]
+    names = ("seed000_allgather_latency_links", "seed002_iteration_time_links")
     assert cli.main([str(results), "-o", str(tmp_path / "a"), *only]) == 0
     assert cli.main([str(results), "-o", str(tmp_path / "b"), *only]) == 0
     for name in names:
@@ -884,7 +913,7 @@ def test_a_failing_figure_is_reported_and_the_others_drawn(results, tmp_path, mo
     assert status == 1
     assert "error: [general] A broken figure failed: ValueError: a bug (at test_plots.py:" \
         in capsys.readouterr().err
-    assert (tmp_path / "seed002_iteration_time.png").exists()
+    assert (tmp_path / "seed002_iteration_time_links.png").exists()
     assert "A broken figure</b>: failed: ValueError: a bug" in \
         (tmp_path / "index.html").read_text()
 
@@ -946,3 +975,37 @@ def close_figures():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_a_point_below_its_lower_bound_is_flagged(tmp_path, style):
+    """The dashed model is a lower bound; a measured point under it (here a time halved
+    by hand) is marked with a red x and named in the caption."""
+    rows = seed000_rows([1 << 20, 1 << 22], ranks=4, link=1.0)
+    for row in rows:
+        row["link_ceiling_gbps"], row["link_burst_bytes"] = 1.0, 125000
+        if (row["variant"], row["codec"], row["size_bytes"]) == ("coll_compressed", "fp16",
+                                                                 1 << 22):
+            row["avg_us"] = 0.2 * row["wire_bytes_per_rank"] * 8 / 1e3
+    write(tmp_path / "rows.csv", rows)
+    figures = draw("seed000_allgather_latency", load([tmp_path]), style)
+    caption = figures[0].caption
+    assert "1 point(s) measured BELOW their lower bound" in caption
+    crosses = [line for ax in figures[0].fig.axes for line in ax.get_lines()
+               if line.get_marker() == "x"]
+    assert len(crosses) == 1 and len(crosses[0].get_xdata()) == 1
+
+
+def test_one_number_per_claim_the_note_quotes_the_headlines_measurement(results, style):
+    """Where ccbench compare measured a claim (fixture c1: fp16 against MPI, B/A 0.3
+    [0.25, 0.36]; c2: fp16 against p2p, written as p2p/coll 1.5 [1.3, 1.7]), the figure's
+    note gives that measurement, not a ratio of two separate points, so the page carries
+    one estimate of it."""
+    data = load([results]).regimes()[0][1]  # the emulated-link section
+    (figure,) = draw("seed000_allgather_latency", data, style)
+    (fp16,) = [line for line in note_lines(figure.fig.axes[0]) if line.startswith("fp16:")]
+    # -70% [-75, -64]; 1/1.5 = 0.667 -> -33% with [1/1.7, 1/1.3] -> [-41, -23]
+    assert fp16 == "fp16: -70% [-75, -64] vs MPI; -33% [-41, -23] vs p2p (interleaved)"
+    found, _, _ = cli.collect_headlines(data)
+    quoted = {h.claim: h.measured for h in found}
+    assert quoted["Allgather latency, collective-level compression vs the uncompressed "
+                  "baseline"] == "-70.0% (95% interval -75.0% to -64.0%)"

@@ -156,3 +156,21 @@ def test_tools_that_launch_ranks_refuse_to_run_inside_a_launch(tool):
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "launches its own MPI ranks" in lines[0], proc.stderr
+
+
+def test_a_time_interval_never_reaches_below_zero():
+    """Five calls, one of them 50 times the others: the t interval of the mean reaches
+    below zero; the interval of a time does not, and still holds the mean. Where the t
+    interval is positive it is kept as it is."""
+    from ccbench.benchmarks.statistics import mean_interval, time_interval
+
+    times = [1.0, 1.0, 1.0, 1.0, 50.0]  # mean 10.8, s = 21.9: t half-width 27.2
+    _, t_low, _ = mean_interval(times)
+    assert t_low < 0
+    mean, low, high = time_interval(times)
+    assert mean == 10.8 and 1.0 <= low < mean < high <= 50.0
+    # the bootstrap of a mean of five draws from {1 x4, 50}: low is the all-ones mean
+    assert low == 1.0
+    steady = [10.0, 11.0, 9.0, 10.5, 9.5]
+    assert time_interval(steady) == mean_interval(steady)
+    assert time_interval(times) == time_interval(times)  # seeded: the same every time

@@ -59,21 +59,27 @@ def main() -> None:
     for calls in (6, 9):
         clock = FakeClock(durations(comm.rank, calls))
         got = measure(comm, clock.run, calls, 0, "per-call", clock=clock)
+        # the raw times kept beside the row are the durations each rank was given
+        times = got.pop("times_us")
+        raw = all(np.allclose(times[r], durations(r, calls) * 1e6, rtol=1e-12)
+                  for r in range(comm.size))
         want = expected(comm.size, calls)
         # the t quantile is known to 11 digits: intervals to 1e-8, the rest exactly
         ok = all(abs(got[k] - v) <= (1e-8 if k.startswith("ci_") else 1e-12) * abs(v)
                  for k, v in want.items())
-        ok = ok and got["iterations"] == calls and got["stopped_by"] == "iterations"
+        ok = ok and raw and got["iterations"] == calls and got["stopped_by"] == "iterations"
         out.append({"case": f"per-call-{calls}", "ok": ok, "got": got, "want": want})
     # constant durations: a zero-width interval meets any target after the first round
     clock = FakeClock([2e-3])
     got = measure(comm, clock.run, 6, 0, "per-call", ci_target=0.01, budget_s=30, clock=clock)
+    got.pop("times_us")
     out.append({"case": "target-met", "ok": got["stopped_by"] == "target"
                 and got["iterations"] == 6, "got": got})
     # wildly varying durations and a target no run can meet: the budget ends it
     clock = FakeClock([1e-6, 1.0, 1e-6, 3.0])
     got = measure(comm, clock.run, 4, 0, "per-call", ci_target=1e-6, budget_s=0.3,
                   clock=clock)
+    got.pop("times_us")
     out.append({"case": "budget-spent", "ok": got["stopped_by"] == "budget"
                 and got["iterations"] > 4, "got": got})
     if comm.rank == 0:

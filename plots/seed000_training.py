@@ -1,0 +1,285 @@
+"""Seed 000 training figures: loss per step and time per step of the training runs.
+
+Every note beside a panel is computed from the runs drawn in that panel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ccbench.plots import papers
+from ccbench.plots.base import (
+    SEPARATE,
+    Figure,
+    FigureSpec,
+    Skip,
+    change_text,
+    panel_title,
+    runs_note,
+    separate_ratio,
+)
+from ccbench.plots.steps import FRAMEWORK_ORDER, Launch, interval, launches, training_frame
+from ccbench.plots.style import (
+    FULL_WIDTH,
+    Style,
+    codec_label,
+    codec_sort_key,
+    figure,
+    legend_below,
+    panel_note,
+    series_label,
+    time_unit,
+)
+
+
+def run_label(launch: Launch, show_framework: bool, varied_compress: bool) -> str:
+    framework, variant, algorithm, codec, compress, feedback = launch.key
+    label = series_label(variant, algorithm, codec)
+    if variant == "torch":
+        label = "torch" + (f" {codec} hook" if codec and codec != "none" else "")
+    if varied_compress and compress:
+        label += f" ({compress})"
+    if float(feedback or 0) > 0:
+        label += " +EF"
+    if len(launch.strategies) > 1:
+        label += " [strategies rotated]"
+    return f"{framework}: {label}" if show_framework else label
+
+
+def is_uncompressed(launch: Launch) -> bool:
+    """ccbench's baseline or torch's own collectives without a compression hook."""
+    _, variant, _, codec, _, _ = launch.key
+    return variant == "baseline" or (variant == "torch" and codec in ("", "none"))
+
+
+def training_settings(runs: list[Launch]) -> list[tuple[tuple, list[Launch]]]:
+    """(model, ranks, link) settings, emulated links first."""
+    settings: dict[tuple, list[Launch]] = {}
+    for launch in runs:
+        settings.setdefault(launch.setting, []).append(launch)
+    return sorted(settings.items(),
+                  key=lambda s: (s[0][2] <= 0, -s[0][2], str(s[0][0]), s[0][1]))
+
+
+def setting_title(model, ranks, link) -> str:
+    return f"{model}, {panel_title(ranks, link)}" if model else panel_title(ranks, link)
+
+
+LINESTYLES = ("-", ":", "-.", (0, (3, 1, 1, 1, 1, 1)))  # dashed is kept for models
+PALETTE = ("#000000", "#1f66b4", "#e6770b", "#2a9d2a", "#c0392b", "#9a4fc4", "#8c564b",
+           "#17a2b8")
+
+
+def loss_notes(group: list[Launch], labels: list[str]) -> list[str]:
+    """Final loss of each run over one range of steps for all (the last steps every run
+    reached: a run with more steps would otherwise look further trained): the mean with
+    its 95% t interval."""
+    end = min(int(launch.steps["step"].max()) for launch in group)
+    window = min(launch.window for launch in group)
+    lines = []
+    for launch, label in zip(group, labels, strict=True):
+        steps = launch.steps
+        chosen = steps[(steps["step"] > end - window) & (steps["step"] <= end)]
+        mean, low, high, n = interval(chosen["loss"].to_numpy(dtype=float))
+        bounds = f" [{low:.3f}, {high:.3f}]" if np.isfinite(low) else ""
+        lines.append(f"{label}: {mean:.3f}{bounds} (steps {end - n + 1}-{end})")
+    return lines
+
+
+def training_loss(data, style: Style) -> list[Figure]:
+    runs = launches(training_frame(data))
+    if not runs:
+        raise Skip("no per-step training rows")
+    settings = training_settings(runs)[:2]
+    fig, axes = figure(2 * len(settings), ncols=len(settings), width=FULL_WIDTH * 0.8,
+                       panel_height=1.7 + 0.1 * max(len(g) for _, g in settings))
+    handles, labels = [], []
+    for col, ((model, ranks, link), group) in enumerate(settings):
+        ax, ax_diff = axes[col], axes[len(settings) + col]
+        several = len({la.key[0] for la in group}) > 1
+        varied = len({la.key[4] for la in group if la.key[1] != "baseline"}) > 1
+        names = [run_label(la, several, varied) for la in group]
+        # the reference: an uncompressed run of the compact trainer, one strategy
+        plain = sorted((la for la in group if is_uncompressed(la)),
+                       key=lambda la: (len(la.strategies) > 1, la.key[0] != "own"))
+        reference = plain[0] if plain else None
+        ref_loss = (reference.steps.set_index("step")["loss"] if reference is not None
+                    else None)
+        for i, (launch, name) in enumerate(zip(group, names, strict=True)):
+            steps = launch.steps
+            kw = dict(color=PALETTE[i % len(PALETTE)], linestyle=LINESTYLES[i % 4],
+                      marker="osD^v<>p"[i % 8], markersize=2.6, linewidth=0.9,
+                      markevery=(i % 4, max(1, len(steps) // 8)), label=name)
+            (line,) = ax.plot(steps["step"], steps["loss"], **kw)
+            handles.append(line)
+            labels.append(name)
+            if ref_loss is not None and launch is not reference:
+                shared = steps[steps["step"].isin(ref_loss.index)]
+                ax_diff.plot(shared["step"], shared["loss"].to_numpy()
+                             - ref_loss.loc[shared["step"]].to_numpy(), **kw)
+        ax.set_ylabel("Training loss")
+        ax.set_title(setting_title(model, ranks, link))
+        ax_diff.axhline(0.0, color="0.5", linewidth=0.6)
+        ax_diff.set_xlabel("Step")
+        ax_diff.set_ylabel("Loss difference")
+        ax_diff.set_title("minus " + names[group.index(reference)] if reference is not None
+                          else "no uncompressed run to compare with")
+        panel_note(ax_diff, "final loss, mean of the last steps [95% interval]\n"
+                   + "\n".join(loss_notes(group, names)))
+    legend_below(fig, handles, labels, ncol=2)
+    reference_text = ("an uncompressed run (ccbench's baseline, the compact trainer's "
+                      "first; or torch's own collectives), named above the panel")
+    caption = ("Training loss per step (top; mean over ranks) for each run (framework, "
+               "variant, codec): the compact sharded trainer (own), stock PyTorch FSDP2 / "
+               "DDP with ccbench's collectives plugged in, or MG-WFBP from gradient hooks "
+               "(one run, its strategies rotated step by step); same seeds and data for "
+               "every run. Bottom: each run's loss minus that of " + reference_text
+               + " at the same step, so runs whose curves coincide above stay apart. The "
+               "note gives each run's final loss (the mean over the last steps, as the "
+               "run's summary takes it) with the 95% t interval over those steps. The "
+               f"paper ({papers.PAPERS['seed 000'].short}, abstract): similar accuracy "
+               "with compression.")
+    steps = training_frame(data)
+    return [Figure("seed000_training_loss", fig, caption + runs_note(steps))]
+
+
+def step_bars(group: list[Launch]) -> list[dict]:
+    """One bar per run (per strategy for MG-WFBP runs): the mean time per timed step with
+    its 95% t interval, and the mean compute and exposed communication."""
+    bars = []
+    for launch in group:
+        for strategy in launch.strategies or [None]:
+            timed = launch.timed(strategy)
+            mean, low, high, n = interval(timed["step_us"])
+            bars.append({"launch": launch, "strategy": strategy, "step_us": mean,
+                         "low": low, "high": high, "n": n,
+                         "compute_us": float(timed["compute_us"].mean())
+                         if "compute_us" in timed else np.nan,
+                         "comm_us": float(timed["comm_us"].mean())
+                         if "comm_us" in timed else np.nan})
+    order = {"torch": -1, "baseline": 0, "p2p_compressed": 1, "coll_compressed": 2}
+    return sorted(bars, key=lambda b: (FRAMEWORK_ORDER.get(b["launch"].key[0], 9),
+                                       order.get(b["launch"].key[1], 9),
+                                       codec_sort_key(b["launch"].key[3]),
+                                       str(b["strategy"])))
+
+
+def step_time_changes(bars: list[dict]) -> list[tuple[str, tuple | None, tuple | None]]:
+    """(label, collective-level over baseline, over p2p) per collective-level run, each
+    against bars of its own framework: (ratio, low, high) from the drawn bars."""
+    out = []
+    frameworks = list(dict.fromkeys(b["launch"].key[0] for b in bars))
+    several = len(frameworks) > 1
+    for framework in frameworks:
+        own = [b for b in bars if b["launch"].key[0] == framework and b["strategy"] is None]
+        base = next((b for b in own if b["launch"].key[1] == "baseline"), None)
+        for bar in (b for b in own if b["launch"].key[1] == "coll_compressed"):
+            codec, compress, feedback = bar["launch"].key[3:6]
+            p2p = next((b for b in own if b["launch"].key[1] == "p2p_compressed"
+                        and b["launch"].key[3:6] == (codec, compress, feedback)), None)
+
+            def against(a, b=bar):
+                if a is None:
+                    return None
+                return separate_ratio(a["step_us"], a["low"], a["high"], b["step_us"],
+                                      b["low"], b["high"])
+
+            label = f"{framework} {codec_label(codec)}" if several else codec_label(codec)
+            if base is not None or p2p is not None:
+                out.append((label, against(base), against(p2p)))
+    return out
+
+
+def step_time_text(bars: list[dict]) -> str:
+    changes = step_time_changes(bars)
+    if not changes:
+        return ""
+    show = lambda v: "no run" if v is None else change_text(*v)  # noqa: E731
+    return "\n".join(["collective-level step time change [bounds]"]
+                     + [f"{c}: {show(b)} vs baseline; {show(p)} vs p2p"
+                        for c, b, p in changes])
+
+
+def bar_label(bar: dict, several: bool, varied: bool) -> str:
+    label = run_label(bar["launch"], several, varied).replace(" [strategies rotated]", "")
+    if bar["strategy"]:
+        label += f" [{bar['strategy']}]"
+    return label
+
+
+def training_step_time(data, style: Style) -> list[Figure]:
+    runs = launches(training_frame(data))
+    if not runs:
+        raise Skip("no per-step training rows")
+    settings = training_settings(runs)[:2]
+    fig, axes = figure(len(settings), panel_height=2.9)
+    handles, labels = [], []
+    inferred = all(la.inferred for _, group in settings for la in group)
+    for ax, ((model, ranks, link), group) in zip(axes, settings, strict=True):
+        several = len({la.key[0] for la in group}) > 1
+        varied = len({la.key[4] for la in group if la.key[1] != "baseline"}) > 1
+        bars = step_bars(group)
+        scale, unit = time_unit([b["high"] if np.isfinite(b["high"]) else b["step_us"]
+                                 for b in bars])
+        names = []
+        for x, bar in enumerate(bars):
+            variant, algorithm = bar["launch"].key[1:3]
+            color = style.color(variant, algorithm)
+            compute, comm, step = bar["compute_us"], bar["comm_us"], bar["step_us"]
+            if np.isfinite(compute) and np.isfinite(comm):
+                a = ax.bar(x, compute / scale, 0.6, color="0.8", label="compute")
+                ax.bar(x, comm / scale, 0.6, bottom=compute / scale, color=color)
+                rest = step - compute - comm
+                if rest > 0.02 * step:
+                    ax.bar(x, rest / scale, 0.6, bottom=(compute + comm) / scale,
+                           color="white", edgecolor="0.6", linewidth=0.5)
+                handles.append(a)
+                labels.append("compute")
+            else:
+                ax.bar(x, step / scale, 0.6, color=color)
+            if np.isfinite(bar["low"]):
+                ax.errorbar(x, step / scale, yerr=[[(step - bar["low"]) / scale],
+                                                   [(bar["high"] - step) / scale]],
+                            color="black", capsize=2, elinewidth=0.7, linestyle="none")
+            names.append(bar_label(bar, several, varied))
+        crowded = len(names) > 4
+        ax.set_xticks(range(len(names)), names, rotation=40 if crowded else 0,
+                      ha="right" if crowded else "center", fontsize=5.2 if crowded else 5.8)
+        ax.grid(axis="x", visible=False)
+        ax.set_ylabel(f"Time per step ({unit})")
+        ax.set_title(setting_title(model, ranks, link))
+        ax.set_ylim(bottom=0)
+        text = step_time_text(bars)
+        if text:
+            panel_note(ax, text)
+    from matplotlib.patches import Patch
+
+    handles.append(Patch(facecolor="0.5", label="communication (colour of the variant)"))
+    labels.append("communication (colour of the variant)")
+    legend_below(fig, handles, labels, ncol=2)
+    claims = papers.CLAIMS
+    caption = ("Time per training step, the mean over the timed steps (after warm-up) of "
+               "each run's per-step rows, split into compute (grey) and the communication "
+               "the step waited for (coloured by variant: all of the allgather and "
+               "reduce-scatter in the compact trainer, the part not hidden behind compute "
+               "in FSDP, DDP and MG-WFBP); an outlined top is time spent elsewhere. Error "
+               "bars: the 95% t interval of the mean over the timed steps. The note gives "
+               "the collective-level run's step time against the uncompressed baseline and "
+               "point-to-point compression of the same framework, from the bars drawn. "
+               + SEPARATE + f" The paper ({papers.PAPERS['seed 000'].short}, FSDP, "
+               f"{claims['training_vs_baseline'].source}): "
+               f"{claims['training_vs_baseline'].value} than the baseline, "
+               f"{claims['training_vs_p2p'].value} than point-to-point compression.")
+    if not inferred:
+        caption += (" Some runs have no summary row: their warm-up is the training "
+                    "loop's default.")
+    return [Figure("seed000_training_step_time", fig, caption
+                   + runs_note(training_frame(data)))]
+
+
+FIGURES = [
+    FigureSpec("seed000_training_loss", "seed 000", "Training loss per step",
+               ("training",), training_loss),
+    FigureSpec("seed000_training_step_time", "seed 000", "Training time per step",
+               ("training",), training_step_time),
+]
