@@ -106,7 +106,7 @@ def build_parser(quiet: bool) -> RankAwareParser:
     return parser
 
 
-def _parse(argv, comm: Communicator):
+def parse_options(argv, comm: Communicator):
     from ccbench.collectives.mgwfbp import parse_strategy
     from ccbench.kernels.inputs import parse_data_kind
 
@@ -118,9 +118,14 @@ def _parse(argv, comm: Communicator):
         from ccbench.kernels.codecs import parse_codec
 
         opts.codec = parse_codec(opts.codec).spec
+    return opts
+
+
+def _check_thread_level() -> None:
+    """The launch's, not the options': apart so that a sweep's tasks are checked without
+    one (tests/test_sweep.py)."""
     if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
         raise UsageError("the communication thread needs MPI_THREAD_SERIALIZED or better")
-    return opts
 
 
 def load_trace(spec: str, ranks: int):
@@ -305,7 +310,8 @@ def _run(argv, comm: Communicator) -> int:
     )
 
     root = comm.rank == 0
-    opts = agreed(comm, lambda: _parse(argv, comm))
+    opts = agreed(comm, lambda: parse_options(argv, comm))
+    agreed(comm, _check_thread_level)
     agreed(comm, lambda: check_header(opts.csv, COLUMNS) if root else None)
     loaded = agreed(comm, lambda: load_trace(opts.trace, comm.size) if root else None)
     trace, name = comm.mpi.bcast(loaded, root=0)
