@@ -145,9 +145,11 @@ def test_mpiexec_command_puts_each_rank_in_its_namespace():
     pairs.pop("OMP_NUM_THREADS", None)  # set only when the caller has not
     # the floor's payload rate before any selfcheck: the TCP ceiling, 1448 of 1514 bytes
     ceiling = f"{(1500 - 52) / (1500 + 14):.6g}"
+    # and what a lower bound needs: the ceiling the shaper allows, its bucket's bytes
     assert pairs == {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi",
                      "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "ccb-eth", "CCBENCH_LINK_GBPS": "1",
-                     "CCBENCH_LINK_GOODPUT_GBPS": ceiling}
+                     "CCBENCH_LINK_GOODPUT_GBPS": ceiling,
+                     "CCBENCH_LINK_CEILING_GBPS": ceiling, "CCBENCH_LINK_BURST_BYTES": "125000"}
     c.goodput_bps = 0.9e9  # measured by selfcheck: that one
     args = cluster_run.mpiexec_command(c, ["python", "-m", "x"], 3, "/bin/mpiexec")
     assert args[args.index("CCBENCH_LINK_GOODPUT_GBPS") + 1] == "0.9"
