@@ -41,6 +41,8 @@ SUBCOMMANDS = {
     "plot": ("ccbench.plots.cli:main", "draw the comparison figures from result CSVs"),
     "compare": ("ccbench.scripts.compare:main", "two benchmarks in interleaved rounds: ratio, "
                                                 "interval, verdict"),
+    "osu-check": ("ccbench.scripts.osu_check:main", "the MPI baseline against OSU's own "
+                  "binaries, interleaved"),
     "gate": ("ccbench.scripts.gate:main", "fail when this tree makes a gated benchmark slower"),
     "profile": ("ccbench.scripts.profile_layers:main", "profile MG-WFBP's models layer by layer"),
     "simulate": ("ccbench.scripts.simulate:main", "MG-WFBP trace-based simulation to 2048 ranks"),
