@@ -1,9 +1,9 @@
 """The results model: what a result row is, and the one place rows are written and read.
 
 Every CSV the suite writes holds rows of one *kind*: micro-benchmark rows of the harness,
-interleaved comparisons, codec throughput, training steps, MG-WFBP iterations and
-simulations, the MG-WFBP cost-model fit, layer profiles. Each kind has a `Schema`, its
-columns in order, each with a *role*:
+interleaved comparisons, codec throughput, training steps, trace replays, MG-WFBP
+iterations and simulations, the MG-WFBP cost-model fit, layer profiles. Each kind has a
+`Schema`, its columns in order, each with a *role*:
 
 * a **setting** says which point was measured and how (variant, codec, size, ranks,
   timer, data ...): rows that agree on every setting measured the same point;
@@ -200,6 +200,20 @@ COSTFIT = Schema("costfit", 2, _columns(
 ), signature=("size_bytes", "measured_us", "fitted_us"), defaults={1: {"model": "",
                                                                        "transport": ""}})
 
+REPLAY = Schema("replay", 2, _columns(
+    (PROVENANCE, (SCHEMA, *RUN)),
+    (SETTING, ("row", "trace", "trace_id", "source", "framework", "model", "variant",
+               "algorithm", "codec", "compress", "merge", "compute_wait", "compute_scale",
+               "data", "ranks", "nodes", "traced_ranks", "steps", "warmup_steps", "step")),
+    (DERIVED, ("trace_step", "calls", "step_bytes", "traced_compute_us", "traced_step_us")),
+    (MEASUREMENT, ("step_us", "step_ci_low_us", "step_ci_high_us", "compute_us", "comm_us",
+                   "codec_us", "exposed_codec_us", "allgather_us", "reduce_scatter_us",
+                   "allreduce_us", "comm_busy_us", "emulated_us", "max_step_us",
+                   "wire_bytes_per_rank", "validation")),
+    (SETTING, ("link_gbps",)),
+    (PROVENANCE, WHERE),
+), signature=("trace_id", "traced_compute_us", "step_us"))
+
 PROFILE = Schema("profile", 2, _columns(
     (PROVENANCE, (SCHEMA,)),
     (SETTING, ("model", "order", "param", "shape", "numel", "dtype", "bytes")),
@@ -210,7 +224,7 @@ PROFILE = Schema("profile", 2, _columns(
 
 # In the order a version-1 file is told by its columns: the first whose signature the
 # header carries (a harness header also carries a compare's size_bytes, say).
-SCHEMAS = (TRAINING, MGWFBP, COSTFIT, PROFILE, CODEC, COMPARE, HARNESS)
+SCHEMAS = (REPLAY, TRAINING, MGWFBP, COSTFIT, PROFILE, CODEC, COMPARE, HARNESS)
 BY_KIND = {schema.kind: schema for schema in SCHEMAS}
 
 # The harness columns every micro-benchmark row carries, in order (variants add theirs).

@@ -214,6 +214,9 @@ def build_parser(quiet: bool) -> RankAwareParser:
     parser.add_argument("--fit-seconds", type=float, default=0.2,
                         help="mgwfbp: seconds per size of the cost-model sweep (default 0.2)")
     add_output(parser, "per-step and summary rows", json=True)
+    parser.add_argument("--trace", metavar="PATH",
+                        help="fsdp / ddp / mgwfbp: record the collective sequence of the "
+                             "steps after --warmup into this trace (docs/traces.md)")
     return parser
 
 
@@ -317,6 +320,7 @@ def _train_and_report(argv: list[str], launch) -> int:
     root = comm.rank == 0
     cost = cost_model(comm, opts, root) if config.framework == "mgwfbp" else None
     trainer = agreed(comm, lambda: build_trainer(comm, config, task, cost))
+    recorder = agreed(comm, lambda: _recorder(opts, config, trainer))
     agreed(comm, lambda: check_header(opts.csv, COLUMNS) if root else None)
     info = environment.run_info(comm, config.variant, opts.buffer)
     info.update(transport=opts.transport, backend=opts.backend)
@@ -339,6 +343,8 @@ def _train_and_report(argv: list[str], launch) -> int:
             bar.update(1)
 
         result = run_training(comm, config, task=task, trainer=trainer, on_step=advance)
+    if recorder is not None:
+        _write_trace(comm, opts, config, result, recorder, info)
     if root:
         print(f"# {result.params} parameters")
         print(f"# {'step':>6} {'loss':>9} {'step_ms':>9} {'fwd_ms':>9} {'bwd_ms':>9} "
@@ -357,6 +363,41 @@ def _train_and_report(argv: list[str], launch) -> int:
                 "steps": [r for r in rows if r["row"] == "step"],
             })
     return 0
+
+
+def _recorder(opts, config: TrainConfig, trainer):
+    """A Recorder bracketing every step, or None without --trace."""
+    if not opts.trace:
+        return None
+    from ccbench.training.trace_capture import Recorder
+
+    if config.framework == "own":
+        raise UsageError("--trace records FSDP, DDP and MG-WFBP steps: use --framework "
+                         "fsdp, ddp or mgwfbp")
+    if config.framework == "ddp" and config.variant == "torch":
+        raise UsageError("--trace records the collectives ccbench runs; torch's DDP hooks "
+                         "run on gloo's threads, out of its sight")
+    recorder = Recorder()
+    recorder.wrap(trainer)
+    return recorder
+
+
+def _write_trace(comm, opts, config: TrainConfig, result: TrainResult, recorder, info) -> None:
+    from ccbench.collectives.trace import write
+    from ccbench.training.trace_capture import gather
+
+    source = {"kind": "captured", "framework": config.framework, "model": result.model_name,
+              "params": result.params, "global_batch": result.global_batch,
+              "variant": config.variant, "algorithm": result_algorithm(config),
+              "codec": config.codec, "strategy": config.strategy
+              if config.framework == "mgwfbp" else "", "threads": config.threads,
+              "run_id": info["run_id"], "git_sha": info["git_sha"]}
+    trace = gather(comm, recorder, source, config.warmup, config.overlap)
+    if comm.rank == 0:
+        write(trace, opts.trace)
+        calls = len(trace.steps[0].calls)
+        print(f"# trace: {len(trace.steps)} step(s), {calls} collectives per step, "
+              f"written to {opts.trace}")
 
 
 def main(argv: list[str] | None = None) -> int:

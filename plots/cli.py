@@ -26,6 +26,7 @@ from ccbench.plots import (
     seed000_training,
     seed001,
     seed002,
+    traces,
 )
 from ccbench.plots.base import Skip
 from ccbench.plots.data import MODEL_KINDS, REGIMES, RUN, TITLES, Data, Run, load
@@ -40,7 +41,7 @@ from ccbench.plots.style import PNG_DPI, Style, close_all, save
 
 REGIME_HEADINGS = dict(REGIMES)
 
-MODULES = (seed000, seed000_training, seed001, seed002, general, breakdown)
+MODULES = (seed000, seed000_training, seed001, seed002, general, breakdown, traces)
 DEFAULT_OUTDIR = "results/figures"
 FORMATS = ("png", "pdf")
 

@@ -1,8 +1,8 @@
 """Reading result CSVs: find them, tell their kind by their columns, refuse bad ones.
 
 Every CSV the suite writes is one of a few kinds (harness rows, codec throughput,
-MG-WFBP profiles / fits / iterations / simulations, training steps, interleaved
-comparisons). The kind is told by the columns, never by the file name, so renamed or
+MG-WFBP profiles / fits / iterations / simulations, training steps, trace replays,
+interleaved comparisons). The kind is told by the columns, never by the file name, so renamed or
 merged files still plot. A file that cannot be read (empty, malformed, a needed column
 missing) is reported with its name and left out; everything else is still drawn.
 
@@ -61,6 +61,17 @@ KINDS = (
                  "forward_us", "backward_us", "optimizer_us", "allreduce_us",
                  "comm_busy_us", "predicted_us", "predicted_exposed_us", "groups",
                  "max_step_us"),
+        order="timestamp",
+    ),
+    CsvKind(
+        "replay", "trace replays (ccbench trace replay)",
+        required=("trace", "variant", "codec", "step_us"),
+        numeric=("step", "trace_step", "calls", "step_bytes", "traced_compute_us",
+                 "traced_step_us", "step_us", "step_ci_low_us", "step_ci_high_us",
+                 "compute_us", "comm_us", "codec_us", "exposed_codec_us", "allgather_us",
+                 "reduce_scatter_us", "allreduce_us", "comm_busy_us", "emulated_us",
+                 "max_step_us", "wire_bytes_per_rank", "ranks", "traced_ranks", "steps",
+                 "warmup_steps", "compute_scale", "link_gbps"),
         order="timestamp",
     ),
     CsvKind(
@@ -123,6 +134,8 @@ TITLES = {**{kind.name: kind.title for kind in KINDS},
 TEXT_DEFAULTS = {"harness": {"algorithm": "", "codec": "none", "dtype": "float32",
                              "buffer": "numpy"},
                  "training": {"algorithm": "", "model": "", "row": "step"},
+                 "replay": {"algorithm": "", "model": "", "framework": "", "compress": "",
+                            "merge": "", "row": "step"},
                  "mgwfbp": {"transport": "", "variant": ""}, "costfit": {"model": "",
                                                                           "transport": ""},
                  "profile": {}, "codec": {"data": "random"},

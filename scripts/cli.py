@@ -25,6 +25,8 @@ VARIANTS = {
     "merged_gradient": (True, "MG-WFBP: layer gradients merged into optimal allreduces "
                               "(seed 002)"),
     "training": (True, "sharded data-parallel training over the compressed collectives"),
+    "trace_replay": (True, "a training step's collectives (a trace) replayed through any "
+                           "variant and codec"),
     "codec_throughput": (False, "encode / decode throughput of every codec against a copy"),
     "overhead": (True, "the harness's per-call cost against a bare loop and OSU's C loop"),
 }
@@ -47,6 +49,8 @@ SUBCOMMANDS = {
     "corpus": ("ccbench.scripts.corpus:main", "capture real gradients, weights, activations"),
     "gpu-check": ("ccbench.scripts.gpu_check:main", "the GPU acceptance run: every variant on "
                                                      "device buffers, MPI and NCCL, a report"),
+    "trace": ("ccbench.scripts.trace:main", "capture, build, show, convert and replay "
+                                            "training steps' collective traces"),
 }
 
 

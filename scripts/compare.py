@@ -14,8 +14,8 @@ fixes (a side was seen 2x slower in every turn of one launch only) differs from 
 to launch, so a round is a launch, and the interval is taken across rounds.
 `--separate-launches` gives each side a launch of its own in every round instead, in
 the order A B, B A, ..., as revisions (`--a-rev` / `--b-rev`: a side from a git
-revision, with the same command if B is left out), training and merged_gradient always
-have.
+revision, with the same command if B is left out), training, trace_replay and
+merged_gradient always have.
 
 Per size, each round gives one time per side (the launch's `--statistic`, default the
 mean over calls; over a round's turns, their geometric mean); the ratio B/A is the
@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-bind", action="store_true", help="leave ranks unbound")
     p.add_argument("--separate-launches", action="store_true",
                    help="a launch per side and round, even where both sides could share "
-                        "one (revisions, training and merged_gradient always do)")
+                        "one (revisions, training, trace_replay and merged_gradient "
+                        "always do)")
     p.add_argument("--csv", metavar="PATH", help="append one row per size to this CSV")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="seconds one launch may take (default 1800)")
@@ -140,7 +141,7 @@ def main(argv: list[str]) -> int:
     unsized = {a.variant in UNSIZED, b.variant in UNSIZED}
     if len(unsized) > 1:
         raise UsageError("compare a benchmark with message sizes to one with sizes, and "
-                         "training or merged_gradient to one of the two")
+                         "training, trace_replay or merged_gradient to one of the three")
     if True not in unsized:
         common = [*common, "-m", opts.message_size]
     launcher = Launcher(opts.ranks, opts.cluster, binding_enabled(False if opts.no_bind

@@ -61,10 +61,13 @@ def parse_side(label: str, text: str) -> list[str]:
 
 
 # Benchmarks without message sizes: which rows they compare on, and their time per point.
-# training: the summary row's mean step time over the timed steps; merged_gradient: each
-# strategy's measured iteration time.
+# training and trace_replay: the summary row's mean step time over the timed steps (so a
+# replay compares with the real steps it replays, and a replay with another);
+# merged_gradient: each strategy's measured iteration time.
 UNSIZED = {
     "training": (lambda r: r.get("row") == "summary", lambda r: "step", "step_us", "steps"),
+    "trace_replay": (lambda r: r.get("row") == "summary", lambda r: "step", "step_us",
+                     "steps"),
     "merged_gradient": (lambda r: bool(r.get("measured_us")),
                         lambda r: f"strategy={r['strategy']}", "measured_us", "iterations"),
 }

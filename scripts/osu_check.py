@@ -31,6 +31,7 @@ from ccbench.benchmarks.results import read_rows
 from ccbench.benchmarks.statistics import Ratio, ratio_interval
 from ccbench.collectives.spec import spec
 from ccbench.kernels.errors import UsageError
+from ccbench.kernels.vocabulary import COLLECTIVES
 from ccbench.scripts.launch import (
     binding_enabled,
     mpiexec_command,
@@ -38,7 +39,6 @@ from ccbench.scripts.launch import (
     run_captured,
 )
 
-COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 OSU_BINARIES = {c: f"osu_{c}" for c in COLLECTIVES}
 
 

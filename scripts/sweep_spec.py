@@ -36,7 +36,7 @@ COMPARE = "compare"
 COMPARE_OWN = ("rounds", "turns", "margin", "statistic", "ci_target", "max_rounds")
 # Variants that do not sweep message sizes (no -m; their own CSV schema). A [[points]]
 # table can say the same of any variant with `sizes = false`.
-UNSIZED_VARIANTS = ("merged_gradient", "training")
+UNSIZED_VARIANTS = ("merged_gradient", "training", "trace_replay")
 # Axes named in the task's file name by value alone; others as key-value.
 PLAIN_AXES = ("collective", "algorithm", "codec", "dtype", "buffer", "model", "strategy")
 

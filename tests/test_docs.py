@@ -59,6 +59,8 @@ TINY = {
     "compare": ["--rounds", "2"],  # before its `--`: what follows goes to both sides
 }
 TINY_MGWFBP = ["--profile-iterations", "1", "--fit-seconds", "0.01"]  # training's mgwfbp
+TINY_TRACE = {"capture": ["--steps", "4", "--warmup", "1"],  # ccbench trace ACTION
+              "replay": ["--steps", "2", "--warmup", "0", "--fit-seconds", "0.01"]}
 OUTPUT_OPTIONS = ("--csv", "--json", "--fit-csv", "-o", "--outdir", "--out", "--out-dir",
                   "--output-dir", "--merged")  # fmt: skip
 COMMAND_TIMEOUT = 300  # a hang guard per command
@@ -151,6 +153,9 @@ def tiny(argv: list[str]) -> list[str]:
     extra = list(TINY.get(tool, []))
     if tool == "training" and "mgwfbp" in argv:
         extra += TINY_MGWFBP
+    if tool in ("trace", "trace_replay"):
+        action = "replay" if tool == "trace_replay" else (argv[at + 2:] or [""])[0]
+        extra = list(TINY_TRACE.get(action, []))
     end = out.index("--", at) if tool == "compare" and "--" in out[at:] else len(out)
     return out[:end] + extra + out[end:]
 

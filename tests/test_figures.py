@@ -413,6 +413,8 @@ def test_headline_paper_numbers_are_those_docs_references_cites(data):
 def test_legend_of_the_fixture_has_no_unlabelled_model(data, style):
     """Every dashed line in a legend says it is a model. A figure may skip this fixture
     (Skip, with its reason); any other exception fails the test."""
+    import matplotlib.pyplot as plt
+
     from ccbench.plots.base import Skip
 
     dashed = []
@@ -427,6 +429,7 @@ def test_legend_of_the_fixture_has_no_unlabelled_model(data, style):
                                         strict=True):
                     if getattr(handle, "get_linestyle", lambda: "-")() == "--":
                         dashed.append((figure.name, text.get_text()))
+            plt.close(figure.fig)  # every figure of the fixture drawn: one open at a time
     assert dashed, "the fixture draws no model line: the check saw nothing"
     for name, label in dashed:
         assert label.startswith("model"), (name, label)

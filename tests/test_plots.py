@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ccbench.benchmarks.results import COMMON_COLUMNS
+from ccbench.benchmarks.results import COMMON_COLUMNS, REPLAY
 from ccbench.benchmarks.results import MGWFBP_COLUMNS as SIMULATE_COLUMNS
 from ccbench.benchmarks.training import COLUMNS as TRAINING_COLUMNS
 from ccbench.collectives.mgwfbp import PROFILE_COLUMNS
@@ -251,6 +251,37 @@ def mgwfbp_training_rows(steps=15):
     return out
 
 
+def replay_rows(steps=4) -> list[dict]:
+    """benchmarks.trace_replay: a built GPT-2 small FSDP trace replayed by three variants."""
+    out = []
+    for variant, algorithm, codec, comm, codec_us in (
+            ("baseline", "ring", "none", 40e3, 0.0), ("p2p_compressed", "ring", "fp16", 30e3,
+                                                      12e3),
+            ("coll_compressed", "ring", "fp16", 24e3, 8e3)):
+        common = dict(schema=REPLAY.tag, run_id=f"replay-{variant}", sweep_id=SWEEP,
+                      timestamp="2025-01-01T00:00:00", trace="model:gpt2-small:fsdp",
+                      trace_id="0123456789ab", source="built", framework="fsdp",
+                      model="gpt2-small", variant=variant, algorithm=algorithm, codec=codec,
+                      compress="both" if codec != "none" else "", merge="",
+                      compute_wait="sleep", compute_scale=1.0, data="gradient-like", ranks=2,
+                      traced_ranks=2, steps=steps, warmup_steps=1, link_gbps="")
+        mine = []
+        for step in range(1, steps + 2):
+            jitter = 800.0 * math.sin(step + comm / 1e4)
+            mine.append(dict(common, row="step", step=step, step_us=60e3 + comm + jitter,
+                             compute_us=60e3 + jitter, comm_us=comm, codec_us=codec_us,
+                             exposed_codec_us=codec_us * 0.5, comm_busy_us=2 * comm))
+        timed = mine[1:]
+        values = [r["step_us"] for r in timed]
+        mean = sum(values) / len(values)
+        summary = {k: sum(r[k] for r in timed) / len(timed) for k in (
+            "step_us", "compute_us", "comm_us", "codec_us", "exposed_codec_us",
+            "comm_busy_us")}
+        out += mine + [dict(common, row="summary", step="", **summary,
+                            step_ci_low_us=mean - 900.0, step_ci_high_us=mean + 900.0)]
+    return out
+
+
 def compare_row(compare_id, a, b, collective, size, ratio, low, high, verdict, config="",
                 ranks=4, link=1.0, rounds=6, iterations=(100, 100), turns=1) -> dict:
     return dict(compare_id=compare_id, sweep_id=SWEEP, timestamp="2025-01-01T00:00:00",
@@ -300,6 +331,7 @@ def build_results(root: Path, sizes=(1 << 16, 1 << 20, 1 << 24)) -> Path:
     sidecar(write(root / "training-mgwfbp.csv", mgwfbp_training_rows(), TRAINING_COLUMNS),
             {"mg": SWEEP})
     write(root / "compare.csv", compare_rows(), COMPARE_COLUMNS)
+    write(root / "replay.csv", replay_rows(), REPLAY.names)
     return root
 
 
@@ -343,7 +375,7 @@ def test_every_kind_is_recognised_by_its_columns(data):
         "resnet50.csv": "profile", "bert.csv": "profile", "costfit.csv": "costfit",
         "mgwfbp.csv": "mgwfbp", "simulate.csv": "mgwfbp", "codecs.csv": "codec",
         "training.csv": "training", "training-mgwfbp.csv": "training",
-        "compare.csv": "compare",
+        "compare.csv": "compare", "replay.csv": "replay",
     }
     assert not data.bad_files
     # one run: rows name their sweep, or their launch's entry in the JSON sidecar does

@@ -626,3 +626,29 @@ def test_every_shipped_sweeps_tasks_pass_their_variants_option_checks(path):
                        or "no CUDA device" in str(exc) or "not installed" in str(exc))
             if not missing:
                 raise AssertionError(f"{path.name}: {task.slug}: {exc}") from None
+
+
+@pytest.mark.parametrize("path", SWEEP_SPECS, ids=lambda p: p.name)
+def test_every_shipped_sweeps_trace_replays_pass_their_option_checks(path):
+    """Each trace_replay task of a shipped sweep, through the replay's own option checks
+    on rank 0 (no launch), and its trace: a file of the checkout, or model:NAME[:FRAMEWORK]
+    naming a model and framework that ccbench trace build knows."""
+    from types import SimpleNamespace
+
+    from ccbench.benchmarks import trace_replay
+    from ccbench.training import trace_build
+
+    for task in sweep_spec.load_spec(path).tasks:
+        if task.variant != "trace_replay":
+            continue
+        comm = SimpleNamespace(rank=0, size=task.ranks)
+        try:
+            opts = trace_replay.parse_options([*task.args, "--csv", "unused.csv"], comm)
+        except UsageError as exc:
+            raise AssertionError(f"{path.name}: {task.slug}: {exc}") from None
+        if opts.trace.startswith("model:"):
+            name, _, framework = opts.trace[len("model:"):].partition(":")
+            assert name in trace_build.models(), f"{path.name}: {task.slug}: {name}"
+            assert (framework or "fsdp") in trace_build.FRAMEWORKS, f"{task.slug}: {framework}"
+        else:
+            assert (REPO / opts.trace).is_file(), f"{path.name}: {task.slug}: {opts.trace}"

@@ -3,7 +3,8 @@ thread of their own, as a CUDA communication stream does.
 
 Every rank submits in the same order (FSDP's and DDP's schedules are deterministic), so
 MPI sees matching collectives. The training thread's waits on it are timed: that is the
-*exposed* communication.
+*exposed* communication. A ``recorder`` (training/trace_capture.py), when set, records
+each submission and wait with the compute before it: the trace of the step.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import torch.distributed as dist
 class Ticket:
     """One submitted collective: done when the stream has run it."""
 
-    __slots__ = ("event", "error", "result")
+    __slots__ = ("event", "error", "result", "run_s")
 
     def __init__(self):
         self.event = threading.Event()
         self.error: BaseException | None = None
         self.result = None
+        self.run_s = 0.0  # the collective's own time, wherever it ran
 
 
 class CommStream:
@@ -44,6 +46,7 @@ class CommStream:
         self._work: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = None
         self._callback_queued = False
+        self.recorder = None  # training.trace_capture.Recorder while a trace is captured
         if overlap:
             self._thread = threading.Thread(target=self._loop, name="ccbench-comm", daemon=True)
             self._thread.start()
@@ -56,31 +59,45 @@ class CommStream:
                 ticket.result = call()
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                 ticket.error = exc
-            self.busy[kind] = self.busy.get(kind, 0.0) + time.perf_counter() - t0
+            ticket.run_s = time.perf_counter() - t0
+            self.busy[kind] = self.busy.get(kind, 0.0) + ticket.run_s
             ticket.event.set()
 
-    def submit(self, call, kind: str = "other") -> Ticket:
+    def submit(self, call, kind: str = "other", tensor=None, label: str = "",
+               blocking: bool = False) -> Ticket:
         """Run ``call()`` on the stream (inline without overlap); returns its ticket.
-        ``kind`` (allgather, reduce_scatter, allreduce) files its time in ``busy``."""
+        ``kind`` (allgather, reduce_scatter, allreduce) files its time in ``busy``;
+        ``tensor`` (the whole vector: allgather's output, the others' input), ``label``
+        and ``blocking`` (the caller waits at once) describe the call to a recorder."""
         ticket = Ticket()
+        recorder = self.recorder
+        if recorder is not None:
+            recorder.before(ticket)
         if not self.overlap:
             t0 = time.perf_counter()
             ticket.result = call()
-            elapsed = time.perf_counter() - t0
+            ticket.run_s = elapsed = time.perf_counter() - t0
             self.busy[kind] = self.busy.get(kind, 0.0) + elapsed
             self.waited_s += elapsed
             ticket.event.set()
-            return ticket
-        self._pending.append(ticket)
-        self._work.put((call, kind, ticket))
+        else:
+            self._pending.append(ticket)
+            self._work.put((call, kind, ticket))
+        if recorder is not None:
+            recorder.called(ticket, kind, tensor, label, blocking or not self.overlap)
         return ticket
 
     def wait(self, ticket: Ticket):
         """Block until ``ticket`` is done (timed as exposed communication)."""
+        recorder = self.recorder
+        if recorder is not None:
+            recorder.before(ticket)
+        t0 = time.perf_counter()
         if not ticket.event.is_set():
-            t0 = time.perf_counter()
             ticket.event.wait()
             self.waited_s += time.perf_counter() - t0
+        if recorder is not None:
+            recorder.waited(ticket, time.perf_counter() - t0)
         if ticket.error is not None:
             raise ticket.error
         return ticket.result
@@ -88,8 +105,17 @@ class CommStream:
     def drain(self) -> None:
         """Wait for everything submitted so far."""
         pending, self._pending = self._pending, []
-        for ticket in pending:
-            self.wait(ticket)
+        recorder, self.recorder = self.recorder, None  # one drain, not a wait per call
+        t0 = time.perf_counter()
+        try:
+            if recorder is not None and pending:
+                recorder.before(None)
+            for ticket in pending:
+                self.wait(ticket)
+        finally:
+            self.recorder = recorder
+        if recorder is not None and pending:
+            recorder.drained(pending, time.perf_counter() - t0)
 
     def drain_after_backward(self) -> None:
         """Queue, once per backward, an autograd-engine callback that drains the stream

@@ -261,7 +261,7 @@ class MergedGradientTrainer(StreamTrainer):
                     self.feedback.apply(key, chunk, self.comm.size)
                 self.transport.allreduce(chunk)
 
-            self.stream.submit(run, "allreduce")
+            self.stream.submit(run, "allreduce", tensor=chunk, label=f"group {g}")
 
     def after_backward(self) -> None:
         self.flat.div_(self.comm.size)

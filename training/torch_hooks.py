@@ -63,7 +63,8 @@ class CcbenchAllGather(_FSDPComm, AllGather):
 
     def __call__(self, output_tensor, input_tensor, group, async_op: bool = False):
         ticket = self.stream.submit(
-            lambda: self.transport.allgather(input_tensor, output_tensor), "allgather")
+            lambda: self.transport.allgather(input_tensor, output_tensor), "allgather",
+            tensor=output_tensor, label=self.name or "root", blocking=not async_op)
         if async_op:
             return StreamWork(self.stream, ticket)
         self.stream.wait(ticket)
@@ -106,7 +107,9 @@ class CcbenchReduceScatter(_FSDPComm, ReduceScatter):
             if avg:
                 output_tensor.div_(size)
 
-        ticket = self.stream.submit(run, "reduce_scatter")
+        ticket = self.stream.submit(run, "reduce_scatter", tensor=input_tensor,
+                                    label=self.name or "root",
+                                    blocking=not (async_op or self.stream.overlap))
         if async_op:
             return StreamWork(self.stream, ticket)
         if self.stream.overlap:
@@ -179,7 +182,7 @@ class DDPHook:
                 future.set_exception(exc)
                 raise
 
-        self.stream.submit(run, "allreduce")
+        self.stream.submit(run, "allreduce", tensor=buf, label=f"bucket {bucket.index()}")
         self.stream.drain_after_backward()
         return future
 
