@@ -173,7 +173,7 @@ def merged_steps(comm, opts, router, steps):
         return lambda: (transport.allreduce(r), r.div_(comm.size))
 
     sizes = fit_sizes(total, opts.fit_min, comm.size)
-    fit, _ = fit_cost_model(comm.mpi, bind, send, recv, sizes, opts.fit_seconds,
+    fit, _ = fit_cost_model(comm, bind, send, recv, sizes, opts.fit_seconds,
                             lambda run, iters: measure(comm, run, iters, 1,
                                                        "per-call")["max_us"])
 
