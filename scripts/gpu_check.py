@@ -229,7 +229,9 @@ def run_cell(cell: Cell, folder: Path) -> list[dict]:
     rows = list(csv.DictReader(out.open())) if out.exists() else []
     if proc.returncode != 0 or not rows:
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        why = lines[-1] if lines else f"exit status {proc.returncode}"
+        # ccbench's own one-line error, not the launcher's notices after it (Open MPI)
+        ours = [line for line in lines if line.startswith("ccbench")]
+        why = (ours or lines or [f"exit status {proc.returncode}"])[-1]
         return [{**base, "status": "fail", "reason": why[:300]}]
     if cell.kind == "codec":
         return [{**base, "status": "pass", "reason": "", "codec": r["codec"],
