@@ -62,12 +62,12 @@ def run_main(body: Callable[[list[str], BaseCommunicator], int],
     argv = sys.argv[1:] if argv is None else argv
     if comm is None:
         from ccbench.benchmarks.options import launch_backend
-        from ccbench.collectives.launch import launch_communicator
+        from ccbench.collectives.launch import launch_communicator, launched_rank
 
         try:
             comm = launch_communicator(launch_backend(argv))
         except UsageError as exc:  # every rank reads the same argv and environment
-            if os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0":
+            if launched_rank() == 0:
                 print(f"ccbench: error: {exc}", file=sys.stderr, flush=True)
             return 2
     try:

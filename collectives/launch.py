@@ -16,6 +16,11 @@ from dataclasses import dataclass
 # process: their presence means MPI_Init will find its job.
 MPI_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_FD",
                  "MPI_LOCALRANKID", "MPIRUN_RANK")
+# What launchers tell each process of the job they started: its size and this process's
+# rank (Hydra and srun --mpi=pmi2: PMI_*; Open MPI's prterun: OMPI_COMM_WORLD_*; any srun
+# step: SLURM_*, which a batch script alone does not have; torchrun: RANK).
+SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "RANK")
 DEFAULT_MASTER_PORT = 29500
 
 
@@ -29,6 +34,33 @@ class EnvLaunch:
     local_rank: int
     master_addr: str
     master_port: int
+
+
+def launched_size(environ=None) -> int | None:
+    """How many processes the launcher says it started (None: no launcher says)."""
+    env = os.environ if environ is None else environ
+    return next((int(env[name]) for name in SIZE_VARIABLES if env.get(name, "").isdigit()), None)
+
+
+def launched_rank(environ=None) -> int:
+    """This process's rank as its launcher numbers it (0 without a launcher)."""
+    env = os.environ if environ is None else environ
+    return next((int(env[name]) for name in RANK_VARIABLES if env.get(name, "").isdigit()), 0)
+
+
+def check_world(world_size: int, library: str, environ=None) -> None:
+    """Refuse an MPI world that is not the job the launcher started: an MPI that cannot
+    speak the launcher's process interface (srun --mpi=pmi2 with Open MPI 5, another MPI's
+    mpiexec) makes every process a world of its own, and each would time itself alone."""
+    from ccbench.kernels.errors import UsageError
+
+    started = launched_size(environ)
+    if started is not None and started != world_size:
+        raise UsageError(
+            f"the launcher started {started} processes but MPI sees a world of {world_size}: "
+            f"this MPI ({library}) cannot join the launcher's job; start it with this MPI's "
+            "own mpiexec, or srun with the --mpi plug-in it was built for (pmix for Open "
+            "MPI 5)")
 
 
 def mpi_launched(environ=None) -> bool:
@@ -66,6 +98,8 @@ def launch_communicator(backend: str = "gloo"):
 
         from ccbench.collectives.comm import Communicator
 
+        library = " ".join(MPI.Get_library_version().splitlines()[0].split(",")[0].split())
+        check_world(MPI.COMM_WORLD.Get_size(), library)
         return Communicator(MPI.COMM_WORLD)
     from ccbench.collectives.comm_torch import torch_communicator
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import os
 import re
 import subprocess
 import sys
@@ -73,6 +74,42 @@ def test_a_variant_refuses_a_malformed_sidecar_before_any_work(tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and f"{sidecar} is not valid JSON" in lines[0], proc.stderr
     assert not out.exists() and sidecar.read_bytes() == before  # nothing written over it
+
+
+def test_the_launch_says_its_size_and_rank_by_the_launchers_variables():
+    from ccbench.collectives.launch import launched_rank, launched_size
+
+    hydra = {"PMI_SIZE": "4", "PMI_RANK": "3", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
+    assert (launched_size(hydra), launched_rank(hydra)) == (4, 3)  # mpiexec in a batch job
+    prterun = {"OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_RANK": "5"}
+    assert (launched_size(prterun), launched_rank(prterun)) == (8, 5)
+    step = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "SLURM_NTASKS": "2"}
+    assert (launched_size(step), launched_rank(step)) == (2, 1)
+    batch = {"SLURM_NTASKS": "2", "SLURM_PROCID": "0"}  # a batch script is one process
+    assert (launched_size(batch), launched_rank(batch)) == (None, 0)
+    assert (launched_size({}), launched_rank({})) == (None, 0)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("procid, printed", [("0", 1), ("1", 0)])
+def test_a_world_smaller_than_the_launch_is_refused_in_one_line(tmp_path, procid, printed):
+    """srun started 2 tasks but this MPI cannot join srun's job (Open MPI 5 under
+    --mpi=pmi2, any MPI under --mpi=none): each task is a world of 1 and would time itself
+    alone. Both exit 2; only the launch's rank 0 says why; no CSV is written."""
+    out = tmp_path / "b.csv"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI", "OMPI_", "SLURM_", "MASTER_"))}
+    env.update(SLURM_STEP_NUM_TASKS="2", SLURM_NTASKS="2", SLURM_PROCID=procid)
+    proc = subprocess.run([sys.executable, *variant_module("baseline"), "-m", "1K", "--csv", out],
+                          capture_output=True, text=True, timeout=50, env=env,
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == printed, proc.stderr
+    if printed:
+        assert lines[0].startswith("ccbench: error: the launcher started 2 processes but "
+                                   "MPI sees a world of 1"), lines
+    assert not out.exists()
 
 
 def sweep(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

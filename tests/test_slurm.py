@@ -50,6 +50,26 @@ def slurm():
         cluster("down", timeout=60)
 
 
+@pytest.fixture(scope="module")
+def srun_joins_mpi(slurm) -> None:
+    """Skip unless srun can start this Python's MPI as one job with a plug-in this SLURM has
+    (Debian's SLURM has PMI-2 but no PMIx library; Open MPI 5 speaks only PMIx, so there
+    each srun task is a world of its own and ccbench refuses to run it)."""
+    worlds = {}
+    for plugin in ("pmi2", "pmix"):
+        try:
+            step = subprocess.run(
+                ["srun", "-n", "2", f"--mpi={plugin}", sys.executable, "-c",
+                 "from mpi4py import MPI; print(MPI.COMM_WORLD.Get_size())"],
+                capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            continue
+        worlds[plugin] = step.stdout.split()
+        if worlds[plugin] == ["2", "2"]:
+            return
+    pytest.skip(f"srun cannot start this MPI as one job here (worlds seen per --mpi: {worlds})")
+
+
 def submit(spec: Path, srun_mpi: str | None = "pmi2") -> tuple[str, list[str]]:
     env = {k: v for k, v in os.environ.items() if k != "CCBENCH_SRUN_MPI"}
     env["CCBENCH_PYTHON"] = sys.executable
@@ -97,7 +117,7 @@ algorithm = ["mpi", "ring"]
 
 
 @pytest.mark.timeout(360)
-def test_job_array_cancelled_resubmitted_and_merged(slurm, tmp_path):
+def test_job_array_cancelled_resubmitted_and_merged(srun_joins_mpi, tmp_path):
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC)
     out = tmp_path / "out"
@@ -172,7 +192,8 @@ def job_state(job: str) -> str | None:
 
 
 @pytest.mark.timeout(300)
-def test_default_srun_mpi_works_and_a_failed_task_fails_its_array_task(slurm, tmp_path):
+def test_default_srun_mpi_works_and_a_failed_task_fails_its_array_task(srun_joins_mpi,
+                                                                        tmp_path):
     """No [slurm] mpi, no CCBENCH_SRUN_MPI: the task picks a --mpi this SLURM can run (here
     pmi2: Debian's SLURM lists pmix but has no PMIx library) and says so in its log. A task
     that fails is shown as failed, counts no points and ends its array task with FAILED."""
@@ -201,3 +222,25 @@ def test_default_srun_mpi_works_and_a_failed_task_fails_its_array_task(slurm, tm
     merge_log = (slurm_out / f"ccbench-slurmfail-merge-{jobs[1]}.out").read_text()
     assert "task 1 baseline_nosuch_r2 did not finish" in merge_log, merge_log
     assert job_state(jobs[1]) == "FAILED"
+
+
+@pytest.mark.timeout(200)
+def test_a_task_whose_mpi_cannot_join_srun_fails_in_one_line(slurm, tmp_path):
+    """srun --mpi=none: every MPI makes each of the 2 tasks a world of 1. The task refuses
+    to time one rank alone: one line from the step's rank 0, the array task FAILED."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(FAILING.replace('"slurmfail"', '"slurmnone"')
+                    .replace('algorithm = ["mpi", "nosuch"]', 'algorithm = "mpi"'))
+    printed, jobs = submit(spec, srun_mpi="none")
+    assert "# 1 of 1 tasks to run" in printed and len(jobs) == 2
+    wait_gone(jobs, timeout=150)
+    log = (tmp_path / "out" / "slurm" / f"ccbench-slurmnone-{jobs[0]}_0.out").read_text()
+    errors = [line for line in log.splitlines() if line.startswith("ccbench: error:")]
+    assert len(errors) == 1, log
+    assert "the launcher started 2 processes but MPI sees a world of 1" in errors[0]
+    assert "sweep: 0/2 points, 1/1 tasks, 1 failed," in log, log
+    deadline = time.monotonic() + 30
+    while not job_states(jobs[0]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert job_states(jobs[0]) == {"0": "FAILED"}
+    assert not list((tmp_path / "out").glob("*.csv"))  # no rows of a lone rank
