@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ccbench.training.models import TransformerBlock
+from ccbench.training.models import GPTDecoder
 
 
 @dataclass(frozen=True)
@@ -57,24 +57,6 @@ CONFIGS = {
     "llama-7b": TransformerConfig("llama-7b", "llama", 32, 4096, 32, 32, 11008, 32000, 4096,
                                   False, 4096, "Llama 2 7B (Meta, 2023): config.json"),
 }
-
-
-class GPT2(nn.Module):
-    """GPT-2: token and position embeddings, pre-LN blocks, final LayerNorm, tied head."""
-
-    def __init__(self, c: TransformerConfig):
-        super().__init__()
-        self.token = nn.Embedding(c.vocab, c.width)
-        self.position = nn.Embedding(c.context, c.width)
-        self.blocks = nn.ModuleList(TransformerBlock(c.width, c.heads) for _ in range(c.layers))
-        self.norm = nn.LayerNorm(c.width)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.token(tokens) + self.position(positions)
-        for block in self.blocks:
-            x = block(x)
-        return self.norm(x) @ self.token.weight.T
 
 
 class RMSNorm(nn.Module):
@@ -143,7 +125,9 @@ class Llama(nn.Module):
 
 
 def build(config: TransformerConfig) -> nn.Module:
-    return GPT2(config) if config.family == "gpt2" else Llama(config)
+    if config.family == "gpt2":
+        return GPTDecoder(config.width, config.layers, config.heads, config.context, config.vocab)
+    return Llama(config)
 
 
 def sparse_embedding(model: nn.Module) -> tuple[str, int] | None:

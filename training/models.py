@@ -62,12 +62,14 @@ class TransformerBlock(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-class ByteTransformerLM(nn.Module):
-    """GPT-style decoder over bytes (vocabulary 256); output head tied to the embedding."""
+class GPTDecoder(nn.Module):
+    """GPT-2's decoder: token and learned position embeddings, pre-LN blocks, final
+    LayerNorm, output head tied to the token embedding. The training benchmark's
+    language model is one over bytes (vocabulary 256); traces build GPT-2's own sizes."""
 
-    def __init__(self, width: int, depth: int, heads: int, context: int):
+    def __init__(self, width: int, depth: int, heads: int, context: int, vocab: int = 256):
         super().__init__()
-        self.token = nn.Embedding(256, width)
+        self.token = nn.Embedding(vocab, width)
         self.position = nn.Embedding(context, width)
         self.blocks = nn.ModuleList(TransformerBlock(width, heads) for _ in range(depth))
         self.norm = nn.LayerNorm(width)
@@ -235,7 +237,7 @@ class StdlibLM(Task):
         self.held_out = self._windows(held_out, starts)
 
     def build_model(self) -> nn.Module:
-        return ByteTransformerLM(self.width, self.depth, self.heads, self.context)
+        return GPTDecoder(self.width, self.depth, self.heads, self.context)
 
     def units_per_sample(self) -> int:
         return self.context

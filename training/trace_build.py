@@ -77,7 +77,7 @@ def _per_rank_tokens(seq: int) -> int:
 def models() -> dict[str, BuildModel]:
     from ccbench.training import model_configs, profile_models
     from ccbench.training.models import MODELS as SUITE
-    from ccbench.training.models import ByteTransformerLM, DigitsCNN, DigitsMLP
+    from ccbench.training.models import DigitsCNN, DigitsMLP, GPTDecoder
 
     out = {}
     for name, c in model_configs.CONFIGS.items():
@@ -86,7 +86,7 @@ def models() -> dict[str, BuildModel]:
                                model_configs.sparse_embedding)
     lm = {"lm-small": (256, 4, 4, 64), "lm-tiny": (64, 2, 2, 32)}
     for name, (width, depth, heads, context) in lm.items():
-        out[name] = BuildModel(lambda a=(width, depth, heads, context): ByteTransformerLM(*a),
+        out[name] = BuildModel(lambda a=(width, depth, heads, context): GPTDecoder(*a),
                                _tokens(256), lambda seq: 8, context, SUITE[name][1])
     for name, cls in (("digits-cnn", DigitsCNN), ("digits-mlp", DigitsMLP)):
         out[name] = BuildModel(cls, lambda b, s: (
