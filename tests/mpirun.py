@@ -14,11 +14,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 # Open MPI's launcher prints its own notices (show_help blocks between dashed lines, lines
-# naming prterun, PMIx runtime errors) when ranks exit non-zero, and MPICH a line per
+# naming prterun, PMIx runtime errors, its libevent's "[warn] Epoll ..." as ranks that
+# exit early close their sockets) when ranks exit non-zero, and MPICH a line per
 # MPI_Abort; they are not ccbench's.
 _HELP_RULE = re.compile(r"^-{20,}$")
 _LAUNCHER_LINE = re.compile(r"^(prterun|mpiexec|mpirun)\b.*(detected|noticed|exited)"
                             r"|^\[[\w.-]+:\d+\] (PMIX|PRTE) ERROR"
+                            r"|^\[warn\] Epoll \w+\(\d+\) on fd \d+ failed"
                             r"|^Abort\(\d+\) on node \d+ \(rank \d+ in comm \d+\): "
                             r"application called MPI_Abort")
 

@@ -10,8 +10,9 @@ thread's CPU time. The collective's own time on the stream and each wait's time 
 kept as measurements. ``Recorder.wrap(trainer)`` brackets every step.
 
 Each rank records its own steps; ``gather`` checks that every rank saw the same
-sequence and keeps, per event, the mean over ranks of its compute gap (as the training
-benchmark's step times are means over ranks).
+sequence and keeps, per event, the mean over ranks of its compute gap, and per step the
+mean over ranks of its measurements (as the training benchmark's step times are means
+over ranks).
 """
 
 from __future__ import annotations
@@ -141,6 +142,12 @@ def gather(comm, recorder: Recorder, source: dict, skip: int, overlap: bool) -> 
     mean = np.empty_like(local)
     comm.mpi.Allreduce(local, mean)
     mean /= comm.size
+    # the step's own measurements as a mean over ranks too, so that they and the gaps
+    # describe the same mean rank (rank 0's alone can be shorter than the mean compute)
+    measured = np.array([list(s.measured.values()) for s in steps], dtype=float)
+    measured_mean = np.empty_like(measured)
+    comm.mpi.Allreduce(measured, measured_mean)
+    measured_mean /= comm.size
     if comm.rank != 0:
         return None
     rows = iter(mean)
@@ -153,6 +160,8 @@ def gather(comm, recorder: Recorder, source: dict, skip: int, overlap: bool) -> 
     for s in steps:
         row = next(rows)
         s.tail_us, s.tail_cpu_us = float(row[0]), float(row[1])
+    for s, values in zip(steps, measured_mean, strict=True):
+        s.measured = dict(zip(s.measured, map(float, values), strict=True))
     for n, s in enumerate(steps):
         s.number = skip + n + 1
     return Trace(ranks=comm.size, steps=steps, source=source, overlap=overlap)
