@@ -118,6 +118,9 @@ def test_a_committed_slowdown_near_the_threshold_fails_against_the_accepted_revi
     assert "fails at B/A >= 1.3 with its 95% interval above 1; 3 rounds" in second
     assert "FAIL: slower" in proc.stdout and "1 failed" in proc.stdout
     assert all(r >= 1.3 for r in ratios(proc.stdout)), proc.stdout
+    # measured again before it fails: 3 more rounds of that benchmark, 6 in the verdict
+    assert ("# 1 benchmark(s) past the threshold after 3 rounds: 3 more rounds of them; a "
+            "point fails only if it stays past it over all 6") in proc.stdout, proc.stdout
 
 
 @pytest.mark.timeout(420)
@@ -129,6 +132,7 @@ def test_a_committed_slowdown_below_the_threshold_passes(clone, spec, state):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 failed" in proc.stdout and "FAIL" not in proc.stdout
     assert all(1.0 < r < 1.3 for r in ratios(proc.stdout)), proc.stdout
+    assert "more rounds" not in proc.stdout  # nothing past the threshold: no second look
 
 
 def test_an_accepted_revision_the_clone_lacks_is_one_line_exit_2(clone, spec):
