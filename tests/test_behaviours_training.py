@@ -5,6 +5,9 @@ its negation, in both places that keep one (the FSDP / DDP / MG-WFBP trainers'
 Over steps, what was sent plus the last residual is what was computed: the sum of the
 decoded gradients plus r_T equals the sum of the true gradients (the residuals telescope).
 A flipped sign adds the codec's error twice instead of carrying it.
+
+And on real ranks, each trainer that keeps the memory (FSDP2's reduce-scatter hook, DDP's
+comm hook, MG-WFBP's merged allreduces) hands every gradient element to it once per step.
 """
 
 from __future__ import annotations
@@ -104,3 +107,21 @@ def test_sharded_trainer_error_feedback_worked_by_hand():
     trainer._add_error_feedback()
     assert trainer.flat.grads.tolist() == _tiled(COMPENSATED, n).tolist()
     assert trainer.residual.tolist() == _tiled(RESIDUAL, n).tolist()
+
+
+@pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("framework", ["fsdp", "ddp", "mgwfbp"])
+def test_every_trainer_compensates_every_gradient_element_each_step(framework):
+    # tests/drivers/feedback_cases.py counts the elements ErrorFeedback.apply is given on
+    # 2 ranks: with feedback on, each step compensates every trainable parameter's
+    # gradient once (FSDP: each unit's unsharded gradient before its reduce-scatter; DDP:
+    # every bucket; MG-WFBP: every merged group), with it off none
+    from tests.mpirun import case_results
+
+    cases = case_results("tests.drivers.feedback_cases", 2, timeout=280)
+    on, off = cases.get(f"{framework}-1"), cases.get(f"{framework}-0")
+    assert on is not None and off is not None, sorted(cases)
+    assert on["calls"] > 0
+    assert on["applied"] == on["steps"] * on["params"], on
+    assert off["applied"] == off["calls"] == 0, off

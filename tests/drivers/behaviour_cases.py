@@ -5,9 +5,9 @@
 
 One JSON line per case: {"case": id, "status": exit status, "rows": [CSV rows]}. The
 expected values live in tests/test_behaviours_ranks.py, worked out there by hand.
-The breakdown cases run coll_compressed with a stub codec: fp16 whose encode or decode
-first sleeps STUB_SLEEP_S (on every rank, or on rank 1 only), so the time is known to
-lie in the one column it belongs to.
+The breakdown cases run coll_compressed and p2p_compressed with a stub codec: fp16 whose
+encode or decode first sleeps STUB_SLEEP_S (on every rank, or on rank 1 only), so the
+time is known to lie in the one column it belongs to.
 """
 
 from __future__ import annotations
@@ -41,11 +41,21 @@ def slots_case(slots: int):
                                "--fusion", "4", "--slots", str(slots), "-c", *QUICK]
 
 
-def stub_case(slow: str, ranks: tuple[int, ...]):
-    """coll_compressed allgather, one chunk per block, fp16 with a slow encode or decode."""
+def stub_case(variant: str, slow: str, ranks: tuple[int, ...]):
+    """An allgather of `variant`, fp16 with a slow encode or decode on `ranks`: coll, one
+    chunk per block of 2 KiB; coll-pieces, one chunk per block of 1 MiB, its codec work
+    cut in two pieces of 512 KiB (testall progress); p2p, every hop compressed."""
     from ccbench.benchmarks.coll_compressed import CollCompressed
+    from ccbench.benchmarks.p2p_compressed import P2PCompressed
 
-    class Stub(CollCompressed):
+    base, options = {
+        "coll": (CollCompressed, ["--chunk-bytes", "0", "-m", "4K:4K"]),
+        "coll-pieces": (CollCompressed, ["--chunk-bytes", "0", "--progress", "testall",
+                                         "-m", "2M:2M"]),
+        "p2p": (P2PCompressed, ["--threshold", "0", "-m", "4K:4K"]),
+    }[variant]
+
+    class Stub(base):
         def check_options(self, opts, nranks):
             super().check_options(opts, nranks)
             codec, here = self.codec, MPI.COMM_WORLD.rank in ranks
@@ -63,16 +73,18 @@ def stub_case(slow: str, ranks: tuple[int, ...]):
 
             codec.encode, codec.decode = slow_encode, slow_decode
 
-    return Stub(), ["--collective", "allgather", "--codec", "fp16", "--chunk-bytes", "0",
-                    "-m", "4K:4K", "--data", "gradient-like", *QUICK]
+    return Stub(), ["--collective", "allgather", "--codec", "fp16", *options,
+                    "--data", "gradient-like", *QUICK]
 
 
 CASES = {
     4: {**{f"busbw-{c}": (baseline_case, c) for c in ("allgather", "reduce_scatter",
                                                       "allreduce")},
         **{f"slots-{s}": (slots_case, s) for s in (1, 2, 4)}},
-    2: {"breakdown-slow-encode": (stub_case, "encode", (0, 1)),
-        "breakdown-slow-decode-rank1": (stub_case, "decode", (1,))},
+    2: {f"breakdown-{variant}-{case}": (stub_case, variant, slow, ranks)
+        for variant in ("coll", "coll-pieces", "p2p")
+        for case, slow, ranks in (("slow-encode", "encode", (0, 1)),
+                                  ("slow-decode-rank1", "decode", (1,)))},
 }
 
 
