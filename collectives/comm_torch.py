@@ -82,12 +82,22 @@ def _interface_address(name: str) -> str:
     return socket.inet_ntoa(packed[20:24])
 
 
-def rendezvous_address(hosts: list[str]) -> str:
-    """Where rank 0's store listens: the emulated cluster's interface, loopback when
-    every rank runs on one host, else this host's name."""
+def gloo_interface() -> str | None:
+    """The interface gloo binds on this rank: GLOO_SOCKET_IFNAME, else the emulated
+    cluster's (FI_TCP_IFACE, then also set as GLOO_SOCKET_IFNAME). Every rank needs it:
+    inside a network namespace the host name resolves to that namespace's own loopback,
+    where no other rank can reach it."""
     iface = os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("FI_TCP_IFACE")
     if iface:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
+    return iface or None
+
+
+def rendezvous_address(hosts: list[str]) -> str:
+    """Where rank 0's store listens: the emulated cluster's interface, loopback when
+    every rank runs on one host, else this host's name."""
+    iface = gloo_interface()
+    if iface:
         return _interface_address(iface)
     if len(set(hosts)) == 1:
         return "127.0.0.1"
@@ -107,6 +117,7 @@ def init_default_group(backend: str, rank: int, size: int, local_rank: int,
 
     if dist.is_initialized():
         return
+    gloo_interface()  # on every rank, before gloo picks an address
     if mpi_comm is not None:
         hosts = mpi_comm.allgather(socket.gethostname())
         address = mpi_comm.bcast(rendezvous_address(hosts) if rank == 0 else None, root=0)

@@ -314,6 +314,30 @@ def test_mpi_ranks_run_in_their_namespaces_over_tcp(cluster):
 
 @needs_namespaces
 @needs_hydra
+def test_torch_distributed_joins_every_namespace(cluster):
+    # stock FSDP / DDP need gloo's default group; inside a namespace the host name is that
+    # namespace's loopback, so every rank (not only the store's) must bind the link
+    pytest.importorskip("torch")
+    code = (
+        "import json, torch, torch.distributed as dist; from mpi4py import MPI;"
+        "from ccbench.collectives.comm import Communicator;"
+        "from ccbench.training.rendezvous import init_torch_distributed;"
+        "c = Communicator(MPI.COMM_WORLD); init_torch_distributed(c);"
+        "t = torch.full((1 << 16,), float(c.rank + 1)); dist.all_reduce(t);"
+        "print(json.dumps({'rank': c.rank, 'sum': float(t[0]), 'same': bool((t == t[0]).all()),"
+        "'gloo': __import__('os').environ.get('GLOO_SOCKET_IFNAME')}))"
+    )
+    proc = ccb("run", "--name", NAME, "--", "python", "-c", code, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ranks = [json.loads(m) for m in re.findall(r"\{[^{}]*\}", proc.stdout)]
+    assert sorted(r["rank"] for r in ranks) == list(range(RANKS))
+    # 1 + 2 + ... + RANKS on every rank, over the cluster's interface
+    assert all(r["sum"] == RANKS * (RANKS + 1) / 2 and r["same"] for r in ranks), ranks
+    assert all(r["gloo"] == cluster.rank_iface for r in ranks), ranks
+
+
+@needs_namespaces
+@needs_hydra
 def test_run_subset_and_errors(cluster):
     proc = ccb("run", "--name", NAME, "-n", "2", "--", "python", "-c",
                "from mpi4py import MPI; print(f'size {MPI.COMM_WORLD.size}')")  # fmt: skip
