@@ -16,6 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+pytestmark = pytest.mark.mpi  # one test launches MPI ranks: the Open MPI leg runs them too
+
 
 class QuarterTransport:
     """A transport whose decode(encode(x)) rounds to a multiple of 1/4 (no ties below)."""
@@ -109,7 +111,6 @@ def test_sharded_trainer_error_feedback_worked_by_hand():
     assert trainer.residual.tolist() == _tiled(RESIDUAL, n).tolist()
 
 
-@pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("framework", ["fsdp", "ddp", "mgwfbp"])
 def test_every_trainer_compensates_every_gradient_element_each_step(framework):
