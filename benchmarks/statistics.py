@@ -15,7 +15,10 @@ Pure functions of arrays, so every number in a row can be checked by hand.
 * A comparison of A and B in R interleaved rounds gives one time per round for each;
   the ratio B/A is the geometric mean of the per-round ratios, with the t interval of
   the mean of log(B/A) across rounds, turned back into a ratio. Rounds pair A and B
-  measured minutes apart, so a load that comes and goes hits both.
+  measured minutes apart, so a load that comes and goes hits both. Where a few rounds
+  are spoiled outright (a launch that meets a spell of the host's), the median of the
+  per-round ratios, with the order-statistic interval of a median, follows the typical
+  round instead (`median_ratio_interval`; ccbench osu-check uses it).
 """
 
 from __future__ import annotations
@@ -124,6 +127,27 @@ def ratio_interval(a, b, confidence: float = CONFIDENCE) -> Ratio:
     mean, low, high = mean_interval(np.log(b / a), confidence)
     return Ratio(math.exp(mean), math.exp(low) if math.isfinite(low) else math.nan,
                  math.exp(high) if math.isfinite(high) else math.nan, int(a.size))
+
+
+def median_ratio_interval(a, b, confidence: float = CONFIDENCE) -> Ratio:
+    """B/A from paired per-round times, robust to a few rounds that a shared host spoiled:
+    the median of the per-round ratios, with the distribution-free interval of a median
+    (order statistics j and n+1-j of the sorted ratios, j the largest with
+    P(Binomial(n, 1/2) < j) <= (1 - confidence)/2). No interval below 6 rounds, where
+    even the widest, [min, max], covers less than 95%."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError("a and b need the same, non-zero number of rounds")
+    if np.any(a <= 0) or np.any(b <= 0):
+        raise ValueError("times must be positive")
+    ratios = np.sort(b / a)
+    n = ratios.size
+    level = (1 - confidence) / 2
+    j = int(stats.binom.ppf(level, n, 0.5))  # the smallest k with P(X <= k) >= level
+    if stats.binom.cdf(j, n, 0.5) <= level:
+        j += 1
+    low, high = (ratios[j - 1], ratios[n - j]) if j >= 1 else (math.nan, math.nan)
+    return Ratio(float(np.median(ratios)), float(low), float(high), int(n))
 
 
 def verdict(low: float, high: float, margin: float = DEFAULT_MARGIN) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 from array_api_compat import array_namespace, device
 
 from ccbench.collectives.omnireduce_layout import TAG_BASE, Layout
-from ccbench.kernels.arrays import host_view, to_numpy
+from ccbench.kernels.arrays import empty_like, host_view, to_numpy
 from ccbench.kernels.reduce import copy_into
 from ccbench.kernels.sparse import gather_blocks, nonzero_block_ids, scatter_blocks
 from ccbench.kernels.vocabulary import SPARSE_INDEX_BYTES, dtype_name, itemsize
@@ -57,8 +57,7 @@ class Message:
         self.tail_cut = (layout.block_size - tail) * item if tail else 0
         blocks = layout.message_blocks
         capacity = _align16(SPARSE_INDEX_BYTES * (HEADER_FIELDS + layout.message_indices))
-        self.raw = xp.empty(capacity + blocks * self.block_bytes, dtype=xp.uint8,
-                            device=device(like))
+        self.raw = empty_like(like, capacity + blocks * self.block_bytes, xp.uint8)
         self.dtype = like.dtype
         self.on_host = str(device(like)) == "cpu"
         if self.on_host:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from array_api_compat import array_namespace, device
-
+from ccbench.kernels import arrays
 from ccbench.kernels.reduce import add_into, copy_into
 
 
@@ -48,8 +47,7 @@ def reduce_scatter_schedule(rank: int, size: int) -> Iterator[tuple[int, int, in
 
 def empty_like_block(x, count: int):
     """An uninitialised 1-D array of `count` elements with x's backend, dtype and device."""
-    xp = array_namespace(x)
-    return xp.empty(count, dtype=x.dtype, device=device(x))
+    return arrays.empty_like(x, count)
 
 
 class RingScratch:

@@ -79,6 +79,30 @@ def page_aligned_numpy(count: int, dtype: str) -> np.ndarray:
     return raw[start:start + nbytes].view(dtype)
 
 
+def page_aligned_torch(count: int, dtype):
+    """An uninitialised CPU tensor of `count` elements of torch `dtype`, starting on a page."""
+    import torch
+
+    nbytes = count * torch.empty(0, dtype=dtype).element_size()
+    raw = torch.empty(nbytes + PAGE_BYTES, dtype=torch.uint8)
+    start = -raw.data_ptr() % PAGE_BYTES
+    return raw[start:start + nbytes].view(dtype)
+
+
+def empty_like(like, count: int, dtype=None):
+    """An uninitialised 1-D array of `count` elements of `dtype` (like's by default) on
+    like's backend and device; host memory starts on a page (see PAGE_BYTES)."""
+    dtype = like.dtype if dtype is None else dtype
+    if isinstance(like, np.ndarray):
+        return page_aligned_numpy(count, dtype)
+    if type(like).__module__.startswith("torch") and like.device.type == "cpu":
+        return page_aligned_torch(count, dtype)
+    import array_api_compat
+
+    xp = array_api_compat.array_namespace(like)
+    return xp.empty((count,), dtype=dtype, device=array_api_compat.device(like))
+
+
 class SyncCounter:
     """Declared host synchronisations of this process (waits for the device, copies
     between host and device); `depth` > 0 while one is under way."""
@@ -238,10 +262,7 @@ class _Torch(Backend):
 
         if self.cuda:
             return torch.empty(count, dtype=getattr(torch, dtype), device=self._where())
-        itemsize = torch.empty(0, dtype=getattr(torch, dtype)).element_size()
-        raw = torch.empty(count * itemsize + PAGE_BYTES, dtype=torch.uint8)
-        start = -raw.data_ptr() % PAGE_BYTES
-        return raw[start:start + count * itemsize].view(getattr(torch, dtype))
+        return page_aligned_torch(count, getattr(torch, dtype))
 
     def from_numpy(self, values, dtype):
         import torch

@@ -33,6 +33,7 @@ import os
 
 import array_api_compat
 
+from ccbench.kernels import arrays
 from ccbench.kernels.errors import DataError, UsageError
 from ccbench.kernels.reduce import add_into
 from ccbench.kernels.vocabulary import FLOAT_DTYPES, itemsize
@@ -97,8 +98,7 @@ def byte_view(x):
 
 def empty_payload(like, nbytes: int):
     """An uninitialised uint8 payload buffer on the same backend and device as `like`."""
-    xp = namespace(like)
-    return xp.empty((nbytes,), dtype=xp.uint8, device=array_api_compat.device(like))
+    return arrays.empty_like(like, nbytes, namespace(like).uint8)
 
 
 def _amax(value) -> float:

@@ -5,7 +5,9 @@ harness. This tool runs OSU's `osu_allgather`, `osu_reduce_scatter` and `osu_all
 and `ccbench baseline --algorithm mpi` at the same sizes, element type, iterations and
 warm-ups, on the same bound ranks, in interleaved rounds (the first of the two alternates
 from round to round, so background load hits both alike), and prints ccbench/OSU per
-point with its 95% interval over rounds:
+point: the median of the per-round ratios with its distribution-free 95% interval (a
+shared host spoils a round now and then, OSU's as often as ccbench's; a median does not
+follow one spoiled round, a mean does; the time columns are medians over rounds too):
 
     ccbench osu-check --osu OSU_BUILD/c/mpi/collective/blocking -n 2 -m 1,64K,1M,16M
 
@@ -26,9 +28,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ccbench.benchmarks.options import add_repetitions, add_sizes, iterations_for, size_list
 from ccbench.benchmarks.results import read_rows
-from ccbench.benchmarks.statistics import Ratio, ratio_interval
+from ccbench.benchmarks.statistics import Ratio, median_ratio_interval
 from ccbench.collectives.spec import spec
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.vocabulary import COLLECTIVES
@@ -40,6 +44,7 @@ from ccbench.scripts.launch import (
 )
 
 OSU_BINARIES = {c: f"osu_{c}" for c in COLLECTIVES}
+MIN_ROUNDS = 6
 
 
 @dataclass(frozen=True)
@@ -157,9 +162,9 @@ def table(times: dict[Point, tuple[list[float], list[float]]], tolerance: float)
     lines = [f"{'Collective':<14} {'Size':>9} {'OSU(us)':>11} {'ccbench(us)':>12} "
              f"{'ccbench/OSU':>12} {'CI95 low':>9} {'CI95 high':>9}  Verdict"]
     for point, (osu_times, ours) in times.items():
-        ratio = ratio_interval(osu_times, ours)
+        ratio = median_ratio_interval(osu_times, ours)
         lines.append(f"{point.collective:<14} {point.size:>9} "
-                     f"{sum(osu_times) / len(osu_times):>11.2f} {sum(ours) / len(ours):>12.2f} "
+                     f"{np.median(osu_times):>11.2f} {np.median(ours):>12.2f} "
                      f"{ratio.ratio:>12.3f} {ratio.low:>9.3g} {ratio.high:>9.3g}  "
                      f"{judge(ratio, tolerance)}")
     return lines
@@ -174,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_sizes(p, default="1,64K,1M,16M")
     p.add_argument("--collective", default=",".join(COLLECTIVES),
                    help="comma-separated collectives (default all three)")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    p.add_argument("--rounds", type=int, default=12,
+                   help=f"interleaved rounds (default 12, at least {MIN_ROUNDS})")
     add_repetitions(p, None, "calls per size and side")
     p.add_argument("--hugepages", choices=("off", "madvise"), default="off",
                    help="ccbench's buffer policy (default off, as OSU's buffers)")
@@ -193,8 +199,9 @@ def main(argv: list[str]) -> int:
     for name in collectives:
         if name not in COLLECTIVES:
             raise UsageError(f"--collective {name}: not one of {', '.join(COLLECTIVES)}")
-    if opts.rounds < 2:
-        raise UsageError("--rounds must be at least 2 (an interval needs two)")
+    if opts.rounds < MIN_ROUNDS:
+        raise UsageError(f"--rounds must be at least {MIN_ROUNDS} (a median's 95% interval "
+                         "needs that many)")
     for name in collectives:
         osu_binary(opts.osu, name)  # refuse before any launch
     points, notes = [], []

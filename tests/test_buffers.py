@@ -51,3 +51,21 @@ def test_copies_from_numpy_start_on_a_page_and_keep_values_and_shape():
             got = arrays.to_numpy(x).astype(np.float64)
             want = np.trunc(values) if dtype == "int8" else values
             np.testing.assert_array_equal(got, want)
+
+
+def test_buffers_that_go_over_the_wire_start_on_a_page():
+    """The ring's block scratch and codec payloads (OmniReduce's messages take the same
+    allocation, `arrays.empty_like`)."""
+    from ccbench.collectives.ring import empty_like_block
+    from ccbench.kernels.codec_base import empty_payload
+
+    for buffer, dtypes in _buffers():
+        for dtype in dtypes:
+            like = arrays.empty(buffer, 8, dtype)
+            block = empty_like_block(like, 1000)
+            payload = empty_payload(like, 4099)
+            assert _address(block) % mmap.PAGESIZE == 0, (buffer, dtype)
+            assert block.dtype == like.dtype and tuple(block.shape) == (1000,)
+            assert _address(payload) % mmap.PAGESIZE == 0, (buffer, dtype)
+            assert tuple(payload.shape) == (4099,)
+            assert str(payload.dtype).removeprefix("torch.") == "uint8"

@@ -66,6 +66,35 @@ def test_ratio_interval_covers_a_known_ratio():
     assert 0.935 <= hits / 2000 <= 0.965
 
 
+@pytest.mark.parametrize("n, j", [(6, 1), (12, 3), (20, 6)])
+def test_median_ratio_interval_is_the_binomial_order_statistics(n, j):
+    """From a binomial table, n rounds, p = 1/2: P(X <= j - 1) <= 0.025 < P(X <= j):
+    n=6: 1/64 = 0.016 < 7/64; n=12: 79/4096 = 0.019 < 299/4096; n=20: 0.0207 < 0.0577.
+    Ratios 1..n (B = 1..n, A = 1): the interval is [j, n + 1 - j]."""
+    r = st.median_ratio_interval(np.ones(n), np.arange(1.0, n + 1))
+    assert (r.ratio, r.low, r.high, r.rounds) == ((n + 1) / 2, j, n + 1 - j, n)
+
+
+def test_median_ratio_needs_six_rounds_for_an_interval_and_ignores_one_spoiled_round():
+    r = st.median_ratio_interval(np.ones(5), np.arange(1.0, 6))  # even [min, max]: 94%
+    assert r.ratio == 3.0 and math.isnan(r.low) and math.isnan(r.high)
+    r = st.median_ratio_interval([10.0] * 6, [10.0] * 5 + [40.0])
+    assert (r.ratio, r.low, r.high) == (1.0, 1.0, 4.0)
+
+
+def test_median_ratio_interval_covers_a_known_ratio_under_heavy_tails():
+    """Round ratios around 1.25 with one round in five spoiled (x2 on either side): the
+    interval must hold the true median ratio at least as often as it promises."""
+    rng = np.random.default_rng(5)
+    hits = 0
+    for _ in range(2000):
+        noise = np.exp(rng.normal(0, 0.1, 12))
+        spoil = np.where(rng.random(12) < 0.2, rng.choice([0.5, 2.0], 12), 1.0)
+        r = st.median_ratio_interval(np.full(12, 100.0), 125.0 * noise * spoil)
+        hits += r.low <= 1.25 <= r.high
+    assert hits / 2000 >= 0.95
+
+
 def test_ratio_is_the_geometric_mean_of_round_ratios():
     r = st.ratio_interval([1.0, 2.0, 4.0], [2.0, 2.0, 2.0])
     assert r.ratio == pytest.approx((2.0 * 1.0 * 0.5) ** (1 / 3))
