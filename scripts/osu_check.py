@@ -15,8 +15,8 @@ Sizes of 4 bytes or more are float32 (OSU `-T mpi_float`); smaller sizes are one
 integers (OSU's default MPI_CHAR, ccbench `-T int8`). A point agrees when the ratio's
 estimate lies within --tolerance of 1, differs when its whole interval lies outside, and
 is inconclusive otherwise (rounds that scatter: a loaded host). Exit status: 0 when every
-point agrees, 1 when one differs or is inconclusive, 2 on bad input (no OSU binary, a
-launch that fails).
+point agrees, 1 when one differs or is inconclusive, 2 on bad input (no OSU binary, fewer
+than 6 rounds, a launch that fails).
 """
 
 from __future__ import annotations
