@@ -50,12 +50,17 @@ class Stats:
         self.timed = 0            # inside a timed region
         self.undeclared = 0       # inside a timed region, not declared by ccbench
         self.transfers = 0        # explicit host <-> device copies
+        self.allocs = 0           # device allocations (new storage, not views)
+        self.timed_allocs = 0     # among them, those inside a timed region
         self.in_region = False
         self.where: list[str] = []  # the first undeclared ones' places
+        self.alloc_where: list[str] = []  # the first timed allocations' places
 
     def snapshot(self) -> dict:
         return {"syncs": self.syncs, "timed": self.timed, "undeclared": self.undeclared,
-                "transfers": self.transfers, "where": list(self.where)}
+                "transfers": self.transfers, "allocs": self.allocs,
+                "timed_allocs": self.timed_allocs, "where": list(self.where),
+                "alloc_where": list(self.alloc_where)}
 
 
 STATS = Stats()
@@ -74,6 +79,21 @@ def _sync(what: str) -> None:
             STATS.where.append(place)
         if os.environ.get(STRICT_ENV) == "1":
             raise RuntimeError(f"device double: host synchronisation in a timed call: {place}")
+
+
+def _place() -> str:
+    frame = [f for f in traceback.extract_stack()[:-3] if "devicedouble" not in f.filename]
+    return f"{frame[-1].filename}:{frame[-1].lineno}" if frame else "?"
+
+
+def _alloc() -> None:
+    """A new device allocation (cupy's pool would serve it, but a timed call that
+    allocates pays the pool's bookkeeping and may grow it: counted, never refused)."""
+    STATS.allocs += 1
+    if STATS.in_region:
+        STATS.timed_allocs += 1
+        if len(STATS.alloc_where) < 5:
+            STATS.alloc_where.append(_place())
 
 
 class Device:
@@ -145,6 +165,8 @@ class DoubleArray:
     def __init__(self, storage: np.ndarray, device: Device | None = None):
         self._a = storage
         self.device = device or CURRENT[0]
+        if storage.base is None:  # storage of its own: an allocation, not a view
+            _alloc()
 
     # what a device array tells without a copy
     shape = property(lambda self: self._a.shape)
@@ -296,7 +318,10 @@ class _Namespace:
             if out is not None:
                 kwargs["out"] = _unwrap(out)
             with np.errstate(**_QUIET):
-                return _wrap(target(*_unwrap(args), **kwargs))
+                result = target(*_unwrap(args), **kwargs)
+            if out is not None and isinstance(out, DoubleArray) and result is out._a:
+                return out  # written in place: no new storage
+            return _wrap(result)
 
         call.__name__ = name
         return call

@@ -194,3 +194,25 @@ def test_bfloat16_on_a_device_reaches_mpi_only_where_mpi_can_reduce_it():
                 comm.library_call(collective, Bf16(), Bf16())
     finally:
         arrays._BACKENDS.pop("bf16-device")
+
+
+def test_allocations_are_counted_in_and_out_of_timed_regions():
+    """New storage counts as an allocation (in a timed region too); views and results
+    written into `out=` do not."""
+    xp = double.NAMESPACE
+    x = xp.zeros(8, dtype=np.float32)
+    before = double.STATS.snapshot()
+    double.STATS.in_region = True
+    try:
+        x.view(np.uint8)
+        x[2:4]
+        xp.add(x, x, out=x)
+        assert double.STATS.timed_allocs == before["timed_allocs"]
+        y = x + x
+        xp.empty(4, dtype=np.float32)
+    finally:
+        double.STATS.in_region = False
+    assert double.STATS.timed_allocs - before["timed_allocs"] == 2
+    assert double.STATS.allocs - before["allocs"] == 2
+    assert "test_device_double.py" in double.STATS.alloc_where[-1]
+    assert y.shape == (8,)
