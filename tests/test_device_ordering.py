@@ -1,0 +1,146 @@
+"""Device correctness without a GPU: the training communication thread's CUDA ordering
+(through a recording stand-in for torch.cuda), the time breakdown's device events read
+outside the timed region (on the device double), which default group training starts,
+and the refusal of NCCL on ranks that share a GPU. The CUDA calls themselves run only
+on a GPU (scripts/gpu-check.sh)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from ccbench.training.comm_stream import CommStream
+
+# ------------------------------------------------------------ the communication thread
+
+
+class RecordingCuda:
+    """The torch.cuda calls CommStream makes, logged as (thread, call, objects)."""
+
+    def __init__(self):
+        self.log: list = []
+        self.lock = threading.Lock()
+        self.current: dict = {}  # thread -> its current stream (torch's is per thread)
+
+    def note(self, *what):
+        with self.lock:
+            self.log.append((threading.current_thread().name, *what))
+
+    def set_device(self, device):
+        self.note("set_device", device)
+
+    def Stream(self, device=None):  # noqa: N802 - torch.cuda's name
+        cuda = self
+
+        class Stream:
+            def wait_event(self, event):
+                cuda.note("wait_event", self, event)
+
+            def synchronize(self):
+                cuda.note("host waits for the device", self)
+
+        return Stream()
+
+    def Event(self):  # noqa: N802
+        cuda = self
+
+        class Event:
+            def record(self, stream):
+                cuda.note("record", self, stream)
+
+            def synchronize(self):
+                cuda.note("host waits for the device", self)
+
+        return Event()
+
+    def current_stream(self, device=None):
+        name = threading.current_thread().name
+        with self.lock:
+            if name not in self.current:
+                self.current[name] = self.Stream(device)
+            return self.current[name]
+
+    def stream(self, s):
+        cuda, name = self, threading.current_thread().name
+
+        class Context:
+            def __enter__(self):
+                self.before = cuda.current.get(name)
+                cuda.current[name] = s
+
+            def __exit__(self, *exc):
+                cuda.current[name] = self.before
+
+        return Context()
+
+    def synchronize(self, device=None):
+        self.note("host waits for the device", device)
+
+
+def test_the_comm_thread_takes_the_device_and_orders_its_work_on_events():
+    cuda = RecordingCuda()
+    device = torch.device("cuda", 1)
+    stream = CommStream(overlap=True, device=device, cuda=cuda)
+    ran_on = []
+
+    def collective():  # what the call sees as its current stream
+        ran_on.append(cuda.current_stream(device))
+        cuda.note("collective")
+        return "reduced"
+
+    try:
+        caller = cuda.current_stream(device)
+        ticket = stream.submit(collective, "allreduce")
+        assert stream.wait(ticket) == "reduced"
+    finally:
+        stream.close()
+    log = cuda.log
+    steps = [entry[1] for entry in log]
+    # the thread set the caller's device before anything else it did
+    comm_thread = [e for e in log if e[0] == "ccbench-comm"]
+    assert comm_thread[0][1:] == ("set_device", device)
+    # on submission: an event recorded on the caller's stream, by the caller
+    (ready,) = [e for e in log if e[1] == "record" and e[3] is caller]
+    assert ready[0] == threading.current_thread().name
+    ready_event = ready[2]
+    # the comm stream waits for it before the call, which runs on the comm stream
+    (side,) = {s for s in ran_on}
+    assert side is not caller
+    wait_ready = steps.index("wait_event")
+    assert log[wait_ready][2] is side and log[wait_ready][3] is ready_event
+    assert wait_ready < steps.index("collective")
+    # after the call, its completion event on the comm stream; the caller's stream waits
+    # for it (a stream wait, not the host)
+    (done,) = [e for e in log if e[1] == "record" and e[3] is side]
+    assert steps.index("collective") < log.index(done)
+    (caller_waits,) = [e for e in log if e[1] == "wait_event" and e[2] is caller]
+    assert caller_waits[3] is done[2] and log.index(done) < log.index(caller_waits)
+    assert "host waits for the device" not in steps
+
+
+def test_on_the_cpu_or_inline_the_thread_touches_no_cuda():
+    cuda = RecordingCuda()
+    for stream in (CommStream(overlap=True, device=torch.device("cpu"), cuda=cuda),
+                   CommStream(overlap=False, device=torch.device("cuda", 0), cuda=cuda)):
+        try:
+            assert stream.wait(stream.submit(lambda: 7)) == 7
+        finally:
+            stream.close()
+    assert cuda.log == []
+
+
+def test_a_device_the_thread_cannot_take_fails_the_call_not_the_process():
+    cuda = RecordingCuda()
+
+    def refuse(device):
+        raise RuntimeError("invalid device ordinal")
+
+    cuda.set_device = refuse
+    stream = CommStream(overlap=True, device=torch.device("cuda", 7), cuda=cuda)
+    try:
+        with pytest.raises(RuntimeError, match="invalid device ordinal"):
+            stream.wait(stream.submit(lambda: 7))
+    finally:
+        stream.close()
