@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 import torch
 
+import tests.devicedouble as double
+from ccbench.collectives import pipeline
+from ccbench.kernels import arrays
+from ccbench.kernels.stopwatch import Stopwatch
 from ccbench.training.comm_stream import CommStream
 
 # ------------------------------------------------------------ the communication thread
@@ -144,3 +149,61 @@ def test_a_device_the_thread_cannot_take_fails_the_call_not_the_process():
             stream.wait(stream.submit(lambda: 7))
     finally:
         stream.close()
+
+
+# --------------------------------------------------------------- the time breakdown
+
+
+class ReadCounter:
+    """Event reads and creations of a backend, inside and outside the timed regions."""
+
+    def __init__(self, backend, monkeypatch):
+        self.reads_in_region = self.reads = self.created_in_region = 0
+        event, elapsed, done = backend.event, backend.elapsed_s, backend.event_done
+
+        def counted(fn, kind):
+            def wrapper(*args):
+                if kind == "create":
+                    self.created_in_region += double.STATS.in_region
+                else:
+                    self.reads += 1
+                    self.reads_in_region += double.STATS.in_region
+                return fn(*args)
+            return wrapper
+
+        monkeypatch.setattr(backend, "event", counted(event, "create"))
+        monkeypatch.setattr(backend, "elapsed_s", counted(elapsed, "read"))
+        monkeypatch.setattr(backend, "event_done", counted(done, "read"))
+
+
+def test_breakdown_events_are_read_after_each_timed_region_and_reused(monkeypatch):
+    like = arrays.empty("double", 8, "float32")
+    counter = ReadCounter(arrays.backend_of(like), monkeypatch)
+    breakdown = pipeline.Breakdown(None, like)
+    watch = Stopwatch("double")
+    calls = 6
+    watch.prepare(calls)
+
+    def call():  # one timed collective: two encodes and a decode
+        started = breakdown.start()
+        for field in (pipeline.ENCODE, pipeline.ENCODE, pipeline.DECODE):
+            breakdown.timed(field, lambda: None)
+        breakdown.finish(started)
+
+    for i in range(calls):
+        watch.begin(i)
+        call()
+        watch.end(i)
+        watch.settle()
+    assert counter.reads > 0 and counter.reads_in_region == 0
+    # events of the first call only were created inside a call; the others reuse them
+    per_call = 2 + 2 * 3
+    assert counter.created_in_region == per_call
+    mean = breakdown.mean()
+    rows = np.array(breakdown.rows)
+    # every call resolved from its own events: call time present, pieces inside it
+    assert (rows[:, pipeline.CALL] > 0).all()
+    assert (rows[:, pipeline.CODEC_CPU] <= rows[:, pipeline.CALL]).all()
+    np.testing.assert_allclose(rows[:, pipeline.CODEC_CPU],
+                               rows[:, pipeline.ENCODE] + rows[:, pipeline.DECODE])
+    assert mean[pipeline.CALL] == pytest.approx(rows[:, pipeline.CALL].mean())
