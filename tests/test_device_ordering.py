@@ -7,14 +7,16 @@ on a GPU (scripts/gpu-check.sh)."""
 from __future__ import annotations
 
 import threading
+import types
 
 import numpy as np
 import pytest
 import torch
 
 import tests.devicedouble as double
-from ccbench.collectives import pipeline
+from ccbench.collectives import comm_torch, pipeline
 from ccbench.kernels import arrays
+from ccbench.kernels.errors import UsageError
 from ccbench.kernels.stopwatch import Stopwatch
 from ccbench.training.comm_stream import CommStream
 
@@ -207,3 +209,63 @@ def test_breakdown_events_are_read_after_each_timed_region_and_reused(monkeypatc
     np.testing.assert_allclose(rows[:, pipeline.CODEC_CPU],
                                rows[:, pipeline.ENCODE] + rows[:, pipeline.DECODE])
     assert mean[pipeline.CALL] == pytest.approx(rows[:, pipeline.CALL].mean())
+
+
+# ------------------------------------------------------------- default process groups
+
+
+def test_training_under_mpi_starts_a_gloo_default_group_on_a_gpu_model(monkeypatch):
+    from mpi4py import MPI
+
+    from ccbench.collectives.comm import Communicator
+    from ccbench.training import comm_stream, frameworks, loop, rendezvous
+
+    started, streams = [], []
+    monkeypatch.setattr(rendezvous, "init_torch_distributed",
+                        lambda comm, backend=None: started.append(backend))
+    monkeypatch.setattr(comm_stream, "CommStream",
+                        lambda overlap, device: streams.append(device) or "stream")
+    monkeypatch.setattr(frameworks, "DDPTrainer", lambda *args: args)
+    config = loop.TrainConfig(framework="ddp", variant="coll_compressed", codec="fp16")
+    cuda = torch.device("cuda", 0)
+    loop._build_stream_trainer(Communicator(MPI.COMM_SELF), config, None, None, 0.1,
+                               None, cuda)
+    assert started == ["gloo"] and streams == [cuda]
+    # over torch.distributed: the communicator's own group (NCCL where it runs NCCL)
+    torch_comm = types.SimpleNamespace(transport="torch", backend="nccl")
+    assert loop.default_group_backend(torch_comm) == "nccl"
+
+
+class TwoRanksOneProcess:
+    """An MPI communicator's allgather and bcast, as two ranks with this rank's values."""
+
+    def allgather(self, value):
+        return [value, value]
+
+    def bcast(self, value, root=0):
+        return value
+
+
+def test_nccl_on_two_ranks_of_one_gpu_is_refused_before_nccl_starts(monkeypatch):
+    started = []
+    props = types.SimpleNamespace(uuid="GPU-0123")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    monkeypatch.setattr(torch.distributed, "init_process_group",
+                        lambda *a, **k: started.append(a))
+    monkeypatch.delenv("NCCL_HOSTID", raising=False)
+    with pytest.raises(UsageError, match=r"ranks 0, 1 share one GPU .*NCCL_HOSTID"):
+        comm_torch.init_default_group("nccl", 0, 2, 0, mpi_comm=TwoRanksOneProcess())
+    assert started == []
+
+
+def test_which_ranks_nccl_sees_on_one_gpu():
+    gpu = "GPU-0123"
+    comm_torch.refuse_shared_gpu([("node1", "GPU-a"), ("node1", "GPU-b"),
+                                  ("node2", "GPU-a"), ("node2", "GPU-b")])
+    comm_torch.refuse_shared_gpu([("ccb-r0", gpu), ("ccb-r1", gpu)])  # per-rank host ids
+    with pytest.raises(UsageError, match="ranks 1, 3 share one GPU on node1"):
+        comm_torch.refuse_shared_gpu([("node1", "GPU-a"), ("node1", gpu),
+                                      ("node2", gpu), ("node1", gpu)])
