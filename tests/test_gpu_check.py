@@ -120,6 +120,10 @@ def test_each_missing_piece_skips_only_what_needs_it(monkeypatch):
     assert got["baseline --algorithm mpi allreduce / cupy / mpi-staged"] == ""
     assert got["baseline --algorithm library allreduce / cupy / nccl"] == "a CPU build"
     assert got["codec_throughput / torch-cuda"] == "a CPU build"
+    # no MPI: the one-process codec cells alone (the device tests launch ranks too)
+    got = reasons(machine(no_mpi="mpiexec not found"))
+    assert sorted(name for name, why in got.items() if not why) == \
+        ["codec_throughput / cupy", "codec_throughput / torch-cuda"]
     # a tree without the staging benchmark (before its merge): that cell alone
     monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.no_such_module")
     got = reasons(machine())
