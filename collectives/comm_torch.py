@@ -174,7 +174,7 @@ def init_default_group(backend: str, rank: int, size: int, local_rank: int,
         # NCCL ends the job with its own abort on ranks that share a GPU: say it first
         if mpi_comm is not None:
             refuse_shared_gpu(mpi_comm.allgather(nccl_identity(torch.cuda.current_device())))
-        elif int(os.environ.get("LOCAL_WORLD_SIZE", 0)) > torch.cuda.device_count() \
+        elif int(os.environ.get("LOCAL_WORLD_SIZE") or 0) > torch.cuda.device_count() \
                 and not os.environ.get("NCCL_HOSTID"):
             raise UsageError(_shared_gpu_message(
                 f"{os.environ['LOCAL_WORLD_SIZE']} ranks on {socket.gethostname()} share "
