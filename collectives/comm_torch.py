@@ -108,6 +108,40 @@ def _timeout() -> datetime.timedelta:
     return datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)))
 
 
+def nccl_identity(device_index: int) -> tuple[str, str]:
+    """(this rank's host as NCCL tells hosts apart, its GPU): NCCL_HOSTID where set, else
+    the host name; the GPU's UUID (what CUDA_VISIBLE_DEVICES left visible and the index,
+    where torch gives none)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device_index)
+    gpu = str(getattr(props, "uuid", "") or "")
+    if not gpu:
+        gpu = f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')}#{device_index}"
+    return os.environ.get("NCCL_HOSTID") or socket.gethostname(), gpu
+
+
+def refuse_shared_gpu(identities: list) -> None:
+    """UsageError where two ranks' (host, GPU) are the same: NCCL would abort with
+    'Duplicate GPU detected'. Each rank's own NCCL_HOSTID makes them two hosts to NCCL."""
+    ranks: dict = {}
+    for rank, identity in enumerate(identities):
+        ranks.setdefault(tuple(identity), []).append(rank)
+    shared = [(identity, r) for identity, r in ranks.items() if len(r) > 1]
+    if not shared:
+        return
+    (host, _), together = shared[0]
+    raise UsageError(_shared_gpu_message(
+        f"ranks {', '.join(map(str, together))} share one GPU on {host}"))
+
+
+def _shared_gpu_message(who: str) -> str:
+    return (f"--backend nccl: {who}, which NCCL refuses (Duplicate GPU detected); run one "
+            "rank per GPU, or --transport mpi (staged through host memory), or give each "
+            "rank its own NCCL_HOSTID (NCCL then runs its socket transport: functional "
+            "coverage only)")
+
+
 def init_default_group(backend: str, rank: int, size: int, local_rank: int,
                        mpi_comm=None, master: tuple[str, int] | None = None) -> None:
     """The default process group, from an MPI launch (`mpi_comm`: rank 0's TCPStore
@@ -137,6 +171,14 @@ def init_default_group(backend: str, rank: int, size: int, local_rank: int,
     if backend == "nccl":
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
         kwargs["device_id"] = torch.device("cuda", torch.cuda.current_device())
+        # NCCL ends the job with its own abort on ranks that share a GPU: say it first
+        if mpi_comm is not None:
+            refuse_shared_gpu(mpi_comm.allgather(nccl_identity(torch.cuda.current_device())))
+        elif int(os.environ.get("LOCAL_WORLD_SIZE") or 0) > torch.cuda.device_count() \
+                and not os.environ.get("NCCL_HOSTID"):
+            raise UsageError(_shared_gpu_message(
+                f"{os.environ['LOCAL_WORLD_SIZE']} ranks on {socket.gethostname()} share "
+                f"{torch.cuda.device_count()} GPU(s)"))
     dist.init_process_group(backend, rank=rank, world_size=size, timeout=_timeout(),
                             **kwargs)
     atexit.register(_destroy)

@@ -46,7 +46,7 @@ from collections import deque
 
 import numpy as np
 
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, stopwatch
 
 PROGRESS_MODES = ("chunk", "testall")
 WAIT_MODES = ("sleep", "yield")
@@ -77,6 +77,9 @@ def idle_wait(since: float, mode: str = DEFAULT_WAIT) -> None:
         os.sched_yield()
 
 
+UNSETTLED_CALLS = 256  # calls whose events may wait for a settle (none comes in training)
+
+
 class Breakdown:
     """Per-call time records of one bound collective: one row of FIELDS per call.
 
@@ -95,15 +98,25 @@ class Breakdown:
         self._free: list = []      # events whose times have been read
         self._stage0 = 0.0
         self._call_start = None
+        if self.device is not None:
+            # the events are read after each timed region's settle, never inside a call;
+            # they are reused from there on, so no call after the first creates any
+            stopwatch.on_settle(self)
 
     def _event(self):
         return self._free.pop() if self._free else self.device.event()
+
+    def settled(self) -> None:
+        """The device has passed every recorded event (kernels/stopwatch.py, outside the
+        timed region): read the finished calls' events and free them for reuse."""
+        self._resolve(wait=False)
 
     def start(self) -> float:
         self._now = np.zeros(len(FIELDS))
         self._stage0 = self.comm.stage_s if self.comm is not None else 0.0
         if self.device is not None:
-            self._resolve(wait=False)  # the previous calls' events, where already passed
+            if len(self._pending) >= UNSETTLED_CALLS:  # nobody settles (training)
+                self._resolve(wait=False)
             self._spans = []
             self._call_start = self._event()
             self._call_start.record()

@@ -14,10 +14,20 @@ where nothing stalls the host.
 from __future__ import annotations
 
 import time
+import weakref
 
 import numpy as np
 
 from ccbench.kernels import arrays
+
+# told after each settle (`settled()`), outside the timed region: the device has passed
+# every event recorded so far (collectives/pipeline.py's Breakdown reads its own then)
+_SETTLE_LISTENERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def on_settle(listener) -> None:
+    """Call ``listener.settled()`` after every settle of a device region (weakly held)."""
+    _SETTLE_LISTENERS.add(listener)
 
 
 class Stopwatch:
@@ -67,6 +77,8 @@ class Stopwatch:
         if self.backend is not None:
             with arrays.declared():
                 self.backend.synchronize()
+            for listener in list(_SETTLE_LISTENERS):
+                listener.settled()
 
     def seconds(self, n: int) -> np.ndarray:
         """The lengths of regions 0..n-1 (on a device: once its stream has run them)."""

@@ -2,19 +2,26 @@
 # The GPU acceptance run, in one command: install what the GPU path needs where a GPU is
 # present (the gpu extra: cupy; a CUDA build of torch where torch is a CPU build), then
 # every variant with -c on -d cupy and -d torch-cuda over MPI (staged, and GPU-aware where
-# the MPI is) and over NCCL, codec throughput on the device, one FSDP and one DDP step.
-# Writes results/gpu-check/report.md and report.csv (--out to change). Without a GPU it
-# installs nothing, runs to the end and says, cell by cell, why it skipped.
+# the MPI is) and over NCCL, one FSDP and one DDP step, the device tests, and the
+# performance goals (codecs against the device copy, staging against pinned copies, the
+# compressed allgather against NCCL's). Writes results/gpu-check/report.md and report.csv
+# (--out to change). Without a GPU it installs nothing, runs to the end and says, cell by
+# cell, why it skipped.
 #
-#   scripts/gpu-check.sh [--no-install] [--out DIR] [--ranks N]
+#   scripts/gpu-check.sh [--no-install] [--out DIR] [--ranks N] [--jobs N]
 #
+# The Python is $PYTHON, else .venv's where there is one, else python3. --no-install:
+# nothing is installed (ccbench importable from that Python, e.g. on PYTHONPATH), and
+# mpiexec is $CCBENCH_MPIEXEC or the first on PATH.
 # CCBENCH_TORCH_CUDA_INDEX: the wheel index of the CUDA torch build (default cu124's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON=${PYTHON:-python3}
-if [ -x .venv/bin/python ]; then
-    PYTHON=.venv/bin/python
+if [ -z "${PYTHON:-}" ]; then
+    PYTHON=python3
+    if [ -x .venv/bin/python ]; then
+        PYTHON=.venv/bin/python
+    fi
 fi
 install=1
 args=()
@@ -40,4 +47,14 @@ elif [ "$install" = 1 ]; then
     echo "gpu-check: no GPU here (nvidia-smi lists none): nothing to install"
 fi
 
+if [ "$install" = 0 ] && [ "$PYTHON" != .venv/bin/python ] && [ -z "${CCBENCH_MPIEXEC:-}" ] \
+        && command -v mpiexec >/dev/null 2>&1; then
+    # the environment's MPI (its mpi4py ABI and library set there), not one beside python3
+    CCBENCH_MPIEXEC=$(command -v mpiexec)
+    export CCBENCH_MPIEXEC
+fi
+if ! "$PYTHON" -c 'import ccbench.scripts.gpu_check' 2>/dev/null; then
+    echo "gpu-check: $PYTHON cannot import ccbench (install it, or put it on PYTHONPATH)" >&2
+    exit 2
+fi
 exec "$PYTHON" -m ccbench.scripts.gpu_check ${args[@]+"${args[@]}"}

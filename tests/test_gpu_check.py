@@ -1,12 +1,14 @@
 """scripts/gpu-check.sh, the GPU acceptance run: on this machine (no GPU) it runs to the
-end in seconds and says, per cell, why it skipped; its choices on GPU machines are
-checked on described machines."""
+end in seconds and says, per cell and per goal, why it skipped; its choices on GPU
+machines are checked on described machines, and its goals on constructed CSVs."""
 
 from __future__ import annotations
 
 import csv
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,31 +20,43 @@ pytestmark = pytest.mark.mpi  # a cell that runs launches ranks (mpiexec_command
 
 
 def without_gpus() -> dict:
-    """This environment with no NVIDIA driver in sight (whatever the host has)."""
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
-                           if not (p and os.path.exists(os.path.join(p, "nvidia-smi"))))
-    return {**os.environ, "PATH": path}
+    """This environment with no NVIDIA driver in sight (whatever the host has), and this
+    Python's folder (its MPI wheel's mpiexec) first on PATH."""
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep)
+            if not (p and os.path.exists(os.path.join(p, "nvidia-smi")))]
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), *path]),
+           "PYTHON": sys.executable}
+    env.pop("CCBENCH_MPIEXEC", None)
+    return env
 
 
 @pytest.mark.timeout(120)
 def test_without_a_gpu_every_cell_is_skipped_with_its_reason(tmp_path):
-    proc = subprocess.run([str(REPO / "scripts" / "gpu-check.sh"), "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=110, env=without_gpus(),
-                          cwd=REPO, stdin=subprocess.DEVNULL)
+    proc = subprocess.run([str(REPO / "scripts" / "gpu-check.sh"), "--no-install", "--out",
+                           str(tmp_path)], capture_output=True, text=True, timeout=110,
+                          env=without_gpus(), cwd=REPO, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "nothing to install" in proc.stdout
+    # what it uses, said first: the mpiexec of the environment (PATH), its MPI, torch
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    assert f"# mpiexec: {mpiexec}\n" in proc.stdout
+    assert "# MPI library (mpi4py " in proc.stdout and "# torch: " in proc.stdout
+    assert "nothing to install" not in proc.stdout
     rows = list(csv.DictReader((tmp_path / "report.csv").open()))
     kinds = {r["kind"] for r in rows}
-    assert kinds == {"collective", "codec", "training"}
+    assert kinds == {"collective", "codec", "training", "tests", "staging", "compare", "goal"}
     assert {r["status"] for r in rows} == {"skip"}
     assert all(r["reason"].startswith("no CUDA device") for r in rows), rows[0]
     # every variant, both device buffers, the three ways the bytes move
-    cells_run = {(r["command"].split()[0], r["buffer"], r["transport"]) for r in rows}
+    cells_run = {(r["command"].split()[0], r["buffer"], r["transport"]) for r in rows
+                 if r["kind"] != "goal"}
     for variant in ("baseline", "p2p_compressed", "coll_compressed", "sparse_streaming"):
         for buffer in ("cupy", "torch-cuda"):
             for transport in ("mpi-staged", "mpi-gpu-aware", "nccl"):
                 assert (variant, buffer, transport) in cells_run
     assert all(" -c" in r["command"] for r in rows if r["kind"] == "collective")
+    goals = {(r["cell"], r["figure"], r["goal"]) for r in rows if r["kind"] == "goal"}
+    assert len(goals) == 2 * 3 * 3 + 2
+    assert ("codec bfp:rate=8 hop / cupy", "hop_vs_copy", ">= 0.5") in goals
     report = (tmp_path / "report.md").read_text()
     assert report.count("| skip |") == len(rows)
 
@@ -55,21 +69,45 @@ def machine(**facts) -> Machine:
 
 
 def reasons(m: Machine, ranks: int = 4) -> dict:
-    return {c.name: skip_reason(c, m) for c in cells(ranks)}
+    return {c.name: skip_reason(c, m) for c in cells(ranks, m.gpus)}
 
 
-def test_on_a_full_gpu_node_every_cell_runs():
+def test_on_a_full_gpu_node_every_cell_runs_unshared(monkeypatch):
+    monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.baseline")
     assert set(reasons(machine()).values()) == {""}
+    assert not any(c.sharing or c.per_rank_hostid for c in cells(4, 4))
 
 
-def test_one_gpu_runs_only_the_codec_cells():
-    got = reasons(machine(gpus=1))
-    ran = sorted(name for name, why in got.items() if not why)
-    assert ran == ["codec_throughput / cupy", "codec_throughput / torch-cuda"]
-    assert all("a device per rank" in why for why in got.values() if why)
+def test_one_gpu_shares_it_between_two_ranks(monkeypatch):
+    monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.baseline")
+    m = machine(gpus=1, no_gpu_aware="no CUDA support")
+    got = reasons(m, ranks=2)
+    assert {name for name, why in got.items() if why} == \
+        {name for name in got if name.endswith("/ mpi-gpu-aware")}
+    plan = {c.name: c for c in cells(2, 1)}
+    staged = plan["coll_compressed --codec fp16 allreduce / torch-cuda / mpi-staged"]
+    assert staged.ranks == 2 and staged.sharing == "2 ranks share 1 GPU"
+    assert not staged.per_rank_hostid and "NCCL_SOCKET_IFNAME" not in staged.env
+    nccl = plan["baseline --algorithm library allgather / cupy / nccl"]
+    assert nccl.per_rank_hostid and "functional only" in nccl.sharing
+    assert nccl.env["NCCL_SOCKET_IFNAME"] == "lo" and nccl.env["NCCL_P2P_DISABLE"] == "1"
+    assert plan["codec_throughput / cupy"].sharing == ""
 
 
-def test_each_missing_piece_skips_only_what_needs_it():
+def test_each_rank_gets_its_own_nccl_host_id(tmp_path):
+    """The per-rank wrapper under the real launcher: one NCCL_HOSTID per rank."""
+    (nccl,) = [c for c in cells(2, 1) if c.per_rank_hostid][:1]
+    command = gpu_check.command_of(nccl, tmp_path / "x.csv")
+    python = command.index(sys.executable)
+    probe = [*command[:python], sys.executable, "-c",
+             "import os; print(os.environ['NCCL_HOSTID'])"]
+    out = subprocess.run(probe, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert sorted(out.stdout.split()) == ["ccb-r0", "ccb-r1"], out.stdout + out.stderr
+
+
+def test_each_missing_piece_skips_only_what_needs_it(monkeypatch):
+    monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.baseline")
     got = reasons(machine(no_cupy="cupy is not installed"))
     assert all(bool(why) == ("/ cupy" in name) for name, why in got.items())
     got = reasons(machine(no_gpu_aware="no CUDA support"))
@@ -82,6 +120,16 @@ def test_each_missing_piece_skips_only_what_needs_it():
     assert got["baseline --algorithm mpi allreduce / cupy / mpi-staged"] == ""
     assert got["baseline --algorithm library allreduce / cupy / nccl"] == "a CPU build"
     assert got["codec_throughput / torch-cuda"] == "a CPU build"
+    # no MPI: the one-process codec cells alone (the device tests launch ranks too)
+    got = reasons(machine(no_mpi="mpiexec not found"))
+    assert sorted(name for name, why in got.items() if not why) == \
+        ["codec_throughput / cupy", "codec_throughput / torch-cuda"]
+    # a tree without the staging benchmark (before its merge): that cell alone
+    monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.no_such_module")
+    got = reasons(machine())
+    assert {name: why for name, why in got.items() if why} == {
+        "staging_bound 16M / cupy / mpi-staged":
+            "skipped: benchmarks.staging_bound not available"}
 
 
 def test_report_lines_of_a_cell_that_ran(tmp_path):
@@ -103,8 +151,139 @@ def test_a_failing_cell_is_named_and_the_run_exits_1(tmp_path, monkeypatch, caps
                          ["baseline", "--collective", "allreduce", "-m", "1K:1K", "-T",
                           "bogus"], "numpy", "mpi", 2)
     monkeypatch.setattr(gpu_check, "survey", lambda: machine())
-    monkeypatch.setattr(gpu_check, "cells", lambda ranks: [bad])
+    monkeypatch.setattr(gpu_check, "cells", lambda ranks, gpus: [bad])
     assert gpu_check.main(["--out", str(tmp_path)]) == 1
-    (row,) = csv.DictReader((tmp_path / "report.csv").open())
+    row = next(csv.DictReader((tmp_path / "report.csv").open()))
     assert row["status"] == "fail" and "invalid choice: 'bogus'" in row["reason"]
     assert "fail  baseline / numpy / mpi" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the goals
+
+
+def codec_row(codec, encode, decode, hop, copy=400.0):
+    return {"codec": codec, "kernels": "device", "size_bytes": str(64 << 20),
+            "encode_gbps": encode * copy, "decode_gbps": decode * copy,
+            "hop_gbps": hop * copy, "copy_gbps": copy, "encode_vs_copy": encode,
+            "decode_vs_copy": decode, "hop_vs_copy": hop}
+
+
+def staging_row(ratio, size=16 << 20, ranks=2):
+    bound = 1000.0
+    return {"buffer": "cupy", "size_bytes": size, "ranks": ranks, "d2h_pinned_us": 300,
+            "host_allgather_us": 400, "h2d_pinned_us": 300, "bound_us": bound,
+            "staged_us": ratio * bound, "staged_vs_bound": ratio}
+
+
+def timing_row(avg_us, size=16 << 20):
+    return {"size_bytes": size, "avg_us": avg_us, "algbw_gbps": 1.0, "busbw_gbps": 0.5,
+            "validation": ""}
+
+
+class FakeLaunches:
+    """subprocess.run for gpu_check: each performance cell's CSV written as given (the
+    correctness cells pass), so the run's parsing, goals, report and exit are real."""
+
+    def __init__(self, codec, staging, nccl_us, compressed_us):
+        self.codec, self.staging = codec, staging
+        self.nccl_us, self.compressed_us = nccl_us, compressed_us
+
+    def __call__(self, command, **kwargs):
+        text = " ".join(command)
+        if command[:3] == [sys.executable, "-m", "pytest"]:
+            return subprocess.CompletedProcess(command, 0, "3 passed in 1.0s\n", "")
+        path = Path(command[command.index("--csv") + 1])
+        if "codec_throughput" in text:
+            rows = self.codec
+        elif "staging_bound" in text:
+            rows = self.staging
+        elif "16M:16M" in text:
+            rows = [timing_row(self.compressed_us if "coll_compressed" in text
+                               else self.nccl_us)]
+        else:
+            rows = [{**timing_row(10.0), "validation": "Pass"}]
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+
+def goals_of(tmp_path, monkeypatch, fake) -> tuple[int, dict]:
+    monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.baseline")
+    monkeypatch.setattr(gpu_check, "survey",
+                        lambda: machine(gpus=1, no_gpu_aware="no CUDA support"))
+    monkeypatch.setattr(gpu_check.subprocess, "run", fake)
+    status = gpu_check.main(["--out", str(tmp_path), "--jobs", "2"])
+    rows = list(csv.DictReader((tmp_path / "report.csv").open()))
+    return status, {(r["cell"], r["figure"]): r for r in rows if r["kind"] == "goal"}
+
+
+GOOD_CODECS = [codec_row("fp16", 0.95, 0.9, 0.6), codec_row("bf16", 0.8, 0.8, 0.5),
+               codec_row("bfp:rate=8", 0.85, 0.82, 0.55)]
+
+
+def test_goals_met_are_reported_beside_their_bounds(tmp_path, monkeypatch):
+    fake = FakeLaunches(GOOD_CODECS, [staging_row(1.1, 8 << 20), staging_row(1.3)],
+                        nccl_us=1500.0, compressed_us=1000.0)
+    status, goals = goals_of(tmp_path, monkeypatch, fake)
+    assert status == 0
+    assert {r["status"] for r in goals.values()} == {"pass"}
+    fp16 = goals[("codec fp16 encode / cupy", "encode_vs_copy")]
+    assert fp16["measured"] == "0.950" and fp16["bound"] == "device copy 400.0 GB/s"
+    assert fp16["goal"] == ">= 0.8" and "380.0 GB/s" in fp16["reason"]
+    staging = goals[("staging / cupy / 16 MiB on 2 ranks", "staged_vs_bound")]
+    assert staging["measured"] == "1.300" and staging["goal"] == "<= 1.3"  # the 16 MiB row
+    assert "300 + host allgather 400 + h2d 300 = 1000 us" in staging["bound"]
+    (nccl,) = [r for (name, fig), r in goals.items() if fig == "speedup_vs_nccl"]
+    assert nccl["measured"] == "1.500" and nccl["bound"] == "NCCL's allgather 1500 us"
+    report = (tmp_path / "report.md").read_text()
+    assert "| codec fp16 encode / cupy | encode_vs_copy | 0.950 | device copy 400.0 GB/s " \
+           "| >= 0.8 | pass |" in report
+
+
+@pytest.mark.parametrize("miss", ["encode", "decode", "hop", "staging", "nccl"])
+def test_each_goal_missed_fails_alone(tmp_path, monkeypatch, miss):
+    codecs = [dict(r) for r in GOOD_CODECS]
+    figure = {"encode": "encode_vs_copy", "decode": "decode_vs_copy", "hop": "hop_vs_copy",
+              "staging": "staged_vs_bound", "nccl": "speedup_vs_nccl"}[miss]
+    if miss in ("encode", "decode"):
+        codecs[1] = codec_row("bf16", *(0.79 if p == miss else 0.8 for p in
+                                         ("encode", "decode")), 0.5)
+    elif miss == "hop":
+        codecs[1] = codec_row("bf16", 0.8, 0.8, 0.49)
+    fake = FakeLaunches(codecs, [staging_row(1.31 if miss == "staging" else 1.29)],
+                        nccl_us=1490.0 if miss == "nccl" else 1510.0, compressed_us=1000.0)
+    status, goals = goals_of(tmp_path, monkeypatch, fake)
+    assert status == 1
+    failed = [key for key, r in goals.items() if r["status"] == "fail"]
+    assert len(failed) == (2 if miss in ("encode", "decode", "hop") else 1)  # both buffers
+    assert {fig for _, fig in failed} == {figure}
+
+
+def test_a_goal_without_its_row_or_its_cell_is_not_met(tmp_path, monkeypatch):
+    # staging measured at 8 MiB only; the compressed cell's CSV without the 16 MiB row
+    fake = FakeLaunches(GOOD_CODECS, [staging_row(1.0, 8 << 20)], nccl_us=1500.0,
+                        compressed_us=1000.0)
+    fake.staging[0]["size_bytes"] = 8 << 20
+    status, goals = goals_of(tmp_path, monkeypatch, fake)
+    assert status == 1
+    staging = goals[("staging / cupy / 16 MiB on 2 ranks", "staged_vs_bound")]
+    assert staging["status"] == "fail" and "no row at 16 MiB on 2 ranks" in staging["reason"]
+
+
+def test_goals_of_skipped_cells_are_skipped_with_the_reason():
+    skipped = {name: "cupy is not installed" for name in ("codec_throughput / cupy",)}
+    skipped["staging_bound 16M / cupy / mpi-staged"] = \
+        "skipped: benchmarks.staging_bound not available"
+    skipped["baseline library allgather 16M / torch-cuda / nccl"] = "torch has no NCCL"
+    results = {"codec_throughput / torch-cuda": [
+        {"status": "pass", "rows": [r]} for r in GOOD_CODECS]}
+    goals = gpu_check.goal_rows(results, skipped)
+    by = {(r["cell"], r["figure"]): r for r in goals}
+    assert by[("codec fp16 hop / cupy", "hop_vs_copy")]["status"] == "skip"
+    assert by[("codec fp16 hop / torch-cuda", "hop_vs_copy")]["status"] == "pass"
+    staging = by[("staging / cupy / 16 MiB on 2 ranks", "staged_vs_bound")]
+    assert staging["status"] == "skip" and "not available" in staging["reason"]
+    (nccl,) = [r for r in goals if r["figure"] == "speedup_vs_nccl"]
+    assert nccl["status"] == "skip" and nccl["reason"] == "torch has no NCCL"

@@ -2,9 +2,14 @@
 thread of their own, as a CUDA communication stream does.
 
 Every rank submits in the same order (FSDP's and DDP's schedules are deterministic), so
-MPI sees matching collectives. The training thread's waits on it are timed: that is the
-*exposed* communication. A ``recorder`` (training/trace_capture.py), when set, records
-each submission and wait with the compute before it: the trace of the step.
+MPI sees matching collectives. On a GPU the thread works on the caller's device, on a
+CUDA stream of its own, ordered by events: each call waits for an event recorded on the
+caller's stream at submission (the gradients written before it), and a wait makes the
+caller's stream wait for the call's completion event, not the host for the device.
+
+The training thread's waits on it are timed: that is the *exposed* communication. A
+``recorder`` (training/trace_capture.py), when set, records each submission and wait
+with the compute before it: the trace of the step.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ import torch.distributed as dist
 class Ticket:
     """One submitted collective: done when the stream has run it."""
 
-    __slots__ = ("event", "error", "result", "run_s")
+    __slots__ = ("event", "error", "result", "run_s", "ready", "done")
 
     def __init__(self):
         self.event = threading.Event()
+        self.ready = None  # CUDA event on the caller's stream at submission
+        self.done = None   # CUDA event on the communication stream after the call
         self.error: BaseException | None = None
         self.result = None
         self.run_s = 0.0  # the collective's own time, wherever it ran
@@ -36,10 +43,16 @@ class CommStream:
     hidden behind compute). ``waited_s`` adds up the time the training thread spent
     waiting on communication (inline calls included); ``busy`` the time the collectives
     themselves took, per kind.
+
+    ``device``: the model's device; on a CUDA device the thread sets it and orders its
+    work on events (``cuda``: the torch.cuda calls, a seam for tests without a GPU).
     """
 
-    def __init__(self, overlap: bool = True):
+    def __init__(self, overlap: bool = True, device=None, cuda=None):
         self.overlap = overlap
+        on_gpu = device is not None and getattr(device, "type", "cpu") == "cuda"
+        self.device = device if on_gpu else None
+        self._cuda = (cuda or torch.cuda) if on_gpu and overlap else None
         self.waited_s = 0.0
         self.busy: dict[str, float] = {}
         self._pending: list[Ticket] = []
@@ -52,11 +65,28 @@ class CommStream:
             self._thread.start()
 
     def _loop(self) -> None:
+        cuda, side, failed = self._cuda, None, None
+        if cuda is not None:
+            try:
+                cuda.set_device(self.device)  # a new thread starts on device 0
+                side = cuda.Stream(device=self.device)
+            except BaseException as exc:  # noqa: BLE001 - handed to every waiting call
+                failed = exc
         while (item := self._work.get()) is not None:
             call, kind, ticket = item
             t0 = time.perf_counter()
             try:
-                ticket.result = call()
+                if failed is not None:
+                    raise failed
+                if side is None:
+                    ticket.result = call()
+                else:
+                    side.wait_event(ticket.ready)
+                    with cuda.stream(side):
+                        ticket.result = call()
+                    done = cuda.Event()
+                    done.record(side)
+                    ticket.done = done
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                 ticket.error = exc
             ticket.run_s = time.perf_counter() - t0
@@ -81,6 +111,9 @@ class CommStream:
             self.waited_s += elapsed
             ticket.event.set()
         else:
+            if self._cuda is not None:  # what the caller's stream has queued so far
+                ticket.ready = self._cuda.Event()
+                ticket.ready.record(self._cuda.current_stream(self.device))
             self._pending.append(ticket)
             self._work.put((call, kind, ticket))
         if recorder is not None:
@@ -96,6 +129,8 @@ class CommStream:
         if not ticket.event.is_set():
             ticket.event.wait()
             self.waited_s += time.perf_counter() - t0
+        if ticket.done is not None:  # the caller's stream, not the host, waits for it
+            self._cuda.current_stream(self.device).wait_event(ticket.done)
         if recorder is not None:
             recorder.waited(ticket, time.perf_counter() - t0)
         if ticket.error is not None:

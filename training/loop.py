@@ -190,6 +190,14 @@ def torch_hook_of(config: TrainConfig) -> str:
     return config.codec.split(":")[0] if config.variant == "torch" else "none"
 
 
+def default_group_backend(comm) -> str:
+    """The backend of the default group that stock FSDP and DDP start from: under
+    ``--transport torch`` the communicator's own; under MPI gloo, whatever the model's
+    device. An NCCL group beside the MPI ranks would carry none of the measured traffic,
+    and it aborts where two ranks share a GPU (the MPI-staged runs allow that)."""
+    return comm.backend if comm.transport == "torch" else "gloo"
+
+
 def _build_stream_trainer(comm, config: TrainConfig, task, model, lr, cost, device):
     from ccbench.training import frameworks
     from ccbench.training.comm_stream import CommStream
@@ -221,9 +229,8 @@ def _build_stream_trainer(comm, config: TrainConfig, task, model, lr, cost, devi
         compress=config.compress, error_feedback=config.error_feedback,
         chunk_bytes=config.chunk_bytes)
     transport = Transport(comm, spec)
-    # stock FSDP and DDP run their own collectives on the default group: NCCL on a GPU
-    init_torch_distributed(comm, "nccl" if device.type == "cuda" else None)
-    stream = CommStream(overlap=config.overlap)
+    init_torch_distributed(comm, default_group_backend(comm))
+    stream = CommStream(overlap=config.overlap, device=device)
     if config.framework == "fsdp":
         from ccbench.training.models import build_model
 

@@ -2,8 +2,8 @@
 
 Stock FSDP and DDP need the default process group. Under the torch transport the
 communicator has set it up already (collectives/comm_torch.py); under MPI it is set up
-here from the same launch (``init_torch_distributed``: gloo for models on the CPU, NCCL
-for models on a GPU), so stock FSDP and DDP run unchanged beside ccbench's collectives.
+here from the same launch (``init_torch_distributed``: gloo, which the training loop
+keeps on a GPU too), so stock FSDP and DDP run unchanged beside ccbench's collectives.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from ccbench.collectives.comm_torch import init_default_group
 
 def init_torch_distributed(comm, backend: str | None = None) -> str:
     """The default process group over the ranks of ``comm`` (its rendezvous over MPI, or
-    torchrun's), and its backend. ``backend``: gloo (models on the CPU) or nccl (models on
-    a GPU; each rank takes its node-local rank's device); ``CCBENCH_TORCH_BACKEND`` sets
-    the default."""
+    torchrun's), and its backend. ``backend``: gloo, or nccl (each rank takes its
+    node-local rank's device; ranks sharing one are refused); ``CCBENCH_TORCH_BACKEND``
+    sets the default."""
     if dist.is_initialized():
         return dist.get_backend()
     backend = backend or os.environ.get("CCBENCH_TORCH_BACKEND", "gloo")

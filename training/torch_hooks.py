@@ -168,7 +168,9 @@ class DDPHook:
             return future
         buf = bucket.buffer()
         size = self.transport.comm.size
-        future = torch.futures.Future()
+        # on a GPU the future carries the communication stream's completion to DDP's
+        # stream (set on that stream by the comm thread), not only to the host
+        future = torch.futures.Future(devices=[buf.device] if buf.is_cuda else None)
         index = (bucket.index(), buf.data_ptr())  # DDP rebuilds its buckets once
 
         def run():
