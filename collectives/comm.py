@@ -221,7 +221,8 @@ class _StagedSend:
         return self.request if self.request is not None else MPI.Request()  # null: inactive
 
     def Wait(self) -> None:
-        self.comm._post_sends(block=True, upto=self)
+        if self.request is None:
+            self.comm._post_sends(block=True, upto=self)
         self.request.Wait()
 
     def Test(self) -> bool:

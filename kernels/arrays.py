@@ -516,10 +516,9 @@ class _Cupy(Backend):
         x.view(np.uint8).set(host)
 
     def pinned_empty(self, nbytes):
-        import cupy
+        import cupyx
 
-        memory = cupy.cuda.alloc_pinned_memory(nbytes)  # kept alive by the array
-        return np.frombuffer(memory, np.uint8, nbytes)
+        return cupyx.empty_pinned(nbytes, dtype=np.uint8)  # from cupy's pinned pool
 
     def copy_stream(self):
         import cupy
