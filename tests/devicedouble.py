@@ -407,10 +407,12 @@ class CopyStream:
         self.queue: list = []  # (position, kind, apply) not yet landed
         self.issued = 0        # copies ever queued: positions
         self.landed = 0        # copies landed, in order
+        self.last_kind = ""    # the direction of the last copy queued
 
     def enqueue(self, kind: str, apply) -> None:
         STATS.copies[kind] += 1
         self.issued += 1
+        self.last_kind = kind
         self.queue.append((self.issued, kind, apply))
 
     def land(self, upto: int) -> None:
@@ -428,7 +430,8 @@ class CopyEvent:
     """An event for ordering staging copies. Recorded on a copy stream, it is passed once
     every copy queued before it has landed: a consumer stream's wait lands them at once;
     the host finds it passed by `synchronize()` or at the second `query()` (a copy is
-    under way when first polled). The host's waits are counted per direction of the
+    under way when first polled). The host's waits (a `synchronize()`, or the poll that
+    finds the copies landed) are counted once per recording, by the direction of the
     copies waited for; recorded on the current stream, it is passed at once."""
 
     def __init__(self):
@@ -443,8 +446,7 @@ class CopyEvent:
         self.polls, self.waited = 0, False
         if self.stream is not None:
             self.position = self.stream.issued
-            queued = [k for p, k, _ in self.stream.queue if p <= self.position]
-            self.kind = queued[-1] if queued else ""
+            self.kind = self.stream.last_kind
 
     def _passed(self) -> bool:
         return self.stream is None or self.stream.landed >= self.position
@@ -469,10 +471,10 @@ class CopyEvent:
         return self.query()
 
     def synchronize(self) -> None:
+        _sync("copy event.synchronize()")  # a wait, however short
         if not self._passed():
-            _sync("copy event.synchronize()")
             self.stream.land(self.position)
-            self._host_waited()
+        self._host_waited()
 
     def let_wait(self) -> None:
         """A stream waits for this event: what it waits for lands before its next kernel."""

@@ -262,7 +262,7 @@ def test_two_ranks_ring_and_pipelined_sends_wait_for_sends_only():
     for rank in ring["ranks"]:
         assert rank["ok"] and rank["copies"] == {"d2h": 1, "h2d": 1}, rank
         assert rank["copy_waits"] == {"d2h": 1, "h2d": 0}, rank
-        assert rank["timed_allocs"] == 0, rank
+        assert rank["declared"] == 1 and rank["timed_allocs"] == 0, rank
     sends = staging_case("isend")
     for rank in sends["ranks"]:
         assert rank["ok"] and rank["copies"] == {"d2h": 6, "h2d": 6}, rank
