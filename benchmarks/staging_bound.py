@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from ccbench.benchmarks.agreement import agreed, run_main
-from ccbench.benchmarks.options import RankAwareParser, positive_int, size_list
+from ccbench.benchmarks.options import RankAwareParser, parse_size, positive_int, size_list
 from ccbench.benchmarks.results import append_rows
 from ccbench.collectives.comm import Communicator
 from ccbench.kernels import arrays
@@ -43,9 +43,10 @@ def build_parser(quiet: bool) -> RankAwareParser:
     parser = RankAwareParser(prog="staging_bound", quiet=quiet, description=__doc__.split(
         "\n\n")[0])
     parser.add_argument("-d", "--buffer", required=True, choices=arrays.buffer_choices(),
-                        help="a device buffer: cupy, torch-cuda")
+                        help="buffer backend: a device's (cupy, torch-cuda)")
     parser.add_argument("-m", "--message-size", default="16M", metavar="SIZE",
-                        help="bytes each rank sends: one size, a list or a range (default 16M)")
+                        help="message sizes, the bytes each rank sends: one size (16M), a "
+                             "list (4M,16M) or a doubling range (1M:16M); default 16M")
     parser.add_argument("--rounds", type=positive_int, default=12,
                         help="interleaved rounds; each column is their median (default 12)")
     parser.add_argument("--csv", help="append one row per size to this CSV")
@@ -58,7 +59,8 @@ def parse(argv: list[str], quiet: bool):
         raise UsageError(f"-d {opts.buffer}: staging_bound times device buffers staged "
                          f"through host memory; use -d cupy or -d torch-cuda")
     arrays.check_supported(opts.buffer, "int8")
-    return opts, size_list(opts.message_size)
+    text = opts.message_size
+    return opts, size_list(text) if "," in text or ":" in text else [parse_size(text)]
 
 
 def _require_mpi(comm) -> None:

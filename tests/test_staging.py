@@ -296,3 +296,27 @@ def test_staging_bound_rows_are_complete_and_add_up():
     for column in ("buffer", "size_bytes", "ranks", "d2h_pinned_us", "host_allgather_us",
                    "h2d_pinned_us", "bound_us", "staged_us", "staged_vs_bound"):
         assert column in header
+
+
+def test_staging_bound_refuses_a_host_buffer_in_one_line(capsys):
+    from ccbench.benchmarks import staging_bound
+    from ccbench.benchmarks.agreement import run_main
+
+    status = run_main(staging_bound.body, ["-d", "numpy"], Communicator(MPI.COMM_SELF))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert err[0].startswith("ccbench: error: -d numpy: staging_bound times device buffers")
+
+
+def test_staging_bound_exits_1_on_a_wrong_staged_result(monkeypatch, capsys, tmp_path):
+    from ccbench.benchmarks import staging_bound
+    from ccbench.benchmarks.agreement import run_main
+
+    # a staged call that leaves a wrong result behind
+    monkeypatch.setattr(staging_bound.Setup, "staged_allgather", lambda self: self.recv.fill(1))
+    out = tmp_path / "bound.csv"
+    status = run_main(staging_bound.body, ["-d", "double", "-m", "4K", "--rounds", "1",
+                                           "--csv", str(out)], Communicator(MPI.COMM_SELF))
+    assert status == 1
+    assert "wrong result on ranks [0]: not timed" in capsys.readouterr().out
+    assert not out.exists()
