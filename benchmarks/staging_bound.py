@@ -13,9 +13,11 @@ buffers, the copy streams and the MPI library the staged call uses:
 
 bound_us is their sum; staged_us is ccbench's staged allgather through the communicator
 (`baseline --algorithm mpi` on a device buffer, staged whatever CCBENCH_GPU_AWARE says),
-waited for on the device. Every rank runs each measurement at once (a barrier before
-it), a measurement's time is its slowest rank's, the methods take turns in every round
-(the order rotates), and each column is the median over the rounds. One row per size;
+waited for on the device, in pieces of --stage-chunk-bytes (the communicator's default);
+staged_whole_us the same without pieces, which tells whether the pieces pay. Every rank
+runs each measurement at once (a barrier before it), a measurement's time is its slowest
+rank's, the methods take turns in every round (the order rotates), and each column is
+the median over the rounds. One row per size;
 staged_vs_bound = staged_us / bound_us (below 1: copies overlapped with MPI).
 """
 
@@ -34,8 +36,8 @@ from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
 
 COLUMNS = ("buffer", "size_bytes", "ranks", "d2h_pinned_us", "host_allgather_us",
-           "h2d_pinned_us", "bound_us", "staged_us", "staged_vs_bound", "rounds",
-           "stage_chunk_bytes", "device")
+           "h2d_pinned_us", "bound_us", "staged_us", "staged_vs_bound", "staged_whole_us",
+           "rounds", "stage_chunk_bytes", "device")
 PARTS = ("d2h_pinned_us", "host_allgather_us", "h2d_pinned_us")
 
 
@@ -49,6 +51,10 @@ def build_parser(quiet: bool) -> RankAwareParser:
                              "list (4M,16M) or a doubling range (1M:16M); default 16M")
     parser.add_argument("--rounds", type=positive_int, default=12,
                         help="interleaved rounds; each column is their median (default 12)")
+    parser.add_argument("--stage-chunk-bytes", type=parse_size, metavar="BYTES",
+                        default=Communicator.STAGE_CHUNK_BYTES,
+                        help=f"pieces of the staged call (default "
+                             f"{Communicator.STAGE_CHUNK_BYTES // 1024}K; 0: whole)")
     parser.add_argument("--csv", help="append one row per size to this CSV")
     return parser
 
@@ -71,7 +77,7 @@ def _require_mpi(comm) -> None:
 class Setup:
     """Buffers, pinned mirrors, streams and the bound staged call for one size."""
 
-    def __init__(self, comm, staged_comm, buffer: str, size: int):
+    def __init__(self, comm, staged_comm, whole_comm, buffer: str, size: int):
         self.comm, self.buffer, self.size = comm, buffer, size
         ranks = comm.size
         self.pattern = [(np.arange(size) * 7 + 13 * r) % 127 for r in range(ranks)]
@@ -84,6 +90,7 @@ class Setup:
         self.d2h, self.h2d = b.copy_stream(), b.copy_stream()
         self.done = b.copy_event()
         self.staged = staged_comm.library_call("allgather", self.send, self.recv)
+        self.whole = whole_comm.library_call("allgather", self.send, self.recv)
 
     def d2h_pinned(self) -> None:
         b = self.backend
@@ -104,15 +111,24 @@ class Setup:
         self.staged()
         arrays.synchronize(self.buffer)  # the current stream waits for the H2D copies
 
+    def staged_whole(self) -> None:
+        self.whole()
+        arrays.synchronize(self.buffer)
+
     def methods(self) -> dict:
         return {"d2h_pinned_us": self.d2h_pinned, "host_allgather_us": self.host_allgather,
-                "h2d_pinned_us": self.h2d_pinned, "staged_us": self.staged_allgather}
+                "h2d_pinned_us": self.h2d_pinned, "staged_us": self.staged_allgather,
+                "staged_whole_us": self.staged_whole}
 
     def check(self) -> bool:
-        """The staged allgather's result, against the inputs gathered on the host."""
-        self.staged_allgather()
-        got = arrays.to_numpy(self.recv).astype(np.int64)
-        return bool(np.array_equal(got, np.concatenate(self.pattern)))
+        """The staged allgathers' results, against the inputs gathered on the host."""
+        want = np.concatenate(self.pattern)
+        for call in (self.staged_allgather, self.staged_whole):
+            arrays.fill(self.recv, np.zeros(self.recv.shape[0]))
+            call()
+            if not np.array_equal(arrays.to_numpy(self.recv).astype(np.int64), want):
+                return False
+        return True
 
 
 def timed(comm, method) -> float:
@@ -143,6 +159,7 @@ def row_of(opts, comm, staged_comm, size: int, medians: dict) -> dict:
     return {"buffer": opts.buffer, "size_bytes": size, "ranks": comm.size, **parts,
             "bound_us": bound, "staged_us": staged,
             "staged_vs_bound": round(staged / bound, 4) if bound > 0 else "",
+            "staged_whole_us": round(medians["staged_whole_us"], 3),
             "rounds": opts.rounds, "stage_chunk_bytes": staged_comm.stage_chunk_bytes,
             "device": arrays.device_label(opts.buffer)}
 
@@ -150,14 +167,17 @@ def row_of(opts, comm, staged_comm, size: int, medians: dict) -> dict:
 def table_line(row: dict) -> str:
     return (f"{row['size_bytes']:<10}{row['d2h_pinned_us']:>12.1f}"
             f"{row['host_allgather_us']:>12.1f}{row['h2d_pinned_us']:>12.1f}"
-            f"{row['bound_us']:>12.1f}{row['staged_us']:>12.1f}{row['staged_vs_bound']:>10}")
+            f"{row['bound_us']:>12.1f}{row['staged_us']:>12.1f}{row['staged_vs_bound']:>10}"
+            f"{row['staged_whole_us']:>12.1f}")
 
 
 def body(argv: list[str], comm) -> int:
     opts, sizes = agreed(comm, lambda: parse(argv, comm.rank != 0))
     agreed(comm, lambda: _require_mpi(comm))
     arrays.select_device(opts.buffer, comm.local_rank)
-    staged_comm = Communicator(comm.mpi.Dup(), gpu_aware=False)
+    staged_comm = Communicator(comm.mpi.Dup(), gpu_aware=False,
+                               stage_chunk_bytes=opts.stage_chunk_bytes)
+    whole_comm = Communicator(comm.mpi.Dup(), gpu_aware=False, stage_chunk_bytes=0)
     root = comm.rank == 0
     if root:
         print(f"# ccbench staging_bound: allgather of int8 on {comm.size} ranks, "
@@ -165,10 +185,11 @@ def body(argv: list[str], comm) -> int:
               f"{staged_comm.stage_chunk_bytes} B; medians of {opts.rounds} interleaved "
               f"rounds, slowest rank (us)", flush=True)
         print(f"{'# Size':<10}{'D2H pinned':>12}{'MPI host':>12}{'H2D pinned':>12}"
-              f"{'bound':>12}{'staged':>12}{'staged/bd':>10}", flush=True)
+              f"{'bound':>12}{'staged':>12}{'staged/bd':>10}{'whole':>12}", flush=True)
     rows, status = [], 0
     for size in sizes:
-        setup = agreed(comm, lambda size=size: Setup(comm, staged_comm, opts.buffer, size))
+        setup = agreed(comm, lambda size=size: Setup(comm, staged_comm, whole_comm,
+                                                            opts.buffer, size))
         wrong = [r for r, ok in enumerate(comm.allgather_obj(setup.check())) if not ok]
         if wrong:
             if root:

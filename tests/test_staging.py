@@ -289,6 +289,7 @@ def test_staging_bound_rows_are_complete_and_add_up():
                                          "h2d_pinned_us")]
         assert all(p > 0 for p in parts), row
         assert float(row["bound_us"]) == pytest.approx(sum(parts), abs=2e-3)
+        assert float(row["staged_us"]) > 0 and float(row["staged_whole_us"]) > 0, row
         assert float(row["staged_vs_bound"]) == pytest.approx(
             float(row["staged_us"]) / float(row["bound_us"]), rel=1e-3)
     with open(got["csv"]) as f:
