@@ -158,16 +158,17 @@ def row_of(opts, comm, staged_comm, size: int, medians: dict) -> dict:
     staged = round(medians["staged_us"], 3)
     return {"buffer": opts.buffer, "size_bytes": size, "ranks": comm.size, **parts,
             "bound_us": bound, "staged_us": staged,
-            "staged_vs_bound": round(staged / bound, 4) if bound > 0 else "",
+            "staged_vs_bound": float(f"{staged / bound:.6g}") if bound > 0 else "",
             "staged_whole_us": round(medians["staged_whole_us"], 3),
             "rounds": opts.rounds, "stage_chunk_bytes": staged_comm.stage_chunk_bytes,
             "device": arrays.device_label(opts.buffer)}
 
 
 def table_line(row: dict) -> str:
+    ratio = row["staged_vs_bound"] if row["staged_vs_bound"] != "" else float("nan")
     return (f"{row['size_bytes']:<10}{row['d2h_pinned_us']:>12.1f}"
             f"{row['host_allgather_us']:>12.1f}{row['h2d_pinned_us']:>12.1f}"
-            f"{row['bound_us']:>12.1f}{row['staged_us']:>12.1f}{row['staged_vs_bound']:>10}"
+            f"{row['bound_us']:>12.1f}{row['staged_us']:>12.1f}{ratio:>10.4g}"
             f"{row['staged_whole_us']:>12.1f}")
 
 
