@@ -15,17 +15,22 @@ an algorithm puts on the wire is measured, never derived from a formula.
 
 Host arrays (numpy, torch on the CPU) go to MPI as zero-copy numpy views. Device arrays
 go straight to MPI when it is GPU-aware (`CCBENCH_GPU_AWARE=1`: mpi4py reads the CUDA
-array interface / DLPack), after a wait for the kernels that wrote them; otherwise they
-are staged through host buffers kept per device buffer (allocated on first use, reused by
-every later call). Both are host synchronisations the algorithm needs: declared
-(kernels.arrays.declared), counted in `host_syncs` and timed in `stage_s`.
+array interface / DLPack), after a wait for the kernels that wrote them. Otherwise (the
+default) they are staged through pinned host buffers kept per device buffer (allocated
+on first use, reused by every later call), with asynchronous copies on two copy streams
+ordered by events: a D2H copy waits for the stream that wrote its buffer, the current
+stream waits for an H2D copy. The host waits only where MPI must read bytes, once per
+staged send (polled by the progress calls for a non-blocking send), never for an H2D
+copy. The library's collectives go in pieces (`stage_chunk_bytes`) so copies and MPI
+overlap. The host's waits are declared (kernels.arrays.declared), counted in
+`host_syncs`; their time and the copies' enqueueing are in `stage_s`.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from functools import partial
 
 import numpy as np
@@ -154,27 +159,116 @@ class BaseCommunicator:
         return {"transport": self.transport, "backend": self.backend}
 
 
-class _StagedRecv:
-    """A receive staged through host memory: copied to the device once it completes."""
+class _Mirror:
+    """A pinned host buffer staging one device buffer, with the events of its copies:
+    `out_event` passed when its last device-to-host copy has landed, `in_event` when the
+    last host-to-device copy out of it has (until then a receive must not overwrite it)."""
 
-    def __init__(self, comm, request: MPI.Request, host: np.ndarray, out):
-        self.comm, self.request, self.host, self.out = comm, request, host, out
-        self.finished = False
+    __slots__ = ("host", "out_event", "in_event")
+
+    def __init__(self, host: np.ndarray, out_event, in_event):
+        self.host, self.out_event, self.in_event = host, out_event, in_event
+
+
+class _Stager:
+    """The staging state of one device backend: two copy streams (device to host, host to
+    device: one copy engine each), and two events re-recorded at every use (a stream
+    wait captures an event as it is when enqueued, so one of each suffices)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.d2h, self.h2d = backend.copy_stream(), backend.copy_stream()
+        self.produced = backend.copy_event()  # the current stream's work, before a D2H
+        self.consumed = backend.copy_event()  # the current stream's reads, before an H2D
+
+    def copy_out(self, x, host: np.ndarray, event) -> None:
+        """Enqueue host = x's bytes behind the kernels that wrote x; `event` marks it."""
+        b = self.backend
+        b.record(self.produced)
+        b.stream_wait(self.produced, self.d2h)
+        b.copy_out_async(x, host, self.d2h)
+        b.record(event, self.d2h)
+
+    def before_copies_in(self) -> None:
+        """Later H2D copies wait for the current stream's kernels (which may still read
+        the buffers they overwrite)."""
+        self.backend.record(self.consumed)
+        self.backend.stream_wait(self.consumed, self.h2d)
+
+    def copy_in(self, host: np.ndarray, x) -> None:
+        self.backend.copy_in_async(host, x, self.h2d)
+
+    def after_copies_in(self, event) -> None:
+        """The current stream waits for the H2D copies so far; the host does not."""
+        self.backend.record(event, self.h2d)
+        self.backend.stream_wait(event)
+
+
+class _StagedSend:
+    """A send staged through host memory: its D2H copy is under way; MPI's send is posted
+    once a progress call finds the copy landed (in posting order, so messages to one peer
+    keep their order)."""
+
+    def __init__(self, comm, x, mirror: _Mirror, count: int, dest: int, tag: int):
+        self.comm, self.x, self.mirror = comm, x, mirror
+        self.count, self.dest, self.tag = count, dest, tag
+        self.request: MPI.Request | None = None  # MPI's, once posted
+
+    def post(self) -> None:
+        self.request = self.comm.mpi.Isend(self.mirror.host[:self.count], self.dest, self.tag)
+
+    def mpi_request(self) -> MPI.Request:
+        return self.request if self.request is not None else MPI.Request()  # null: inactive
 
     def Wait(self) -> None:
+        if self.request is None:
+            self.comm._post_sends(block=True, upto=self)
         self.request.Wait()
-        self.finish()
 
     def Test(self) -> bool:
-        if self.request.Test():
-            self.finish()
+        self.comm._post_sends(block=False)
+        return self.request is not None and self.request.Test()
+
+    def complete(self) -> bool:
+        return self.request is not None and not self.request
+
+
+class _StagedRecv:
+    """A receive staged through host memory: once it completes, its H2D copy is enqueued
+    and the current stream waits for it (the host never does). `head`, a host array,
+    gets the message's first bytes on the host too (OmniReduce's headers)."""
+
+    def __init__(self, comm, mirror: _Mirror, out, head: np.ndarray | None, source: int,
+                 tag: int):
+        self.comm, self.mirror, self.out, self.head = comm, mirror, out, head
+        self.request = comm.mpi.Irecv(mirror.host[:nbytes(out)], source, tag)
+        self.finished = False
+
+    def mpi_request(self) -> MPI.Request:
+        return self.request
+
+    def Wait(self) -> None:
+        self.comm._post_sends(block=True)
+        status = MPI.Status()
+        self.request.Wait(status)
+        self.finish(status)
+
+    def Test(self) -> bool:
+        self.comm._post_sends(block=False)
+        status = MPI.Status()
+        if self.request.Test(status):
+            self.finish(status)
             return True
         return False
 
-    def finish(self) -> None:
+    def finish(self, status: MPI.Status | None) -> None:
         if not self.finished:  # once: a completed request tests complete ever after
             self.finished = True
-            self.comm._copy_in(self.host, self.out)
+            count = status.Get_count(MPI.BYTE) if status is not None else nbytes(self.out)
+            self.comm._copy_in(self.mirror, self.out, count, self.head)
+
+    def complete(self) -> bool:
+        return not self.request
 
 
 class Communicator(BaseCommunicator):
@@ -182,9 +276,14 @@ class Communicator(BaseCommunicator):
 
     transport = "mpi"
     backend = "mpi"
-    STAGING = 4096  # host buffers kept for staging device buffers
+    STAGING = 4096  # device buffers whose host mirrors are kept for staging
+    # Staged library collectives move large buffers in pieces of this many bytes, so the
+    # D2H copy of piece k+1 and the H2D copies of piece k-1 run while MPI moves piece k.
+    # Chosen, not tuned: 8 pieces at 16 MiB; each piece's copy is ~40 us at 54 GB/s.
+    STAGE_CHUNK_BYTES = 2 << 20
 
-    def __init__(self, mpi_comm: MPI.Comm = MPI.COMM_WORLD, gpu_aware: bool | None = None):
+    def __init__(self, mpi_comm: MPI.Comm = MPI.COMM_WORLD, gpu_aware: bool | None = None,
+                 stage_chunk_bytes: int | None = None):
         local = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED) if mpi_comm.Get_size() > 1 \
             else None
         super().__init__(mpi_comm.Get_rank(), mpi_comm.Get_size(),
@@ -195,32 +294,103 @@ class Communicator(BaseCommunicator):
         if gpu_aware is None:
             gpu_aware = os.environ.get("CCBENCH_GPU_AWARE", "0") == "1"
         self.gpu_aware = gpu_aware
-        self._staging: OrderedDict = OrderedDict()
-        self._staged_any = False  # a staged receive was ever posted
+        self.stage_chunk_bytes = self.STAGE_CHUNK_BYTES if stage_chunk_bytes is None \
+            else stage_chunk_bytes
+        self._staging: OrderedDict = OrderedDict()  # device buffer -> its mirrors
+        self._stagers: dict = {}
+        self._pending: deque[_StagedSend] = deque()  # sends waiting for their D2H copy
+        self._staged_any = False  # a staged request was ever made
+        self._status_pool: list = []
 
     # Buffers ------------------------------------------------------------------------
 
-    def _mirror(self, x) -> np.ndarray:
-        """The host buffer that stages device array x: one per device buffer, reused."""
-        key = (arrays.backend_of(x).address(x), nbytes(x))
-        host = self._staging.get(key)
-        if host is None:
-            host = self._staging[key] = np.empty(nbytes(x), dtype=np.uint8)
+    def stages(self, x) -> bool:
+        """Whether device array x goes to MPI through host memory (MPI not GPU-aware)."""
+        return not self.gpu_aware and arrays.is_device_array(x)
+
+    def _stager(self, x) -> _Stager:
+        b = arrays.backend_of(x)
+        stager = self._stagers.get(b.name)
+        if stager is None:
+            stager = self._stagers[b.name] = _Stager(b)
+        return stager
+
+    def _new_mirror(self, x, size: int) -> _Mirror:
+        b = arrays.backend_of(x)
+        return _Mirror(b.pinned_empty(size), b.copy_event(), None)
+
+    def _mirrors(self, x) -> list:
+        """The pinned host buffers that stage device array x: kept per device address
+        (messages of any length from one buffer share them), allocated on first use
+        (set-up and warm-up calls), reused by every later call."""
+        key = arrays.backend_of(x).address(x)
+        mirrors = self._staging.get(key)
+        if mirrors is None or mirrors[0].host.nbytes < nbytes(x):
+            mirrors = self._staging[key] = [self._new_mirror(x, nbytes(x))]
             if len(self._staging) > self.STAGING:
                 self._staging.popitem(last=False)
-        return host
+        return mirrors
 
-    def _copy_out(self, x) -> np.ndarray:
-        t0 = time.perf_counter()
-        host = self._mirror(x)
-        arrays.to_host(x, host)
-        self.stage_s += time.perf_counter() - t0
-        return host
+    def _send_mirror(self, x) -> _Mirror:
+        return self._mirrors(x)[0]
 
-    def _copy_in(self, host: np.ndarray, out) -> None:
+    def _recv_mirror(self, x) -> _Mirror:
+        """A mirror no H2D copy still reads (MPI would overwrite it under the copy):
+        checked without waiting; another one is allocated if none is free."""
+        b = arrays.backend_of(x)
+        mirrors = self._mirrors(x)
+        for mirror in mirrors:
+            if mirror.host.nbytes >= nbytes(x) and (
+                    mirror.in_event is None or b.event_done(mirror.in_event)):
+                return mirror
+        mirror = self._new_mirror(x, nbytes(x))
+        mirrors.append(mirror)
+        return mirror
+
+    def _copy_out(self, x) -> _Mirror:
+        """x's bytes into its mirror; the host waits for them (MPI reads them next)."""
         t0 = time.perf_counter()
-        arrays.to_device(host, out)
+        stager, mirror = self._stager(x), self._send_mirror(x)
+        stager.copy_out(stager.backend.byte_view(x), mirror.host[:nbytes(x)], mirror.out_event)
+        arrays.wait_copy(x, mirror.out_event)
         self.stage_s += time.perf_counter() - t0
+        return mirror
+
+    def _copy_in(self, mirror: _Mirror, out, count: int | None = None, head=None) -> None:
+        """The first `count` received bytes into device array `out`, on the copy stream;
+        the current stream waits for them, the host does not. `head` takes the first
+        bytes on the host as well (a host copy: no round trip through the device)."""
+        t0 = time.perf_counter()
+        count = nbytes(out) if count is None else count
+        if head is not None:
+            shown = min(count, head.nbytes)
+            head[:shown] = mirror.host[:shown]
+        stager = self._stager(out)
+        b = stager.backend
+        if mirror.in_event is None:
+            mirror.in_event = b.copy_event()
+        stager.before_copies_in()
+        if count:
+            stager.copy_in(mirror.host[:count], b.byte_view(out)[:count])
+        stager.after_copies_in(mirror.in_event)
+        self.stage_s += time.perf_counter() - t0
+
+    def _post_sends(self, block: bool, upto: _StagedSend | None = None) -> bool:
+        """Post the sends whose D2H copies have landed, oldest first; with `block`, wait
+        for them (all, or up to `upto`). True when none is left waiting."""
+        while self._pending:
+            send = self._pending[0]
+            if block:
+                t0 = time.perf_counter()
+                arrays.wait_copy(send.x, send.mirror.out_event)
+                self.stage_s += time.perf_counter() - t0
+            elif not arrays.poll_copy(send.x, send.mirror.out_event):
+                return False
+            self._pending.popleft()
+            send.post()
+            if send is upto:
+                break
+        return not self._pending
 
     def _device_direct(self, x):
         """A device array as a GPU-aware MPI reads it: once its kernels have finished (its
@@ -233,10 +403,8 @@ class Communicator(BaseCommunicator):
     def _send_buffer(self, x):
         if not arrays.is_device_array(x):
             return host_view(x)
-        return self._device_direct(x) if self.gpu_aware else self._copy_out(x)
-
-    def _staged(self, out) -> bool:
-        return not self.gpu_aware and arrays.is_device_array(out)
+        return self._device_direct(x) if self.gpu_aware else \
+            self._copy_out(x).host[:nbytes(x)]
 
     def _recv_buffer(self, out):
         if not arrays.is_device_array(out):
@@ -244,28 +412,52 @@ class Communicator(BaseCommunicator):
         return _bytes(arrays.backend_of(out).direct(out))
 
     # Point to point -----------------------------------------------------------------
+    # Staged messages travel whole: a receive may be longer than its message
+    # (OmniReduce's), so a message cut into pieces could not be matched piece by piece.
 
     def send(self, x, dest: int, tag: int = 0) -> None:
+        self._post_sends(block=True)
         self.wire_bytes += nbytes(x)
         self.mpi.Send(self._send_buffer(x), dest, tag)
 
     def recv(self, out, source: int, tag: int = 0) -> None:
-        if self._staged(out):
-            host = self._mirror(out)
-            self.mpi.Recv(host, source, tag)
-            self._copy_in(host, out)
-        else:
-            self.mpi.Recv(self._recv_buffer(out), source, tag)
+        if self.stages(out):
+            self.irecv(out, source, tag).Wait()
+            return
+        self._post_sends(block=True)
+        self.mpi.Recv(self._recv_buffer(out), source, tag)
 
-    def isend(self, x, dest: int, tag: int = 0) -> MPI.Request:
+    def isend(self, x, dest: int, tag: int = 0, head: np.ndarray | None = None):
+        """A send; a staged one starts its D2H copy and is posted to MPI by a later
+        progress call (test, wait) once the copy has landed. `head`: the message's first
+        bytes come from this host array instead of x (OmniReduce's headers)."""
+        if head is not None and not self.stages(x):
+            raise ValueError("isend: a head goes with staged device messages only")
         self.wire_bytes += nbytes(x)
-        return self.mpi.Isend(self._send_buffer(x), dest, tag)
+        if not self.stages(x):
+            self._post_sends(block=True)  # messages to a peer keep their order
+            return self.mpi.Isend(self._send_buffer(x), dest, tag)
+        t0 = time.perf_counter()
+        self._staged_any = True
+        stager, mirror = self._stager(x), self._send_mirror(x)
+        n = nbytes(x)
+        h = 0 if head is None else min(head.nbytes, n)
+        if h:
+            mirror.host[:h] = head[:h]
+        stager.copy_out(stager.backend.byte_view(x)[h:], mirror.host[h:n], mirror.out_event)
+        send = _StagedSend(self, x, mirror, n, dest, tag)
+        self._pending.append(send)
+        self.stage_s += time.perf_counter() - t0
+        return send
 
-    def irecv(self, out, source: int, tag: int = 0):
-        if self._staged(out):
-            host = self._mirror(out)
+    def irecv(self, out, source: int, tag: int = 0, head: np.ndarray | None = None):
+        """A receive; `head` (host, staged device messages only) gets the message's
+        first bytes too, copied on the host."""
+        if self.stages(out):
             self._staged_any = True
-            return _StagedRecv(self, self.mpi.Irecv(host, source, tag), host, out)
+            return _StagedRecv(self, self._recv_mirror(out), out, head, source, tag)
+        if head is not None:
+            raise ValueError("irecv: a head goes with staged device messages only")
         return self.mpi.Irecv(self._recv_buffer(out), source, tag)
 
     def exchange(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> list:
@@ -277,42 +469,62 @@ class Communicator(BaseCommunicator):
         return requests
 
     def sendrecv(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> None:
-        if self._staged(recvbuf):
-            request = self.irecv(recvbuf, source, tag)
-            self.send(sendbuf, dest, tag)
-            request.Wait()
-            return
+        self._post_sends(block=True)
         self.wire_bytes += nbytes(sendbuf)
+        if self.stages(recvbuf):
+            mirror = self._recv_mirror(recvbuf)
+            host = mirror.host[:nbytes(recvbuf)]
+            status = MPI.Status()
+            self.mpi.Sendrecv(self._send_buffer(sendbuf), dest, tag, host, source, tag,
+                              status)
+            self._copy_in(mirror, recvbuf, status.Get_count(MPI.BYTE))
+            return
         self.mpi.Sendrecv(self._send_buffer(sendbuf), dest, tag, self._recv_buffer(recvbuf),
                           source, tag)
+
+    def wait(self, request) -> None:
+        if self._pending and not isinstance(request, _StagedSend | _StagedRecv):
+            self._post_sends(block=True)
+        request.Wait()
 
     def testsome(self, requests) -> list[int]:
         if not self._staged_any:  # host buffers: MPI's requests as they are (the fast path)
             return MPI.Request.Testsome(requests) or []
-        done = MPI.Request.Testsome([getattr(r, "request", r) for r in requests]) or []
-        for i in done:
+        self._post_sends(block=False)
+        statuses = self._statuses(len(requests))
+        done = MPI.Request.Testsome([_mpi_request(r) for r in requests], statuses) or []
+        for i, status in zip(done, statuses, strict=False):
             if isinstance(requests[i], _StagedRecv):
-                requests[i].finish()
+                requests[i].finish(status)
         return done
 
     def testall(self, requests) -> bool:
         if not self._staged_any:
             return MPI.Request.Testall(requests)
-        if not MPI.Request.Testall([getattr(r, "request", r) for r in requests]):
-            return False
-        for request in requests:
+        self._post_sends(block=False)
+        statuses = self._statuses(len(requests))
+        if not MPI.Request.Testall([_mpi_request(r) for r in requests], statuses):
+            return False  # (a send not yet posted is an inactive request here)
+        for request, status in zip(requests, statuses, strict=False):
             if isinstance(request, _StagedRecv):
-                request.finish()
-        return True
+                request.finish(status)
+        return all(r.request is not None for r in requests if isinstance(r, _StagedSend))
+
+    def _statuses(self, count: int) -> list:
+        while len(self._status_pool) < count:
+            self._status_pool.append(MPI.Status())
+        return self._status_pool
 
     def cancel(self, request) -> None:
-        mpi_request = getattr(request, "request", request)
+        mpi_request = _mpi_request(request)
         mpi_request.Cancel()
         mpi_request.Wait()
 
     def completed(self, request) -> bool:
         # a completed request is MPI_REQUEST_NULL (falsy) once a test has seen it
-        return not getattr(request, "request", request)
+        if isinstance(request, _StagedSend | _StagedRecv):
+            return request.complete()
+        return not request
 
     # The library's collectives ----------------------------------------------------
 
@@ -339,21 +551,68 @@ class Communicator(BaseCommunicator):
 
             return direct_call
         if device:
-            host_recv = self._mirror(recvbuf)
-            view = _typed_host(host_recv, recvbuf)
-            host_send = self._mirror(sendbuf)
-            call = self._bind(collective, _typed_host(host_send, sendbuf), view, sum_op(view))
-
-            def staged_call():
-                t0 = time.perf_counter()
-                arrays.to_host(sendbuf, host_send)
-                self.stage_s += time.perf_counter() - t0
-                call()
-                self._copy_in(host_recv, recvbuf)
-
-            return staged_call
+            return self._staged_call(collective, sendbuf, recvbuf)
         recv = host_view(recvbuf)
         return self._bind(collective, host_view(sendbuf), recv, sum_op(recv))
+
+    def _staged_call(self, collective: str, sendbuf, recvbuf):
+        """A library collective on device buffers through pinned host mirrors, in pieces
+        (`stage_chunk_bytes`): every piece's D2H copy is enqueued at once; the host waits
+        for piece k's (its only wait), MPI moves it, its H2D copies are enqueued, and the
+        current stream waits for them at the end. Mirrors and events are made here."""
+        stager = self._stager(sendbuf)
+        b = stager.backend
+        send_bytes, recv_bytes = b.byte_view(sendbuf), b.byte_view(recvbuf)
+        host_send = self._send_mirror(sendbuf).host
+        recv_mirror = self._send_mirror(recvbuf)
+        host_recv = recv_mirror.host
+        if recv_mirror.in_event is None:
+            recv_mirror.in_event = b.copy_event()
+        typed_send, typed_recv = _typed_host(host_send, sendbuf), _typed_host(host_recv, recvbuf)
+        op = sum_op(typed_recv)
+        item = typed_recv.itemsize
+        n = nbytes(sendbuf)
+        pieces = []  # (D2H byte range of the send mirror, MPI call, H2D byte ranges)
+        if collective == "allgather":
+            # piece k of every rank lands side by side in the mirror (piece-major), so
+            # each piece is one plain contiguous MPI_Allgather
+            for a, z in _pieces(n, self.stage_chunk_bytes, 1):
+                landing = host_recv[a * self.size: z * self.size]
+                call = partial(self.mpi.Allgather, host_send[a:z], landing)
+                copies = [(a * self.size + r * (z - a), r * n + a, z - a)
+                          for r in range(self.size)]
+                pieces.append(((a, z), call, copies))
+        elif collective == "allreduce":
+            for a, z in _pieces(n, self.stage_chunk_bytes, item):
+                call = partial(self.mpi.Allreduce, typed_send[a // item: z // item],
+                               typed_recv[a // item: z // item], op)
+                pieces.append(((a, z), call, [(a, a, z - a)]))
+        else:  # reduce_scatter: every piece of the send feeds every rank's result
+            call = self._bind(collective, typed_send[:n // item],
+                              typed_recv[:nbytes(recvbuf) // item], op)
+            pieces.append(((0, n), call, [(0, 0, nbytes(recvbuf))]))
+        events = [b.copy_event() for _ in pieces]
+        # MPI writes into host_recv while the last call's H2D copies may read it only if
+        # the device lags: piece 0's D2H copy, which the host waits for first, is queued
+        # behind the current stream, which waits for those copies. No check needed.
+
+        def staged_call():
+            t0 = time.perf_counter()
+            for ((a, z), _, _), event in zip(pieces, events, strict=True):
+                stager.copy_out(send_bytes[a:z], host_send[a:z], event)
+            stager.before_copies_in()
+            for (_, call, copies), event in zip(pieces, events, strict=True):
+                arrays.wait_copy(sendbuf, event)
+                t1 = time.perf_counter()
+                call()
+                t2 = time.perf_counter()
+                for src, dst, length in copies:
+                    stager.copy_in(host_recv[src: src + length], recv_bytes[dst: dst + length])
+                t0 += t2 - t1  # MPI's time is not staging
+            stager.after_copies_in(recv_mirror.in_event)
+            self.stage_s += time.perf_counter() - t0
+
+        return staged_call
 
     def _bind(self, collective: str, send, recv, op):
         mpi = self.mpi
@@ -406,6 +665,20 @@ class Communicator(BaseCommunicator):
 
 
 _MPI_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+
+
+def _mpi_request(request) -> MPI.Request:
+    if isinstance(request, _StagedSend | _StagedRecv):
+        return request.mpi_request()
+    return request
+
+
+def _pieces(nbytes: int, chunk: int, align: int) -> list[tuple[int, int]]:
+    """[start, stop) byte ranges of `chunk` bytes (a multiple of `align`) covering nbytes."""
+    if chunk <= 0 or nbytes <= chunk:
+        return [(0, nbytes)]
+    step = max(align, chunk // align * align)
+    return [(a, min(a + step, nbytes)) for a in range(0, nbytes, step)]
 
 
 def _typed_host(host: np.ndarray, like) -> np.ndarray:

@@ -85,7 +85,7 @@ class RequestWorker(WorkerSide):
             self.inbox.post()
         message, requests = self.outbox.take()
         message.write(0, -1, FIRST, (), nexts=self.cursor.heads + self.start)
-        requests.append(engine.comm.isend(message.wire(), self.aggregator, TAG_BASE + self.stream))
+        requests.append(message.send(engine.comm, self.aggregator, TAG_BASE + self.stream))
 
     def on_result(self, message: Message) -> None:
         k, _, first, positions = message.read()
@@ -120,8 +120,7 @@ class RequestWorker(WorkerSide):
         gather_blocks(self.send, engine.index_array(held), layout.block_size,
                       out=message.blocks(k, k))
         message.write(k, -1, 0, held + self.start, nexts=self.cursor.heads[asked] + self.start)
-        requests.append(engine.comm.isend(message.wire(), self.aggregator,
-                                          TAG_BASE + self.stream))
+        requests.append(message.send(engine.comm, self.aggregator, TAG_BASE + self.stream))
         engine.counters["packets"] += 1
         engine.counters["blocks"] += k
         # the rule, checked where it is applied: every block at its column's request
@@ -211,6 +210,5 @@ class RequestAggregator(AggregatorSide):
             gather_blocks(self.acc, engine.index_array(finished), layout.block_size,
                           out=message.blocks(k, k))
             message.write(k, -1, 0, finished + self.start, nexts=nexts + self.start)
-        wire = message.wire()
         for worker in self.remote_workers:
-            requests.append(engine.comm.isend(wire, worker, self.result_tag))
+            requests.append(message.send(engine.comm, worker, self.result_tag))

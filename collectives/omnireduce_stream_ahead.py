@@ -69,7 +69,7 @@ class WorkerStream(WorkerSide):
             gather_blocks(self.send, self.ids[lo:hi], layout.block_size, out=message.blocks(k))
         self.messages_left -= 1
         message.write(k, next_position, self.messages_left, self.positions[lo:hi])
-        requests.append(comm.isend(message.wire(), self.aggregator, TAG_BASE + self.stream))
+        requests.append(message.send(comm, self.aggregator, TAG_BASE + self.stream))
         self.in_flight.append(int(self.positions[hi - 1]) if k else -1)
         self.cursor = hi
 
@@ -167,8 +167,7 @@ class AggregatorStream(AggregatorSide):
                 gather_blocks(self.acc, engine.index_array(rows), layout.block_size,
                               out=message.blocks(k))
             message.write(k, global_next, 0, rows + self.start)
-            wire = message.wire()
             for worker in self.remote_workers:
-                requests.append(engine.comm.isend(wire, worker, self.result_tag))
+                requests.append(message.send(engine.comm, worker, self.result_tag))
         if finished >= self.stop:
             self.done = True

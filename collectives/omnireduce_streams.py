@@ -42,11 +42,13 @@ class Message:
     Layout: the int32 header fields, the k block positions, the m next positions
     (request-driven only), then (16-byte aligned) the k blocks; a partial tail block
     travels without its padding, so it must be the message's last block. The header is a live
-    numpy view for host buffers; device buffers keep a host copy that is pushed before
-    a send and pulled after a receive.
+    numpy view for host buffers. Device buffers keep it on the host: staged through host
+    memory, it goes into the staging buffer on the host before a send and comes out of it
+    after a receive (`head` of comm.isend / irecv), never through the device; only for a
+    GPU-aware MPI is it pushed to the device before a send and pulled after a receive.
     """
 
-    def __init__(self, like, layout: Layout):
+    def __init__(self, like, layout: Layout, comm=None):
         xp = array_namespace(like)
         item = itemsize(dtype_name(like))
         self.block_size = layout.block_size
@@ -60,6 +62,8 @@ class Message:
         self.raw = empty_like(like, capacity + blocks * self.block_bytes, xp.uint8)
         self.dtype = like.dtype
         self.on_host = str(device(like)) == "cpu"
+        stages = getattr(comm, "stages", None)
+        self.staged = not self.on_host and stages is not None and stages(like)
         if self.on_host:
             self.ints = host_view(self.raw)[:capacity].view(np.int32)
         else:
@@ -89,14 +93,14 @@ class Message:
         self.nbytes = self._offset(k + m) + k * self.block_bytes
         if k and int(positions[-1]) == self.tail_id:
             self.nbytes -= self.tail_cut
-        if not self.on_host:
+        if not self.on_host and not self.staged:  # a GPU-aware MPI reads the device
             header = self._offset(k + m)
             self.raw[:header] = self._xp.asarray(self.ints.view(np.uint8)[:header],
                                                  device=device(self.raw))
 
     def read(self) -> tuple[int, int, int, np.ndarray]:
         """(k, next position, remaining, positions) of a received message."""
-        if not self.on_host:
+        if not self.on_host and not self.staged:  # staged: the comm filled self.ints
             self.ints[...] = to_numpy(self.raw[: self.ints.nbytes]).view(np.int32)
         ints = self.ints
         k = int(ints[0])
@@ -118,6 +122,20 @@ class Message:
         """The bytes that travel: header, positions and blocks as written."""
         return self.raw[: self.nbytes]
 
+    def send(self, comm, dest: int, tag: int):
+        """Post this message's send; staged, its header goes from the host copy."""
+        if self.staged:
+            head = self.ints.view(np.uint8)[: self._offset(int(self.ints[0]) +
+                                                           int(self.ints[3]))]
+            return comm.isend(self.wire(), dest, tag, head=head)
+        return comm.isend(self.wire(), dest, tag)
+
+    def receive(self, comm, source: int, tag: int):
+        """Post a receive into this message; staged, its header lands on the host too."""
+        if self.staged:
+            return comm.irecv(self.raw, source, tag, head=self.ints.view(np.uint8))
+        return comm.irecv(self.raw, source, tag)
+
 
 class Inbox:
     """Receives from one source with one tag, processed strictly in arrival order."""
@@ -130,7 +148,7 @@ class Inbox:
 
     def post(self) -> None:
         message = self.free.popleft() if self.free else self.factory()
-        self.posted.append((message, self.comm.irecv(message.raw, self.source, self.tag)))
+        self.posted.append((message, message.receive(self.comm, self.source, self.tag)))
 
     def ready(self) -> bool:
         return bool(self.posted) and self.comm.completed(self.posted[0][1])
@@ -191,7 +209,7 @@ class StreamSide:
 
     def new_message(self) -> Message:
         """A message buffer for this stream (the mailboxes allocate them when needed)."""
-        return Message(self.engine.send, self.engine.layout)
+        return Message(self.engine.send, self.engine.layout, self.engine.comm)
 
 
 class WorkerSide(StreamSide):

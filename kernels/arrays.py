@@ -201,6 +201,44 @@ class Backend:
         """What an MPI that reads device memory is handed for x."""
         return x
 
+    # staging through host memory (device backends) ----------------------------------
+    def pinned_empty(self, nbytes: int) -> np.ndarray:
+        """A uint8 host buffer the device copies at bus speed (page-locked); host
+        backends never stage, so plain page-aligned memory."""
+        return page_aligned_numpy(nbytes, "uint8")
+
+    def copy_stream(self):
+        """A new stream for staging copies, not ordered with the current stream."""
+        raise NotImplementedError
+
+    def copy_event(self):
+        """An event without timing, for ordering copies (recorded later, reused)."""
+        raise NotImplementedError
+
+    def record(self, event, stream=None) -> None:
+        """Record `event` on `stream` (None: the current stream)."""
+        event.record(stream)
+
+    def stream_wait(self, event, stream=None) -> None:
+        """Make `stream` (None: the current stream) wait for `event`; the host goes on."""
+        raise NotImplementedError
+
+    def event_synchronize(self, event) -> None:
+        """The host waits until the device has passed `event`."""
+        event.synchronize()
+
+    def copy_out_async(self, x, host: np.ndarray, stream) -> None:
+        """Enqueue host (uint8, pinned) = the bytes of device array x on `stream`."""
+        raise NotImplementedError
+
+    def copy_in_async(self, host: np.ndarray, x, stream) -> None:
+        """Enqueue the bytes of device array x = host (uint8, pinned) on `stream`."""
+        raise NotImplementedError
+
+    def byte_view(self, x):
+        """A contiguous 1-D device array's bytes, as a device array (sliceable)."""
+        return x.view(np.uint8)
+
     def tensor(self, x):
         """A zero-copy torch tensor of x's memory, for torch.distributed."""
         raise NotImplementedError
@@ -342,6 +380,51 @@ class _Torch(Backend):
 
         x.view(-1).view(torch.uint8).copy_(torch.from_numpy(host))
 
+    def pinned_empty(self, nbytes):
+        import torch
+
+        if not self.cuda:
+            return page_aligned_numpy(nbytes, "uint8")
+        # the tensor stays alive as the numpy array's base
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).numpy()
+
+    def copy_stream(self):
+        import torch
+
+        return torch.cuda.Stream()  # from torch's pool: created non-blocking
+
+    def copy_event(self):
+        import torch
+
+        return torch.cuda.Event()
+
+    def record(self, event, stream=None):
+        import torch
+
+        event.record(torch.cuda.current_stream() if stream is None else stream)
+
+    def stream_wait(self, event, stream=None):
+        import torch
+
+        (torch.cuda.current_stream() if stream is None else stream).wait_event(event)
+
+    def copy_out_async(self, x, host, stream):
+        import torch
+
+        with torch.cuda.stream(stream):
+            torch.from_numpy(host).copy_(x, non_blocking=True)
+
+    def copy_in_async(self, host, x, stream):
+        import torch
+
+        with torch.cuda.stream(stream):
+            x.copy_(torch.from_numpy(host), non_blocking=True)
+
+    def byte_view(self, x):
+        import torch
+
+        return x.view(-1).view(torch.uint8)
+
     def tensor(self, x):
         return x
 
@@ -431,6 +514,45 @@ class _Cupy(Backend):
 
     def copy_in(self, host, x):
         x.view(np.uint8).set(host)
+
+    def pinned_empty(self, nbytes):
+        import cupyx
+
+        return cupyx.empty_pinned(nbytes, dtype=np.uint8)  # from cupy's pinned pool
+
+    def copy_stream(self):
+        import cupy
+
+        return cupy.cuda.Stream(non_blocking=True)
+
+    def copy_event(self):
+        import cupy
+
+        return cupy.cuda.Event(disable_timing=True)
+
+    def record(self, event, stream=None):
+        import cupy
+
+        event.record(cupy.cuda.get_current_stream() if stream is None else stream)
+
+    def stream_wait(self, event, stream=None):
+        import cupy
+
+        (cupy.cuda.get_current_stream() if stream is None else stream).wait_event(event)
+
+    def copy_out_async(self, x, host, stream):
+        import cupy
+
+        runtime = cupy.cuda.runtime
+        runtime.memcpyAsync(host.ctypes.data, x.data.ptr, host.nbytes,
+                            runtime.memcpyDeviceToHost, stream.ptr)
+
+    def copy_in_async(self, host, x, stream):
+        import cupy
+
+        runtime = cupy.cuda.runtime
+        runtime.memcpyAsync(x.data.ptr, host.ctypes.data, host.nbytes,
+                            runtime.memcpyHostToDevice, stream.ptr)
 
     def tensor(self, x):
         import torch
@@ -564,6 +686,21 @@ def to_device(host: np.ndarray, x) -> None:
     """The bytes of device array x = host (uint8): a declared host transfer."""
     with declared():
         backend_of(x).copy_in(host[:nbytes(x)], x)
+
+
+def wait_copy(x, event) -> None:
+    """The host waits for a staging copy of x's backend (a declared sync)."""
+    with declared():
+        backend_of(x).event_synchronize(event)
+
+
+def poll_copy(x, event) -> bool:
+    """Whether a staging copy has finished, without waiting; the poll that finds it done
+    ends a host wait (declared and counted once, as `wait_copy` would be)."""
+    if not backend_of(x).event_done(event):
+        return False
+    SYNCS.count += 1
+    return True
 
 
 def host_driven(x):

@@ -29,6 +29,7 @@ VARIANTS = {
                            "variant and codec"),
     "codec_throughput": (False, "encode / decode throughput of every codec against a copy"),
     "overhead": (True, "the harness's per-call cost against a bare loop and OSU's C loop"),
+    "staging_bound": (True, "staged device allgather against its pinned copies and host MPI"),
 }
 
 # Tools: name -> (module:function taking argv and returning an exit status, help)

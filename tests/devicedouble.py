@@ -52,6 +52,10 @@ class Stats:
         self.transfers = 0        # explicit host <-> device copies
         self.allocs = 0           # device allocations (new storage, not views)
         self.timed_allocs = 0     # among them, those inside a timed region
+        self.pinned = 0           # page-locked host allocations (counted in allocs too)
+        self.timed_transfers = 0  # synchronous explicit copies inside a timed region
+        self.copies = {"d2h": 0, "h2d": 0}  # asynchronous copies on copy streams
+        self.copy_waits = {"d2h": 0, "h2d": 0}  # copies the host waited for
         self.in_region = False
         self.where: list[str] = []  # the first undeclared ones' places
         self.alloc_where: list[str] = []  # the first timed allocations' places
@@ -59,7 +63,9 @@ class Stats:
     def snapshot(self) -> dict:
         return {"syncs": self.syncs, "timed": self.timed, "undeclared": self.undeclared,
                 "transfers": self.transfers, "allocs": self.allocs,
-                "timed_allocs": self.timed_allocs, "where": list(self.where),
+                "timed_allocs": self.timed_allocs, "pinned": self.pinned,
+                "timed_transfers": self.timed_transfers, "copies": dict(self.copies),
+                "copy_waits": dict(self.copy_waits), "where": list(self.where),
                 "alloc_where": list(self.alloc_where)}
 
 
@@ -84,6 +90,12 @@ def _sync(what: str) -> None:
 def _place() -> str:
     frame = [f for f in traceback.extract_stack()[:-3] if "devicedouble" not in f.filename]
     return f"{frame[-1].filename}:{frame[-1].lineno}" if frame else "?"
+
+
+def _transfer() -> None:
+    STATS.transfers += 1
+    if STATS.in_region:
+        STATS.timed_transfers += 1
 
 
 def _alloc() -> None:
@@ -218,7 +230,7 @@ class DoubleArray:
     # explicit copies (cupy's)
     def get(self, out=None, stream=None):
         _sync(".get()")
-        STATS.transfers += 1
+        _transfer()
         if out is None:
             return self._a.copy()
         out[...] = self._a
@@ -227,7 +239,7 @@ class DoubleArray:
     def set(self, host, stream=None) -> None:
         if not isinstance(host, np.ndarray):
             raise TypeError("set takes a host (numpy) array")
-        STATS.transfers += 1
+        _transfer()
         self._a[...] = host
 
     # views and element access
@@ -386,6 +398,90 @@ class Event:
         _sync("event.synchronize()")
 
 
+class CopyStream:
+    """A copy stream (cupy's non-blocking Stream, torch's side stream): copies queue in
+    order and land only when something waits for them, so a reader that skips its wait
+    reads stale bytes (a fault the tests see as a wrong result, not a timing)."""
+
+    def __init__(self):
+        self.queue: list = []  # (position, kind, apply) not yet landed
+        self.issued = 0        # copies ever queued: positions
+        self.landed = 0        # copies landed, in order
+        self.last_kind = ""    # the direction of the last copy queued
+
+    def enqueue(self, kind: str, apply) -> None:
+        STATS.copies[kind] += 1
+        self.issued += 1
+        self.last_kind = kind
+        self.queue.append((self.issued, kind, apply))
+
+    def land(self, upto: int) -> None:
+        while self.queue and self.queue[0][0] <= upto:
+            _, _, apply = self.queue.pop(0)
+            apply()
+            self.landed += 1
+
+    def wait_event(self, event) -> None:
+        """Copies queued later start after `event`: on this ideal device every kernel
+        recorded before it has finished already."""
+
+
+class CopyEvent:
+    """An event for ordering staging copies. Recorded on a copy stream, it is passed once
+    every copy queued before it has landed: a consumer stream's wait lands them at once;
+    the host finds it passed by `synchronize()` or at the second `query()` (a copy is
+    under way when first polled). The host's waits (a `synchronize()`, or the poll that
+    finds the copies landed) are counted once per recording, by the direction of the
+    copies waited for; recorded on the current stream, it is passed at once."""
+
+    def __init__(self):
+        self.stream: CopyStream | None = None
+        self.position = 0
+        self.kind = ""
+        self.polls = 0
+        self.waited = False
+
+    def record(self, stream=None) -> None:
+        self.stream = stream if isinstance(stream, CopyStream) else None
+        self.polls, self.waited = 0, False
+        if self.stream is not None:
+            self.position = self.stream.issued
+            self.kind = self.stream.last_kind
+
+    def _passed(self) -> bool:
+        return self.stream is None or self.stream.landed >= self.position
+
+    def _host_waited(self) -> None:
+        if not self.waited and self.kind:
+            STATS.copy_waits[self.kind] += 1
+        self.waited = True
+
+    def query(self) -> bool:
+        if self._passed():
+            return True
+        self.polls += 1
+        if self.polls < 2:
+            return False
+        self.stream.land(self.position)
+        self._host_waited()
+        return True
+
+    @property
+    def done(self) -> bool:  # cupy's spelling
+        return self.query()
+
+    def synchronize(self) -> None:
+        _sync("copy event.synchronize()")  # a wait, however short
+        if not self._passed():
+            self.stream.land(self.position)
+        self._host_waited()
+
+    def let_wait(self) -> None:
+        """A stream waits for this event: what it waits for lands before its next kernel."""
+        if self.stream is not None:
+            self.stream.land(self.position)
+
+
 class Kernels:
     """The codecs' device kernels on the double, as kernels/codec_device.py's are on a GPU:
     one "launch" each (the compiled host kernels on the storage), and the encodes' largest
@@ -457,9 +553,6 @@ class DoubleBackend(arrays.Backend):
     def elapsed_s(self, start, stop) -> float:
         return stop.t - start.t
 
-    def event_done(self, event) -> bool:
-        return event.t is not None
-
     def region(self, timed: bool) -> None:
         STATS.in_region = timed
 
@@ -471,6 +564,46 @@ class DoubleBackend(arrays.Backend):
 
     def copy_in(self, host, x) -> None:
         x.view(np.uint8).set(host)
+
+    def pinned_empty(self, nbytes: int) -> np.ndarray:
+        STATS.pinned += 1
+        _alloc()
+        return np.empty(nbytes, np.uint8)
+
+    def copy_stream(self):
+        return CopyStream()
+
+    def copy_event(self):
+        return CopyEvent()
+
+    def record(self, event, stream=None) -> None:
+        event.record(stream)
+
+    def stream_wait(self, event, stream=None) -> None:
+        event.let_wait()
+
+    def event_done(self, event) -> bool:
+        if isinstance(event, CopyEvent):
+            return event.query()
+        return event.t is not None
+
+    def copy_out_async(self, x, host, stream) -> None:
+        if not isinstance(host, np.ndarray) or not isinstance(x, DoubleArray):
+            raise TypeError("copy_out_async: a device array into a host array")
+        source = x.view(np.uint8)._a  # the bytes as they are when the copy runs
+
+        def apply():
+            host[...] = source
+        stream.enqueue("d2h", apply)
+
+    def copy_in_async(self, host, x, stream) -> None:
+        if not isinstance(host, np.ndarray) or not isinstance(x, DoubleArray):
+            raise TypeError("copy_in_async: a host array into a device array")
+        target = x.view(np.uint8)._a
+
+        def apply():
+            target[...] = host
+        stream.enqueue("h2d", apply)
 
     def codec_kernels(self):
         if os.environ.get("CCBENCH_DOUBLE_KERNELS", "1") == "0" or \

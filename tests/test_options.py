@@ -55,7 +55,13 @@ def test_case_shapes_follow_osu_and_nccl_tests():
 
 def entry_point_parsers() -> dict:
     """Every ccbench program's option parser."""
-    from ccbench.benchmarks import codec_throughput, merged_gradient, overhead, training
+    from ccbench.benchmarks import (
+        codec_throughput,
+        merged_gradient,
+        overhead,
+        staging_bound,
+        training,
+    )
     from ccbench.benchmarks.options import build_parser
     from ccbench.scripts import compare, corpus, gate, profile_layers, simulate, sweep
 
@@ -63,6 +69,7 @@ def entry_point_parsers() -> dict:
         "variant": build_parser("ccbench baseline", "", ("allgather",), quiet=True),
         "merged_gradient": merged_gradient.build_parser(True),
         "overhead": overhead.build_parser(True),
+        "staging_bound": staging_bound.build_parser(True),
         "codec_throughput": codec_throughput.build_parser(),
         "training": training.build_parser(True),
         "compare": compare.build_parser(),
