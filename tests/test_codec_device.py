@@ -245,8 +245,9 @@ def test_timed_device_codec_calls_neither_allocate_nor_wait(spec):
 # a time: a lane runs until it reaches a warp intrinsic and parks there; when every lane
 # has parked, each takes its result from what all lanes brought (its mask applied: a lane
 # outside the mask does not contribute), so a wrong lane, offset or mask changes the
-# result. Lanes that finish while others wait at an intrinsic abort the run (a divergent
-# warp). The vector accesses abort on an address that is not aligned to their size.
+# result. A fault (lanes that finish while others wait at an intrinsic: a divergent warp;
+# a lane outside its own mask; a vector access at an address not aligned to its size) is
+# recorded and the run goes on; the launch then raises it.
 _PRELUDE = r"""
 #include <algorithm>
 #include <cstdint>
@@ -273,17 +274,21 @@ static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __int2float_rn(int i) { return (float)i; }
 static inline float __uint2float_rn(unsigned i) { return (float)i; }
 
-static void aligned_or_abort(const void *p, unsigned size) {
-    if ((uintptr_t)p % size) {
-        std::fprintf(stderr, "misaligned %u-byte access at %p\n", size, p);
-        std::abort();
-    }
+static char fault[200];  /* the first fault of a launch, "" if none */
+static void record_fault(const char *what, long long detail) {
+    if (!fault[0])
+        std::snprintf(fault, sizeof fault, "%s (%lld) in block %lld, thread %lld", what,
+                      detail, blockIdx.x, threadIdx.x);
+}
+static void aligned_or_fault(const void *p, unsigned size) {
+    if ((uintptr_t)p % size)
+        record_fault("misaligned vector access of size", size);
 }
 template <typename T> static inline T load_at(const void *p) {
-    aligned_or_abort(p, sizeof(T)); T v; std::memcpy(&v, p, sizeof(T)); return v;
+    aligned_or_fault(p, sizeof(T)); T v; std::memcpy(&v, p, sizeof(T)); return v;
 }
 template <typename T> static inline void store_at(void *p, T v) {
-    aligned_or_abort(p, sizeof(T)); std::memcpy(p, &v, sizeof(T));
+    aligned_or_fault(p, sizeof(T)); std::memcpy(p, &v, sizeof(T));
 }
 static inline float4 load_f4(const float *p) { return load_at<float4>(p); }
 static inline void store_f4(float *p, float4 v) { store_at(p, v); }
@@ -309,10 +314,8 @@ static void lane_main() { body(); finished[current] = true; }
 
 /* the running lane reaches an intrinsic with `value`: park until all have */
 static void meet(unsigned mask, int value) {
-    if (!((mask >> current) & 1u)) {
-        std::fprintf(stderr, "lane %d calls a warp intrinsic outside its mask\n", current);
-        std::abort();
-    }
+    if (!((mask >> current) & 1u))
+        record_fault("a lane calls a warp intrinsic outside its mask", current);
     masks[current] = mask;
     brought[current] = value;
     parked[current] = true;
@@ -343,11 +346,8 @@ static void run(long long first) {
             waiting += parked[l];
         if (waiting == 0)
             return;
-        if (waiting != LANES) {
-            std::fprintf(stderr, "divergent warp: %d of %d lanes at an intrinsic\n", waiting,
-                         LANES);
-            std::abort();
-        }
+        if (waiting != LANES)
+            record_fault("divergent warp: lanes at an intrinsic", waiting);
         std::memcpy(seen, brought, sizeof seen);
     }
 }
@@ -387,6 +387,12 @@ static void launch(long long blocks, std::function<void()> kernel) {
 }
 extern "C" {
 long long take_atomics(void) { const long long n = atomics; atomics = 0; return n; }
+const char *take_fault(void) {
+    static char copy[sizeof fault];
+    std::memcpy(copy, fault, sizeof fault);
+    fault[0] = 0;
+    return copy;
+}
 void run_bfp_encode(const float *x, long long n, unsigned char *out, int block, int width,
                     int rate, int vector, int limit, int *flag, long long blocks) {
     launch(blocks, [=] { bfp_encode(x, n, out, block, width, rate, vector, limit, flag); });
@@ -457,12 +463,18 @@ class Emulated:
     def __init__(self, lib):
         self.lib = lib
         self.blocks = EMULATED_BLOCKS
+        lib.take_fault.restype = ctypes.c_char_p
+        lib.take_atomics.restype = ctypes.c_longlong
+
+    def _checked(self, name: str, *args) -> None:
+        getattr(self.lib, name)(*args)
+        fault = self.lib.take_fault().decode()
+        assert not fault, f"{name}: {fault}"
 
     def _grid(self, work: int) -> ctypes.c_longlong:
         return ctypes.c_longlong(codec_device.grid(work, self.blocks))
 
     def atomics(self) -> int:
-        self.lib.take_atomics.restype = ctypes.c_longlong
         return int(self.lib.take_atomics())
 
     @staticmethod
@@ -472,12 +484,12 @@ class Emulated:
     def encode(self, spec, x, payload, flag) -> None:
         codec, n = parse_codec(spec), ctypes.c_longlong(x.shape[0])
         if codec.name == "bfp":
-            self.lib.run_bfp_encode(
+            self._checked("run_bfp_encode",
                 _ptr(x), n, _ptr(payload), codec.block, TILE_WIDTH, codec.rate,
                 self._vector(x, payload), codec.limit_bits, _ptr(flag),
                 self._grid(codec_device.bfp_groups(x.shape[0], codec.block, TILE_WIDTH)))
         else:
-            self.lib.run_cast_encode(
+            self._checked("run_cast_encode",
                 _ptr(x), n, _ptr(payload), int(spec == "bf16"), self._vector(x, payload),
                 int(codec_device._limit(spec == "bf16")), _ptr(flag),
                 self._grid(codec_device.cast_groups(x.shape[0])))
@@ -485,12 +497,12 @@ class Emulated:
     def decode(self, spec, payload, out) -> None:
         codec, n = parse_codec(spec), ctypes.c_longlong(out.shape[0])
         if codec.name == "bfp":
-            self.lib.run_bfp_decode(
+            self._checked("run_bfp_decode",
                 _ptr(payload), n, _ptr(out), codec.block, TILE_WIDTH, codec.rate,
                 self._vector(payload, out),
                 self._grid(codec_device.bfp_groups(out.shape[0], codec.block, TILE_WIDTH)))
         else:
-            self.lib.run_cast_decode(_ptr(payload), n, _ptr(out), int(spec == "bf16"),
+            self._checked("run_cast_decode", _ptr(payload), n, _ptr(out), int(spec == "bf16"),
                                      self._vector(payload, out),
                                      self._grid(codec_device.cast_groups(out.shape[0])))
 
@@ -498,12 +510,12 @@ class Emulated:
         codec, n = parse_codec(spec), ctypes.c_longlong(target.shape[0])
         vector = self._vector(payload, own, target, out)
         if codec.name == "bfp":
-            self.lib.run_bfp_decode_add_encode(
+            self._checked("run_bfp_decode_add_encode",
                 _ptr(payload), _ptr(own), _ptr(target), n, _ptr(out), codec.block, TILE_WIDTH,
                 codec.rate, vector, codec.limit_bits, _ptr(flag),
                 self._grid(codec_device.bfp_groups(target.shape[0], codec.block, TILE_WIDTH)))
         else:
-            self.lib.run_cast_decode_add_encode(
+            self._checked("run_cast_decode_add_encode",
                 _ptr(payload), _ptr(own), _ptr(target), n, _ptr(out), int(spec == "bf16"),
                 vector, int(codec_device._limit(spec == "bf16")), _ptr(flag),
                 self._grid(codec_device.cast_groups(target.shape[0])))
