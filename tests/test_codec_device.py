@@ -672,3 +672,23 @@ def test_emulated_hop_votes_on_its_sums(emulated, spec):
     flag[0] = 0
     emulated.hop(spec, placed(payload, 0), placed(own, 0), target, None, flag)
     assert flag[0] == 0 and emulated.atomics() == 0
+
+
+@pytest.mark.parametrize("spec", ["fp16", "bfp:rate=8"])
+def test_codec_throughput_times_the_device_hop_on_the_double(spec, monkeypatch):
+    """ccbench codec_throughput on device buffers (the double in CI): its hop runs the
+    device kernels' fused hop, and no timed call allocates or waits."""
+    import tests.devicedouble as double
+    from ccbench.benchmarks.codec_throughput import measure_codec
+
+    name = "bfp_decode_add_encode" if spec.startswith("bfp") else "cast_decode_add_encode"
+    hops = []
+    fused_hop = getattr(double.Kernels, name)
+    monkeypatch.setattr(double.Kernels, name,
+                        lambda self, *args: hops.append(1) or fused_hop(self, *args))
+    double.STATS.reset()
+    row = measure_codec(spec, "gradient-like", "double", "float32", 1 << 14, 2)
+    assert row["kernels"] == "device" and row["hop_gbps"] > 0
+    assert len(hops) >= 3  # the untimed try, then one per timed round
+    assert double.STATS.timed == 0 and double.STATS.timed_allocs == 0, \
+        double.STATS.alloc_where
