@@ -12,10 +12,12 @@ bfp, fp16 and bf16 have three implementations of one format:
   every backend: the portable definition the other two are tested against.
 
 The fused and device kernels write the reference's bytes and decode to its floats. Data
-they refuse (NaN, Inf, out of range) is handed back to the reference, which raises its
-DataError, so every path fails alike. ``CCBENCH_CODEC_KERNELS=reference`` forces the
-reference everywhere (JSON sidecars record CCBENCH_ variables); a codec object's
-``kernels`` attribute does the same for that codec alone.
+the fused kernels refuse (NaN, Inf, out of range) is handed back to the reference, which
+raises its DataError; the device kernels' range check is deferred (codec_base:
+check_deferred raises the reference's DataError), so every path fails alike.
+``CCBENCH_CODEC_KERNELS=reference`` forces the reference everywhere (JSON sidecars
+record CCBENCH_ variables); a codec object's ``kernels`` attribute does the same for that
+codec alone.
 """
 
 from __future__ import annotations
