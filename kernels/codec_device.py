@@ -42,13 +42,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ccbench.kernels.codec_cast import OVERFLOW_BITS
-
 THREADS = 256
 MAX_BLOCKS = 1 << 16      # grid-stride loops beyond this many blocks
 GROUP_COLUMNS = 4         # bfp columns per thread (must divide the tile width)
 CAST_GROUP = 8            # cast values per thread and step
 VECTOR_ALIGN = 16         # bytes: the vector loads and stores need every buffer on it
+# the smallest |x| bits each cast refuses (fused_cast.c's, codec_cast.OVERFLOW_BITS)
+F16_OVERFLOW_BITS = 0x477FF000   # 65520 rounds to Inf in float16
+BF16_OVERFLOW_BITS = 0x7F7F8000  # 2**128 - 2**119 rounds to Inf in bfloat16
 
 _SOURCE = r"""
 #define FULL_MASK 0xFFFFFFFFu
@@ -714,7 +715,7 @@ def bfp_decode_add_encode(codec, payload, own, target, out, tile_width: int,
 
 
 def _limit(bfloat: bool) -> np.int32:
-    return np.int32(OVERFLOW_BITS["bfloat16" if bfloat else "float16"])
+    return np.int32(BF16_OVERFLOW_BITS if bfloat else F16_OVERFLOW_BITS)
 
 
 def cast_encode(x, payload, bfloat: bool, flag: Flag) -> None:
