@@ -692,3 +692,53 @@ def test_codec_throughput_times_the_device_hop_on_the_double(spec, monkeypatch):
     assert len(hops) >= 3  # the untimed try, then one per timed round
     assert double.STATS.timed == 0 and double.STATS.timed_allocs == 0, \
         double.STATS.alloc_where
+
+
+def edge_values(spec: str) -> np.ndarray:
+    """Edge cases for the emulation: bfp blocks whose max |x| sits at 2**e (1 - 2**-R) and
+    one ulp on either side (normal and subnormal exponents), zeros and the largest value
+    taken; for the casts, random float32 bit patterns of every exponent the cast takes,
+    rounding ties (the half-way bits), subnormals and the largest value taken."""
+    rng = np.random.default_rng(7)
+    codec = parse_codec(spec)
+    top = accepted_below(spec)
+    if codec.name != "bfp":
+        patterns = rng.integers(0, 1 << 32, 40_000, dtype=np.uint64).astype(np.uint32)
+        x = patterns.view(np.float32)
+        x = x[np.isfinite(x) & (np.abs(x) <= top)]
+        ties = (x.view(np.uint32) & np.uint32(0xFFFF0000)) | np.uint32(0x8000)  # bf16's
+        half = (x.view(np.uint32) & np.uint32(0xFFFFE000)) | np.uint32(0x1000)  # fp16's
+        both = np.concatenate([x, ties.view(np.float32), half.view(np.float32)])
+        both = both[np.isfinite(both) & (np.abs(both) <= top)]
+        return np.concatenate([both, [top, -top, 0.0, -0.0, 1e-45]]).astype(np.float32)
+    edges = []
+    for e in (-140, -126, -125, -1, 0, 30, codec.max_exponent - 1):
+        edge = np.float32(2.0**e * (1 - 2.0**-codec.rate))
+        edges += [np.nextafter(edge, np.float32(0)), edge, np.nextafter(edge, np.float32(1e38))]
+    edges.append(top)
+    x = np.zeros(len(edges) * codec.block * TILE_WIDTH // 8 + 29, np.float32)
+    for i, v in enumerate(edges):  # column i of tile 0: max |x| = v, the rest below
+        lanes = i + TILE_WIDTH * np.arange(codec.block)
+        x[lanes] = v * rng.uniform(-1, 1, codec.block).astype(np.float32)
+        x[lanes[rng.integers(codec.block)]] = v if i % 2 else -v
+    x[-1] = -top  # the last tile's last block
+    return x
+
+
+@pytest.mark.parametrize("spec", ["fp16", "bf16", "bfp:rate=8", "bfp:rate=16", "bfp:rate=2",
+                                  "bfp:rate=5,block=8"])
+def test_emulated_kernels_on_edge_values(emulated, spec):
+    x = edge_values(spec)
+    fast = host(spec)
+    expected = fast.encode(x)
+    assert np.array_equal(expected, reference(spec).encode(x))
+    decoded = np.empty_like(x)
+    fast.decode(expected, decoded)
+    for offset in (0, 4):
+        payload, flag = placed(np.zeros_like(expected), offset), np.zeros(1, np.int32)
+        emulated.encode(spec, placed(x, offset), payload, flag)
+        assert np.array_equal(payload, expected), offset
+        assert flag[0] == 0 and emulated.atomics() == 0
+        out = placed(np.zeros_like(x), offset)
+        emulated.decode(spec, placed(expected, offset), out)
+        assert np.array_equal(bits(out), bits(decoded)), offset
