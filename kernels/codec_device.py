@@ -624,10 +624,10 @@ def read_flag(flag: Flag) -> int:
     streams = list(flag.streams.values())
     flag.streams = {}
     with cupy.cuda.Device(flag.device_id):
-        for stream in streams[:-1]:
+        for stream in streams:
             stream.synchronize()
-        last = streams[-1]
-        value = int(flag.bits.get(stream=last)[0])  # waits for `last`
+        value = int(flag.bits.get()[0])  # a synchronous copy (older cupy copies
+        last = streams[-1]               # asynchronously when given a stream)
         with last:
             flag.bits.fill(0)
         last.synchronize()
