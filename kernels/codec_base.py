@@ -13,9 +13,11 @@ their payload with an 8-byte length header; a receiver posts a buffer of
 so the size travels in-band with the data instead of in an extra message.
 
 On a device, a range check that raised at once would stall the host on every encode
-(reading a flag back waits for the kernel). Device encodes keep the largest magnitude
-they saw on the device instead (`_defer`); `check_deferred()`, called outside the timed
-calls, reads it once and raises the same DataError the host would have.
+(reading a flag back waits for the kernel). The device kernels vote into a range flag
+instead, one per codec and device, allocated once (`_range_flag`); the array-API kernels
+on a device keep a device scalar of the largest magnitude they saw (`_defer`).
+`check_deferred()`, called outside the timed calls, reads both (and resets the flags) and
+raises the same DataError the host would have.
 
 Lossy codecs state `error_bound(amax, dtype)`: the largest absolute error one
 encode/decode round trip can add to data whose largest magnitude is `amax`, when the
@@ -143,8 +145,18 @@ class Codec:
         # 'reference' forces the array-API kernels of codecs that have faster ones
         self.kernels = requested_kernels()
         self._worst: dict = {}  # array type -> device int32 scalar: the deferred check
+        self._flags: dict = {}  # device -> (device kernels, their range flag there)
 
     # the deferred range check of device encodes ------------------------------------
+    def _range_flag(self, kernels, x):
+        """The range flag the device kernels' encodes of `x` vote into: one per codec and
+        device, allocated on first use and kept (no allocation per call)."""
+        key = kernels.flag_key(x)
+        held = self._flags.get(key)
+        if held is None:
+            held = self._flags[key] = (kernels, kernels.new_flag(x))
+        return held[1]
+
     def _defer(self, worst) -> None:
         """Keep `worst` (a device int32 scalar: the bits of the largest |x| seen, or the
         bits of Inf for a failed check) until check_deferred reads it."""
@@ -155,13 +167,12 @@ class Codec:
     def check_deferred(self) -> None:
         """Raise the DataError a device encode since the last check would have raised
         (one host synchronisation; call it outside the timed calls)."""
-        if not self._worst:
+        if not (self._worst or self._flags):
             return
-        from ccbench.kernels import arrays
-
         pending, self._worst = list(self._worst.values()), {}
         with arrays.declared():
-            worst = max(int(value) for value in pending)
+            worst = max([int(value) for value in pending] +
+                        [kernels.read_flag(flag) for kernels, flag in self._flags.values()])
         message = self._range_error(worst)
         if message is not None:
             raise DataError(message)

@@ -87,7 +87,8 @@ class BfpCodec(Codec):
         if path == "fused" and fused.bfp_encode(self, x, payload, TILE_WIDTH):
             return
         if path == "device":  # the range check is read later (check_deferred)
-            self._defer(fused.device_kernels(x).bfp_encode(self, x, payload, TILE_WIDTH))
+            kernels = fused.device_kernels(x)
+            kernels.bfp_encode(self, x, payload, TILE_WIDTH, self._range_flag(kernels, x))
             return
         self._reference_encode(x, payload)  # also where the fast kernels refused the data
 
@@ -102,9 +103,15 @@ class BfpCodec(Codec):
 
     def decode_add_encode(self, payload, own, target, out=None, scratch=None):
         n = target.shape[0]
-        if not (n and fused.hop_is_fused(self, own, target)):
+        path = fused.hop_path(self, payload, own, target) if n else "reference"
+        if path == "reference":
             return super().decode_add_encode(payload, own, target, out, scratch)
         payload_out = None if out is None else out[:self.encoded_nbytes(n)]
+        if path == "device":  # a sum's range check is read later (check_deferred)
+            kernels = fused.device_kernels(target)
+            kernels.bfp_decode_add_encode(self, payload, own, target, payload_out, TILE_WIDTH,
+                                          self._range_flag(kernels, target))
+            return payload_out
         if not fused.bfp_decode_add_encode(self, payload, own, target, payload_out, TILE_WIDTH):
             self._reference_encode(target, payload_out)  # the sums: raises the reference's error
         return payload_out

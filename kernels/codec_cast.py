@@ -181,7 +181,8 @@ class CastCodec(Codec):
         if path == "fused" and fused.cast_encode(x, payload, bfloat):
             return
         if path == "device":  # the range check is read later (check_deferred)
-            self._defer(fused.device_kernels(x).cast_encode(x, payload, bfloat))
+            kernels = fused.device_kernels(x)
+            kernels.cast_encode(x, payload, bfloat, self._range_flag(kernels, x))
             return
         if not is_host(x):
             self._defer(cast_device(x, payload, self.target))
@@ -203,9 +204,16 @@ class CastCodec(Codec):
 
     def decode_add_encode(self, payload, own, target, out=None, scratch=None):
         n = target.shape[0]
-        if not (n and fused.hop_is_fused(self, own, target)):
+        path = fused.hop_path(self, payload, own, target) if n else "reference"
+        if path == "reference":
             return super().decode_add_encode(payload, own, target, out, scratch)
         payload_out = None if out is None else out[:2 * n]
+        if path == "device":  # a sum's range check is read later (check_deferred)
+            kernels = fused.device_kernels(target)
+            kernels.cast_decode_add_encode(payload[:2 * n], own, target, payload_out,
+                                           self.target == "bfloat16",
+                                           self._range_flag(kernels, target))
+            return payload_out
         if not fused.cast_decode_add_encode(payload[:2 * n], own, target, payload_out,
                                             self.target == "bfloat16"):
             cast_into(target, payload_out, self.target, self.spec)  # raises the reference's

@@ -5,16 +5,19 @@ bfp, fp16 and bf16 have three implementations of one format:
 * ``fused``: compiled host kernels (kernels/fused_*.c, built by ``pip install`` as
   ``ccbench.kernels._fused``), one pass over memory, for numpy arrays and torch CPU
   tensors (contiguous; bfp takes every float dtype through float32, the casts float32);
-* ``device``: one CUDA kernel per encode and per decode (kernels/codec_device.py), for
-  cupy arrays and torch CUDA tensors where cupy is installed;
+* ``device``: one CUDA kernel per encode, decode and reduce-scatter hop
+  (kernels/codec_device.py), for cupy arrays and torch CUDA tensors where cupy is
+  installed;
 * ``reference``: the array-API kernels (codec_bfp.py, codec_cast.py), written once for
   every backend: the portable definition the other two are tested against.
 
 The fused and device kernels write the reference's bytes and decode to its floats. Data
-they refuse (NaN, Inf, out of range) is handed back to the reference, which raises its
-DataError, so every path fails alike. ``CCBENCH_CODEC_KERNELS=reference`` forces the
-reference everywhere (JSON sidecars record CCBENCH_ variables); a codec object's
-``kernels`` attribute does the same for that codec alone.
+the fused kernels refuse (NaN, Inf, out of range) is handed back to the reference, which
+raises its DataError; the device kernels' range check is deferred (codec_base:
+check_deferred raises the reference's DataError), so every path fails alike.
+``CCBENCH_CODEC_KERNELS=reference`` forces the reference everywhere (JSON sidecars
+record CCBENCH_ variables); a codec object's ``kernels`` attribute does the same for that
+codec alone.
 """
 
 from __future__ import annotations
@@ -173,6 +176,16 @@ def cast_decode_add_encode(payload, own, target, out, bfloat: bool) -> bool:
                                                  host_numpy(target), dest, bfloat)
 
 
-def hop_is_fused(codec, own, target) -> bool:
-    """True when the fused host kernels run a reduce-scatter hop of float32 arrays."""
-    return all(path(codec, a, ("float32",)) == "fused" for a in (own, target))
+def hop_path(codec, payload, own, target) -> str:
+    """'fused', 'device' or 'reference': the kernels of a reduce-scatter hop. The fused
+    and device kernels take float32 arrays of one kind (host or device) and a payload
+    of that kind."""
+    paths = {path(codec, a, ("float32",)) for a in (own, target)}
+    if paths == {"fused"} and is_host(payload):
+        return "fused"
+    if paths == {"device"} and not is_host(payload):
+        from ccbench.kernels.arrays import backend_of
+
+        if backend_of(payload) is backend_of(target):
+            return "device"
+    return "reference"

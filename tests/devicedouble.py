@@ -13,7 +13,8 @@ behave, where it matters here, like cupy's:
   `x.set(host)` and `asarray(host)` (host to device);
 * a stream whose `synchronize` is counted, and events (`record`, `elapsed`);
 * the codecs' device kernels (`Kernels`: the compiled host kernels on the double's
-  memory, their range check left on the device, as kernels/codec_device.py leaves it).
+  memory, their range check a vote into a flag kept on the device, as
+  kernels/codec_device.py's is).
 
 Operations run at once on numpy storage (an ideal device: every kernel has finished when
 it returns). The namespace is numpy's, with arguments and results wrapped, so the
@@ -484,32 +485,60 @@ class CopyEvent:
 
 class Kernels:
     """The codecs' device kernels on the double, as kernels/codec_device.py's are on a GPU:
-    one "launch" each (the compiled host kernels on the storage), and the encodes' largest
-    |x| bits returned as a device scalar, never read back here. CCBENCH_DOUBLE_KERNELS=0
+    one "launch" each (the compiled host kernels on the storage, encode, decode and the
+    hop), and the range check a vote into the codec's flag for this device (an int32
+    device array allocated once per codec and device): left alone on data in range, the
+    largest |x| bits where a value is not, never read back here. CCBENCH_DOUBLE_KERNELS=0
     leaves the double on the codecs' array-API kernels (torch-CUDA without cupy)."""
 
     @staticmethod
-    def _worst(x):
-        bits = np.bitwise_and(x._a.view(np.int32), 0x7FFFFFFF)
-        return DoubleArray(np.asarray(bits.max() if bits.size else 0, dtype=np.int32))
+    def flag_key(x):
+        return x.device
 
-    def bfp_encode(self, codec, x, payload, tile_width):
-        worst = self._worst(x)
-        if worst._a < codec.limit_bits:  # the storage, as the kernel sees it: no wait
-            fused.host_kernels().bfp_encode(x._a, payload._a, codec.block, tile_width,
-                                            codec.rate)
-        return worst
+    @staticmethod
+    def new_flag(x):
+        return DoubleArray(np.zeros(1, np.int32), x.device)
+
+    @staticmethod
+    def read_flag(flag) -> int:
+        """The flag's value (a host synchronisation), then reset on the device."""
+        value = int(flag.get()[0])
+        flag.fill(0)
+        return value
+
+    @staticmethod
+    def _vote(flag, values) -> None:
+        """A refused encode's vote (the kernels' atomicMax): the largest |x| bits."""
+        bits = np.bitwise_and(values._a.view(np.int32), 0x7FFFFFFF)
+        flag._a[0] = max(int(flag._a[0]), int(bits.max()))
+
+    def bfp_encode(self, codec, x, payload, tile_width, flag):
+        if not fused.host_kernels().bfp_encode(x._a, payload._a, codec.block, tile_width,
+                                               codec.rate):
+            self._vote(flag, x)
 
     def bfp_decode(self, codec, payload, out, tile_width):
         fused.host_kernels().bfp_decode(payload._a, out._a, codec.block, tile_width,
                                         codec.rate)
 
-    def cast_encode(self, x, payload, bfloat):
-        fused.host_kernels().cast_encode(x._a, payload._a, bfloat)
-        return self._worst(x)
+    def bfp_decode_add_encode(self, codec, payload, own, target, out, tile_width, flag):
+        dest = np.empty(0, np.uint8) if out is None else out._a
+        if not fused.host_kernels().bfp_decode_add_encode(
+                payload._a, own._a, target._a, dest, codec.block, tile_width, codec.rate):
+            self._vote(flag, target)
+
+    def cast_encode(self, x, payload, bfloat, flag):
+        if not fused.host_kernels().cast_encode(x._a, payload._a, bfloat):
+            self._vote(flag, x)
 
     def cast_decode(self, payload, out, bfloat):
         fused.host_kernels().cast_decode(payload._a, out._a, bfloat)
+
+    def cast_decode_add_encode(self, payload, own, target, out, bfloat, flag):
+        dest = np.empty(0, np.uint8) if out is None else out._a
+        if not fused.host_kernels().cast_decode_add_encode(payload._a, own._a, target._a,
+                                                           dest, bfloat):
+            self._vote(flag, target)
 
 
 KERNELS = Kernels()
