@@ -1,5 +1,6 @@
 """Cases for tests/test_torch_transport_checks.py: the torch transport (gloo) held to the
-MPI transport and to its peers, in one launch on 2 ranks.
+MPI transport and to its peers; and for tests/test_trace_checks.py: the traces' steps
+that need ranks. One launch on 2 ranks.
 
     mpiexec -n 2 python -m mpi4py -m tests.drivers.torch_checks_cases
 
@@ -15,7 +16,10 @@ Rank 0 prints one JSON line per case:
   mode), and the copies one staged call makes;
 * ``control``: the control plane's sum, min and max of a value that differs by rank;
 * ``one-rank-wrong``: a run whose last rank spoils its result (tests/drivers/
-  faulty_variants.WrongResult), over torch.
+  faulty_variants.WrongResult), over torch;
+* ``replay-validate``: the replay's validation of a step's calls, as is and with rank 1's
+  allreduce result spoiled, as each rank sees it;
+* ``capture-means``: a trace gathered from recorders whose figures are set per rank.
 """
 
 from __future__ import annotations
@@ -206,6 +210,69 @@ def main() -> None:
         status = run_variant(WrongResult(), ["--collective", "allreduce", "-m", "1K:1K",
                                              *over, *COMMON, "--csv", str(out)])
     emit("one-rank-wrong", status=max(world.allgather(status)), rows=rows(out))
+
+    from ccbench.collectives.comm import Communicator
+
+    launch = Communicator(world)
+    emit("replay-validate", **replay_validation(launch))
+    emit("capture-means", **capture_means(launch))
+
+
+class SpoiledAllreduce:
+    """A transport whose allreduce result is off by one in its first element."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def allreduce(self, buf):
+        self.inner.allreduce(buf)
+        buf[0] += 1
+
+
+def replay_validation(comm) -> dict:
+    from ccbench.benchmarks.trace_replay import validate
+    from ccbench.collectives.trace import Event, Step
+    from ccbench.training.replay import ReplaySpec, Router
+
+    steps = [Step([Event("call", 1.0, None, 0, "allreduce", 4096),
+                   Event("call", 1.0, None, 1, "allgather", 2048),
+                   Event("drain", 1.0)])]
+    router = Router(comm, ReplaySpec("baseline", "ring"))
+    honest = validate(comm, router, steps, seed=0)
+    if comm.rank == 1:
+        plain = router.transport
+        router.transport = lambda e: SpoiledAllreduce(plain(e)) \
+            if e.collective == "allreduce" else plain(e)
+    spoiled = validate(comm, router, steps, seed=0)
+    return {"honest": comm.mpi.allgather(honest), "spoiled": comm.mpi.allgather(spoiled)}
+
+
+def capture_means(comm) -> dict:
+    """Rank r's figures are (r + 1) times a base: over 2 ranks every mean is 1.5 times
+    it. One step of an async allreduce, its wait, and the tail."""
+    from ccbench.collectives.trace import Event, Step
+    from ccbench.training.trace_capture import Recorder, gather
+
+    f = comm.rank + 1
+    recorder = Recorder()
+    for number in (1, 2):  # the first is skipped, as a warm-up step
+        call = Event("call", 10.0 * f, 5.0 * f, 0, "allreduce", 1024, run_us=30.0 * f)
+        wait = Event("wait", 20.0 * f, 8.0 * f, 0, waited_us=4.0 * f)
+        recorder.steps.append(Step([call, wait], tail_us=100.0 * f, tail_cpu_us=90.0 * f,
+                                   number=number,
+                                   measured={"step_us": 1000.0 * f, "comm_us": 40.0 * f,
+                                             "compute_us": 900.0 * f,
+                                             "comm_busy_us": 60.0 * f}))
+    trace = gather(comm, recorder, {"kind": "captured"}, skip=1, overlap=True)
+    if trace is None:
+        return {}
+    (step,) = trace.steps
+    return {"events": [[e.gap_us, e.gap_cpu_us, e.run_us, e.waited_us] for e in step.events],
+            "tail": [step.tail_us, step.tail_cpu_us], "measured": step.measured,
+            "number": step.number, "ranks": trace.ranks}
 
 
 if __name__ == "__main__":
