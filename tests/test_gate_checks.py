@@ -40,6 +40,7 @@ class RecordingLauncher:
     times the factor of that benchmark's round; every launch recorded."""
 
     launches: list = []
+    printed = ""
 
     def __init__(self, ranks, bind=True):
         self.bind = bind
@@ -55,7 +56,7 @@ class RecordingLauncher:
 
 
 @pytest.fixture
-def recorded(tmp_path, monkeypatch):
+def recorded(tmp_path, monkeypatch, capsys):
     """The gate of SPEC on this checkout against HEAD, its launches recorded; the base's
     code is the tree's own (nothing to build)."""
     if not (REPO / ".git").exists():
@@ -70,7 +71,16 @@ def recorded(tmp_path, monkeypatch):
     out = tmp_path / "gate.csv"
     status = gate.main(["--spec", str(spec), "--base", "HEAD", "--no-bind", "--csv",
                         str(out)])
+    RecordingLauncher.printed = capsys.readouterr().out
     return status, list(csv.DictReader(out.open())), RecordingLauncher.launches
+
+
+def test_both_sides_kernels_are_recorded(recorded):
+    """Both sides are this checkout's code here: the same kernels, printed once each."""
+    (line,) = [x for x in RecordingLauncher.printed.splitlines()
+               if x.startswith("# codec kernels:")]
+    base, tree = line.removeprefix("# codec kernels: base ").split(", tree ")
+    assert base == tree and base in ("fused", "reference", "borrowed")
 
 
 def test_a_point_past_the_threshold_runs_as_many_rounds_again(recorded):
