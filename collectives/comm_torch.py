@@ -13,8 +13,10 @@ wait, not the host).
 
 Buffers the backend cannot read (a CUDA buffer on gloo, a host buffer on NCCL) are
 staged through a mirror kept per buffer: declared host synchronisations, as MPI's
-staging. The control plane (agreement, statistics) runs on a gloo group of its own, so
-it never waits behind device work.
+staging. `CCBENCH_TORCH_STAGE=1` stages every buffer, readable or not, so that CPU runs
+(gloo, the tests' device double) take the staged path: copy to the mirror, the library's
+call, copy back. The control plane (agreement, statistics) runs on a gloo group of its
+own, so it never waits behind device work.
 
 Started from an MPI launch (rank, size, node-local rank from MPI; rank 0's TCPStore
 address broadcast over MPI) or from torchrun / srun's environment (collectives/launch.py).
@@ -40,6 +42,7 @@ from ccbench.kernels.vocabulary import nbytes
 BACKENDS = ("gloo", "nccl")
 CUDA_BUFFERS = ("cupy", "torch-cuda")
 TIMEOUT_ENV = "CCBENCH_TORCH_TIMEOUT"  # seconds a collective may wait for a peer
+STAGE_ENV = "CCBENCH_TORCH_STAGE"  # "1": stage every buffer through a mirror (tests)
 DEFAULT_TIMEOUT_S = 300
 
 _COMMS: dict[str, TorchCommunicator] = {}
@@ -242,14 +245,16 @@ class TorchCommunicator(BaseCommunicator):
 
         self.torch = torch
         self.cuda = backend == "nccl"
+        # staging is otherwise only for buffers the backend cannot read (GPU runs)
+        self.stage_all = os.environ.get(STAGE_ENV) == "1"
 
     # buffers --------------------------------------------------------------------------
     def _reachable(self, t) -> bool:
-        return (t.device.type == "cuda") == self.cuda
+        return not self.stage_all and (t.device.type == "cuda") == self.cuda
 
     def _mirror(self, x, t):
         """The staging tensor of x on the side the backend reads (one per buffer)."""
-        key = (arrays.backend_of(x).address(x), nbytes(x), t.dtype)
+        key = (t.data_ptr(), nbytes(x), t.dtype)  # t views x's memory, on any backend
         mirror = self._mirrors.get(key)
         if mirror is None:
             torch = self.torch

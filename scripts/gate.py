@@ -59,7 +59,7 @@ from ccbench.scripts.comparison import (
     run_rounds,
 )
 from ccbench.scripts.launch import Launcher, binding_enabled, refuse_inside_mpi_launch
-from ccbench.scripts.revisions import REPO, link_rooms, materialize
+from ccbench.scripts.revisions import REPO, kernel_path, link_rooms, materialize
 
 DEFAULT_SPEC = REPO / "sweeps" / "gate.toml"
 ACCEPTED = Path("results") / "reference" / "gate-base"  # under the gated checkout
@@ -176,6 +176,23 @@ def failed(row: dict, threshold: float) -> bool:
         and low > 1
 
 
+def check_kernels(base: str, tree: str) -> None:
+    """Print which codec kernels each side runs (scripts/revisions.kernel_path); refuse a
+    base that does not run its own compiled kernels while the tree runs its own: every
+    codec's B/A would then measure the kernels, and a slowdown could hide under it."""
+    print(f"# codec kernels: base {base}, tree {tree}", flush=True)
+    if base != "fused" and tree == "fused":
+        runs = ("its array-API kernels" if base == "reference" else
+                "compiled kernels of another tree (the installed one's)")
+        raise UsageError(f"the base revision's codecs run {runs}: its C extensions did not "
+                         "build, and the tree's run their own; the gate would time the "
+                         "kernels, not the change (a C compiler and setuptools build them)")
+    if base != tree:
+        print(f"# warning: the tree runs the {tree} codec kernels, the base its own "
+              "compiled ones: codecs' ratios measure that too (pip install -e . builds "
+              "the tree's)", flush=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ccbench gate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -244,6 +261,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="ccbench-gate-") as tmp:
         base_root = materialize(base, Path(tmp) / "base", repo)
         tree_root = link_rooms(repo, Path(tmp) / "tree" / "import")
+        check_kernels(kernel_path(base_root), kernel_path(tree_root))
         jobs = []
         for b in benchmarks:
             a = Side("A", b.command, base_sha, base_root)

@@ -9,6 +9,7 @@ repeated here).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,40 @@ def build_extensions(source: Path, rev: str) -> None:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         print(f"ccbench: warning: revision {rev}: its C extensions did not build ({last}); "
               "its codecs run their array-API kernels", file=sys.stderr)
+
+
+# which host kernels a revision's codecs run, asked of its own code (kernels/codec_fused.py;
+# a revision from before it has only the array-API kernels). An editable install's finder
+# serves a module the revision lacks from the installed tree: a revision whose extension
+# did not build would load the installed tree's compiled kernels, another revision's.
+_KERNEL_PROBE = """
+import os, sys
+try:
+    from ccbench.kernels import codec_fused
+except ImportError:
+    print("reference")
+else:
+    kernels = codec_fused.host_kernels()
+    root = os.path.abspath(sys.argv[1]) + os.sep
+    print("reference" if kernels is None else
+          "fused" if os.path.abspath(kernels.__file__).startswith(root) else "borrowed")
+"""
+KERNEL_PATHS = ("fused", "reference", "borrowed")
+
+
+def kernel_path(import_root: Path) -> str:
+    """Which codec host kernels the code importable under `import_root` runs, as its
+    benchmarks will (started with it on PYTHONPATH): 'fused' (its own compiled ones),
+    'reference' (the array-API ones) or 'borrowed' (compiled ones from elsewhere)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(import_root), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-c", _KERNEL_PROBE, str(import_root)], env=env,
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    words = proc.stdout.split()
+    if proc.returncode != 0 or len(words) != 1 or words[0] not in KERNEL_PATHS:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"cannot tell which codec kernels {import_root} runs ({last})")
+    return words[0]
 
 
 def link_rooms(source: Path, root: Path) -> Path:

@@ -2,6 +2,7 @@
 
     python -m tests.seeded_faults              # every fault, one at a time
     python -m tests.seeded_faults bfp-edge 3   # the faults of a class, or by number
+    python -m tests.seeded_faults --list       # the classes and their faults, run none
 
 Each fault is put into the working tree, the named tests run, and the tree is put back
 (compiled kernels are rebuilt in place before and after a C fault). A fault is *caught*
@@ -40,6 +41,14 @@ BREAKDOWN = "tests/test_behaviours_ranks.py -k breakdown"
 FEEDBACK = "tests/test_behaviours_training.py"
 COMPARE = "tests/test_behaviours_compare.py"
 SLOTS = "tests/test_behaviours_ranks.py -k slots"
+TORCH = "tests/test_torch_transport_checks.py"
+LAUNCH = "tests/test_launch_check.py"
+RESULTS_RUNS = "tests/test_results_runs.py"
+GATE_RECORDS = "tests/test_gate_checks.py"
+GATE_BUILT = "tests/test_gate.py -k near_the_threshold"
+OSU = "tests/test_osu_check_runs.py"
+DEVICE = "tests/test_device_accounting.py"
+TRACES = "tests/test_trace_checks.py"
 
 FAULTS = [
     # bfp's shared exponent steps up at max|x| = 2**e (1 - 2**-R), in each implementation
@@ -155,6 +164,116 @@ FAULTS = [
           "opts.streams if driven else opts.slots", SLOTS),
     Fault("slots", "benchmarks/sparse_streaming.py", "opts.slots if driven else opts.streams",
           "DEFAULT_SLOTS if driven else opts.streams", SLOTS),
+    # the torch transport: wire bytes of what is sent, staging that copies both ways, the
+    # control plane's min, receives posted at exactly the payload's size
+    Fault("torch-transport", "collectives/comm_torch.py",
+          "            self.wire_bytes += nbytes(sendbuf)\n",
+          "            self.wire_bytes += nbytes(recvbuf)\n", TORCH),
+    Fault("torch-transport", "collectives/comm_torch.py",
+          "            if r is not recv_t:\n                self._copy(recv_t, r)",
+          "            if False:\n                self._copy(recv_t, r)", TORCH),
+    Fault("torch-transport", "collectives/comm_torch.py",
+          "return mirror, lambda: self._copy(t, mirror)", "return mirror, None", TORCH),
+    Fault("torch-transport", "collectives/comm_torch.py",
+          "return not self.stage_all and (t.device.type", "return (t.device.type", TORCH),
+    Fault("torch-transport", "collectives/comm_torch.py", '"min": self.dist.ReduceOp.MIN}',
+          '"min": self.dist.ReduceOp.MAX}', TORCH),
+    Fault("torch-transport", "collectives/compressed_ordered.py",
+          "    if codec.fixed_size:\n        return slot[:codec.encoded_nbytes(",
+          "    if False:\n        return slot[:codec.encoded_nbytes(", TORCH),
+    Fault("torch-transport", "collectives/compressed.py",
+          "incoming = self.recv_payload[:capacity]", "incoming = self.recv_payload", TORCH),
+    # the launch check: inside an srun step, the MPI launcher's size and rank win
+    Fault("launch-check", "collectives/launch.py",
+          'SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")',
+          'SIZE_VARIABLES = ("SLURM_STEP_NUM_TASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE")',
+          LAUNCH),
+    Fault("launch-check", "collectives/launch.py",
+          'RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "RANK")',
+          'RANK_VARIABLES = ("SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "RANK")',
+          LAUNCH),
+    # the results model across runs and versions; regress at its tolerances' edges
+    Fault("results-model", "benchmarks/results.py",
+          'document.setdefault("runs", {})[run_id] = record',
+          'document["runs"] = {run_id: record}', RESULTS_RUNS),
+    Fault("results-model", "scripts/merge.py", "for row in table.current():",
+          "for row in table.rows:", RESULTS_RUNS),
+    Fault("results-model", "scripts/merge.py", "runs.update(Sidecar(p).runs())",
+          "runs = Sidecar(p).runs()", RESULTS_RUNS),
+    Fault("results-model", "scripts/regress.py", "EXACT_RTOL = 1e-12", "EXACT_RTOL = 1e-6",
+          RESULTS_RUNS),
+    Fault("results-model", "scripts/regress.py", "inside = lo <= n <= hi",
+          "inside = lo < n < hi", RESULTS_RUNS),
+    Fault("results-model", "scripts/regress.py",
+          '_finding("FAIL", metric, point, r, "(missing)"',
+          '_finding("ok", metric, point, r, "(missing)"', RESULTS_RUNS),
+    # the gate: the second look's rounds run, each side's kernels recorded and compared
+    Fault("gate-records", "scripts/gate.py", "run_rounds(suspects, launcher, 2 * rounds,",
+          "run_rounds(suspects, launcher, rounds,", GATE_RECORDS),
+    Fault("gate-records", "scripts/gate.py", 'if base != "fused" and tree == "fused":',
+          "if False:", GATE_RECORDS),
+    Fault("gate-records", "scripts/gate.py",
+          "        check_kernels(kernel_path(base_root), kernel_path(tree_root))\n", "",
+          GATE_RECORDS),
+    Fault("gate-records", "scripts/revisions.py",
+          '"fused" if os.path.abspath(kernels.__file__).startswith(root) else "borrowed")',
+          '"fused")', GATE_RECORDS),
+    Fault("gate-records", "scripts/revisions.py",
+          "    build_extensions(source, rev)\n    return link_rooms",
+          "    return link_rooms", GATE_BUILT),
+    # osu-check: positive times, alternating sides, average against average, exit status
+    Fault("osu-check", "benchmarks/statistics.py",
+          "    if np.any(a <= 0) or np.any(b <= 0):\n        raise ValueError(\"times must be "
+          "positive\")\n    ratios = np.sort(b / a)",
+          "    if np.any(a < 0) or np.any(b < 0):\n        raise ValueError(\"times must be "
+          "positive\")\n    ratios = np.sort(b / a)", OSU),
+    Fault("osu-check", "scripts/osu_check.py", "            if r % 2 == 0:",
+          "            if True:", OSU),
+    Fault("osu-check", "scripts/osu_check.py", 'return float(rows[-1]["avg_us"])',
+          'return float(rows[-1]["p50_us"])', OSU),
+    Fault("osu-check", "scripts/osu_check.py", "return 1 if differing or unsure else 0",
+          "return 1 if differing else 0", OSU),
+    # device accounting: staging by default, syncs per call, the casts' range edges on
+    # every path, the vector loops' tails, the device path's dtypes
+    Fault("device-accounting", "collectives/comm.py",
+          'gpu_aware = os.environ.get("CCBENCH_GPU_AWARE", "0") == "1"',
+          'gpu_aware = os.environ.get("CCBENCH_GPU_AWARE", "1") == "1"', DEVICE),
+    Fault("device-accounting", "benchmarks/timing.py",
+          "host_syncs=syncs / calls if watch.on_device",
+          "host_syncs=syncs / iterations if watch.on_device", DEVICE),
+    Fault("device-accounting", "kernels/codec_cast.py", '"float16": 0x477FF000',
+          '"float16": 0x477FF001', DEVICE),
+    Fault("device-accounting", "kernels/codec_cast.py",
+          "if worst >= OVERFLOW_BITS[self.target]", "if worst > OVERFLOW_BITS[self.target]",
+          DEVICE),
+    Fault("device-accounting", "kernels/codec_cast.py",
+          "return xp.logical_and(-overflow < xp.min(x), xp.max(x) < overflow)",
+          "return xp.logical_and(-overflow < xp.min(x), xp.max(x) <= overflow)", DEVICE),
+    Fault("device-accounting", "kernels/fused_cast.c", "#define F16_OVERFLOW_BITS 0x477FF000",
+          "#define F16_OVERFLOW_BITS 0x477FF001", DEVICE),
+    Fault("device-accounting", "kernels/fused_cast.c",
+          "        worst = magnitude(x[i]) > worst ? magnitude(x[i]) : worst;\n"
+          "        store16(out + 2 * i, to_half(x[i]));",
+          "        store16(out + 2 * i, to_half(x[i]));", DEVICE),
+    Fault("device-accounting", "kernels/fused_cast.c",
+          "            worst = magnitude(t) > worst ? magnitude(t) : worst;\n"
+          "            store16(out + 2 * i, to_half(t));",
+          "            store16(out + 2 * i, to_half(t));", DEVICE),
+    Fault("device-accounting", "kernels/codec_fused.py",
+          "    if _is_float32(x) and _contiguous(x) and device_kernels(x) is not None:",
+          "    if _contiguous(x) and device_kernels(x) is not None:", DEVICE),
+    # traces: replay validation agreed by every rank, capture's means, PARAM timestamps
+    Fault("traces", "benchmarks/trace_replay.py",
+          "return bool(comm.mpi.allreduce(int(ok), op=MPI.MIN))",
+          "return bool(comm.mpi.allreduce(int(ok), op=MPI.MAX))", TRACES),
+    Fault("traces", "training/trace_capture.py", "    mean /= comm.size\n", "", TRACES),
+    Fault("traces", "training/trace_capture.py", "    measured_mean /= comm.size\n", "",
+          TRACES),
+    Fault("traces", "collectives/trace.py",
+          "clock += (e.run_us or 0.0) if e.blocking else 0.0", "clock += e.run_us or 0.0",
+          TRACES),
+    Fault("traces", "collectives/trace.py", "            clock += e.waited_us or 0.0\n", "",
+          TRACES),
 ]
 
 
@@ -188,6 +307,15 @@ def run_fault(fault: Fault) -> tuple[bool, str]:
 
 
 def main(argv: list[str]) -> int:
+    if "--list" in argv:
+        for i, f in enumerate(FAULTS):
+            print(f"{i:3} {f.behaviour:<17} {f.path}: {f.new.strip().splitlines()[0][:60]!r}"
+                  if f.new.strip() else f"{i:3} {f.behaviour:<17} {f.path}: (removed) "
+                  f"{f.old.strip().splitlines()[0][:50]!r}")
+        return 0
+    unknown = [a for a in argv if not a.isdigit() and a not in {f.behaviour for f in FAULTS}]
+    if unknown:
+        raise SystemExit(f"seeded_faults: no class {', '.join(unknown)} (--list shows them)")
     chosen = [(i, f) for i, f in enumerate(FAULTS)
               if not argv or f.behaviour in argv or str(i) in argv]
     missed = 0
@@ -195,8 +323,8 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         caught, last = run_fault(fault)
         missed += not caught
-        change = fault.new.strip().splitlines()[0][:60]
-        print(f"{i:3} {fault.behaviour:<12} {'caught' if caught else 'MISSED':<7} "
+        change = (fault.new.strip() or "(removed) " + fault.old.strip()).splitlines()[0][:60]
+        print(f"{i:3} {fault.behaviour:<17} {'caught' if caught else 'MISSED':<7} "
               f"{fault.path}: {change!r}  [{last}] {time.monotonic() - started:.0f}s",
               flush=True)
     print(f"# {len(chosen)} faults, {len(chosen) - missed} caught, {missed} missed")

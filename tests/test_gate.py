@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from ccbench.scripts.revisions import kernel_path, link_rooms
 from tests.mpirun import REPO
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
@@ -109,7 +110,13 @@ def test_a_committed_slowdown_near_the_threshold_fails_against_the_accepted_revi
     base = commit_encode_sleep(clone, 0.02)
     assert base in accept(clone)
     commit_encode_sleep(clone, 0.03)  # about 1.5x: above the 1.3 threshold
-    proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec), env=state)
+    out = clone.parent / "gate.csv"
+    proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec), "--csv", str(out),
+                   env=state)
+    # the base was built as its install builds it: its own compiled kernels, where this
+    # checkout has them (the clone's tree, never built, borrows them or runs none)
+    if kernel_path(link_rooms(REPO, clone.parent / "here")) == "fused":
+        assert "# codec kernels: base fused, tree " in proc.stdout, proc.stdout
     assert proc.returncode == 1, proc.stdout + proc.stderr
     first, second = proc.stdout.splitlines()[:2]
     # the first lines say what is compared with what, and by which rule
@@ -121,6 +128,8 @@ def test_a_committed_slowdown_near_the_threshold_fails_against_the_accepted_revi
     # measured again before it fails: 3 more rounds of that benchmark, 6 in the verdict
     assert ("# 1 benchmark(s) past the threshold after 3 rounds: 3 more rounds of them; a "
             "point fails only if it stays past it over all 6") in proc.stdout, proc.stdout
+    # ... and they ran: the row's verdict is over 6 rounds
+    assert [r["rounds"] for r in csv.DictReader(out.open())] == ["6"]
 
 
 @pytest.mark.timeout(420)
