@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's main job: the three papers' figures and headline numbers on this host.
-#   scripts/run-local.sh           sweeps/main.toml (at most 30 minutes on 2 cores; it prints
+#   scripts/run-local.sh           sweeps/main.toml (about 25 minutes on 2 cores; it prints
 #                                  what it took)
 #   scripts/run-local.sh --quick   sweeps/quick.toml (fewer sizes, rounds and figures)
 # First where the papers measured, 4 ranks on emulated 1 Gbit/s links (root, or
