@@ -38,6 +38,8 @@ class Headline:
     samples: str
     published: str
     where: str = ""
+    margin: str = ""  # the verdict's margin around 1, as a percentage
+    against_paper: str = ""  # reproduced / not reproduced / not comparable, and why
 
 
 class Skip(Exception):
@@ -160,6 +162,8 @@ def draw_series(ax, frame: pd.DataFrame, x: str, y: str, scale: float = 1.0,
     frame = frame.sort_values(x)
     xs = frame[x].to_numpy(dtype=float)
     ys = frame[y].to_numpy(dtype=float)
+    if len(frame) == 1:  # a single point is drawn as a point, with a marker to show it
+        style = {**style, "linestyle": "none", "marker": style.get("marker") or "o"}
     kind = None
     if low is not None and high is not None:
         lo, hi, kind = frame[low].to_numpy(dtype=float), frame[high].to_numpy(dtype=float), "ci"

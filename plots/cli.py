@@ -37,7 +37,7 @@ from ccbench.plots.report import (
     write_index,
     write_runs_index,
 )
-from ccbench.plots.style import PNG_DPI, Style, close_all, save
+from ccbench.plots.style import PNG_DPI, Style, close_all, note_texts, save
 
 REGIME_HEADINGS = dict(REGIMES)
 
@@ -122,9 +122,20 @@ def draw_all(data: Data, outdir: Path, only: list[str], formats: tuple[str, ...]
             close_all()
             continue
         for figure in figures:
+            empty = [ax for ax in figure.fig.axes if ax.get_visible() and not (
+                ax.lines or ax.collections or ax.patches or ax.images)]
+            if empty and len(empty) < len(figure.fig.axes):  # nothing drawn there
+                for ax in empty:
+                    ax.set_visible(False)
+                figure = replace(figure, caption=figure.caption + f" {len(empty)} panel(s) "
+                                 "with no points left out.")
+            notes = [(ax.get_title() or spec.title, note_texts(ax)) for ax in figure.fig.axes
+                     if ax.get_visible()
+                     and ax.get_legend() is not None
+                     and str(ax.get_legend().get_gid()).startswith("note")]
             files = save(figure.fig, outdir, figure.name + suffix, formats, dpi)
             rendered.append(RenderedFigure(figure.name + suffix, spec.paper, spec.title,
-                                           figure.caption, files))
+                                           figure.caption, files, notes))
     return rendered, skipped, failed
 
 

@@ -207,7 +207,8 @@ def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
     collectives = [c for c in COLLECTIVE_LABELS if c in set(frame["collective"])]
     fig, axes = figure(len(metrics) * len(collectives), ncols=len(collectives),
                        panel_height=1.9)
-    keys, lossless_shown, sizes = [], set(), {}
+    keys, lossless_shown, sizes = [], {}, {}
+    lossless_off = {}  # lossless codec -> {collective: smallest error}, where not exactly 0
     for col, collective in enumerate(collectives):
         sub = frame[frame["collective"] == collective]
         # one point per (variant, codec): the row at the largest size measured
@@ -225,8 +226,11 @@ def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
                 lossless = bool(is_lossless(point["codec"]))
                 kw = dict(color=style.color(point["variant"], point["algorithm"]),
                           linestyle="none", **style.marker(point["codec"]))
+                if lossless and log and np.isfinite(value) and value > 0:
+                    seen = lossless_off.setdefault(point["codec"], {})
+                    seen[collective] = min(value, seen.get(collective, value))
                 if lossless and log and value == 0:
-                    lossless_shown.add(point["codec"])
+                    lossless_shown.setdefault(point["codec"], set()).add(collective)
                     # error exactly 0: on the bottom edge of the log axis
                     ax.plot([point["compression_ratio"]], [0.0], clip_on=False,
                             transform=ax.get_xaxis_transform(), **kw)
@@ -251,9 +255,16 @@ def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
                "measured on the timed data against the uncompressed result; they are "
                "deterministic for the corpus, so no interval. Up and to the right is "
                "better for PSNR, down and to the right for the relative error.")
-    if lossless_shown:
-        caption += (" " + ", ".join(codec_label(c) for c in sorted(lossless_shown))
-                    + ": error exactly 0, drawn on the bottom edge of the error panel.")
+    names = lambda cs: ", ".join(COLLECTIVE_LABELS[c] for c in collectives if c in cs)  # noqa: E731
+    for codec in sorted(set(lossless_shown) | set(lossless_off)):
+        zero, off = lossless_shown.get(codec, set()), lossless_off.get(codec, {})
+        if zero:
+            caption += (f" {codec_label(codec)}: error exactly 0 in the {names(zero)}, drawn "
+                        "on the bottom edge of the error panel.")
+        if off:
+            caption += (f" {codec_label(codec)} in the {names(off)}: an error of "
+                        f"{min(off.values()):.1e} or more, the float32 sums' order of "
+                        "addition against the float64 reference, not the codec (lossless).")
     return [Figure("general_ratio_vs_accuracy", fig, caption + held_text(held)
                    + runs_note(frame))]
 

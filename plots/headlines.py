@@ -14,7 +14,8 @@ import shlex
 
 import numpy as np
 
-from ccbench.benchmarks.statistics import DEFAULT_MARGIN, ratio_interval, verdict
+from ccbench.benchmarks.statistics import DEFAULT_MARGIN, FASTER, ratio_interval, verdict
+from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.inputs import ALIASES
 from ccbench.plots import papers
 from ccbench.plots.base import Headline, link_of, panel_title, rows
@@ -122,6 +123,62 @@ def samples(rounds, a_iterations, b_iterations, unit: str = "iterations",
     return f"{whole(rounds)} rounds x {within}{each} {unit}"
 
 
+REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
+# The rule, as the page states it under every headline table.
+REPRODUCTION_RULE = (
+    "Against the paper: <b>reproduced</b> when the measured change goes the paper's way "
+    "beyond the margin (the verdict is faster) and the paper's number lies within the 95% "
+    "interval widened by the margin on both sides (low / (1 + margin) to high x (1 + "
+    "margin)); a claim that states no number is reproduced by its direction alone. "
+    "<b>Not reproduced</b> otherwise: no difference shown, the opposite direction, or a "
+    "change smaller or larger than the paper's. <b>Not comparable</b> when no measurement "
+    "here can reach the paper's number: a saving against the uncompressed baseline beyond "
+    "what the codec's compression ratio allows (a ratio r saves at most 1 - 1/r of the "
+    "bytes), a paper number of another kind (end-to-end training), or a measurement in "
+    "shared memory (every paper measured a network). The margin (3% "
+    "unless the row says otherwise) is the one the verdict uses: B is faster when the "
+    "whole interval lies below 1 / (1 + margin), slower when it lies above 1 + margin.")
+
+
+def margin_text(margin: float) -> str:
+    return f"{100 * margin:g}%"
+
+
+SHARED_MEMORY = ("measured in shared memory; the paper measured a network, where bytes "
+                 "saved can pay for the work that saves them")
+
+
+def against_paper(claim_key: str, ratio: float, low: float, high: float, margin: float,
+                  codec: str = "none", link: float | None = None) -> str:
+    """Whether a measured B/A (95% interval) reproduces the paper's claim, by the rule of
+    REPRODUCTION_RULE. `link`: the link rate in Gbit/s, 0 for shared memory."""
+    claim = papers.CLAIMS[claim_key]
+    if claim.not_comparable:
+        return f"{NOT_COMPARABLE}: {claim.not_comparable}"
+    if link is not None and not link > 0:
+        return f"{NOT_COMPARABLE}: {SHARED_MEMORY}"
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"{NOT_REPRODUCED}: no interval"
+    direction = verdict(low, high, margin)
+    if claim.ratio is None:
+        if direction == FASTER:
+            return f"{REPRODUCED} (its direction: the paper states no number)"
+        return f"{NOT_REPRODUCED}: {direction} (the paper states no number, only that it is " \
+               "faster)"
+    saving = f"{100 * (1 - claim.ratio):.1f}%"
+    if claim_key.endswith("_vs_baseline") and codec != "none":
+        nominal = parse_codec(codec).nominal_ratio()
+        if claim.ratio * (1 + margin) < 1 / nominal:
+            return (f"{NOT_COMPARABLE}: the paper's {saving} needs a compression ratio of at "
+                    f"least {1 / claim.ratio:.1f}; {codec_label(codec)} has {nominal:.2f}")
+    if direction != FASTER:
+        return f"{NOT_REPRODUCED}: {direction}, where the paper has {saving} lower"
+    if low / (1 + margin) <= claim.ratio <= high * (1 + margin):
+        return REPRODUCED
+    which = "smaller" if claim.ratio < low / (1 + margin) else "larger"
+    return f"{NOT_REPRODUCED}: a {which} saving than the paper's {saving}"
+
+
 def compare_headlines(data) -> tuple[list[Headline], list[str]]:
     """Headlines from `ccbench compare` rows: per claim and configuration, the largest
     size compared. Returns (headlines, notes on what was left out)."""
@@ -174,7 +231,9 @@ def compare_headlines(data) -> tuple[list[Headline], list[str]]:
                                                             else " (B is OmniReduce)"),
                               samples(row["rounds"], a_it, b_it,
                                       turns=row.get("turns")), published(claim),
-                              ", ".join(where)))
+                              ", ".join(where), margin_text(margin),
+                              against_paper(key, ratio, low, high, margin, codec,
+                                            float(row["_link"]))))
     for codec, ratio in sorted(lossless_out.items()):
         how = (f"its compression ratio on real gradients is {ratio:.2f}" if ratio is not None
                else "no rows measure its compression ratio on real gradients")
@@ -213,7 +272,11 @@ def rotation_headlines(data) -> list[Headline]:
                 percent_change(r.ratio, r.low, r.high),
                 r.verdict() + " (B is MG-WFBP)", samples(r.rounds, 1, 1, "step each"),
                 published(claim), f"{model}, {panel_title(ranks, link)}, training run "
-                f"{launch.steps['run_id'].iloc[0]} (strategies rotated step by step)"))
+                f"{launch.steps['run_id'].iloc[0]} (strategies rotated step by step)",
+                margin_text(DEFAULT_MARGIN),
+                against_paper("mgwfbp_fastest", r.ratio, r.low, r.high, DEFAULT_MARGIN,
+                              link=float(link) if link not in ("", None) and
+                              np.isfinite(float(link)) else 0.0)))
     return out
 
 

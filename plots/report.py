@@ -7,10 +7,12 @@ can be zipped, mailed or served as it is and two renders of the same CSVs are eq
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ccbench.plots.base import Headline
+from ccbench.plots.headlines import REPRODUCTION_RULE
 
 PAPERS = {
     "seed 000": "Seed 000: compression-assisted Allgather and Reduce-Scatter",
@@ -30,6 +32,8 @@ figure { margin: 1em 0 2.5em; }
 figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.92em; color: #333; }
 .note { color: #8a5a00; }
+ul.notes { font-size: 0.85em; color: #333; }
+.rule { font-size: 0.88em; }
 .error { color: #b00020; }
 code { background: #f4f4f4; padding: 0 0.2em; }
 """
@@ -42,6 +46,7 @@ class RenderedFigure:
     title: str
     caption: str
     files: list[Path]
+    notes: list[tuple[str, list[str]]] = field(default_factory=list)  # (panel, lines)
 
 
 @dataclass
@@ -90,15 +95,18 @@ def headline_table(headlines: list[Headline]) -> list[str]:
     if not headlines:
         return ["<p class='note'>No headline numbers: the results hold none of the "
                 "comparisons the papers quote.</p>"]
-    out = ["<table>", "<tr><th>Paper</th><th>Claim</th><th>Measured here: change of B "
-           "against A (95% interval)</th><th>Verdict</th><th>Rounds x iterations</th>"
-           "<th>The paper</th><th>Where measured</th></tr>"]
+    out = ["<table class='headlines'>", "<tr><th>Paper</th><th>Claim</th><th>The paper</th>"
+           "<th>Measured here: change of B against A (95% interval)</th><th>Margin</th>"
+           "<th>Verdict</th><th>Against the paper</th><th>Rounds x iterations</th>"
+           "<th>Where measured</th></tr>"]
     for h in headlines:
         out.append(f"<tr><td>{esc(h.paper)}</td><td>{esc(h.claim)}</td>"
-                   f"<td><b>{esc(h.measured)}</b></td><td>{esc(h.verdict)}</td>"
-                   f"<td>{esc(h.samples)}</td><td>{esc(h.published)}</td>"
+                   f"<td>{esc(h.published)}</td><td><b>{esc(h.measured)}</b></td>"
+                   f"<td>{esc(h.margin or '-')}</td><td>{esc(h.verdict)}</td>"
+                   f"<td><b>{esc(h.against_paper or '-')}</b></td><td>{esc(h.samples)}</td>"
                    f"<td>{esc(h.where)}</td></tr>")
     out.append("</table>")
+    out.append(f"<p class='rule'>{REPRODUCTION_RULE}</p>")
     return out
 
 
@@ -143,14 +151,42 @@ HEADLINE_NOTE = ("<p>Every number measured here is an interleaved comparison (B 
                "stated: <code>docs/references.md</code>.</p>")
 
 
-def figure_html(fig: RenderedFigure) -> list[str]:
+def sentences(text: str) -> list[str]:
+    return [part for part in re.split(r"(?<=\.)\s+(?=[A-Z])", text.strip()) if part]
+
+
+def shared_sentences(figures: list[RenderedFigure]) -> list[str]:
+    """Sentences that two or more captions of these figures share (long ones: the
+    explanations, not a short 'Not shown: ...'), in the order they first appear."""
+    seen: dict[str, int] = {}
+    for fig in figures:
+        for sentence in dict.fromkeys(sentences(fig.caption)):
+            seen[sentence] = seen.get(sentence, 0) + 1
+    return [s for s, n in seen.items() if n >= 2 and len(s) >= 60]
+
+
+def shared_html(shared: list[str]) -> list[str]:
+    if not shared:
+        return []
+    return ["<p class='shared'><b>In the captions below:</b> " + esc(" ".join(shared))
+            + " (said once here, left out of each caption)</p>"]
+
+
+def figure_html(fig: RenderedFigure, shared=()) -> list[str]:
+    caption = " ".join(s for s in sentences(fig.caption) if s not in shared)
     png = next((p for p in fig.files if p.suffix == ".png"), None)
     others = " ".join(f"<a href='{esc(p.name)}'>{esc(p.suffix[1:].upper())}</a>"
                       for p in fig.files if p.suffix != ".png")
     out = [f"<figure id='{esc(fig.name)}'><h3>{esc(fig.title)}</h3>"]
     if png is not None:
         out.append(f"<img src='{esc(png.name)}' alt='{esc(fig.title)}'>")
-    out.append(f"<figcaption>{esc(fig.caption)} {others}</figcaption></figure>")
+    out.append(f"<figcaption>{esc(caption)} {others}</figcaption>")
+    if fig.notes:  # the notes drawn under the panels, as text to read and copy
+        out.append("<ul class='notes'>")
+        out += [f"<li><i>{esc(panel)}</i>: " + "<br>".join(esc(line) for line in lines)
+                + "</li>" for panel, lines in fig.notes]
+        out.append("</ul>")
+    out.append("</figure>")
     return out
 
 
@@ -169,9 +205,11 @@ def sectioned(content: ReportContent) -> list[str]:
         if section.key != "models":
             out.append("<h3>Headline numbers: measured next to the papers'</h3>")
             out += headline_table(section.headlines)
+        shared = shared_sentences(section.figures)
+        out += shared_html(shared)
         for paper in PAPERS:
             out += [line for fig in section.figures if fig.paper == paper
-                    for line in figure_html(fig)]
+                    for line in figure_html(fig, shared)]
     if content.skipped:
         out.append("<h2>Not drawn</h2>")
         out += [f"<p class='note'><b>{esc(title)}</b>: {esc(why)}</p>"
@@ -189,6 +227,8 @@ def unsectioned(content: ReportContent) -> list[str]:
         out += [f"<li><a href='#{esc(f.name)}'>{esc(f.title)}</a></li>"
                 for f in content.figures]
         out.append("</ul>")
+    shared = shared_sentences(content.figures)
+    out += shared_html(shared)
     for paper, heading in PAPERS.items():
         figures = [f for f in content.figures if f.paper == paper]
         skipped = [s for s in content.skipped if s[0] == paper]
@@ -196,7 +236,7 @@ def unsectioned(content: ReportContent) -> list[str]:
             continue
         out.append(f"<h2>{esc(heading)}</h2>")
         for fig in figures:
-            out += figure_html(fig)
+            out += figure_html(fig, shared)
         for _, title, why in skipped:
             out.append(f"<p class='note'>Not drawn: <b>{esc(title)}</b>: {esc(why)}</p>")
     return out

@@ -201,6 +201,9 @@ def draw_model_lines(ax, sub: pd.DataFrame, style: Style, scale: float
             continue
         frame = frame.assign(_model=link_bound_us(frame)).dropna(subset=["_model"])
         frame = frame.groupby("size_bytes", as_index=False)["_model"].min()
+        # a bound of 0 (the shaper's burst covers the message) has no place on a log
+        # axis: the line starts at the first size it bounds, not off the bottom
+        frame = frame[frame["_model"] > 0]
         if frame.empty:
             continue
         algorithm = base["algorithm"].iloc[0] if variant == "baseline" else None
@@ -281,7 +284,8 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     if modelled:
         caption += (" Dashed: a model, the lower bound of the link: the bytes each rank puts "
                     "on the wire (counted), less the burst its shaper passes at once, at "
-                    "the link's payload rate.")
+                    "the link's payload rate; it starts at the first size where that is "
+                    "above 0.")
         if not strict_bound(frame):
             caption += (" These rows do not record the link's burst and payload ceiling: "
                         "the dashed line uses the configured rate and is not a strict "

@@ -6,6 +6,7 @@ Every note beside a panel is computed from the runs drawn in that panel.
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from ccbench.plots import papers
 from ccbench.plots.base import (
@@ -14,7 +15,9 @@ from ccbench.plots.base import (
     FigureSpec,
     Skip,
     change_text,
+    link_of,
     panel_title,
+    rows,
     runs_note,
     separate_ratio,
 )
@@ -83,6 +86,12 @@ def loss_notes(group: list[Launch], labels: list[str]) -> list[str]:
         mean, low, high, n = interval(chosen["loss"].to_numpy(dtype=float))
         bounds = f" [{low:.3f}, {high:.3f}]" if np.isfinite(low) else ""
         lines.append(f"{label}: {mean:.3f}{bounds} (steps {end - n + 1}-{end})")
+        own_end = int(steps["step"].max())
+        if own_end > end:  # it ran longer: its summary is over its own last steps
+            own, own_low, own_high, own_n = interval(launch.final_losses())
+            own_bounds = f" [{own_low:.3f}, {own_high:.3f}]" if np.isfinite(own_low) else ""
+            lines.append(f"  its summary: {own:.3f}{own_bounds} (steps "
+                         f"{own_end - own_n + 1}-{own_end})")
     return lines
 
 
@@ -120,12 +129,17 @@ def training_loss(data, style: Style) -> list[Figure]:
         ax.set_ylabel("Training loss")
         ax.set_title(setting_title(model, ranks, link))
         ax_diff.axhline(0.0, color="0.5", linewidth=0.6)
+        for axis in (ax, ax_diff):  # steps are whole numbers
+            axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax_diff.set_xlabel("Step")
         ax_diff.set_ylabel("Loss difference")
         ax_diff.set_title("minus " + names[group.index(reference)] if reference is not None
                           else "no uncompressed run to compare with")
-        panel_note(ax_diff, "final loss, mean of the last steps [95% interval]\n"
-                   + "\n".join(loss_notes(group, names)))
+        compared = ref_loss is not None and any(la is not reference for la in group)
+        if not compared:  # one run, or none uncompressed: no difference to draw
+            ax_diff.set_visible(False)
+        panel_note(ax_diff if compared else ax, "final loss, mean of the last steps [95% "
+                   "interval]\n" + "\n".join(loss_notes(group, names)))
     legend_below(fig, handles, labels, ncol=2)
     reference_text = ("an uncompressed run (ccbench's baseline, the compact trainer's "
                       "first; or torch's own collectives), named above the panel")
@@ -135,8 +149,10 @@ def training_loss(data, style: Style) -> list[Figure]:
                "(one run, its strategies rotated step by step); same seeds and data for "
                "every run. Bottom: each run's loss minus that of " + reference_text
                + " at the same step, so runs whose curves coincide above stay apart. The "
-               "note gives each run's final loss (the mean over the last steps, as the "
-               "run's summary takes it) with the 95% t interval over those steps. The "
+               "note gives each run's final loss over the last steps every run reached (the "
+               "steps named), the mean with the 95% t interval over those steps; a run that "
+               "ran longer also gets its summary's final loss, the mean over its own last "
+               "steps. The "
                f"paper ({papers.PAPERS['seed 000'].short}, abstract): similar accuracy "
                "with compression.")
     steps = training_frame(data)
@@ -164,9 +180,35 @@ def step_bars(group: list[Launch]) -> list[dict]:
                                        str(b["strategy"])))
 
 
-def step_time_changes(bars: list[dict]) -> list[tuple[str, tuple | None, tuple | None]]:
-    """(label, collective-level over baseline, over p2p) per collective-level run, each
-    against bars of its own framework: (ratio, low, high) from the drawn bars."""
+def interleaved_step(compares, claim: str, codec: str, ranks, link):
+    """(ratio, low, high) of the `ccbench compare` of two FSDP training runs that measured
+    this claim (B = collective level) for this codec, rank count and link; or None."""
+    from ccbench.plots.headlines import claim_of, parse_side
+
+    if compares is None or compares.empty:
+        return None
+    for _, row in compares.iloc[::-1].iterrows():  # the newest first
+        if (str(row.get("config", "")) != "step" or int(row["ranks"]) != int(ranks)
+                or float(link_of(row.to_frame().T).iloc[0]) != float(link)):
+            continue
+        a, b = parse_side(row["a"]), parse_side(row["b"])
+        found = claim_of(a, b, "")
+        if found is None or found[0] != claim:
+            continue
+        coll = a if found[1] else b
+        if coll["codec"] != codec or not np.isfinite(float(row["ratio"])):
+            continue
+        ratio, low, high = (float(row[c]) for c in ("ratio", "ratio_low", "ratio_high"))
+        return (1 / ratio, 1 / high, 1 / low) if found[1] else (ratio, low, high)
+    return None
+
+
+def step_time_changes(bars: list[dict], compares=None, ranks=0, link=0.0
+                      ) -> list[tuple[str, tuple | None, tuple | None, bool]]:
+    """(label, collective-level over baseline, over p2p, interleaved) per collective-level
+    run, each against bars of its own framework: (ratio, low, high), from the interleaved
+    comparison of the same claim where one was measured (FSDP: the number the headline
+    table quotes), else from the drawn bars."""
     out = []
     frameworks = list(dict.fromkeys(b["launch"].key[0] for b in bars))
     several = len(frameworks) > 1
@@ -185,19 +227,29 @@ def step_time_changes(bars: list[dict]) -> list[tuple[str, tuple | None, tuple |
                                       b["low"], b["high"])
 
             label = f"{framework} {codec_label(codec)}" if several else codec_label(codec)
-            if base is not None or p2p is not None:
-                out.append((label, against(base), against(p2p)))
+            measured = (None, None)
+            if framework == "fsdp" and compress in ("", "both"):  # the default, as compared
+                measured = tuple(interleaved_step(compares, f"training_vs_{what}", codec,
+                                                  ranks, link) for what in ("baseline", "p2p"))
+            if any(measured):
+                out.append((label, *measured, True))
+            elif base is not None or p2p is not None:
+                out.append((label, against(base), against(p2p), False))
     return out
 
 
-def step_time_text(bars: list[dict]) -> str:
-    changes = step_time_changes(bars)
+def step_time_text(bars: list[dict], compares=None, ranks=0, link=0.0) -> str:
+    changes = step_time_changes(bars, compares, ranks, link)
     if not changes:
         return ""
-    show = lambda v: "no run" if v is None else change_text(*v)  # noqa: E731
-    return "\n".join(["collective-level step time change [bounds]"]
+    show = lambda v: "no comparison" if v is None else change_text(*v)  # noqa: E731
+    how = {c[3] for c in changes}
+    source = ("interleaved, ccbench compare" if how == {True} else
+              "separate launches" if how == {False} else "see each line")
+    return "\n".join([f"collective-level step time change [{source}]"]
                      + [f"{c}: {show(b)} vs baseline; {show(p)} vs p2p"
-                        for c, b, p in changes])
+                        + ("" if len(how) == 1 else " (interleaved)" if i else " (separate)")
+                        for c, b, p, i in changes])
 
 
 def bar_label(bar: dict, several: bool, varied: bool) -> str:
@@ -249,7 +301,7 @@ def training_step_time(data, style: Style) -> list[Figure]:
         ax.set_ylabel(f"Time per step ({unit})")
         ax.set_title(setting_title(model, ranks, link))
         ax.set_ylim(bottom=0)
-        text = step_time_text(bars)
+        text = step_time_text(bars, rows(data, "compare"), ranks, link or 0.0)
         if text:
             panel_note(ax, text)
     from matplotlib.patches import Patch
@@ -264,8 +316,8 @@ def training_step_time(data, style: Style) -> list[Figure]:
                "reduce-scatter in the compact trainer, the part not hidden behind compute "
                "in FSDP, DDP and MG-WFBP); an outlined top is time spent elsewhere. Error "
                "bars: the 95% t interval of the mean over the timed steps. The note gives "
-               "the collective-level run's step time against the uncompressed baseline and "
-               "point-to-point compression of the same framework, from the bars drawn. "
+               "the collective-level run's step time change against the uncompressed "
+               "baseline and point-to-point compression of the same framework. "
                + SEPARATE + f" The paper ({papers.PAPERS['seed 000'].short}, FSDP, "
                f"{claims['training_vs_baseline'].source}): "
                f"{claims['training_vs_baseline'].value} than the baseline, "

@@ -405,14 +405,24 @@ def scaling_efficiency(data, style: Style) -> list[Figure]:
     models = sorted(frame["model"].astype(str).unique())[:4]
     fig, axes = figure(len(models), sharey=True)
     handles, labels = [], []
+    coincide: dict[str, list[str]] = {}  # "fixed:64MB = single" -> models
     for ax, model in zip(axes, models, strict=True):
         sub = frame[frame["model"].astype(str) == model]
+        drawn: dict[str, pd.DataFrame] = {}
         for strategy in sorted(sub["strategy"].astype(str).unique(), key=strategy_key):
             series = sub[sub["strategy"].astype(str) == strategy]
             series = series.groupby("ranks", as_index=False)["scaling_efficiency"].mean()
-            kw = {**style.strategy_line(strategy), "linestyle": "--"}
+            kw = {**style.strategy_line(strategy), "linestyle": "--", "markersize": 3.2}
+            under = next((name for name, other in drawn.items()
+                          if list(other["ranks"]) == list(series["ranks"])
+                          and np.allclose(other["scaling_efficiency"],
+                                          series["scaling_efficiency"], rtol=1e-3)), None)
+            if under is not None:  # on top of a curve it equals: a larger hollow ring
+                coincide.setdefault(f"{strategy} = {under}", []).append(model)
+                kw.update(markersize=5.5, fillstyle="none", zorder=4)
+            drawn[strategy] = series
             (line,) = ax.plot(series["ranks"], series["scaling_efficiency"],
-                              markersize=3.2, label=f"model: {strategy}", **kw)
+                              label=f"model: {strategy}", **kw)
             handles.append(line)
             labels.append(line.get_label())
         ranks = sorted(sub["ranks"].unique())
@@ -434,6 +444,10 @@ def scaling_efficiency(data, style: Style) -> list[Figure]:
                f"simulates {papers.MGWFBP_SIMULATED_GPUS[0]} to "
                f"{papers.MGWFBP_SIMULATED_GPUS[1]} GPUs and finds MG-WFBP scales much "
                "better than existing methods.")
+    if coincide:
+        caption += (" Curves that coincide, the second drawn as larger hollow markers on "
+                    "the first: " + "; ".join(f"{pair} ({', '.join(where)})"
+                                              for pair, where in coincide.items()) + ".")
     if others:
         caption += f" {others} other network setting(s) in the data are not shown."
     return [Figure("seed002_scaling_efficiency", fig, caption + runs_note(frame))]

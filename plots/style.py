@@ -106,8 +106,9 @@ CODEC_MARKERS = {
     "lz4": "X",
 }
 FALLBACK_MARKERS = ("*", "h", "<", ">", "p", "8", "d", "H")
-# Rates of one codec family share its marker and differ in fill.
-FILLSTYLES = ("full", "none", "left", "bottom", "right", "top")
+# Every codec and rate has a glyph of its own, all filled (hollow is point-to-point's): a
+# family's first codec takes the family's marker, its other rates the first free glyph.
+MARKER_POOL = ("o", "s", "D", "^", "v", "P", "X", "<", ">", "p", "h", "*", "8", "d", "H")
 
 COLLECTIVE_LABELS = {name: spec.label for name, spec in SPECS.items()}
 
@@ -185,14 +186,19 @@ class Style:
         extra = sorted({codec_family(c) for c in codecs} - set(self._markers))
         for i, family in enumerate(extra):
             self._markers[family] = FALLBACK_MARKERS[i % len(FALLBACK_MARKERS)]
-        by_family: dict[str, list[str]] = {}
-        for codec in sorted({str(c) for c in codecs}, key=codec_sort_key):
-            by_family.setdefault(codec_family(codec), []).append(codec)
-        self._fill = {
-            codec: FILLSTYLES[i % len(FILLSTYLES)]
-            for members in by_family.values()
-            for i, codec in enumerate(members)
-        }
+        self._glyph: dict[str, str] = {}
+        known = sorted({str(c) for c in codecs} | {"none"}, key=codec_sort_key)
+        # the families' own markers first, to rate 8 where measured (the reproduction's
+        # codecs), so those keep their marker in every report
+        for codec in sorted(known, key=lambda c: codec_rate(c) not in (None, 8)):
+            family = self._markers[codec_family(codec)]
+            if family not in self._glyph.values():
+                self._glyph[codec] = family
+        for codec in known:
+            if codec not in self._glyph:
+                free = [m for m in MARKER_POOL if m not in self._glyph.values()]
+                self._glyph[codec] = free[0] if free else \
+                    MARKER_POOL[hash_index(codec, len(MARKER_POOL))]
         self._colors = dict(SERIES_COLORS)
         unknown = sorted({(str(v), str(a)) for v, a in series} - set(self._colors), key=str)
         unknown = [s for s in unknown if (s[0], None) not in self._colors]
@@ -206,12 +212,12 @@ class Style:
         return FALLBACK_COLORS[hash_index(f"{variant}/{algorithm}", len(FALLBACK_COLORS))]
 
     def marker(self, codec: str) -> dict:
-        """Keyword arguments for plot(): marker and fill style of one codec."""
-        family = codec_family(codec)
-        marker = self._markers.get(family)
-        if marker is None:
-            marker = FALLBACK_MARKERS[hash_index(family, len(FALLBACK_MARKERS))]
-        return {"marker": marker, "fillstyle": self._fill.get(str(codec), "full")}
+        """Keyword arguments for plot(): the glyph of one codec and rate (filled)."""
+        marker = self._glyph.get(str(codec))
+        if marker is None:  # a codec the report was not built with
+            marker = self._markers.get(codec_family(codec)) or \
+                FALLBACK_MARKERS[hash_index(str(codec), len(FALLBACK_MARKERS))]
+        return {"marker": marker, "fillstyle": "full"}
 
     @staticmethod
     def strategy_line(strategy: str) -> dict:
@@ -352,7 +358,12 @@ def variant_codec_handles(style: Style, keys) -> tuple[list, list]:
         seen_codecs.setdefault(codec, None)
     for variant, algo in seen_series:
         label = series_label(variant, algo)
-        handles.append(Line2D([], [], color=style.color(variant, algo), label=label))
+        hollow = {}
+        if variant == "p2p_compressed":  # its markers are drawn hollow: say so
+            label += " (hollow markers)"
+            hollow = {"marker": "o", "markerfacecolor": "white"}
+        handles.append(Line2D([], [], color=style.color(variant, algo), label=label,
+                              **hollow))
         labels.append(label)
     for codec in sorted(seen_codecs, key=codec_sort_key):
         label = "uncompressed" if codec == "none" else codec_label(codec)

@@ -55,8 +55,9 @@ def panel_title(key) -> str:
 
 
 def saving_text(bars: pd.DataFrame) -> str:
-    """The collective-level bar's step time against the baseline's and point-to-point's
-    of the same codec, as the replays measured them."""
+    """The collective-level bar's step time change against the baseline's and
+    point-to-point's of the same codec, as the replays measured them (negative: faster,
+    the headline table's sign)."""
     lines = []
     base = bars[bars["variant"] == "baseline"]
     for _, coll in bars[bars["variant"] == "coll_compressed"].iterrows():
@@ -64,8 +65,9 @@ def saving_text(bars: pd.DataFrame) -> str:
                             ("p2p", bars[(bars["variant"] == "p2p_compressed")
                                          & (bars["codec"] == coll["codec"])])):
             if not other.empty:
-                saving = 1 - coll["step_us"] / float(other["step_us"].iloc[0])
-                lines.append(f"coll {coll['codec']} vs {name}: {saving:+.1%} step time saved")
+                # the headlines' convention: the change of B's (collective level's) time
+                change = coll["step_us"] / float(other["step_us"].iloc[0]) - 1
+                lines.append(f"coll {coll['codec']} vs {name}: {change:+.1%} step time")
     return "\n".join(lines[:4])
 
 
@@ -129,8 +131,10 @@ def step_stacks(data, style: Style) -> list[Figure]:
         "the step waited for (coloured by variant) and, hatched, the codec's share of it "
         "(the exposed time split pro rata between the collectives' codec and wire time). "
         "Error bars: the 95% t interval of the step time over the timed steps of one "
-        "replay; the notes compare replays of one run, not interleaved (ccbench compare "
-        "gives those verdicts). Red ticks on FSDP panels: the collective-level step time "
+        "replay; the notes give the collective-level replay's step time change (negative: "
+        "faster, as in the headline table) against replays of one run, not interleaved "
+        "(ccbench compare gives those verdicts). Red ticks on FSDP panels: the "
+        "collective-level step time "
         f"seed 000 ({papers.PAPERS['seed 000'].short}) reports for FSDP on its GPU "
         f"cluster, {paper['baseline'].value} than the baseline and "
         f"{paper['p2p'].value} than point-to-point compression ({paper['baseline'].source})"

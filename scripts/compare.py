@@ -43,6 +43,7 @@ from ccbench.scripts.comparison import (
     COLUMNS,
     IN_LAUNCH,
     LAUNCHES,
+    RATED,
     STATISTICS,
     UNSIZED,
     Comparison,
@@ -146,8 +147,9 @@ def main(argv: list[str]) -> int:
         common = [*common, "-m", opts.message_size]
     launcher = Launcher(opts.ranks, opts.cluster, binding_enabled(False if opts.no_bind
                                                                    else None), opts.timeout)
-    pairing = LAUNCHES if (opts.separate_launches or a.rev or b.rev or True in unsized) \
-        else IN_LAUNCH
+    one_process = a.variant in RATED or b.variant in RATED  # no MPI launch to share
+    pairing = LAUNCHES if (opts.separate_launches or a.rev or b.rev or True in unsized
+                           or one_process) else IN_LAUNCH
     comparison = Comparison(a, b, opts.statistic, opts.margin, pairing)
     env = {"CCBENCH_TIMER": "python"} if opts.timer == "python" else {}
     meta = run_meta()

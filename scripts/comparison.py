@@ -73,6 +73,27 @@ UNSIZED = {
 }
 
 
+# One-process benchmarks that report rates: codec_throughput's best round per step, as a
+# time per call of the measured size; a point per codec, kernel path, data kind and step.
+RATED = {"codec_throughput": ("encode", "decode", "hop")}
+
+
+def rated_points(variant: str, rows: list[dict]) -> list[tuple[tuple[int, str], float, int]]:
+    """(point, time in us, rounds) of a rated benchmark's rows."""
+    out = []
+    for row in rows:
+        size = int(row["size_bytes"])
+        where = f"codec={row['codec']},kernels={row['kernels']},data={row['data']}"
+        for step in RATED[variant]:
+            text = row.get(f"{step}_gbps")
+            gbps = float(text) if text not in ("", None) else math.nan
+            us = size / (gbps * 1e3) if gbps > 0 else math.nan  # NaN: no rate (hop range)
+            out.append(((size, f"{where},step={step}"), us, int(row.get("repeats") or 0)))
+    if not out:
+        raise UsageError(f"{variant} wrote no rows to compare")
+    return out
+
+
 def unsized_points(variant: str, rows: list[dict]) -> list[tuple[tuple[int, str], float, int]]:
     """(point, time in us, iterations) of an unsized benchmark's rows."""
     keep, name, column, count = UNSIZED[variant]
@@ -118,6 +139,9 @@ class Comparison:
             checks = {point: row.get("validation", "") for (point, _, _), row
                       in zip(measured, filter(UNSIZED[side.variant][0], rows), strict=True)}
             timers = dict.fromkeys(checks, "")
+        elif side.variant in RATED:
+            measured = rated_points(side.variant, rows)
+            checks = timers = {}
         else:
             columns = config_columns(rows)
             column = STATISTICS[self.statistic]

@@ -319,8 +319,10 @@ def main(argv: list[str]) -> int:
             ratio = f"{row['ratio']:.3f}" if row["ratio"] is not None else "-"
             a_us = f"{row['a_us']:.1f}" if row["a_us"] is not None else "-"
             b_us = f"{row['b_us']:.1f}" if row["b_us"] is not None else "-"
+            point = f"  ({row['config']})" if row.get("config") else ""
             print(f"{b.name:<40}{row['size_bytes']:>10}{a_us:>12}{b_us:>12}{ratio:>8}"
-                  f"{interval:>16}  {'FAIL: ' if bad else ''}{row['verdict']}", flush=True)
+                  f"{interval:>16}  {'FAIL: ' if bad else ''}{row['verdict']}{point}",
+                  flush=True)
     if opts.csv:
         append_rows(opts.csv, rows, COLUMNS)
     checkpoint.clear(saved_at)

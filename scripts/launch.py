@@ -204,8 +204,13 @@ class Launcher:
     timeout: float = 1800.0
 
     def command(self, side, common: list[str], csv: Path) -> list[str]:
-        return self.launch([sys.executable, "-m", f"ccbench.benchmarks.{side.variant}",
-                            *side.command[1:], *common, "--csv", str(csv)])
+        program = [sys.executable, "-m", f"ccbench.benchmarks.{side.variant}",
+                   *side.command[1:], *common, "--csv", str(csv)]
+        from ccbench.scripts.cli import VARIANTS
+
+        if not VARIANTS[side.variant][0]:  # one process, no MPI (codec_throughput)
+            return program
+        return self.launch(program)
 
     def launch(self, program: list[str]) -> list[str]:
         """`program` on this launcher's ranks: in the emulated cluster, or mpiexec."""

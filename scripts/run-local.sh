@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's main job: the three papers' figures and headline numbers on this host.
-#   scripts/run-local.sh           sweeps/main.toml (about 30 minutes on 2 cores)
+#   scripts/run-local.sh           sweeps/main.toml (about 25 minutes on 2 cores; it prints
+#                                  what it took)
 #   scripts/run-local.sh --quick   sweeps/quick.toml (fewer sizes, rounds and figures)
 # First where the papers measured, 4 ranks on emulated 1 Gbit/s links (root, or
 # unprivileged user namespaces; docs/emulated-cluster.md), then shared memory, then the
@@ -8,6 +9,7 @@
 # emulated cluster can be built, the link tasks are left out and the page says why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$SECONDS
 spec=sweeps/main.toml
 if [ "${1:-}" = "--quick" ]; then
     spec=sweeps/quick.toml
@@ -27,3 +29,6 @@ out="$(python -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'
 CCBENCH_SWEEP_ID="$(cat "$out/.sweep-id")" ccbench simulate --quiet --csv "$out/simulate.csv"
 ccbench plot "$out" results/profiles -o "$out/figures"
 echo "figures: $out/figures/index.html"
+took=$((SECONDS - started))
+echo "main job: $((took / 60)) min $((took % 60)) s on $(nproc) cores, load average now" \
+    "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"

@@ -171,7 +171,8 @@ def run_sweep(spec: Spec, selected: list[Task], launcher: str, echo: bool, fail_
     todo = {t.index: remaining_sizes(spec, t) for t in selected}
     # link-rate tasks last, grouped by rate, so the emulated cluster is rebuilt rarely
     order = sorted(selected, key=lambda t: (t.link_gbps is not None, t.link_gbps or 0, t.index))
-    progress = Progress(sum(t.points for t in selected), len(selected), progress_stream)
+    plan = [(t.kind, t.cost_s) for t in order if todo[t.index]]
+    progress = Progress(sum(t.points for t in selected), len(selected), progress_stream, plan)
     failed, invalid = [], []
     cluster_shape = None
     ran = 0
@@ -184,6 +185,7 @@ def run_sweep(spec: Spec, selected: list[Task], launcher: str, echo: bool, fail_
                 continue
             ran += 1
             progress.label = task.slug
+            progress.task_started_now()
             progress.draw()
             if task.link_gbps is not None:
                 shape = (task.link_gbps, max(t.ranks for t in order

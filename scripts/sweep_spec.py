@@ -26,7 +26,10 @@ from ccbench.kernels.errors import UsageError
 
 # Spec keys with a meaning of their own; every other key of a [[points]] table is a
 # variant option (a list: one task per value; a scalar: passed to every task).
-RESERVED = {"variant", "ranks", "link_gbps", "sizes", "iterations", "warmup", "options"}
+# cost_s: a task's declared time in seconds (what it took on a 2-core host), for the
+# sweep's time-left estimate until a task of its kind has been measured
+RESERVED = {"variant", "ranks", "link_gbps", "sizes", "iterations", "warmup", "options",
+            "cost_s"}
 SWEEP_KEYS = RESERVED - {"variant"} | {"name", "output", "merge", "timeout"}
 SLURM_KEYS = {"mpi", "tasks_per_node", "gpus_per_node", "partition", "time", "sbatch",
               "max_parallel"}  # fmt: skip
@@ -53,6 +56,14 @@ class Task:
     args: tuple[str, ...]  # the variant's options, without --csv
     sizes: tuple[int, ...]  # empty: the variant sweeps no sizes; the task is one point
     slug: str = ""
+    cost_s: float | None = None  # declared seconds (the spec's cost_s), for the estimate
+
+    @property
+    def kind(self) -> tuple:
+        """Tasks that cost alike: the variant (a comparison's: its first side's), and
+        whether it runs on emulated links."""
+        variant = self.args[0].split()[0] if self.variant == "compare" else self.variant
+        return self.variant, variant, self.link_gbps is not None
 
     @property
     def points(self) -> int:
@@ -156,6 +167,14 @@ def _expand_compare(table: dict, defaults: dict, where: str) -> list[dict]:
 
 
 def _expand_table(table: dict, defaults: dict, where: str) -> list[dict]:
+    cost = table.get("cost_s", defaults.get("cost_s"))
+    if cost is not None and not (isinstance(cost, (int, float)) and cost > 0):
+        raise UsageError(f"{where}: cost_s must be a positive number of seconds")
+    return [dict(entry, cost_s=None if cost is None else float(cost))
+            for entry in _expand_points(table, defaults, where)]
+
+
+def _expand_points(table: dict, defaults: dict, where: str) -> list[dict]:
     if "variant" not in table or not isinstance(table["variant"], str):
         raise UsageError(f"{where}: needs variant = \"NAME\"")
     variant = table["variant"]

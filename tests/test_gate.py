@@ -337,3 +337,31 @@ def test_compare_reads_unsized_benchmarks_from_their_own_rows():
         mg.add(side, [{"strategy": "wfbp", "measured_us": "10", "iterations": "5"},
                       {"strategy": "mgwfbp", "measured_us": "8", "iterations": "5"}])
     assert [p[1] for p in mg.points()] == ["strategy=mgwfbp", "strategy=wfbp"]
+
+
+def test_compare_reads_codec_throughput_as_time_per_call_of_each_step():
+    """A rate becomes a time per call: 4 MB at 8 GB/s is 500 us, at 4 GB/s 1000 us; a
+    doubled encode reads B/A = 2 on its own point, and a missing rate is no point."""
+    from ccbench.scripts.comparison import Comparison, Side
+    from ccbench.scripts.launch import Launcher
+
+    a, b = Side("A", ["codec_throughput"]), Side("B", ["codec_throughput"])
+    comparison = Comparison(a, b, "p50", 0.03)
+
+    def row(encode_gbps):
+        return {"codec": "bfp:rate=8", "kernels": "fused", "data": "gradient-like",
+                "size_bytes": "4000000", "repeats": "10", "encode_gbps": str(encode_gbps),
+                "decode_gbps": "4", "hop_gbps": ""}
+
+    for _ in range(2):
+        comparison.add(a, [row(8)])
+        comparison.add(b, [row(4)])
+    where = "codec=bfp:rate=8,kernels=fused,data=gradient-like"
+    encode, decode = (4_000_000, f"{where},step=encode"), (4_000_000, f"{where},step=decode")
+    assert comparison.times[encode] == {"A": [500.0, 500.0], "B": [1000.0, 1000.0]}
+    assert comparison.ratio(encode).ratio == pytest.approx(2.0)
+    assert comparison.ratio(decode).ratio == pytest.approx(1.0)
+    assert comparison.ratio((4_000_000, f"{where},step=hop")) is None  # no hop rate
+    # one process, not an MPI launch of the gate's ranks (each rank would write the CSV)
+    command = Launcher(2).command(a, ["-m", "4M:4M"], Path("out.csv"))
+    assert command[:3] == [sys.executable, "-m", "ccbench.benchmarks.codec_throughput"]

@@ -652,3 +652,60 @@ def test_every_shipped_sweeps_trace_replays_pass_their_option_checks(path):
             assert (framework or "fsdp") in trace_build.FRAMEWORKS, f"{task.slug}: {framework}"
         else:
             assert (REPO / opts.trace).is_file(), f"{path.name}: {task.slug}: {opts.trace}"
+
+
+def test_the_pages_seed000_headline_pairs_are_the_docs_comparisons():
+    """The main job's headline pairs (sweeps/main.toml) and the tables of
+    docs/compression.md (sweeps/seed000-tables.toml) are one procedure: the same
+    comparisons, sizes, rounds, turns, interval target and calls at 1 Gbit/s on 4 ranks."""
+    repo = Path(__file__).resolve().parents[1]
+    main = sweep_spec.load_spec(repo / "sweeps" / "main.toml")
+    tables = sweep_spec.load_spec(repo / "sweeps" / "seed000-tables.toml")
+
+    def seed000_pairs(spec):
+        return {(t.ranks, t.link_gbps, t.args) for t in spec.tasks
+                if t.variant == "compare" and t.link_gbps and "coll_compressed" in t.args[1]
+                and t.args[0].split()[0] in ("baseline", "p2p_compressed")}
+
+    page = seed000_pairs(main)
+    # by hand: {fp16, bfp:rate=8} x {against MPI, against p2p} x {allgather, reduce-scatter}
+    assert len(page) == 8
+    for ranks, link, args in page:
+        assert (ranks, link) == (4, 1.0)
+        words = " ".join(args)
+        assert "-m 16M:16M" in words and "--ci-target 3 --max-rounds 10" in words, words
+        assert "--rounds 5" in words and "-i 5 -x 1" in words, words
+    assert page <= seed000_pairs(tables)
+    # and the docs print the command the tables ran, with the same rounds and target
+    doc = (repo / "docs" / "compression.md").read_text()
+    assert ("-m 16M:16M --rounds 5 --turns 6 --ci-target 3 --max-rounds 10" in doc)
+    assert "ccbench sweep sweeps/seed000-tables.toml" in doc
+
+
+def test_time_left_comes_from_the_tasks_costs():
+    """Worked by hand: tasks still to run cost what finished tasks of their kind took,
+    else what the spec declares, else the mean of every finished task."""
+    import io
+
+    from ccbench.scripts.sweep_progress import Progress
+
+    progress = Progress(4, 4, io.StringIO(), plan=[(("a",), 100.0), (("b",), 50.0)])
+    assert progress.seconds_left() == 150.0  # declared only, nothing measured yet
+    progress = Progress(4, 4, io.StringIO(), plan=[(("a",), 100.0), (("c",), None)])
+    assert progress.seconds_left() is None  # "c" declares nothing and nothing is measured
+    progress.took = {("a",): [10.0, 30.0]}  # two "a" tasks took 20 s on average
+    # "a" at its measured 20 (not the declared 100); "c" at the mean of all finished, 20
+    assert progress.seconds_left() == 40.0
+    assert "~0:40 left" in progress.line()
+
+
+def test_a_spec_declares_a_tasks_cost(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('[[points]]\nvariant = "baseline"\nsizes = "1K:1K"\ncost_s = 12\n'
+                    '[[points]]\nvariant = "baseline"\nsizes = "2K:2K"\n')
+    first, second = sweep_spec.load_spec(path).tasks
+    assert (first.cost_s, second.cost_s) == (12.0, None)
+    assert "cost_s" not in " ".join(first.args) and "--cost" not in " ".join(first.args)
+    path.write_text('[[points]]\nvariant = "baseline"\ncost_s = -1\n')
+    with pytest.raises(UsageError, match="cost_s must be a positive number"):
+        sweep_spec.load_spec(path)
