@@ -121,7 +121,7 @@ HARNESS = Schema("harness", 3, _columns(
     (MEASUREMENT, ("rel_l2_err", "max_abs_err", "max_rel_err", "psnr_db", "cosine",
                    "validation", "validation_err", "error_bound")),
     (SETTING, ("link_gbps",)),
-    (PROVENANCE, ("link_ceiling_gbps", "link_burst_bytes", *WHERE, "device")),
+    (PROVENANCE, ("link_ceiling_gbps", "link_burst_bytes", "link_step_us", *WHERE, "device")),
 ), open=True, signature=("variant", "collective", "size_bytes"), defaults={1: {
     # numpy's own default paging: huge pages advised for large arrays
     "hugepages": "madvise"}, 2: {

@@ -1,6 +1,8 @@
-"""The cluster's self-check: TCP streams between ranks and a plain MPI_Allgather, each
-run inside the cluster's namespaces (``python -m ccbench.scripts.cluster _tcp-flow``,
-``_mpi-allgather``) and judged against the configured rate.
+"""The cluster's self-check: TCP streams between ranks, a plain MPI_Allgather and a ring
+step of MPI_Sendrecv at a few sizes, each run inside the cluster's namespaces (``python -m
+ccbench.scripts.cluster _tcp-flow``, ``_mpi-allgather``, ``_mpi-ring-step``); the first two
+are judged against the configured rate, the last gives the fixed cost of a ring step that
+the floor of a call adds per step (collectives/costmodel.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 import threading
 import time
 
+from ccbench.collectives.costmodel import wire_floor_s
 from ccbench.scripts.cluster_layout import (
     Cluster,
     ClusterError,
@@ -26,6 +29,8 @@ from ccbench.scripts.cluster_run import mpiexec_command
 from ccbench.scripts.launch import find_mpiexec
 
 SELFCHECK_PORT = 18515  # inside the cluster's namespaces only, so it never clashes
+# message sizes of the ring step: below, near and past the default burst (1 ms at the rate)
+RING_STEP_BYTES = (64 << 10, 256 << 10, 1 << 20)
 
 
 def selfcheck(cluster: Cluster, nbytes: int, mpi_bytes: int) -> bool:
@@ -81,7 +86,72 @@ def selfcheck(cluster: Cluster, nbytes: int, mpi_bytes: int) -> bool:
         share = min(1.0, cores / cluster.ranks)
         print(f"     rank CPU busy {res['cpu_busy']:.2f} s/s (about {share:.2f} = ranks polling "
               "on all cores; much less = the host is busy with other work)")
+        step_s = ring_step_cost(cluster, ceiling)
+        with state_lock():
+            current = load_state(cluster.name)
+            if current is not None and current.keeper_pid == cluster.keeper_pid:
+                current.step_us = step_s * 1e6
+                save_state(current)
     return ok
+
+
+def ring_step_cost(cluster: Cluster, ceiling_bps: float) -> float:
+    """The fixed cost of one ring step (every rank sends to the next at once, after a
+    barrier), in seconds: per size of RING_STEP_BYTES the median step, less its bytes'
+    wire floor (costmodel.wire_floor_s: past the burst, at the payload ceiling); the
+    least over the sizes, so that no size's step is faster than its floor."""
+    out = subprocess.run(
+        mpiexec_command(cluster, [sys.executable, "-m", "ccbench.scripts.cluster",
+                                  "_mpi-ring-step", "--bytes",
+                                  ",".join(map(str, RING_STEP_BYTES))],
+                        cluster.ranks, find_mpiexec()),
+        capture_output=True, text=True, env=dict(os.environ), check=False, timeout=120,
+    )  # fmt: skip
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ClusterError(f"MPI ring-step self-check failed: {tail}")
+    medians = json.loads(lines[-1])["median_s"]
+    residuals = []
+    for nbytes, median in zip(RING_STEP_BYTES, medians, strict=True):
+        wire = wire_floor_s(nbytes, ceiling_bps, cluster.burst_bytes)
+        residuals.append(max(median - wire, 0.0))
+        print(f"mpi  ring step of {nbytes} B: median {median * 1e6:.0f} us, wire floor "
+              f"{wire * 1e6:.0f} us, fixed cost {residuals[-1] * 1e6:.0f} us")
+    step = min(residuals)
+    print(f"     fixed cost of a ring step (the least): {step * 1e6:.0f} us, added per step "
+          "to the floor of a call")
+    return step
+
+
+def mpi_ring_step_main(argv: list[str]) -> int:
+    """Helper run as an MPI job in the cluster: per size, the median time of one ring step
+    (MPI_Sendrecv to the next rank, from the previous) after a barrier, the slowest rank's."""
+    import numpy as np
+    from mpi4py import MPI
+
+    p = argparse.ArgumentParser(prog="ccbench.scripts.cluster _mpi-ring-step")
+    p.add_argument("--bytes", required=True, help="sizes, comma-separated")
+    p.add_argument("--iterations", type=int, default=9)
+    a = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    medians = []
+    for nbytes in map(int, a.bytes.split(",")):
+        send, recv = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+        comm.Sendrecv(send, right, 0, recv, left, 0)  # sets up the connections: not timed
+        times = []
+        for _ in range(a.iterations):
+            comm.Barrier()
+            time.sleep(2e-3)  # the shaper's bucket fills again (1 ms at the rate by default)
+            comm.Barrier()
+            t0 = MPI.Wtime()
+            comm.Sendrecv(send, right, 0, recv, left, 0)
+            times.append(MPI.Wtime() - t0)
+        medians.append(comm.allreduce(float(np.median(times)), op=MPI.MAX))
+    if comm.rank == 0:
+        print(json.dumps({"ranks": comm.size, "median_s": medians}), flush=True)
+    return 0
 
 
 def tcp_flows(cluster: Cluster, pairs: list[tuple[int, int]], nbytes: int) -> dict[int, float]:

@@ -365,12 +365,12 @@ def test_compressed_allgather_validates_inside(cluster, tmp_path):
     assert len(rows) == 3
     assert (rows["validation"] == "Pass").all()
     assert (rows["link_gbps"] == 0.2).all() and (rows["ranks"] == RANKS).all()
-    # the link's lower bound holds for every point measured on it (plots/base.py draws it)
-    from ccbench.plots.base import below_bound, link_bound_us
+    # the floor holds for every point measured on it (plots/base.py draws it)
+    from ccbench.plots.base import below_floor, floor_us
 
     assert rows["link_ceiling_gbps"].notna().all() and rows["link_burst_bytes"].notna().all()
-    assert (link_bound_us(rows) > 0).any()
-    assert below_bound(rows).empty, rows[["size_bytes", "avg_us", "wire_bytes_per_rank"]]
+    assert (floor_us(rows) > 0).any()
+    assert below_floor(rows).empty, rows[["size_bytes", "avg_us", "wire_bytes_per_rank"]]
 
 
 def check_selfcheck_verdicts(proc) -> None:
