@@ -289,10 +289,10 @@ def cmd_selfcheck(opts) -> int:
     cluster = require_cluster(opts.name)
     if cluster.ranks < 2:
         raise UsageError("the self-check needs a cluster of at least 2 ranks")
-    nbytes = parse_bytes(opts.bytes)
-    mpi_bytes = parse_bytes(opts.mpi_bytes) if opts.mpi else 0
+    nbytes = 0 if opts.step_only else parse_bytes(opts.bytes)
+    mpi_bytes = parse_bytes(opts.mpi_bytes) if opts.mpi and not opts.step_only else 0
     print(f"cluster {cluster.name}: {describe(cluster)}")
-    ok = selfcheck(cluster, nbytes, mpi_bytes)
+    ok = selfcheck(cluster, nbytes, mpi_bytes, step=opts.step)
     print("self-check passed" if ok else "self-check: measured rates are off the configuration")
     return 0 if ok else 1
 
@@ -344,6 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--mpi-bytes", default="16m", help="MPI allgather bytes per rank (default 16m)")
     sc.add_argument("--no-mpi", dest="mpi", action="store_false",
                     help="skip the MPI_Allgather check")  # fmt: skip
+    sc.add_argument("--no-step", dest="step", action="store_false",
+                    help="skip measuring the fixed cost of a ring step (the floor's)")
+    sc.add_argument("--step-only", action="store_true",
+                    help="measure only the fixed cost of a ring step (the floor's)")
     return parser
 
 
