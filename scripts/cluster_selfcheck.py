@@ -110,16 +110,19 @@ def mpi_check(cluster: Cluster, size: int) -> bool:
 
 
 def ring_step_cost(cluster: Cluster, ceiling_bps: float) -> float:
-    """The fixed cost of one ring step (every rank sends to the next at once, after a
-    barrier), in seconds: per size of RING_STEP_BYTES the fastest step (a step lasts until
-    its slowest rank is done), less its bytes' wire floor (costmodel.wire_floor_s: past
-    the burst, at the payload ceiling); the least over the sizes. The fastest, not a
-    typical step: ranks that share cores with other work are descheduled for milliseconds
-    at times, and a floor must not count that."""
+    """The fixed cost of one ring step, in seconds: per size of RING_STEP_BYTES, P-1 steps
+    back to back after a barrier (every rank sends to the next at once, as a ring
+    collective does; they last until the slowest rank is done), the fastest of 15; the
+    floor of that (costmodel.wire_floor_s: its bytes past the burst at the payload ceiling,
+    plus P-1 fixed costs) solved for the fixed cost; the least over the sizes. The
+    fastest, not a typical run: ranks that share cores with other work are descheduled at
+    times, and a floor must not count that."""
+    steps = cluster.ranks - 1
     out = subprocess.run(
         mpiexec_command(cluster, [sys.executable, "-m", "ccbench.scripts.cluster",
                                   "_mpi-ring-step", "--bytes",
-                                  ",".join(map(str, RING_STEP_BYTES))],
+                                  ",".join(map(str, RING_STEP_BYTES)),
+                                  "--steps", str(steps)],
                         cluster.ranks, find_mpiexec()),
         capture_output=True, text=True, env=dict(os.environ), check=False, timeout=120,
     )  # fmt: skip
@@ -131,11 +134,11 @@ def ring_step_cost(cluster: Cluster, ceiling_bps: float) -> float:
     residuals = []
     for nbytes, best, median in zip(RING_STEP_BYTES, report["best_s"], report["median_s"],
                                     strict=True):
-        wire = wire_floor_s(nbytes, ceiling_bps, cluster.burst_bytes)
-        residuals.append(max(best - wire, 0.0))
-        print(f"mpi  ring step of {nbytes} B: fastest {best * 1e6:.0f} us (median "
+        wire = wire_floor_s(steps * nbytes, ceiling_bps, cluster.burst_bytes)
+        residuals.append(max(best - wire, 0.0) / steps)
+        print(f"mpi  {steps} ring steps of {nbytes} B: fastest {best * 1e6:.0f} us (median "
               f"{median * 1e6:.0f}), wire floor {wire * 1e6:.0f} us, fixed cost "
-              f"{residuals[-1] * 1e6:.0f} us")
+              f"{residuals[-1] * 1e6:.0f} us per step")
     step = min(residuals)
     print(f"     fixed cost of a ring step (the least): {step * 1e6:.0f} us, added per step "
           "to the floor of a call")
@@ -144,14 +147,15 @@ def ring_step_cost(cluster: Cluster, ceiling_bps: float) -> float:
 
 def mpi_ring_step_main(argv: list[str]) -> int:
     """Helper run as an MPI job in the cluster: per size, the fastest and the median time
-    of one ring step (MPI_Sendrecv to the next rank, from the previous) after a barrier,
-    each step's time its slowest rank's."""
+    of --steps ring steps back to back (MPI_Sendrecv to the next rank, from the previous)
+    after a barrier, each time its slowest rank's."""
     import numpy as np
     from mpi4py import MPI
 
     p = argparse.ArgumentParser(prog="ccbench.scripts.cluster _mpi-ring-step")
     p.add_argument("--bytes", required=True, help="sizes, comma-separated")
     p.add_argument("--iterations", type=int, default=15)
+    p.add_argument("--steps", type=int, default=1, help="ring steps back to back, timed as one")
     a = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
@@ -165,12 +169,13 @@ def mpi_ring_step_main(argv: list[str]) -> int:
             time.sleep(2e-3)  # the shaper's bucket fills again (1 ms at the rate by default)
             comm.Barrier()
             t0 = MPI.Wtime()
-            comm.Sendrecv(send, right, 0, recv, left, 0)
+            for _ in range(a.steps):
+                comm.Sendrecv(send, right, 0, recv, left, 0)
             times.append(MPI.Wtime() - t0)
-        steps = np.empty(len(times))
-        comm.Allreduce(np.array(times), steps, op=MPI.MAX)
-        best.append(float(steps.min()))
-        medians.append(float(np.median(steps)))
+        slowest = np.empty(len(times))
+        comm.Allreduce(np.array(times), slowest, op=MPI.MAX)
+        best.append(float(slowest.min()))
+        medians.append(float(np.median(slowest)))
     if comm.rank == 0:
         print(json.dumps({"ranks": comm.size, "best_s": best, "median_s": medians}),
               flush=True)
