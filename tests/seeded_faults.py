@@ -40,6 +40,7 @@ BREAKDOWN = "tests/test_behaviours_ranks.py -k breakdown"
 FEEDBACK = "tests/test_behaviours_training.py"
 COMPARE = "tests/test_behaviours_compare.py"
 SLOTS = "tests/test_behaviours_ranks.py -k slots"
+FLOOR = "tests/test_floor.py"
 
 FAULTS = [
     # bfp's shared exponent steps up at max|x| = 2**e (1 - 2**-R), in each implementation
@@ -113,8 +114,8 @@ FAULTS = [
     Fault("breakdown", "benchmarks/compressed_base.py", "critical = max(range(len(everyone))",
           "critical = min(range(len(everyone))", BREAKDOWN),
     Fault("breakdown", "benchmarks/compressed_base.py",
-          "values, sent, (host, _) = everyone[critical]",
-          "values, sent, (host, _) = everyone[0]", BREAKDOWN),
+          "values, sent, _ = everyone[critical]",
+          "values, sent, _ = everyone[0]", BREAKDOWN),
     # error feedback: r = g - decode(encode(g)), applied by every trainer that keeps it
     Fault("feedback", "training/transport.py", "torch.sub(grad, residual, out=residual)",
           "torch.sub(residual, grad, out=residual)", FEEDBACK),
@@ -155,6 +156,18 @@ FAULTS = [
           "opts.streams if driven else opts.slots", SLOTS),
     Fault("slots", "benchmarks/sparse_streaming.py", "opts.slots if driven else opts.streams",
           "DEFAULT_SLOTS if driven else opts.streams", SLOTS),
+    # the one floor of a call: past the burst, plus each step's fixed cost, the codec's
+    # share per device, and the plots' floor from the same inputs
+    Fault("floor", "collectives/costmodel.py",
+          "bits = np.maximum(wire_bytes - burst_bytes, 0.0) * 8.0",
+          "bits = np.maximum(wire_bytes, 0.0) * 8.0", FLOOR),
+    Fault("floor", "collectives/costmodel.py", "    return bits / rate_bps + steps * step_s",
+          "    return bits / rate_bps", FLOOR),
+    Fault("floor", "benchmarks/compressed_base.py",
+          "    return per_core, float(sum(1 for p in same_host if p[2] == device))",
+          "    return per_core, 1.0", FLOOR),
+    Fault("floor", "plots/base.py", '_column(frame, "link_step_us").fillna(0.0) * 1e-6',
+          "0.0", FLOOR),
 ]
 
 
