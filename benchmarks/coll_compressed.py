@@ -10,9 +10,10 @@ that decompresses, reduces and recompresses partial sums, one chunk's codec work
 overlapping other chunks' transfers (non-blocking sends and receives). Allreduce: one
 pipeline of both (--no-fuse: that reduce-scatter, then that allgather). --chunk-bytes
 sets the pipeline's chunk of uncompressed data (0: one chunk per block; auto: from the
-block size, the codec's ratio and the emulated link rate). --progress and
---codec-threads choose how MPI keeps moving bytes while the codec works; MPICH's own
-progress thread is asked for with MPIR_CVAR_ASYNC_PROGRESS=1 in the launch environment.
+block, the codec's rate and ratio and the transport's per-message cost and rate, measured
+at start-up). --progress and --codec-threads choose how MPI keeps moving bytes while the
+codec works; MPICH's own progress thread is asked for with MPIR_CVAR_ASYNC_PROGRESS=1 in
+the launch environment.
 Every row carries the time breakdown of the timed calls on the critical rank and the
 pipeline's floor (docs/compression.md).
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ccbench.benchmarks.compressed_base import CompressedVariant, link_goodput_gbps, size_option
+from ccbench.benchmarks.compressed_base import CompressedVariant, floor_link_gbps, size_option
 from ccbench.benchmarks.harness import run_variant
 from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, auto_chunk_bytes
 from ccbench.collectives.pipeline import (
@@ -45,18 +46,24 @@ from ccbench.kernels.vocabulary import itemsize
 
 AUTO = "auto"
 RATE_SAMPLE_BYTES = 1 << 20  # data the codec's rate is measured on
-MESSAGE_SIZES = (4 << 10, 256 << 10)  # the ring exchange fitted for the per-message cost
+# the ring exchanges that measure the transport: the smallest for its per-message cost,
+# the two others (both past an emulated shaper's burst) for its rate
+MESSAGE_BYTES = 4 << 10
+RATE_BYTES = (256 << 10, 4 << 20)
 RATE_REPEATS = 5
+EXCHANGE_REPEATS = 9  # ranks that share cores are descheduled for milliseconds at times
 
 
 @dataclass(frozen=True)
 class MeasuredRates:
     """What --chunk-bytes auto chooses from, measured on the ranks at start-up (outside
-    the timed calls) and recorded in every row (auto_* columns)."""
+    the timed calls), agreed by every rank and recorded in every row."""
 
     codec_bps: float  # data bytes/s through one encode and one decode: the slowest rank's
-    message_s: float  # per-message cost: the intercept of a ring exchange at two sizes
-    link_gbps: float | None  # the emulated link's rate where known, else the fit's slope
+    message_s: float  # the transport's per-message cost (alpha)
+    transport_gbps: float | None  # the transport's rate (1/beta); None on one rank
+    link_gbps: float | None  # the rate the chunk is chosen for: the emulated link's where
+    # known (the floor's rate), else the transport's
 
 
 def _best(function, repeats: int = RATE_REPEATS) -> float:
@@ -90,38 +97,48 @@ def codec_rate(codec, buffer: str, dtype: str) -> float:
     return 2 * count * itemsize(dtype) / seconds
 
 
-def ring_exchange_fit(comm, buffer: str = "numpy") -> tuple[float, float | None]:
-    """(per-message seconds, link Gbit/s) from a ring exchange (each rank sends to the
-    next and receives from the previous) at two sizes, through the run's transport and
-    buffers: the intercept and the inverse slope of the line through their median times
-    (the slowest rank's); (0, None) on one rank."""
+def ring_exchange_s(comm, nbytes: int, buffer: str) -> float:
+    """Seconds of a ring exchange of `nbytes` (each rank sends to the next and receives
+    from the previous, after a barrier) through the run's transport and buffers: the best
+    of EXCHANGE_REPEATS on each rank (a rank descheduled by another's work adds only to
+    the others), the slowest rank's. Collective."""
     size, rank = comm.size, comm.rank
-    if size < 2:
+    send = arrays.from_numpy(buffer, np.zeros(nbytes, np.int8), "int8")
+    recv = arrays.empty(buffer, nbytes, "int8")
+    comm.sendrecv(send, (rank + 1) % size, recv, (rank - 1) % size)  # connects: not timed
+    arrays.synchronize(buffer)
+    times = []
+    for _ in range(EXCHANGE_REPEATS):
+        comm.barrier()
+        t0 = time.perf_counter()
+        comm.sendrecv(send, (rank + 1) % size, recv, (rank - 1) % size)
+        arrays.synchronize(buffer)
+        times.append(time.perf_counter() - t0)
+    return comm.allreduce_value(min(times), op="max")
+
+
+def transport_alpha_beta(comm, buffer: str = "numpy") -> tuple[float, float | None]:
+    """(per-message seconds, Gbit/s) of the transport in use: the rate from the ring
+    exchanges at the two RATE_BYTES (their times' difference, so neither the per-message
+    cost nor an emulated shaper's burst enters it; where noise made the larger one no
+    slower, the larger one's bytes over its whole time, a lower rate), the per-message
+    cost from the MESSAGE_BYTES exchange less its bytes at that rate; (0, None) on one
+    rank. Collective."""
+    if comm.size < 2:
         return 0.0, None
-    medians = []
-    for nbytes in MESSAGE_SIZES:
-        send = arrays.from_numpy(buffer, np.zeros(nbytes, np.int8), "int8")
-        recv = arrays.empty(buffer, nbytes, "int8")
-        times = []
-        for _ in range(RATE_REPEATS):
-            comm.barrier()
-            t0 = time.perf_counter()
-            comm.sendrecv(send, (rank + 1) % size, recv, (rank - 1) % size)
-            arrays.synchronize(buffer)
-            times.append(time.perf_counter() - t0)
-        medians.append(comm.allreduce_value(float(np.median(times)), op="max"))
-    (s1, t1), (s2, t2) = zip(MESSAGE_SIZES, medians, strict=True)
-    slope = (t2 - t1) / (s2 - s1)
-    intercept = max(t1 - slope * s1, 0.0)
-    return intercept, (8 / slope / 1e9 if slope > 0 else None)
+    small = ring_exchange_s(comm, MESSAGE_BYTES, buffer)
+    (s1, s2) = RATE_BYTES
+    t1, t2 = (ring_exchange_s(comm, n, buffer) for n in RATE_BYTES)
+    seconds_per_byte = (t2 - t1) / (s2 - s1) if t2 > t1 else t2 / s2
+    return max(small - MESSAGE_BYTES * seconds_per_byte, 0.0), 8 / seconds_per_byte / 1e9
 
 
 def measure_rates(comm, codec, buffer: str, dtype: str) -> MeasuredRates:
     """The rates --chunk-bytes auto uses, agreed by every rank. Collective."""
     rate = comm.allreduce_value(codec_rate(codec, buffer, dtype), op="min")
-    message_s, fitted_gbps = ring_exchange_fit(comm, buffer)
-    link = link_goodput_gbps()
-    return MeasuredRates(rate, message_s, link if link else fitted_gbps)
+    message_s, transport_gbps = transport_alpha_beta(comm, buffer)
+    link = floor_link_gbps()
+    return MeasuredRates(rate, message_s, transport_gbps, link if link else transport_gbps)
 
 
 def chunk_option(text: str):
@@ -143,7 +160,8 @@ class CollCompressed(CompressedVariant):
             "--chunk-bytes", type=chunk_option, default=DEFAULT_CHUNK_BYTES, metavar="BYTES",
             help=f"uncompressed bytes per pipelined chunk (default "
                  f"{DEFAULT_CHUNK_BYTES // 1024}K; 0: one chunk per block; auto: chosen per "
-                 "size from the block, the codec's ratio and the link rate)")
+                 "size from the block, the codec's rate and ratio and the transport's "
+                 "per-message cost and rate, measured at start-up)")
         group.add_argument(
             "--progress", choices=PROGRESS_MODES, default=DEFAULT_PROGRESS,
             help="how MPI progresses while the codec works: chunk (between chunks only) "
@@ -184,12 +202,14 @@ class CollCompressed(CompressedVariant):
         if rates is None:
             return {}
         return {"auto_codec_gbps": rates.codec_bps * 8 / 1e9,
-                "auto_message_us": rates.message_s * 1e6, "auto_link_gbps": rates.link_gbps}
+                "transport_message_us": rates.message_s * 1e6,
+                "transport_gbps": rates.transport_gbps, "auto_link_gbps": rates.link_gbps}
 
     def columns(self, opts) -> dict:
         return {**super().columns(opts), "chunk_bytes": opts.chunk_bytes,
-                "chunk_used_bytes": None, "auto_codec_gbps": None, "auto_message_us": None,
-                "auto_link_gbps": None, "progress": opts.progress,
+                "chunk_used_bytes": None, "auto_codec_gbps": None,
+                "transport_message_us": None, "transport_gbps": None, "auto_link_gbps": None,
+                "progress": opts.progress,
                 "codec_threads": opts.codec_threads, "wait": opts.wait,
                 "fused": opts.fused if opts.collective == "allreduce" else None,
                 "async_progress": async_progress()}

@@ -10,10 +10,12 @@ import os
 
 import numpy as np
 
+from ccbench.benchmarks.environment import link_bound
 from ccbench.benchmarks.harness import Op, Variant, held
 from ccbench.benchmarks.options import iterations_for, parse_size
 from ccbench.collectives.compressed import bind_compressed, compressions_on_path, error_bound
-from ccbench.collectives.pipeline import FIELDS, pipeline_floor
+from ccbench.collectives.costmodel import floor_steps, pipeline_floor
+from ccbench.collectives.pipeline import FIELDS
 from ccbench.kernels import arrays, inputs
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.vocabulary import COLLECTIVES
@@ -85,7 +87,7 @@ class CompressedVariant(Variant):
             row = {"compression_ratio": raw / wire if wire else float("nan")}
             # the timed calls: after the warm-up, before the harness's untimed last call
             row.update(breakdown_columns(comm, run.breakdown.mean(warmup, last=-1),
-                                         comm.wire_bytes, arrays.is_gpu(case.buffer)))
+                                         comm.wire_bytes, case.collective, case.buffer))
             if "chunk_bytes" in options:  # what --chunk-bytes auto chose for this size
                 row["chunk_used_bytes"] = options["chunk_bytes"]
             return row
@@ -110,36 +112,63 @@ class CompressedVariant(Variant):
 BREAKDOWN_COLUMNS = (
     "call_us", "encode_us", "decode_us", "reduce_us", "wait_us", "idle_us", "codec_cpu_us",
     "stage_us", "wire_floor_us", "codec_floor_us", "floor_us", "overlap_efficiency",
-    "floor_link_gbps", "ranks_per_core",
+    "floor_link_gbps", "ranks_per_core", "ranks_per_device",
 )  # fmt: skip
 
 
-def link_goodput_gbps() -> float | None:
-    """The link's payload rate for the floor: measured by `ccbench cluster selfcheck`, else
-    the TCP ceiling of the configured rate (set by `ccbench cluster run`); None off it."""
-    for name in ("CCBENCH_LINK_GOODPUT_GBPS", "CCBENCH_LINK_GBPS"):
+def floor_link_gbps() -> float | None:
+    """The link's payload rate for the floor (`ccbench cluster run` sets them): the TCP
+    ceiling of the shaped rate, the fastest the shaper lets payload through, else the
+    goodput `ccbench cluster selfcheck` measured, else the configured rate; None off an
+    emulated link."""
+    for name in ("CCBENCH_LINK_CEILING_GBPS", "CCBENCH_LINK_GOODPUT_GBPS", "CCBENCH_LINK_GBPS"):
         value = os.environ.get(name, "")
         if value:
             return float(value)
     return None
 
 
-def breakdown_columns(comm, mean, wire_bytes: int, on_device: bool = False) -> dict:
+def codec_share(places: list, critical: int, on_device: bool) -> tuple[float, float | None]:
+    """(ranks per core, ranks per device) around the critical rank, from every rank's
+    place (host, cores of its affinity mask, device or None). On a device the codec's
+    share is the ranks on the same host with the same device; on the host, the ranks on
+    its host over the distinct cores their masks cover."""
+    host, _, device = places[critical]
+    same_host = [p for p in places if p[0] == host]
+    cores = len({core for _, affinity, _ in same_host for core in affinity}) or 1
+    per_core = len(same_host) / cores
+    if not on_device:
+        return per_core, None
+    return per_core, float(sum(1 for p in same_host if p[2] == device))
+
+
+def rank_device(buffer: str):
+    """What tells this rank's device from another's on the same host (None on the host)."""
+    if not arrays.is_gpu(buffer):
+        return None
+    return tuple(sorted(arrays.backend(buffer).describe().items()))
+
+
+def breakdown_columns(comm, mean, wire_bytes: int, collective: str, buffer: str = "numpy"
+                      ) -> dict:
     """The breakdown on the critical rank (the one whose calls took longest), its floor
-    and the overlap efficiency (call time over floor). `mean` is this rank's per-call mean
-    of pipeline.FIELDS in seconds (device time on a device: codec_cpu is then the codec
-    kernels' time, and a rank's core is its device's); `wire_bytes` what it sent in one
-    call. Collective."""
-    where = (comm.processor_name(), sorted(os.sched_getaffinity(0)))
+    (costmodel.pipeline_floor) and the overlap efficiency (call time over floor). `mean`
+    is this rank's per-call mean of pipeline.FIELDS in seconds (device time on a device:
+    codec_cpu is then the codec kernels' time, shared by the ranks on its device);
+    `wire_bytes` what it sent in one call. Collective."""
+    on_device = arrays.is_gpu(buffer)
+    where = (comm.processor_name(), sorted(os.sched_getaffinity(0)), rank_device(buffer))
     everyone = comm.allgather_obj((list(map(float, mean)), int(wire_bytes), where))
     critical = max(range(len(everyone)), key=lambda r: everyone[r][0][0])
-    values, sent, (host, _) = everyone[critical]
-    same_host = [w for _, _, w in everyone if w[0] == host]
-    cores = len({core for _, affinity in same_host for core in affinity}) or 1
-    per_core = 1.0 if on_device else len(same_host) / cores
+    values, sent, _ = everyone[critical]
+    per_core, per_device = codec_share([w for _, _, w in everyone], critical, on_device)
     got = dict(zip(FIELDS, values, strict=True))
-    link = link_goodput_gbps()
-    floor = pipeline_floor(sent, link * 1e9 if link else None, got["codec_cpu"], per_core)
+    link = floor_link_gbps()
+    bound = link_bound()
+    floor = pipeline_floor(
+        sent, link * 1e9 if link else None, got["codec_cpu"],
+        per_device if on_device else per_core, bound["link_burst_bytes"] or 0.0,
+        floor_steps(collective, len(everyone)), (bound["link_step_us"] or 0.0) * 1e-6)
     busy = got["encode"] + got["decode"] + got["reduce"] + got["wait"] + got["stage"]
     us = 1e6
     return {
@@ -150,5 +179,5 @@ def breakdown_columns(comm, mean, wire_bytes: int, on_device: bool = False) -> d
         "wire_floor_us": floor["wire"] * us if floor["wire"] is not None else None,
         "codec_floor_us": floor["codec"] * us, "floor_us": floor["floor"] * us,
         "overlap_efficiency": got["call"] / floor["floor"] if floor["floor"] > 0 else None,
-        "floor_link_gbps": link, "ranks_per_core": per_core,
+        "floor_link_gbps": link, "ranks_per_core": per_core, "ranks_per_device": per_device,
     }

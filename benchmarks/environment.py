@@ -55,11 +55,14 @@ def link_gbps():
 
 def link_bound() -> dict:
     """What a lower bound on an emulated transfer needs (`ccbench cluster run` sets it):
-    the link's payload ceiling and its token bucket's burst; empty on real links."""
+    the link's payload ceiling, its token bucket's burst and the fixed cost of a ring step
+    that `ccbench cluster selfcheck` measured; empty on real links."""
     ceiling = os.environ.get("CCBENCH_LINK_CEILING_GBPS", "")
     burst = os.environ.get("CCBENCH_LINK_BURST_BYTES", "")
+    step = os.environ.get("CCBENCH_LINK_STEP_US", "")
     return {"link_ceiling_gbps": float(ceiling) if ceiling else None,
-            "link_burst_bytes": int(burst) if burst else None}
+            "link_burst_bytes": int(burst) if burst else None,
+            "link_step_us": float(step) if step else None}
 
 
 def _cpus_allowed() -> list[int]:

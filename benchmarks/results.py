@@ -107,7 +107,7 @@ def _columns(*groups: tuple[str, tuple[str, ...]]) -> tuple[tuple[str, str], ...
 RUN = ("run_id", "sweep_id", "timestamp")
 WHERE = ("mpi_library", "hostname", "git_sha")
 
-HARNESS = Schema("harness", 3, _columns(
+HARNESS = Schema("harness", 4, _columns(
     (PROVENANCE, (SCHEMA, *RUN)),
     (SETTING, ("variant", "algorithm", "collective", "codec", "dtype", "buffer",
                "transport", "backend", "ranks", "nodes", "size_bytes")),
@@ -121,12 +121,14 @@ HARNESS = Schema("harness", 3, _columns(
     (MEASUREMENT, ("rel_l2_err", "max_abs_err", "max_rel_err", "psnr_db", "cosine",
                    "validation", "validation_err", "error_bound")),
     (SETTING, ("link_gbps",)),
-    (PROVENANCE, ("link_ceiling_gbps", "link_burst_bytes", *WHERE, "device")),
+    (PROVENANCE, ("link_ceiling_gbps", "link_burst_bytes", "link_step_us", *WHERE, "device")),
 ), open=True, signature=("variant", "collective", "size_bytes"), defaults={1: {
     # numpy's own default paging: huge pages advised for large arrays
     "hugepages": "madvise"}, 2: {
     # before the torch transport every row ran over MPI
-    "transport": "mpi", "backend": "mpi"}}, variant_defaults={1: {
+    "transport": "mpi", "backend": "mpi"}, 3: {
+    # before `cluster selfcheck` measured the fixed cost of a ring step: none known
+    "link_step_us": ""}}, variant_defaults={1: {
     # sparse-streaming rows of version 1 left out what their defaults were
     "sparse_streaming": {"block_size": 256, "fusion": 1024, "overlap": "random",
                          "threshold": 0.0, "aggregators": 0}}})

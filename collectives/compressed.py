@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 
 from ccbench.collectives import compressed_ordered
+from ccbench.collectives.costmodel import pipeline_chunk_bytes
 from ccbench.collectives.pipeline import (
     DECODE,
     DEFAULT_PROGRESS,
@@ -249,30 +250,23 @@ class P2PCompressed(_Bound):
 # ------------------------------------------------------------------ collective level
 
 # --chunk-bytes auto: a chunk's per-message cost against the pipeline's fill and drain,
-# from rates measured on the ranks at start-up (benchmarks/coll_compressed.py)
-AUTO_CHUNK_RANGE = (64 << 10, 4 << 20)
+# from the transport's and the codec's rates measured on the ranks at start-up
+# (benchmarks/coll_compressed.py); the closed form is the cost model's
+AUTO_CHUNK_LOW = 64 << 10
 
 
 def auto_chunk_bytes(codec: Codec, dtype: str, block_bytes: int, ranks: int,
                      link_gbps: float | None, codec_bps: float, message_s: float) -> int:
     """Chunk size (uncompressed bytes) for blocks of `block_bytes` on `ranks` ranks, from
-    the link rate, the codec's rate `codec_bps` and the per-message cost `message_s`, all
-    measured (None link: the default chunk is kept).
-
-    n chunks of a block of B bytes cost n x o of per-message time (o = message_s) and
-    leave the link idle for the first chunk's encode and the last one's decode, 2 B/(n c),
-    and for the forwarding of a chunk along the ring, (P-2) B / (n r L) (c: codec bytes/s,
-    r: compression ratio, L: link bytes/s). The sum is least at
-    B/n = sqrt(o B / (2/c + (P-2)/(r L))); rounded down to a power of two, in 64K..4M.
-    """
+    the link's payload rate `link_gbps`, the codec's rate `codec_bps` (data bytes/s
+    through one encode and one decode) and the per-message cost `message_s`, all measured
+    (costmodel.pipeline_chunk_bytes: the data rate of the link is its payload rate times
+    the codec's ratio); no link rate or codec rate (one rank): the default chunk."""
     if not link_gbps or block_bytes <= 0 or not codec_bps > 0:
         return DEFAULT_CHUNK_BYTES
     ratio = codec.nominal_ratio(dtype) if codec.fixed_size else 1.0
-    per_byte = 2 / codec_bps + max(ranks - 2, 1) / (ratio * link_gbps * 1e9 / 8)
-    best = (max(message_s, 0.0) * block_bytes / per_byte) ** 0.5
-    chunk = 1 << max(0, int(best).bit_length() - 1)
-    low, high = AUTO_CHUNK_RANGE
-    return max(low, min(high, chunk))
+    return pipeline_chunk_bytes(block_bytes, ranks, message_s, codec_bps,
+                                ratio * link_gbps * 1e9 / 8, AUTO_CHUNK_LOW)
 
 
 def chunk_count_for(codec: Codec, dtype: str, chunk_bytes: int) -> int:

@@ -184,3 +184,69 @@ def fit_cost_model(comm, bind, send, recv, sizes: list[int], seconds_per_size: f
     for p in points:
         p["fitted_us"] = float(fit.model.time_us(p["size_bytes"]))
     return fit, points
+
+
+# ---------------------------------------------------------------- a call's floor
+#
+# One definition of the lower bound of a collective's call, used by the compressed
+# variants' rows (overlap efficiency), the plots' model lines and floors, and the
+# pipeline's chunk choice (docs/compression.md, "The floor").
+
+
+def floor_steps(collective: str, ranks: int, algorithm: str = "ring") -> int:
+    """The steps of a call that each pay the link's fixed cost: a ring's P-1 (twice for
+    an allreduce: reduce-scatter then allgather); for an algorithm ccbench cannot see
+    inside (the library's), the fewest any algorithm needs, ceil(log2 P)."""
+    if ranks < 2:
+        return 0
+    if algorithm == "ring":
+        return (ranks - 1) * (2 if collective == "allreduce" else 1)
+    return int(ranks - 1).bit_length()
+
+
+def wire_floor_s(wire_bytes, rate_bps, burst_bytes=0.0, steps=0, step_s=0.0):
+    """Seconds the link needs for one call: the bytes a rank sends, less what the shaper's
+    token bucket passes at once after a pause, at the link's payload rate, plus each
+    step's fixed cost. Scalars or arrays (numpy, pandas) alike."""
+    bits = np.maximum(wire_bytes - burst_bytes, 0.0) * 8.0
+    return bits / rate_bps + steps * step_s
+
+
+def call_floor_s(wire_s, codec_s):
+    """A call's floor: the larger of the wire's and the codec's (the codec's CPU time times
+    the ranks that share its core or device); no wire (None or NaN: no link), the codec's."""
+    if wire_s is None:
+        return codec_s
+    return np.fmax(wire_s, codec_s)
+
+
+def pipeline_floor(wire_bytes: float, rate_bps: float | None, codec_cpu_s: float,
+                   codec_share: float, burst_bytes: float = 0.0, steps: int = 0,
+                   step_s: float = 0.0) -> dict:
+    """One call's floor in seconds, its parts by name: wire (wire_floor_s; None without a
+    link: shared memory), codec (the codec's CPU time on this rank times the ranks that
+    share its core or device: each must do all of its ranks' codec work) and floor."""
+    wire = wire_floor_s(wire_bytes, rate_bps, burst_bytes, steps, step_s) if rate_bps \
+        else None
+    codec = codec_cpu_s * max(1.0, codec_share)
+    return {"wire": wire, "codec": codec, "floor": float(call_floor_s(wire, codec))}
+
+
+def pipeline_chunk_bytes(block_bytes: int, ranks: int, message_s: float, codec_bps: float,
+                         wire_bps: float, low: int, high: int | None = None) -> int:
+    """The chunk (uncompressed bytes) that minimises a chunked ring pipeline's time over
+    a block of B bytes: n chunks cost n x o of per-message time (o = message_s) on top of
+    the floor, and leave the link idle for the first chunk's encode and the last one's
+    decode, 2 B / (n c), and for a chunk's forwarding along the P-2 middle hops,
+    (P-2) B / (n w) (c = codec_bps, w = wire_bps: bytes of data per second the link
+    carries, the payload rate times the codec's ratio). The sum is least at
+    B/n = sqrt(o B / (2/c + (P-2)/w)); rounded down to a power of two, at least `low`,
+    at most `high` and the block (one chunk per block)."""
+    per_byte = 2.0 / codec_bps + max(ranks - 2, 0) / wire_bps
+    best = (max(message_s, 0.0) * block_bytes / per_byte) ** 0.5 if per_byte > 0 else \
+        float("inf")
+    top = block_bytes if high is None else min(high, block_bytes)
+    if best >= top:
+        return max(low, top)
+    chunk = 1 << max(0, int(best).bit_length() - 1)
+    return max(low, chunk)

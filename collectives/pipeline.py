@@ -371,17 +371,3 @@ def sub_ranges(count: int, piece: int) -> list[tuple[int, int]]:
     if piece <= 0 or piece >= count:
         return [(0, count)]
     return [(a, min(a + piece, count)) for a in range(0, count, piece)]
-
-
-def pipeline_floor(wire_bytes: float, link_bps: float | None, codec_cpu_s: float,
-                   ranks_per_core: float) -> dict:
-    """The pipeline's lower bound for one call, in seconds: max(wire, codec).
-
-    wire: the bytes this rank sends over its link (full duplex: it receives as much at the
-    same time); codec: the codec's CPU time on this rank times the ranks that share a
-    core (each core must do all of its ranks' codec work). No link (shared memory): the
-    codec alone.
-    """
-    wire = wire_bytes * 8 / link_bps if link_bps else None
-    codec = codec_cpu_s * max(1.0, ranks_per_core)
-    return {"wire": wire, "codec": codec, "floor": max(wire or 0.0, codec)}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ccbench.collectives.costmodel import call_floor_s, floor_steps, wire_floor_s
 from ccbench.collectives.spec import spec
 from ccbench.plots.data import RUN, Data
 from ccbench.plots.style import Style, codec_sort_key
@@ -219,33 +220,51 @@ def wire_bytes(frame: pd.DataFrame) -> pd.Series:
     return measured.where(measured > 0, formula)
 
 
-def link_bound_us(frame: pd.DataFrame) -> pd.Series:
-    """A lower bound on a call's time on an emulated link: the bytes each rank puts on
-    the wire (measured where the row has them), less what the link's token bucket passes
-    at once after a pause, at the link's payload ceiling (the configured rate less the
-    frames' headers). Rows without the ceiling and burst (files from before they were
-    recorded) fall back to the configured rate and no burst: then not a strict bound."""
+def _column(frame: pd.DataFrame, name: str) -> pd.Series:
+    if name not in frame.columns:
+        return pd.Series(np.nan, index=frame.index, dtype=float)
+    return pd.to_numeric(frame[name], errors="coerce").astype(float)
+
+
+def floor_us(frame: pd.DataFrame) -> pd.Series:
+    """Each row's floor on an emulated link, by the one definition
+    (collectives/costmodel.py): the bytes each rank puts on the wire (measured where the
+    row has them), less what the link's token bucket passes at once after a pause, at the
+    link's payload ceiling (the configured rate less the frames' headers), plus each
+    step's fixed cost (`cluster selfcheck`), or the codec's floor where the row has one and
+    it is larger. Rows without the ceiling, burst or step cost (files from before they
+    were recorded) fall back to the configured rate, no burst, no fixed cost: then not a
+    strict bound. NaN off an emulated link."""
     link = link_of(frame)
-    ceiling = (pd.to_numeric(frame["link_ceiling_gbps"], errors="coerce")
-               if "link_ceiling_gbps" in frame.columns else pd.Series(np.nan, frame.index))
-    burst = (pd.to_numeric(frame["link_burst_bytes"], errors="coerce")
-             if "link_burst_bytes" in frame.columns else pd.Series(np.nan, frame.index))
-    rate = ceiling.where(ceiling > 0, link)
-    bits = (wire_bytes(frame) - burst.fillna(0.0)).clip(lower=0.0) * 8.0
-    return (bits / (rate * 1e3)).where(link > 0)  # Gbit/s = 1e3 bits per microsecond
+    ceiling = _column(frame, "link_ceiling_gbps")
+    rate_bps = ceiling.where(ceiling > 0, link) * 1e9
+    algorithm = frame["algorithm"] if "algorithm" in frame.columns else \
+        pd.Series("ring", index=frame.index)
+    steps = pd.Series([floor_steps(c, int(n), str(a)) for c, n, a in
+                       zip(frame["collective"], frame["ranks"], algorithm, strict=True)],
+                      index=frame.index, dtype=float)
+    wire = wire_floor_s(wire_bytes(frame), rate_bps, _column(frame, "link_burst_bytes").fillna(0.0),
+                        steps, _column(frame, "link_step_us").fillna(0.0) * 1e-6) * 1e6
+    floor = call_floor_s(wire, _column(frame, "codec_floor_us"))
+    return floor.where(link > 0)
 
 
 def strict_bound(frame: pd.DataFrame) -> bool:
-    """Whether the rows carry what makes link_bound_us a strict bound."""
+    """Whether the rows carry what makes floor_us a strict bound."""
     return {"link_ceiling_gbps", "link_burst_bytes"} <= set(frame.columns) and \
         bool(pd.to_numeric(frame["link_ceiling_gbps"], errors="coerce").notna().any())
 
 
-def below_bound(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows whose measured time lies below their link's lower bound: a wrong bound, wire
-    count or link rate; the figure flags them and a test fails on them."""
-    bound = link_bound_us(frame)
-    return frame[(frame["avg_us"].astype(float) < bound * (1 - 1e-9)) & bound.notna()]
+def below_floor(frame: pd.DataFrame, measured: str = "avg_us") -> pd.DataFrame:
+    """Rows whose measured time lies below their floor: a wrong floor, wire count, link
+    rate or step cost; the figures mark them in red with this reason and a test fails on
+    them."""
+    floor = floor_us(frame)
+    return frame[(_column(frame, measured) < floor * (1 - 1e-9)) & floor.notna()]
+
+
+BELOW_FLOOR = ("measured BELOW their floor (red): the floor, the wire count, the link rate "
+               "or the step cost is wrong there.")
 
 
 def same_run(*points) -> bool:

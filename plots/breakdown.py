@@ -6,16 +6,29 @@ each stacked from the breakdown columns of its row (encode, decode, reduce, wait
 the critical rank; docs/compression.md). Every bar is divided by the MPI call at that
 size (1.0: as fast as the library; no MPI row: by the collective-level call), so sizes
 of different magnitude share one axis; a black tick marks the collective-level
-pipeline's floor, max(wire, codec). One panel per codec, for the first (ranks, link)
-setting, emulated links first.
+pipeline's floor (plots/base.py floor_us, the cost model's one definition), red with a
+red x where the call was measured below it. One panel per codec, for the first (ranks,
+link) setting, emulated links first.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 from matplotlib.patches import Patch
 
-from ccbench.plots.base import Figure, FigureSpec, Skip, link_of, panel_title, panels, rows
+from ccbench.plots.base import (
+    BELOW_FLOOR,
+    Figure,
+    FigureSpec,
+    Skip,
+    below_floor,
+    floor_us,
+    link_of,
+    panel_title,
+    panels,
+    rows,
+)
 from ccbench.plots.style import (
     COLLECTIVE_LABELS,
     Style,
@@ -31,6 +44,7 @@ PARTS = (("encode_us", "encode", "#1f77b4"), ("decode_us", "decode", "#ff7f0e"),
 BARS = (("baseline", "MPI"), ("p2p_compressed", "p2p"), ("coll_compressed", "coll"))
 MAX_CODECS = 3
 TOTAL_COLOR = "#7f7f7f"
+BELOW_COLOR = "#c0392b"
 
 
 def newest(frame):
@@ -53,13 +67,17 @@ def breakdown(data, style: Style) -> list[Figure]:
     mpi = mpi[(mpi["ranks"] == ranks) & (link_of(mpi) == link)]
     collectives = [c for c in COLLECTIVE_LABELS if c in set(compressed["collective"])]
     codecs = sorted(set(compressed["codec"]))[:MAX_CODECS]
+    # the call the bar stacks up to (the critical rank's), else the average over ranks
+    measured = compressed["call_us"].astype(float).fillna(compressed["avg_us"].astype(float))
+    compressed = compressed.assign(_floor=floor_us(compressed), _measured=measured)
+    below = []
     fig, axes = figure(len(collectives) * len(codecs), ncols=len(codecs), panel_height=2.2)
     for r, collective in enumerate(collectives):
         base = newest(mpi[mpi["collective"] == collective]).set_index("size_bytes")["avg_us"]
         sub = newest(compressed[compressed["collective"] == collective])
         for c, codec in enumerate(codecs):
             ax = axes[r * len(codecs) + c]
-            draw_panel(ax, sub[sub["codec"] == codec], base)
+            below.append(draw_panel(ax, sub[sub["codec"] == codec], base))
             ax.set_title(f"{COLLECTIVE_LABELS[collective]}, {codec_label(codec)}")
             if c == 0:
                 ax.set_ylabel("time / MPI's time")
@@ -72,12 +90,24 @@ def breakdown(data, style: Style) -> list[Figure]:
                "message size: the MPI library's call (hatched), point-to-point (p2p) and "
                "collective-level (coll) compression stacked from the critical rank's "
                "breakdown, each divided by the MPI call at that size (or by coll where MPI "
-               "was not run); black tick: the collective-level pipeline's floor, "
-               "max(wire, codec).")
+               "was not run); black tick: the collective-level pipeline's floor "
+               "(docs/compression.md): its wire bytes less the shaper's burst at the link's "
+               "payload rate plus each step's fixed cost, or its codec's floor where that is "
+               "larger.")
+    below = [b for b in below if not b.empty]
+    if below:
+        points = pd.concat(below)
+        names = ", ".join(f"{COLLECTIVE_LABELS.get(r.collective, r.collective)} "
+                          f"{codec_label(r.codec)} at {format_bytes(r.size_bytes)}"
+                          for r in points.itertuples())
+        caption += f" {len(points)} call(s) ({names}; red tick and x) " + BELOW_FLOOR
     return [Figure("seed000_breakdown", fig, caption)]
 
 
-def draw_panel(ax, sub, base) -> None:
+def draw_panel(ax, sub, base) -> pd.DataFrame:
+    """Draws one collective and codec's bars; returns its collective-level rows measured
+    below their floor (marked in red)."""
+    below = below_floor(sub[sub["variant"] == "coll_compressed"], "_measured")
     sizes = sorted(set(sub["size_bytes"]))
     width = 0.27
     for i, size in enumerate(sizes):
@@ -107,14 +137,19 @@ def draw_panel(ax, sub, base) -> None:
                 value = float(row[column]) / scale if np.isfinite(row[column]) else 0.0
                 ax.bar(x, value, width, bottom=bottom, color=color, linewidth=0)
                 bottom += value
-            if variant == "coll_compressed" and np.isfinite(row.get("floor_us", np.nan)):
-                floor = float(row["floor_us"]) / scale
-                ax.plot([x - width / 2, x + width / 2], [floor, floor], color="black",
-                        linewidth=1.4)
+            if variant == "coll_compressed" and np.isfinite(row["_floor"]):
+                floor = float(row["_floor"]) / scale
+                low = size in set(below["size_bytes"])
+                ax.plot([x - width / 2, x + width / 2], [floor, floor],
+                        color=BELOW_COLOR if low else "black", linewidth=1.4)
+                if low:
+                    ax.plot([x], [float(row["_measured"]) / scale], linestyle="none",
+                            marker="x", markersize=7, color=BELOW_COLOR, zorder=5)
     ax.set_xticks(range(len(sizes)))
     ax.set_xticklabels([format_bytes(s) for s in sizes], fontsize="small")
     ax.set_xlabel("Message size (bytes); bars: MPI, p2p, coll")
     ax.axhline(1.0, color="black", linewidth=0.5, linestyle=":")
+    return below
 
 
 FIGURES = [

@@ -13,18 +13,19 @@ import pandas as pd
 
 from ccbench.plots import papers
 from ccbench.plots.base import (
+    BELOW_FLOOR,
     SEPARATE,
     Figure,
     FigureSpec,
     Skip,
-    below_bound,
+    below_floor,
     change_text,
     draw_series,
     fit_axis_to_points,
+    floor_us,
     held_text,
     hold_configuration,
     interval_caption,
-    link_bound_us,
     link_of,
     main_codecs,
     panel_title,
@@ -184,11 +185,11 @@ def reduction_text(entries: list[dict]) -> str:
 
 def draw_model_lines(ax, sub: pd.DataFrame, style: Style, scale: float
                      ) -> tuple[bool, pd.DataFrame]:
-    """The link's lower bound (plots/base.py) next to the baseline and collective-level
-    measurements; returns whether anything was drawn (only emulated-link rows have it)
-    and the rows measured below their bound, marked with a red x."""
+    """The floor (plots/base.py, the cost model's) next to the baseline and
+    collective-level measurements; returns whether anything was drawn (only emulated-link
+    rows have it) and the rows measured below their floor, marked with a red x."""
     drawn = False
-    below = below_bound(sub)
+    below = below_floor(sub)
     if not below.empty:
         ax.plot(below["size_bytes"], below["avg_us"].astype(float) / scale, linestyle="none",
                 marker="x", markersize=7, color="#c0392b", zorder=5)
@@ -199,7 +200,7 @@ def draw_model_lines(ax, sub: pd.DataFrame, style: Style, scale: float
     for frame, variant in candidates:
         if frame.empty:
             continue
-        frame = frame.assign(_model=link_bound_us(frame)).dropna(subset=["_model"])
+        frame = frame.assign(_model=floor_us(frame)).dropna(subset=["_model"])
         frame = frame.groupby("size_bytes", as_index=False)["_model"].min()
         # a bound of 0 (the shaper's burst covers the message) has no place on a log
         # axis: the line starts at the first size it bounds, not off the bottom
@@ -267,7 +268,7 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
             panel_note(ax, text)
     handles, labels = variant_codec_handles(style, keys)
     if modelled:
-        proxy = model_handle("model: the link's lower bound")
+        proxy = model_handle("model: the floor")
         handles.append(proxy)
         labels.append(proxy.get_label())
     legend_below(fig, handles, labels)
@@ -282,18 +283,17 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     if no_p2p:
         caption += " No point-to-point compressed rows were drawn, so there is no 'vs p2p'."
     if modelled:
-        caption += (" Dashed: a model, the lower bound of the link: the bytes each rank puts "
-                    "on the wire (counted), less the burst its shaper passes at once, at "
-                    "the link's payload rate; it starts at the first size where that is "
-                    "above 0.")
+        caption += (" Dashed: a model, the call's floor (docs/compression.md): the bytes "
+                    "each rank puts on the wire (counted), less the burst its shaper passes "
+                    "at once, at the link's payload rate, plus each step's fixed cost; the "
+                    "codec's floor where that is larger.")
         if not strict_bound(frame):
             caption += (" These rows do not record the link's burst and payload ceiling: "
                         "the dashed line uses the configured rate and is not a strict "
                         "bound.")
     below = pd.concat(flagged) if flagged else pd.DataFrame()
     if not below.empty:
-        caption += (f" {len(below)} point(s) measured BELOW their lower bound (red x): the "
-                    "bound, the wire count or the link rate is wrong there.")
+        caption += f" {len(below)} point(s) (red x) " + BELOW_FLOOR
     caption += interval_caption(kinds)
     if clipped:
         caption += (" The axis spans the points: an error bar that runs off it belongs to "

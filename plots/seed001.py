@@ -16,8 +16,8 @@ from ccbench.plots.base import (
     FigureSpec,
     Skip,
     draw_series,
+    floor_us,
     interval_caption,
-    link_bound_us,
     link_of,
     panel_title,
     rows,
@@ -263,7 +263,7 @@ def time_vs_sparsity(data, style: Style) -> list[Figure]:
             handles.append(line)
             labels.append(algorithm)
             if link > 0:
-                model = series.assign(_model=link_bound_us(series.assign(
+                model = series.assign(_model=floor_us(series.assign(
                     collective="allreduce"))).dropna(subset=["_model"])
                 if not model.empty:
                     model = model.sort_values("density")
@@ -314,7 +314,9 @@ def time_vs_sparsity(data, style: Style) -> list[Figure]:
                 "'separate launches', the widest ratio the two points' 95% intervals "
                 "allow.")
     if modelled:
-        caption += " Dashed: a model, each rank's wire bytes over the link rate."
+        caption += (" Dashed: a model, the call's floor (docs/compression.md): each rank's "
+                    "wire bytes over the link rate, less the shaper's burst, plus each "
+                    "step's fixed cost.")
     caption += interval_caption(kinds)
     if len(settings) > len(shown):
         caption += f" {len(settings) - len(shown)} more setting(s) not shown."

@@ -9,12 +9,13 @@ The command line and its actions; the cluster itself lives in modules of one job
 - ``cluster_keeper``: the keeper that holds a cluster built without root in a user
   namespace;
 - ``cluster_run``: MPI jobs with one rank per namespace, MPICH over TCP;
-- ``cluster_selfcheck``: TCP streams and an MPI_Allgather measured against the rate;
+- ``cluster_selfcheck``: TCP streams and an MPI_Allgather measured against the rate, and
+  the fixed cost of a ring step;
 - ``cluster_regime``: a link rate matched to a codec's throughput on this host.
 
-The hidden actions ``_keeper``, ``_tcp-flow`` and ``_mpi-allgather`` are the processes the
-cluster starts of itself (``python -m ccbench.scripts.cluster _ACTION ...``): the keeper,
-and the self-check's helpers inside the ranks' namespaces.
+The hidden actions ``_keeper``, ``_tcp-flow``, ``_mpi-allgather`` and ``_mpi-ring-step``
+are the processes the cluster starts of itself (``python -m ccbench.scripts.cluster
+_ACTION ...``): the keeper, and the self-check's helpers inside the ranks' namespaces.
 """
 
 from __future__ import annotations
@@ -61,7 +62,12 @@ from ccbench.scripts.cluster_netns import (
 )
 from ccbench.scripts.cluster_regime import describe_regime, regime_rate
 from ccbench.scripts.cluster_run import check_hydra, launch, mpiexec_command
-from ccbench.scripts.cluster_selfcheck import mpi_allgather_main, selfcheck, tcp_flow_main
+from ccbench.scripts.cluster_selfcheck import (
+    mpi_allgather_main,
+    mpi_ring_step_main,
+    selfcheck,
+    tcp_flow_main,
+)
 from ccbench.scripts.launch import find_mpiexec, refuse_inside_mpi_launch
 
 DEFAULT_NAME = "ccb"
@@ -283,10 +289,10 @@ def cmd_selfcheck(opts) -> int:
     cluster = require_cluster(opts.name)
     if cluster.ranks < 2:
         raise UsageError("the self-check needs a cluster of at least 2 ranks")
-    nbytes = parse_bytes(opts.bytes)
-    mpi_bytes = parse_bytes(opts.mpi_bytes) if opts.mpi else 0
+    nbytes = 0 if opts.step_only else parse_bytes(opts.bytes)
+    mpi_bytes = parse_bytes(opts.mpi_bytes) if opts.mpi and not opts.step_only else 0
     print(f"cluster {cluster.name}: {describe(cluster)}")
-    ok = selfcheck(cluster, nbytes, mpi_bytes)
+    ok = selfcheck(cluster, nbytes, mpi_bytes, step=opts.step)
     print("self-check passed" if ok else "self-check: measured rates are off the configuration")
     return 0 if ok else 1
 
@@ -338,6 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--mpi-bytes", default="16m", help="MPI allgather bytes per rank (default 16m)")
     sc.add_argument("--no-mpi", dest="mpi", action="store_false",
                     help="skip the MPI_Allgather check")  # fmt: skip
+    sc.add_argument("--no-step", dest="step", action="store_false",
+                    help="skip measuring the fixed cost of a ring step (the floor's)")
+    sc.add_argument("--step-only", action="store_true",
+                    help="measure only the fixed cost of a ring step (the floor's)")
     return parser
 
 
@@ -345,7 +355,7 @@ COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "run": cmd_run
             "check": cmd_check,
             "selfcheck": cmd_selfcheck}  # fmt: skip
 HELPERS = {"_tcp-flow": tcp_flow_main, "_mpi-allgather": mpi_allgather_main,
-           "_keeper": keeper_main}
+           "_mpi-ring-step": mpi_ring_step_main, "_keeper": keeper_main}
 
 
 def main(argv: list[str]) -> int:

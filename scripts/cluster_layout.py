@@ -106,6 +106,7 @@ class Cluster:
     mode: str = ROOT
     keeper_pid: int = 0  # userns mode: the process holding the namespaces
     goodput_bps: float = 0.0  # TCP payload rate measured by `selfcheck` (0: not yet)
+    step_us: float = 0.0  # fixed cost of a ring step measured by `selfcheck` (0: not yet)
     regime: dict | None = None  # --codec / --codec-ratio: how the rate was chosen
     # Derived from the name alone, so `down` finds leftovers without a state file, and a
     # hash of the name picks the subnet, so clusters of different names do not share one.
@@ -197,7 +198,7 @@ def load_state(name: str) -> Cluster | None:
         ) from exc
     fields = {k: data[k] for k in ("name", "ranks", "rate_bps", "delay_us", "mtu",
                                    "burst_bytes", "limit_bytes", "created")}  # fmt: skip
-    optional = ("mode", "keeper_pid", "goodput_bps", "regime")
+    optional = ("mode", "keeper_pid", "goodput_bps", "step_us", "regime")
     fields.update({k: data[k] for k in optional if k in data})
     return Cluster(**fields)
 

@@ -49,6 +49,8 @@ def rank_environment(cluster: Cluster, nranks: int) -> dict[str, str]:
         # shaper allows and the bytes its token bucket passes at once after a pause
         "CCBENCH_LINK_CEILING_GBPS": f"{cluster.tcp_goodput_bps() / 1e9:.6g}",
         "CCBENCH_LINK_BURST_BYTES": str(cluster.burst_bytes),
+        # and the fixed cost of each ring step, once `selfcheck` has measured it
+        **({"CCBENCH_LINK_STEP_US": f"{cluster.step_us:.6g}"} if cluster.step_us else {}),
     }
     if "OMP_NUM_THREADS" not in os.environ:
         # the emulated nodes share the host's cores: no rank should spawn a thread per core

@@ -1,6 +1,8 @@
-"""The cluster's self-check: TCP streams between ranks and a plain MPI_Allgather, each
-run inside the cluster's namespaces (``python -m ccbench.scripts.cluster _tcp-flow``,
-``_mpi-allgather``) and judged against the configured rate.
+"""The cluster's self-check: TCP streams between ranks, a plain MPI_Allgather and a ring
+step of MPI_Sendrecv at a few sizes, each run inside the cluster's namespaces (``python -m
+ccbench.scripts.cluster _tcp-flow``, ``_mpi-allgather``, ``_mpi-ring-step``); the first two
+are judged against the configured rate, the last gives the fixed cost of a ring step that
+the floor of a call adds per step (collectives/costmodel.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 import threading
 import time
 
+from ccbench.collectives.costmodel import wire_floor_s
 from ccbench.scripts.cluster_layout import (
     Cluster,
     ClusterError,
@@ -26,18 +29,36 @@ from ccbench.scripts.cluster_run import mpiexec_command
 from ccbench.scripts.launch import find_mpiexec
 
 SELFCHECK_PORT = 18515  # inside the cluster's namespaces only, so it never clashes
+# message sizes of the ring step: below, near and past the default burst (1 ms at the rate)
+RING_STEP_BYTES = (64 << 10, 256 << 10, 1 << 20)
 
 
-def selfcheck(cluster: Cluster, nbytes: int, mpi_bytes: int) -> bool:
+def selfcheck(cluster: Cluster, nbytes: int, mpi_bytes: int, step: bool = True) -> bool:
     """TCP streams of `nbytes` (rank 0 to 1, then a ring all at once) and, unless
     `mpi_bytes` is 0, an MPI_Allgather of `mpi_bytes` per rank, each printed with its
-    verdict against the configured rate; True when every verdict is ok. The slowest TCP
-    stream's rate is kept in the state as the cluster's goodput."""
+    verdict against the configured rate; True when every verdict is ok (`nbytes` 0: no
+    streams). The slowest TCP stream's rate is kept in the state as the cluster's goodput
+    and, with `step`, the fixed cost of a ring step (ring_step_cost)."""
     rate = cluster.rate_bps
     ceiling = cluster.tcp_goodput_bps()
-    cores = len(os.sched_getaffinity(0))
     print(f"configured rate {rate / 1e9:.3f} Gbit/s; TCP payload ceiling at MTU {cluster.mtu}: "
           f"{ceiling / 1e9:.3f} Gbit/s (Ethernet+IP+TCP headers)")
+    ok = nbytes <= 0 or tcp_check(cluster, nbytes, ceiling)
+    if mpi_bytes:
+        ok &= mpi_check(cluster, mpi_bytes)
+    if step:
+        step_s = ring_step_cost(cluster, ceiling)
+        with state_lock():  # the floor adds it per step from now on (CCBENCH_LINK_STEP_US)
+            current = load_state(cluster.name)
+            if current is not None and current.keeper_pid == cluster.keeper_pid:
+                current.step_us = step_s * 1e6
+                save_state(current)
+    return ok
+
+
+def tcp_check(cluster: Cluster, nbytes: int, ceiling: float) -> bool:
+    """TCP streams of `nbytes`, rank 0 to 1 and a ring, judged against the ceiling."""
+    rate = cluster.rate_bps
     ok = True
 
     def judge(bps: float) -> str:
@@ -57,31 +78,108 @@ def selfcheck(cluster: Cluster, nbytes: int, mpi_bytes: int) -> bool:
         if current is not None and current.keeper_pid == cluster.keeper_pid:
             current.goodput_bps = float(worst)
             save_state(current)
-    if mpi_bytes:
-        size = mpi_bytes
-        bound = (cluster.ranks - 1) * size * 8 / rate
-        out = subprocess.run(
-            mpiexec_command(cluster, [sys.executable, "-m", "ccbench.scripts.cluster",
-                                      "_mpi-allgather", "--bytes", str(size)],
-                            cluster.ranks, find_mpiexec()),
-            capture_output=True, text=True, env=dict(os.environ), check=False,
-            timeout=120 + 40 * bound,
-        )  # fmt: skip
-        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-        if out.returncode != 0 or not lines:
-            tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ClusterError(f"MPI self-check failed: {tail}")
-        res = json.loads(lines[-1])
-        ratio = res["mean_s"] / bound
-        good = ratio <= 1.10
-        ok &= good
-        print(f"mpi  MPI_Allgather {cluster.ranks} ranks x {size} B: mean {res['mean_s']:.4f} s, "
-              f"link bound (n-1) x size / rate {bound:.4f} s, ratio {ratio:.3f}  "
-              f"{'ok' if good else 'OFF'}")
-        share = min(1.0, cores / cluster.ranks)
-        print(f"     rank CPU busy {res['cpu_busy']:.2f} s/s (about {share:.2f} = ranks polling "
-              "on all cores; much less = the host is busy with other work)")
     return ok
+
+
+def mpi_check(cluster: Cluster, size: int) -> bool:
+    """MPI_Allgather of `size` bytes per rank, judged against the link bound."""
+    rate = cluster.rate_bps
+    cores = len(os.sched_getaffinity(0))
+    bound = (cluster.ranks - 1) * size * 8 / rate
+    out = subprocess.run(
+        mpiexec_command(cluster, [sys.executable, "-m", "ccbench.scripts.cluster",
+                                  "_mpi-allgather", "--bytes", str(size)],
+                        cluster.ranks, find_mpiexec()),
+        capture_output=True, text=True, env=dict(os.environ), check=False,
+        timeout=120 + 40 * bound,
+    )  # fmt: skip
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ClusterError(f"MPI self-check failed: {tail}")
+    res = json.loads(lines[-1])
+    ratio = res["mean_s"] / bound
+    good = ratio <= 1.10
+    print(f"mpi  MPI_Allgather {cluster.ranks} ranks x {size} B: mean {res['mean_s']:.4f} s, "
+          f"link bound (n-1) x size / rate {bound:.4f} s, ratio {ratio:.3f}  "
+          f"{'ok' if good else 'OFF'}")
+    share = min(1.0, cores / cluster.ranks)
+    print(f"     rank CPU busy {res['cpu_busy']:.2f} s/s (about {share:.2f} = ranks polling "
+          "on all cores; much less = the host is busy with other work)")
+    return good
+
+
+def ring_step_cost(cluster: Cluster, ceiling_bps: float) -> float:
+    """The fixed cost of one ring step, in seconds: per size of RING_STEP_BYTES, P-1 steps
+    back to back after a barrier (every rank sends to the next at once, as a ring
+    collective does; they last until the slowest rank is done), the fastest of 15; the
+    floor of that (costmodel.wire_floor_s: its bytes past the burst at the payload ceiling,
+    plus P-1 fixed costs) solved for the fixed cost; the least over the sizes. The
+    fastest, not a typical run: ranks that share cores with other work are descheduled at
+    times, and a floor must not count that."""
+    steps = cluster.ranks - 1
+    out = subprocess.run(
+        mpiexec_command(cluster, [sys.executable, "-m", "ccbench.scripts.cluster",
+                                  "_mpi-ring-step", "--bytes",
+                                  ",".join(map(str, RING_STEP_BYTES)),
+                                  "--steps", str(steps)],
+                        cluster.ranks, find_mpiexec()),
+        capture_output=True, text=True, env=dict(os.environ), check=False, timeout=120,
+    )  # fmt: skip
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ClusterError(f"MPI ring-step self-check failed: {tail}")
+    report = json.loads(lines[-1])
+    residuals = []
+    for nbytes, best, median in zip(RING_STEP_BYTES, report["best_s"], report["median_s"],
+                                    strict=True):
+        wire = wire_floor_s(steps * nbytes, ceiling_bps, cluster.burst_bytes)
+        residuals.append(max(best - wire, 0.0) / steps)
+        print(f"mpi  {steps} ring steps of {nbytes} B: fastest {best * 1e6:.0f} us (median "
+              f"{median * 1e6:.0f}), wire floor {wire * 1e6:.0f} us, fixed cost "
+              f"{residuals[-1] * 1e6:.0f} us per step")
+    step = min(residuals)
+    print(f"     fixed cost of a ring step (the least): {step * 1e6:.0f} us, added per step "
+          "to the floor of a call")
+    return step
+
+
+def mpi_ring_step_main(argv: list[str]) -> int:
+    """Helper run as an MPI job in the cluster: per size, the fastest and the median time
+    of --steps ring steps back to back (MPI_Sendrecv to the next rank, from the previous)
+    after a barrier, each time its slowest rank's."""
+    import numpy as np
+    from mpi4py import MPI
+
+    p = argparse.ArgumentParser(prog="ccbench.scripts.cluster _mpi-ring-step")
+    p.add_argument("--bytes", required=True, help="sizes, comma-separated")
+    p.add_argument("--iterations", type=int, default=15)
+    p.add_argument("--steps", type=int, default=1, help="ring steps back to back, timed as one")
+    a = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    best, medians = [], []
+    for nbytes in map(int, a.bytes.split(",")):
+        send, recv = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+        comm.Sendrecv(send, right, 0, recv, left, 0)  # sets up the connections: not timed
+        times = []
+        for _ in range(a.iterations):
+            comm.Barrier()
+            time.sleep(2e-3)  # the shaper's bucket fills again (1 ms at the rate by default)
+            comm.Barrier()
+            t0 = MPI.Wtime()
+            for _ in range(a.steps):
+                comm.Sendrecv(send, right, 0, recv, left, 0)
+            times.append(MPI.Wtime() - t0)
+        slowest = np.empty(len(times))
+        comm.Allreduce(np.array(times), slowest, op=MPI.MAX)
+        best.append(float(slowest.min()))
+        medians.append(float(np.median(slowest)))
+    if comm.rank == 0:
+        print(json.dumps({"ranks": comm.size, "best_s": best, "median_s": medians}),
+              flush=True)
+    return 0
 
 
 def tcp_flows(cluster: Cluster, pairs: list[tuple[int, int]], nbytes: int) -> dict[int, float]:

@@ -153,6 +153,7 @@ for link in "${links[@]}"; do
 import sys
 
 from ccbench.benchmarks.results import read_results
+from ccbench.plots.base import floor_us  # the one floor (docs/compression.md)
 
 frame = read_results([sys.argv[1]])
 frame = frame[frame["ranks"] == 4]
@@ -175,9 +176,7 @@ for collective in ("allgather", "reduce_scatter", "allreduce"):
     mpi = row("baseline", collective, algorithm="mpi")
     if mpi is None:
         continue
-    total = size * 4 if collective == "allgather" else size
-    wire = (3 / 4) * total * (2 if collective == "allreduce" else 1)
-    bound = wire * 8 / (link_gbps * 1e9) * 1e6
+    bound = float(floor_us(mpi.to_frame().T).iloc[0])
     print(f"\n{collective}: wire floor {bound / 1e3:.1f} ms; MPI {mpi['avg_us'] / 1e3:.1f} ms "
           f"({mpi['avg_us'] / bound:.3f} x floor)")
     print(f"  {'codec':<12} {'ratio':>6} {'p2p ms':>8} {'coll ms':>8} {'floor ms':>9} "

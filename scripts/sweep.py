@@ -192,6 +192,7 @@ def run_sweep(spec: Spec, selected: list[Task], launcher: str, echo: bool, fail_
                                              if t.link_gbps == task.link_gbps))  # fmt: skip
                 if shape != cluster_shape:
                     _cluster("up", "--ranks", str(shape[1]), "--rate", f"{shape[0]:g}gbit")
+                    _cluster("selfcheck", "--step-only")  # the floor's fixed cost per step
                     cluster_shape = shape
             csv = csv_path(spec, task).resolve()
             cmd = launch_command(spec, task, resume_args(task, sizes), csv, launcher)

@@ -49,6 +49,7 @@ GATE_BUILT = "tests/test_gate.py -k near_the_threshold"
 OSU = "tests/test_osu_check_runs.py"
 DEVICE = "tests/test_device_accounting.py"
 TRACES = "tests/test_trace_checks.py"
+FLOOR = "tests/test_floor.py"
 
 FAULTS = [
     # bfp's shared exponent steps up at max|x| = 2**e (1 - 2**-R), in each implementation
@@ -122,8 +123,8 @@ FAULTS = [
     Fault("breakdown", "benchmarks/compressed_base.py", "critical = max(range(len(everyone))",
           "critical = min(range(len(everyone))", BREAKDOWN),
     Fault("breakdown", "benchmarks/compressed_base.py",
-          "values, sent, (host, _) = everyone[critical]",
-          "values, sent, (host, _) = everyone[0]", BREAKDOWN),
+          "values, sent, _ = everyone[critical]",
+          "values, sent, _ = everyone[0]", BREAKDOWN),
     # error feedback: r = g - decode(encode(g)), applied by every trainer that keeps it
     Fault("feedback", "training/transport.py", "torch.sub(grad, residual, out=residual)",
           "torch.sub(residual, grad, out=residual)", FEEDBACK),
@@ -274,6 +275,18 @@ FAULTS = [
           TRACES),
     Fault("traces", "collectives/trace.py", "            clock += e.waited_us or 0.0\n", "",
           TRACES),
+    # the one floor of a call: past the burst, plus each step's fixed cost, the codec's
+    # share per device, and the plots' floor from the same inputs
+    Fault("floor", "collectives/costmodel.py",
+          "bits = np.maximum(wire_bytes - burst_bytes, 0.0) * 8.0",
+          "bits = np.maximum(wire_bytes, 0.0) * 8.0", FLOOR),
+    Fault("floor", "collectives/costmodel.py", "    return bits / rate_bps + steps * step_s",
+          "    return bits / rate_bps", FLOOR),
+    Fault("floor", "benchmarks/compressed_base.py",
+          "    return per_core, float(sum(1 for p in same_host if p[2] == device))",
+          "    return per_core, 1.0", FLOOR),
+    Fault("floor", "plots/base.py", '_column(frame, "link_step_us").fillna(0.0) * 1e-6',
+          "0.0", FLOOR),
 ]
 
 

@@ -365,12 +365,12 @@ def test_compressed_allgather_validates_inside(cluster, tmp_path):
     assert len(rows) == 3
     assert (rows["validation"] == "Pass").all()
     assert (rows["link_gbps"] == 0.2).all() and (rows["ranks"] == RANKS).all()
-    # the link's lower bound holds for every point measured on it (plots/base.py draws it)
-    from ccbench.plots.base import below_bound, link_bound_us
+    # the floor holds for every point measured on it (plots/base.py draws it)
+    from ccbench.plots.base import below_floor, floor_us
 
     assert rows["link_ceiling_gbps"].notna().all() and rows["link_burst_bytes"].notna().all()
-    assert (link_bound_us(rows) > 0).any()
-    assert below_bound(rows).empty, rows[["size_bytes", "avg_us", "wire_bytes_per_rank"]]
+    assert (floor_us(rows) > 0).any()
+    assert below_floor(rows).empty, rows[["size_bytes", "avg_us", "wire_bytes_per_rank"]]
 
 
 def check_selfcheck_verdicts(proc) -> None:
@@ -403,6 +403,23 @@ def test_selfcheck_reports_against_the_rate(cluster):
     assert "configured rate 0.200 Gbit/s" in proc.stdout
     assert "tcp  rank 0 -> 1" in proc.stdout and f"ring of {RANKS}" in proc.stdout
     assert f"MPI_Allgather {RANKS} ranks x 262144 B" in proc.stdout
+    # the ring step's fixed cost, by hand from the printed times: P-1 steps of S bytes
+    # after a pause, less (P-1) S past the burst at the payload ceiling, over P-1 steps
+    state = cluster_layout.load_state(NAME)
+    ceiling, burst, steps = state.tcp_goodput_bps(), state.burst_bytes, RANKS - 1
+    costs = []
+    for n, size, fastest, wire, cost in re.findall(
+            r"^mpi  (\d+) ring steps of (\d+) B: fastest (\d+) us \(median \d+\), wire floor "
+            r"(\d+) us, fixed cost (\d+) us per step$", proc.stdout, re.MULTILINE):
+        assert int(n) == steps
+        by_hand = max(steps * int(size) - burst, 0) * 8 / ceiling * 1e6
+        assert abs(int(wire) - by_hand) <= 0.5, (wire, by_hand)
+        assert abs(int(cost) - max(int(fastest) - by_hand, 0) / steps) <= 1, proc.stdout
+        costs.append(int(cost))
+    assert len(costs) == 3, proc.stdout
+    assert abs(state.step_us - min(costs)) <= 1  # kept for `run` (CCBENCH_LINK_STEP_US)
+    assert cluster_run.rank_environment(state, RANKS)["CCBENCH_LINK_STEP_US"] == \
+        f"{state.step_us:.6g}"
 
 
 @needs_namespaces

@@ -148,20 +148,6 @@ def test_nan_input_stops_the_job(variant):
 
 # ------------------------------------------------------------------ pipeline: floor, chunks
 
-def test_pipeline_floor_by_hand():
-    from ccbench.collectives.pipeline import pipeline_floor
-
-    # 1 MB over 1 Gbit/s is 8 ms on the wire; 3 ms of codec CPU on a core shared by two
-    # ranks is 6 ms: the wire bounds the call
-    got = pipeline_floor(1e6, 1e9, 3e-3, 2.0)
-    assert got == pytest.approx({"wire": 8e-3, "codec": 6e-3, "floor": 8e-3})
-    # a costlier codec bounds it instead; one rank per core (or fewer) counts once
-    got = pipeline_floor(1e6, 1e9, 10e-3, 0.5)
-    assert got == pytest.approx({"wire": 8e-3, "codec": 10e-3, "floor": 10e-3})
-    # shared memory: no link, the codec alone
-    assert pipeline_floor(1e6, None, 2e-3, 2.0) == {"wire": None, "codec": 4e-3, "floor": 4e-3}
-
-
 def test_auto_chunk_bytes_by_hand():
     from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, auto_chunk_bytes
     from ccbench.kernels.codecs import parse_codec
@@ -176,11 +162,42 @@ def test_auto_chunk_bytes_by_hand():
     assert auto_chunk_bytes(fp16, "float32", 16 << 20, 4, 1.0, 2e8, 4e-3) == 1 << 20
     # a cheaper message (0.25 ms): sqrt(2.5e-4 x 16777216 / 1e-8) = 647,635 B -> 512 KiB
     assert auto_chunk_bytes(fp16, "float32", 16 << 20, 4, 1.0, 1e9, 2.5e-4) == 512 << 10
-    # 4x the block: 5.18 MB, held at the 4 MiB ceiling; a 16 KiB block at the 64 KiB floor
+    # 4x the block: 5,181,082 B -> 4 MiB; a 16 KiB block at the 64 KiB floor
     assert auto_chunk_bytes(fp16, "float32", 64 << 20, 4, 1.0, 1e9, 4e-3) == 4 << 20
     assert auto_chunk_bytes(fp16, "float32", 16 << 10, 4, 1.0, 1e9, 4e-3) == 64 << 10
-    # no link rate known keeps the default
+    # 2 ranks over a transport with a costly message (2 ms, NCCL's socket transport) and a
+    # device codec at 200 GB/s: no middle hop, per byte 2/2e11 = 1e-11 s;
+    # sqrt(2e-3 x 16777216 / 1e-11) = 57.9 MB, past the block: one chunk of 16 MiB
+    assert auto_chunk_bytes(fp16, "float32", 16 << 20, 2, 10.0, 2e11, 2e-3) == 16 << 20
+    # the same 2 ranks with a host codec at 1 GB/s and 50 us per message: per byte 2e-9;
+    # sqrt(5e-5 x 16777216 / 2e-9) = 647,635 B -> 512 KiB
+    assert auto_chunk_bytes(fp16, "float32", 16 << 20, 2, 10.0, 1e9, 5e-5) == 512 << 10
+    # no rate of the link (one rank) keeps the default
     assert auto_chunk_bytes(fp16, "float32", 16 << 20, 4, None, 1e9, 4e-3) == DEFAULT_CHUNK_BYTES
+
+
+@pytest.mark.timeout(120)
+def test_auto_measures_the_gloo_transport(tmp_path):
+    """Over torch.distributed's gloo, off any emulated link, --chunk-bytes auto measures
+    the transport's per-message cost and rate, records both (positive) and chooses for that
+    rate: with 2 ranks no middle hop, B/n = sqrt(o B c / 2), here past the block's 64 KiB
+    floor or the block itself."""
+    import math
+
+    out = tmp_path / "coll.csv"
+    proc = mpirun(2, [*variant_module("coll_compressed"), "--collective", "reduce_scatter",
+                      "--codec", "fp16", "--transport", "torch", "--backend", "gloo",
+                      "-m", "4M:4M", "-i", "2", "-x", "1", "--chunk-bytes", "auto",
+                      "--csv", str(out)], timeout=100)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = list(csv.DictReader(out.open()))
+    message_s = float(row["transport_message_us"]) * 1e-6
+    assert message_s > 0 and float(row["transport_gbps"]) > 0
+    assert float(row["auto_link_gbps"]) == float(row["transport_gbps"])  # no emulated link
+    assert row["floor_us"] and not row["wire_floor_us"]  # no link: the codec's floor alone
+    best = math.sqrt(message_s * (2 << 20) * float(row["auto_codec_gbps"]) * 1e9 / 8 / 2)
+    expected = 2 << 20 if best >= 2 << 20 else max(64 << 10, 2 ** math.floor(math.log2(best)))
+    assert int(float(row["chunk_used_bytes"])) == expected
 
 
 def test_sub_chunks_only_for_concatenating_payloads():
@@ -215,7 +232,8 @@ def test_breakdown_wire_floor_and_auto_chunk_from_closed_forms(tmp_path):
     proc = mpirun(4, [*variant_module("coll_compressed"), "--collective", "allgather",
                       "--codec", "bfp:rate=8", "-m", "256K:1M", "-i", "4", "-x", "1",
                       "--chunk-bytes", "auto", "--csv", str(out)],
-                  env={"CCBENCH_LINK_GOODPUT_GBPS": "0.5"}, timeout=120)
+                  env={"CCBENCH_LINK_GOODPUT_GBPS": "0.5", "CCBENCH_LINK_BURST_BYTES": "20000",
+                       "CCBENCH_LINK_STEP_US": "100"}, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = list(csv.DictReader(out.open()))
     assert [int(r["size_bytes"]) for r in rows] == [256 << 10, 512 << 10, 1 << 20]
@@ -228,15 +246,20 @@ def test_breakdown_wire_floor_and_auto_chunk_from_closed_forms(tmp_path):
         values = int(row["size_bytes"]) // 4
         wire = 3 * values // 32 * 33
         assert f["wire_bytes_per_rank"] == wire
-        assert f["wire_floor_us"] == pytest.approx(wire * 8 / 0.5e9 * 1e6)  # 0.5 Gbit/s
+        # the floor: past the 20 kB burst at 0.5 Gbit/s, plus 3 ring steps of 100 us
+        assert f["wire_floor_us"] == pytest.approx((wire - 20000) * 8 / 0.5e9 * 1e6 + 300)
         assert f["floor_us"] >= f["wire_floor_us"] and f["reduce_us"] == 0
         assert f["encode_us"] > 0 and f["decode_us"] > 0
         assert row["chunk_bytes"] == "auto" and float(row["auto_link_gbps"]) == 0.5
+        # the transport's alpha and beta, measured at start-up, recorded and positive
+        assert float(row["transport_message_us"]) > 0 and float(row["transport_gbps"]) > 0
         # the formula of docs/compression.md: B/n = sqrt(o B / (2/c + (P-2)/(r L))),
-        # rounded down to a power of two in 64K..4M; r = 32 / (8 + 8/32) for bfp:rate=8
+        # rounded down to a power of two, at least 64K, at most the block (the allgather's
+        # block is the per-rank size); r = 32 / (8 + 8/32) for bfp:rate=8
         codec_bps = float(row["auto_codec_gbps"]) * 1e9 / 8
-        message_s = float(row["auto_message_us"]) * 1e-6
+        message_s = float(row["transport_message_us"]) * 1e-6
         per_byte = 2 / codec_bps + 2 / (32 / 8.25 * 0.5e9 / 8)
         best = math.sqrt(message_s * values * 4 / per_byte)
-        expected = min(4 << 20, max(64 << 10, 2 ** math.floor(math.log2(best))))
+        block = values * 4
+        expected = block if best >= block else max(64 << 10, 2 ** math.floor(math.log2(best)))
         assert int(float(row["chunk_used_bytes"])) == expected

@@ -527,7 +527,7 @@ def test_latency_figure_series_axes_and_model(collective, data, style):
     labels = legend_labels(figure.fig)
     assert labels == ["baseline (mpi)", "baseline (ring)", "p2p compressed (hollow markers)",
                       "collective compressed", "uncompressed", "fp16", "bfp:rate=8",
-                      "zfp:rate=16", "zfp:rate=8", "model: the link's lower bound"]
+                      "zfp:rate=16", "zfp:rate=8", "model: the floor"]
     # at most four codecs: the reproduction sweep's three first, the rest named
     assert "left out for legibility: zfp:rate=4" in figure.caption
     axes = figure.fig.axes
@@ -996,10 +996,40 @@ def test_a_point_below_its_lower_bound_is_flagged(tmp_path, style):
     write(tmp_path / "rows.csv", rows)
     figures = draw("seed000_allgather_latency", load([tmp_path]), style)
     caption = figures[0].caption
-    assert "1 point(s) measured BELOW their lower bound" in caption
+    assert "1 point(s) (red x) measured BELOW their floor" in caption
     crosses = [line for ax in figures[0].fig.axes for line in ax.get_lines()
                if line.get_marker() == "x"]
     assert len(crosses) == 1 and len(crosses[0].get_xdata()) == 1
+
+
+def test_a_bar_below_its_floor_is_marked_red_with_the_reason(tmp_path, style):
+    """The breakdown's tick is the one floor (plots/base.py floor_us); a collective-level
+    call measured under it (here by hand: 1 MB on the wire past a 125 kB burst at
+    0.95 Gbit/s plus 3 steps of 200 us is 7,968 us; the call took 7,000) gets a red tick
+    and a red x, and the caption names it and says why it matters."""
+    rows = []
+    for size, call in ((1 << 20, 7000.0), (1 << 22, 36000.0)):
+        rows.append(harness_row("run-a", "baseline", "mpi", "reduce_scatter", "none", 4, size,
+                                40000.0, 1.0))
+        rows.append(harness_row(
+            "run-a", "coll_compressed", "ring", "reduce_scatter", "bfp:rate=8", 4, size,
+            call, 1.0, wire_bytes_per_rank=1_000_000 * (size >> 20), call_us=call,
+            encode_us=0.1 * call, decode_us=0.1 * call, reduce_us=0.1 * call,
+            wait_us=0.6 * call, idle_us=0.1 * call, codec_floor_us=1000.0,
+            link_ceiling_gbps=0.95, link_burst_bytes=125000, link_step_us=200.0))
+    write(tmp_path / "rows.csv", rows)
+    (figure,) = draw("seed000_breakdown", load([tmp_path]), style)
+    assert "1 call(s) (Reduce-Scatter bfp:rate=8 at 1M; red tick and x) measured BELOW " \
+        "their floor" in figure.caption, figure.caption
+    red = [line for ax in figure.fig.axes for line in ax.get_lines()
+           if line.get_color() == "#c0392b"]
+    assert len(red) == 2 and {line.get_marker() for line in red} == {"x", "None"}
+    # the black tick of the 4 MiB bar, over MPI's 40,000 us, by hand:
+    # (4e6 - 125e3) x 8 / 0.95e3 + 600 = 33,231.6 us
+    ticks = [line for ax in figure.fig.axes for line in ax.get_lines()
+             if line.get_color() == "black" and line.get_linestyle() == "-"]
+    assert [y * 40000.0 for line in ticks for y in line.get_ydata()] == \
+        pytest.approx([(4e6 - 125e3) * 8 / 0.95e3 + 600] * 2)
 
 
 def test_one_number_per_claim_the_note_quotes_the_headlines_measurement(results, style):

@@ -122,10 +122,23 @@ def test_harness_rows_of_version_1_ran_over_mpi(tmp_path):
     table = results.read_table(path)
     assert (table.schema, table.version) == (HARNESS, 1)
     (row,) = table.current()
-    assert (row["schema"], row["transport"], row["backend"]) == ("harness/3", "mpi", "mpi")
+    assert (row["schema"], row["transport"], row["backend"]) == ("harness/4", "mpi", "mpi")
     assert HARNESS.role("transport") == HARNESS.role("backend") == "setting"
     assert HARNESS.role("device") == "provenance"
     assert HARNESS.role("host_syncs") == "measurement"
+
+
+def test_harness_rows_of_version_3_knew_no_step_cost(tmp_path):
+    """Version 3 did not record the fixed cost of a ring step: its files read (and merge)
+    as they are, upgraded with that cost unknown, never refused as a mixed schema."""
+    v3 = [c for c in COMMON_COLUMNS if c != "link_step_us"]
+    path = tmp_path / "v3.csv"
+    write_csv_atomic(path, [harness_row(schema="harness/3", link_step_us="7")], v3)
+    table = results.read_table(path)
+    assert (table.schema, table.version) == (HARNESS, 3) and table.missing() == []
+    (row,) = table.current()
+    assert (row["schema"], row["link_step_us"]) == ("harness/4", "")
+    assert HARNESS.role("link_step_us") == "provenance"
 
 
 def test_harness_rows_of_version_2_ran_over_mpi_and_keep_their_own_settings(tmp_path):
@@ -145,7 +158,7 @@ def test_harness_rows_of_version_2_ran_over_mpi_and_keep_their_own_settings(tmp_
     ring_now, sparse_now = table.current()
     for row in (ring_now, sparse_now):
         assert (row["schema"], row["transport"], row["backend"], row["hugepages"]) == (
-            "harness/3", "mpi", "mpi", "off")
+            "harness/4", "mpi", "mpi", "off")
     assert ring_now["block_size"] == "" and "fusion" not in ring_now
     assert sparse_now["block_size"] == "64" and "fusion" not in sparse_now
 

@@ -587,6 +587,8 @@ collective = ["allgather"]
     rows = data_rows(tmp_path / "out.csv")
     assert [(r["size_bytes"], r["link_gbps"]) for r in rows] == [("65536", "0.5"),
                                                                  ("131072", "0.5")]
+    # the fixed cost of a ring step, measured when the sweep brought the cluster up
+    assert all(r["link_step_us"] and float(r["link_step_us"]) >= 0 for r in rows), rows
     log = (tmp_path / "out" / "logs" / "baseline_allgather_r2_0.5gbps.log").read_text()
     assert "ccbench.scripts.cluster run --name ccbsweep -n 2 --" in log.splitlines()[0]
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
