@@ -306,6 +306,23 @@ class TorchCommunicator(BaseCommunicator):
 
         return staged
 
+    def allgather_bytes(self, sendbuf, recvbuf) -> None:
+        self.wire_bytes += (self.size - 1) * nbytes(sendbuf)
+        out, after = self._incoming(recvbuf)
+        gather = getattr(self.dist, "all_gather_single", None) or \
+            self.dist.all_gather_into_tensor
+        gather(out, self._outgoing(sendbuf), group=self.group)
+        if after is not None:
+            after()
+
+    def alltoall_bytes(self, sendbuf, send_splits, recvbuf, recv_splits) -> None:
+        self.wire_bytes += sum(send_splits) - send_splits[self.rank]
+        out, after = self._incoming(recvbuf[:sum(recv_splits)])
+        self.dist.all_to_all_single(out, self._outgoing(sendbuf[:sum(send_splits)]),
+                                    list(recv_splits), list(send_splits), group=self.group)
+        if after is not None:
+            after()
+
     def barrier(self) -> None:
         self.dist.barrier(group=self.control)
 
