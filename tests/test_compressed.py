@@ -127,6 +127,13 @@ def test_lossy_rows_carry_errors_without_c(tmp_path):
     ("coll_compressed", ["--codec", "zfp:rate=8,tol=1"], "exactly one of"),
     ("coll_compressed", ["--codec", "fp16", "-T", "int8"], "dtype int8 is not supported"),
     ("p2p_compressed", ["--threshold", "-1"], "bad message size"),
+    ("coll_compressed", ["--algorithm", "library", "--chunk-bytes", "4K"],
+     "--chunk-bytes: the ring's pipeline options; --algorithm library"),
+    # library is the default over torch: the ring's options name the ring
+    ("coll_compressed", ["--transport", "torch", "--no-fuse", "--wait", "yield"],
+     "--wait, --no-fuse: the ring's pipeline options; --algorithm library makes one library "
+     "call per phase (use --algorithm ring)"),
+    ("coll_compressed", ["--algorithm", "tree"], "invalid choice: 'tree'"),
 ])
 def test_bad_input_one_line_exit_2(variant, args, words):
     proc = mpirun(2, [*variant_module(variant), *args, "-m", "1K:1K"], timeout=60)
