@@ -92,7 +92,7 @@ class LibraryCompressed:
         self.breakdown = Breakdown(comm, sendbuf)
         if self.size == 1:
             return
-        capacity = [self._capacity(n) for n in self.lengths]
+        capacity = self.capacity = [self._capacity(n) for n in self.lengths]
         if collective in ("reduce_scatter", "allreduce"):
             own = self.lengths[self.rank]
             self.send_capacity = [0 if d == self.rank else capacity[d]
@@ -141,8 +141,7 @@ class LibraryCompressed:
             payload = timed(timing, ENCODE, codec.encode, own, self.ag_send)
             length = payload.shape[0]
         if self.fixed:
-            slot = self.slot
-            lengths = [self._capacity(n) for n in self.lengths]
+            slot, lengths = self.slot, self.capacity
         else:  # the payloads' lengths first, then blocks of the longest
             lengths = self._exchange_lengths([length] * size, allgather=True)
             slot = max(lengths)
