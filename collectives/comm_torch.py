@@ -3,8 +3,9 @@
 `TorchCommunicator` fulfils collectives/comm.py's contract with torch.distributed: NCCL
 for device buffers, gloo for host buffers (or `--backend`). The library's collectives are
 torch's (`all_gather_single` / `all_gather_into_tensor`, `reduce_scatter_single` where
-this torch has it, else `reduce_scatter_tensor`, `all_reduce`); the rings and the
-pipelines run over `batch_isend_irecv` (each send batched with its receive, as NCCL needs
+this torch has it, else `reduce_scatter_tensor`, `all_reduce`; the library-backed
+compressed collectives' payloads: `all_gather_single`, `all_to_all_single`); the rings and
+the pipelines run over `batch_isend_irecv` (each send batched with its receive, as NCCL needs
 for a ring: on two ranks both directions share one stream). Messages are matched in
 posting order per pair of ranks, without tags, as NCCL matches them, on gloo too, so
 CI's gloo runs test the schedules NCCL runs. Requests are waited for, never tested
