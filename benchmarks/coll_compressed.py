@@ -17,6 +17,11 @@ the launch environment.
 Every row carries the time breakdown of the timed calls on the critical rank and the
 pipeline's floor (docs/compression.md).
 
+--algorithm library (the default with --transport torch) runs none of that ring: each
+rank encodes once, one library allgather / all-to-all moves the payloads, and each rank
+decodes (and, reducing, adds the n-1 decoded blocks to its own): one call per phase
+instead of one per ring step and chunk, with no overlap of codec and transfers.
+
 Codecs (--codec):
 """
 
@@ -45,6 +50,11 @@ from ccbench.kernels.errors import UsageError
 from ccbench.kernels.vocabulary import itemsize
 
 AUTO = "auto"
+# --algorithm: the pipelined ring (seed 000), or one library call per phase
+ALGORITHMS = ("ring", "library")
+# the ring's pipeline options, which a library call has no use for: (option, default)
+RING_OPTIONS = (("chunk_bytes", DEFAULT_CHUNK_BYTES), ("progress", DEFAULT_PROGRESS),
+                ("codec_threads", 0), ("wait", DEFAULT_WAIT), ("fused", True))
 RATE_SAMPLE_BYTES = 1 << 20  # data the codec's rate is measured on
 # the ring exchanges that measure the transport: the smallest for its per-message cost,
 # the two others (both past an emulated shaper's burst) for its rate
@@ -157,6 +167,14 @@ class CollCompressed(CompressedVariant):
 
     def add_variant_options(self, group) -> None:
         group.add_argument(
+            "--algorithm", choices=ALGORITHMS, default=None,
+            help="ring: compress once, forward compressed chunks around a ring, pipelining "
+                 "codec work with the transfers (seed 000; the default over MPI); library: "
+                 "encode once, one library allgather / all-to-all of the payloads, decode, "
+                 "not pipelined; its reduce-scatter decodes each contribution once instead "
+                 "of re-encoding partial sums (the default with --transport torch, where "
+                 "each call has a large fixed cost)")
+        group.add_argument(
             "--chunk-bytes", type=chunk_option, default=DEFAULT_CHUNK_BYTES, metavar="BYTES",
             help=f"uncompressed bytes per pipelined chunk (default "
                  f"{DEFAULT_CHUNK_BYTES // 1024}K; 0: one chunk per block; auto: chosen per "
@@ -180,10 +198,23 @@ class CollCompressed(CompressedVariant):
 
     def check_options(self, opts, ranks: int) -> None:
         super().check_options(opts, ranks)
+        if opts.algorithm is None:
+            opts.algorithm = "library" if opts.transport == "torch" else "ring"
+        self.algorithm = opts.algorithm
+        self.kind = "library" if opts.algorithm == "library" else "coll"
+        if opts.algorithm == "library":
+            given = [name for name, default in RING_OPTIONS if getattr(opts, name) != default]
+            if given:
+                names = ", ".join("--no-fuse" if n == "fused" else "--" + n.replace("_", "-")
+                                  for n in given)
+                raise UsageError(f"{names}: the ring's pipeline options; --algorithm library "
+                                 f"makes one library call per phase (use --algorithm ring)")
         if opts.chunk_bytes != AUTO and opts.chunk_bytes < 0:
             raise UsageError("--chunk-bytes must not be negative")
 
     def options(self, opts, case) -> dict:
+        if opts.algorithm == "library":
+            return {}
         chunk = opts.chunk_bytes
         if chunk == AUTO:
             rates = self.rates[case.dtype]
@@ -206,13 +237,16 @@ class CollCompressed(CompressedVariant):
                 "transport_gbps": rates.transport_gbps, "auto_link_gbps": rates.link_gbps}
 
     def columns(self, opts) -> dict:
-        return {**super().columns(opts), "chunk_bytes": opts.chunk_bytes,
-                "chunk_used_bytes": None, "auto_codec_gbps": None,
-                "transport_message_us": None, "transport_gbps": None, "auto_link_gbps": None,
-                "progress": opts.progress,
-                "codec_threads": opts.codec_threads, "wait": opts.wait,
-                "fused": opts.fused if opts.collective == "allreduce" else None,
-                "async_progress": async_progress()}
+        columns = {**super().columns(opts), "chunk_bytes": opts.chunk_bytes,
+                   "chunk_used_bytes": None, "auto_codec_gbps": None,
+                   "transport_message_us": None, "transport_gbps": None,
+                   "auto_link_gbps": None, "progress": opts.progress,
+                   "codec_threads": opts.codec_threads, "wait": opts.wait,
+                   "fused": opts.fused if opts.collective == "allreduce" else None,
+                   "async_progress": async_progress()}
+        if opts.algorithm == "library":  # no pipeline: its options are left empty
+            columns.update(dict.fromkeys(name for name, _ in RING_OPTIONS))
+        return columns
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,8 @@ def size_option(text: str) -> int:
 class CompressedVariant(Variant):
     """What both compressed variants share: the codec, inputs, bounds and row stats."""
 
-    kind = ""  # the collectives.compressed schedule: "p2p" or "coll"
+    kind = ""  # the collectives.compressed schedule: "p2p", "coll" or "library"
+    algorithm = "ring"  # the row's `algorithm`
     collectives = COLLECTIVES
 
     def __init__(self):
@@ -61,7 +62,7 @@ class CompressedVariant(Variant):
 
     def columns(self, opts) -> dict:
         # compressions: encode/decode round trips on the worst element's path
-        return {"algorithm": "ring", "codec": self.codec.spec,
+        return {"algorithm": self.algorithm, "codec": self.codec.spec,
                 "compressions": compressions_on_path(self.kind, opts.collective, self.ranks),
                 **dict.fromkeys(BREAKDOWN_COLUMNS)}  # each row's values come from `stats`
 

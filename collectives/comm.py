@@ -120,6 +120,22 @@ class BaseCommunicator:
         buffers, bound once (the timed loop pays what a bare library call pays)."""
         raise NotImplementedError
 
+    def allgather_bytes(self, sendbuf, recvbuf) -> None:
+        """The library's allgather of one uint8 block per rank (the library-backed
+        compressed collectives' payloads): recvbuf, `size` blocks of n bytes, receives
+        every rank's sendbuf (n bytes, the same n on every rank) in rank order. Adds
+        (size - 1) x n to `wire_bytes`: what this rank's block must reach, whichever route
+        the library takes (a ring, recursive doubling and a direct exchange all send that
+        much per rank, averaged over the ranks)."""
+        raise NotImplementedError
+
+    def alltoall_bytes(self, sendbuf, send_splits, recvbuf, recv_splits) -> None:
+        """The library's all-to-all of uint8 blocks: sendbuf holds the block for rank d
+        (send_splits[d] bytes) packed in rank order, recvbuf receives the block from rank
+        s (recv_splits[s] bytes) packed in rank order; a split may be 0 (a rank's block to
+        itself). Adds the bytes sent to the other ranks to `wire_bytes`."""
+        raise NotImplementedError
+
     def barrier(self) -> None:
         raise NotImplementedError
 
@@ -624,6 +640,29 @@ class Communicator(BaseCommunicator):
             return partial(mpi.Allreduce, send, recv, op)
         raise ValueError(f"unknown collective {collective!r}")
 
+    def allgather_bytes(self, sendbuf, recvbuf) -> None:
+        self.wire_bytes += (self.size - 1) * nbytes(sendbuf)
+        send = self._send_buffer(sendbuf)  # staged: in its mirror, the host waited
+        if self.stages(recvbuf):
+            mirror = self._recv_mirror(recvbuf)
+            self.mpi.Allgather([send, MPI.BYTE], [mirror.host[:nbytes(recvbuf)], MPI.BYTE])
+            self._copy_in(mirror, recvbuf)
+        else:
+            self.mpi.Allgather([send, MPI.BYTE], [self._recv_buffer(recvbuf), MPI.BYTE])
+
+    def alltoall_bytes(self, sendbuf, send_splits, recvbuf, recv_splits) -> None:
+        self.wire_bytes += sum(send_splits) - send_splits[self.rank]
+        sendbuf, recvbuf = sendbuf[:sum(send_splits)], recvbuf[:sum(recv_splits)]
+        send = [self._send_buffer(sendbuf), (send_splits, _displacements(send_splits)),
+                MPI.BYTE]
+        recv_layout = (recv_splits, _displacements(recv_splits))
+        if self.stages(recvbuf):
+            mirror = self._recv_mirror(recvbuf)
+            self.mpi.Alltoallv(send, [mirror.host[:nbytes(recvbuf)], recv_layout, MPI.BYTE])
+            self._copy_in(mirror, recvbuf)
+        else:
+            self.mpi.Alltoallv(send, [self._recv_buffer(recvbuf), recv_layout, MPI.BYTE])
+
     def barrier(self) -> None:
         self.mpi.Barrier()
 
@@ -679,6 +718,15 @@ def _pieces(nbytes: int, chunk: int, align: int) -> list[tuple[int, int]]:
         return [(0, nbytes)]
     step = max(align, chunk // align * align)
     return [(a, min(a + step, nbytes)) for a in range(0, nbytes, step)]
+
+
+def _displacements(splits) -> list[int]:
+    """Offsets of blocks of these sizes packed end to end."""
+    out, total = [], 0
+    for n in splits:
+        out.append(total)
+        total += n
+    return out
 
 
 def _typed_host(host: np.ndarray, like) -> np.ndarray:

@@ -3,8 +3,9 @@
 `TorchCommunicator` fulfils collectives/comm.py's contract with torch.distributed: NCCL
 for device buffers, gloo for host buffers (or `--backend`). The library's collectives are
 torch's (`all_gather_single` / `all_gather_into_tensor`, `reduce_scatter_single` where
-this torch has it, else `reduce_scatter_tensor`, `all_reduce`); the rings and the
-pipelines run over `batch_isend_irecv` (each send batched with its receive, as NCCL needs
+this torch has it, else `reduce_scatter_tensor`, `all_reduce`; the library-backed
+compressed collectives' payloads: `all_gather_single`, `all_to_all_single`); the rings and
+the pipelines run over `batch_isend_irecv` (each send batched with its receive, as NCCL needs
 for a ring: on two ranks both directions share one stream). Messages are matched in
 posting order per pair of ranks, without tags, as NCCL matches them, on gloo too, so
 CI's gloo runs test the schedules NCCL runs. Requests are waited for, never tested
@@ -352,6 +353,23 @@ class TorchCommunicator(BaseCommunicator):
                 self._copy(recv_t, r)
 
         return staged
+
+    def allgather_bytes(self, sendbuf, recvbuf) -> None:
+        self.wire_bytes += (self.size - 1) * nbytes(sendbuf)
+        out, after = self._incoming(recvbuf)
+        gather = getattr(self.dist, "all_gather_single", None) or \
+            self.dist.all_gather_into_tensor
+        gather(out, self._outgoing(sendbuf), group=self.group)
+        if after is not None:
+            after()
+
+    def alltoall_bytes(self, sendbuf, send_splits, recvbuf, recv_splits) -> None:
+        self.wire_bytes += sum(send_splits) - send_splits[self.rank]
+        out, after = self._incoming(recvbuf[:sum(recv_splits)])
+        self.dist.all_to_all_single(out, self._outgoing(sendbuf[:sum(send_splits)]),
+                                    list(recv_splits), list(send_splits), group=self.group)
+        if after is not None:
+            after()
 
     def barrier(self) -> None:
         self.dist.barrier(group=self.control)

@@ -12,6 +12,11 @@ Both walk the ring schedules of collectives/ring.py; they differ in where the co
   chunks, every chunk travels with non-blocking sends and receives, and the codec works
   on one chunk while others are on the wire.
 
+`bind_compressed` also binds the library-backed collectives of
+collectives/compressed_library.py (variant "library": encode once, one library
+allgather / all-to-all of the payloads, decode), whose error bound and round trips are
+composed here beside the rings'.
+
 Bound objects are built once per buffer set (payload slots, scratch, schedules); calling
 one runs one blocking collective from sendbuf into recvbuf. `raw_bytes` is what the
 uncompressed ring sends per call on this rank; the Communicator counts what was sent.
@@ -22,6 +27,7 @@ from __future__ import annotations
 import time
 
 from ccbench.collectives import compressed_ordered
+from ccbench.collectives.compressed_library import LibraryCompressed
 from ccbench.collectives.costmodel import pipeline_chunk_bytes
 from ccbench.collectives.pipeline import (
     DECODE,
@@ -104,6 +110,8 @@ def ring_raw_bytes(collective: str, bounds, rank: int, size: int, itemsize: int)
 def compressions_on_path(variant: str, collective: str, size: int) -> int:
     """How many encode/decode round trips the worst element of the result went through."""
     hops = size - 1
+    if variant == "library":  # each contribution once; allreduce: then its sum once
+        return 0 if size == 1 else (2 if collective == "allreduce" else 1)
     if collective == "allgather":
         return 1 if variant == "coll" and size > 1 else hops
     if collective == "reduce_scatter":
@@ -124,6 +132,12 @@ def error_bound(codec: Codec, variant: str, collective: str, amaxes: list[float]
     err_k = err_(k-1) + e(S + err_(k-1)) + round(S + err_(k-1)), plus the rounding of
     the inputs and of the reference to `dtype`. The bound grows linearly with P.
     Allreduce: the reduce-scatter bound, then the allgather chain on sums.
+    Library-backed reduce-scatter (`variant` "library"): each of the other ranks'
+    contributions passes one round trip at its own magnitude a_s, and P-1 additions
+    round in `dtype`: sum of e(a_s) over all ranks but the one with the smallest
+    amax (this rank's own block is not encoded, and e grows with a) + (P-1)
+    round(S + err), plus the inputs' and the reference's rounding; it does not compound
+    over hops, and it grows with the inputs, not with the partial sums.
     """
     if not codec.lossy:
         return None
@@ -141,10 +155,20 @@ def error_bound(codec: Codec, variant: str, collective: str, amaxes: list[float]
         return chain(big, compressions_on_path(variant, "allgather", size), False)
     total = sum(amaxes)
     inputs = sum(rounding_error(dtype, a) for a in amaxes) + rounding_error(dtype, total)
-    rs = chain(total, size - 1, True) + inputs
+    if variant == "library":
+        decoded = 0.0
+        if size > 1:
+            decoded = sum(codec.error_bound(a, dtype) for a in amaxes) - \
+                codec.error_bound(min(amaxes), dtype)
+        rs = decoded + (size - 1) * rounding_error(dtype, total + decoded) + inputs
+    else:
+        rs = chain(total, size - 1, True) + inputs
     if collective == "reduce_scatter":
         return rs
-    ag_hops = compressions_on_path(variant, "allreduce", size) - (size - 1)
+    if variant == "library":  # the reduced block, encoded once
+        ag_hops = 1 if size > 1 else 0
+    else:
+        ag_hops = compressions_on_path(variant, "allreduce", size) - (size - 1)
     return chain(total, ag_hops, False, rs)
 
 
@@ -516,13 +540,15 @@ class CollCompressed(_Bound):
                 self._tag(0, 0)))
 
 
-VARIANTS = {"p2p": P2PCompressed, "coll": CollCompressed}
+VARIANTS = {"p2p": P2PCompressed, "coll": CollCompressed, "library": LibraryCompressed}
 
 
 def bind_compressed(comm, variant: str, collective: str, codec: Codec, sendbuf, recvbuf,
                     **options):
-    """A bound compressed collective (callable) for `variant` 'p2p' or 'coll'."""
+    """A bound compressed collective (callable) for `variant` 'p2p', 'coll' (the ring) or
+    'library' (collectives/compressed_library.py)."""
     if variant not in VARIANTS:
-        raise UsageError(f"unknown compressed variant {variant!r}; choose p2p or coll")
+        raise UsageError(f"unknown compressed variant {variant!r}; choose "
+                         f"{', '.join(VARIANTS)}")
     return VARIANTS[variant](comm, codec, collective, sendbuf, recvbuf, **options)
 

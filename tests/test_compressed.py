@@ -127,6 +127,13 @@ def test_lossy_rows_carry_errors_without_c(tmp_path):
     ("coll_compressed", ["--codec", "zfp:rate=8,tol=1"], "exactly one of"),
     ("coll_compressed", ["--codec", "fp16", "-T", "int8"], "dtype int8 is not supported"),
     ("p2p_compressed", ["--threshold", "-1"], "bad message size"),
+    ("coll_compressed", ["--algorithm", "library", "--chunk-bytes", "4K"],
+     "--chunk-bytes: the ring's pipeline options; --algorithm library"),
+    # library is the default over torch: the ring's options name the ring
+    ("coll_compressed", ["--transport", "torch", "--no-fuse", "--wait", "yield"],
+     "--wait, --no-fuse: the ring's pipeline options; --algorithm library makes one library "
+     "call per phase (use --algorithm ring)"),
+    ("coll_compressed", ["--algorithm", "tree"], "invalid choice: 'tree'"),
 ])
 def test_bad_input_one_line_exit_2(variant, args, words):
     proc = mpirun(2, [*variant_module(variant), *args, "-m", "1K:1K"], timeout=60)
@@ -263,3 +270,45 @@ def test_breakdown_wire_floor_and_auto_chunk_from_closed_forms(tmp_path):
         block = values * 4
         expected = block if best >= block else max(64 << 10, 2 ** math.floor(math.log2(best)))
         assert int(float(row["chunk_used_bytes"])) == expected
+
+
+def test_library_error_bounds_by_hand():
+    """The library-backed collectives' bounds (collectives.compressed.error_bound), worked
+    by hand for fp16 on float32 data, 3 ranks with max|x| 1, 2 and 4: one round trip of a
+    value of magnitude a costs e(a) = 2^-11 a + 2^-25, a float32 rounding 2^-24 a +
+    2^-150."""
+    from ccbench.collectives.compressed import compressions_on_path, error_bound
+    from ccbench.kernels.codecs import parse_codec
+
+    fp16, amaxes = parse_codec("fp16"), [1.0, 2.0, 4.0]
+
+    def e(a):
+        return 2**-11 * a + 2**-25
+
+    def r32(a):
+        return 2**-24 * a + 2**-150
+
+    # allgather: each block one round trip, at the largest magnitude
+    assert error_bound(fp16, "library", "allgather", amaxes, "float32") == e(4.0)
+    # reduce-scatter: the two largest contributions decoded (a rank's own is not encoded,
+    # and the worst rank is the one with the smallest input), two float32 additions at
+    # the sum's magnitude, the inputs' and the reference's roundings
+    decoded = e(2.0) + e(4.0)
+    inputs = r32(1.0) + r32(2.0) + r32(4.0) + r32(7.0)
+    rs = decoded + 2 * r32(7.0 + decoded) + inputs
+    got = error_bound(fp16, "library", "reduce_scatter", amaxes, "float32")
+    assert got == pytest.approx(rs, rel=1e-12)
+    # the ring's: each of the 2 hops re-encodes a partial sum of magnitude up to 7
+    ring = e(7.0)
+    ring += r32(7.0 + ring)
+    ring += e(7.0 + ring)
+    ring += r32(7.0 + ring)
+    assert error_bound(fp16, "coll", "reduce_scatter", amaxes, "float32") == pytest.approx(
+        ring + inputs, rel=1e-12)
+    assert got < 0.7 * (ring + inputs)
+    # allreduce: the reduce-scatter's, then the reduced block's one round trip
+    got = error_bound(fp16, "library", "allreduce", amaxes, "float32")
+    assert got == pytest.approx(rs + e(7.0 + rs), rel=1e-12)
+    assert [compressions_on_path("library", c, 3)
+            for c in ("allgather", "reduce_scatter", "allreduce")] == [1, 1, 2]
+    assert error_bound(parse_codec("zstd"), "library", "allreduce", amaxes, "float32") is None

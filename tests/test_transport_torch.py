@@ -46,10 +46,20 @@ def test_every_variant_validates_over_torch_gloo(nranks, case_id):
     if got["entry"] == "merged_gradient":
         assert all(r["transport"].startswith("torch") for r in rows)
         return
+    over_mpi = case_id.startswith("mpi-")
     for r in rows:
-        assert (r["transport"], r["backend"]) == ("torch", "gloo")
+        assert (r["transport"], r["backend"]) == (("mpi", "mpi") if over_mpi else
+                                                  ("torch", "gloo"))
         assert r["device"] == ",".join(["cpu"] * nranks)  # every rank's device, in order
         assert r["host_syncs"] == ""  # host buffers: nothing to wait for
+        if "coll-library-" in case_id:  # the default over torch, named over MPI
+            assert r["algorithm"] == "library"
+            # the bytes counted by the library calls: fp16 and bf16 send half the float32
+            # data (blocks differing by one element pad the allgather by 2 bytes)
+            if ("-fp16-" in case_id or "-bf16-" in case_id) and "bfloat16" not in case_id:
+                assert float(r["compression_ratio"]) == pytest.approx(2.0, rel=0.01)
+        elif case_id.startswith("coll-"):
+            assert r["algorithm"] == "ring"
 
 
 # ---------------------------------------------------------------- as MPI does

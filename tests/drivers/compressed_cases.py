@@ -9,9 +9,11 @@ Each case checks, on every rank:
     collectives.compressed.error_bound);
   * the bytes this rank put on the wire against an independent count from the codec's
     sizes and the documented chunking (fixed-size codecs: exact; variable-size: between
-    1 byte per message and the codec's maximum);
+    1 byte per message and the codec's maximum; the library-backed collectives'
+    variable-size payloads: exact where the codec's own payload of each block is known);
   * a second call on the same buffers gives the same result;
-  * collective-level allgather and allreduce leave the same bits on every rank.
+  * collective-level and library-backed allgather and allreduce leave the same bits on
+    every rank.
 Float32 numpy buffers run every codec x variant x collective at several counts; the
 other options (one chunk per block, a p2p threshold), dtypes and torch buffers run on a
 subset.
@@ -30,7 +32,7 @@ from ccbench.kernels.vocabulary import COLLECTIVES, itemsize
 
 CODECS = ("none", "fp16", "bf16", "bfp:rate=8", "bfp:rate=3,block=8", "zfp:rate=8",
           "zfp:tol=1e-3", "zstd")
-VARIANTS = (("p2p", {}), ("coll", {"chunk_bytes": 4096}))
+VARIANTS = (("p2p", {}), ("coll", {"chunk_bytes": 4096}), ("library", {}))
 # per-rank counts for allgather / reduce_scatter, totals for allreduce: one element, a
 # partial bfp tile, and two bfp tiles (8192 values) plus a tail; allreduce also with
 # fewer elements than ranks (4) and counts that do not divide by the ranks
@@ -153,19 +155,28 @@ def round_trip_bound(spec: str, a: float, dtype: str) -> float:
     return e
 
 
-def stated_bound(spec, variant, collective, amaxes, dtype) -> float | None:
-    """The result's bound as docs/compression.md composes it from e(a); None: exact."""
+def stated_bound(spec, variant, collective, amaxes, dtype, rank=None) -> float | None:
+    """The result's bound as docs/compression.md composes it from e(a); None: exact.
+    The library-backed reduce-scatter's is this rank's block's: the others'
+    contributions one round trip each, at their own magnitudes (allreduce: the worst
+    block's, as every rank ends with every block)."""
     if parameters(spec)[0] in LOSSLESS:
         return None
     ranks, big, total = len(amaxes), max(amaxes), sum(amaxes)
-    gather_hops = 1 if variant == "coll" and ranks > 1 else ranks - 1
+    gather_hops = 1 if variant in ("coll", "library") and ranks > 1 else ranks - 1
     err = 0.0
     if collective == "allgather":
         for _ in range(gather_hops):
             err += round_trip_bound(spec, big + err, dtype)
         return err
-    for _ in range(ranks - 1):  # each hop recompresses a partial sum and adds in the dtype
-        err += round_trip_bound(spec, total + err, dtype) + rounding(dtype, total + err)
+    if variant == "library":  # n-1 decoded contributions, then n-1 additions
+        owners = [rank] if collective == "reduce_scatter" else range(ranks)
+        err = max(sum(round_trip_bound(spec, a, dtype) for r, a in enumerate(amaxes)
+                      if r != owner) for owner in owners)
+        err += (ranks - 1) * rounding(dtype, total + err)
+    else:
+        for _ in range(ranks - 1):  # each hop recompresses a partial sum, adds in the dtype
+            err += round_trip_bound(spec, total + err, dtype) + rounding(dtype, total + err)
     err += sum(rounding(dtype, a) for a in amaxes) + rounding(dtype, total)
     if collective == "allreduce":
         for _ in range(gather_hops):
@@ -219,6 +230,54 @@ def expected_wire(variant, options, collective, codec, dtype, rank, size, count)
     return low, high
 
 
+def library_wire(collective, codec, dtype, buffer, rank, size, count, inputs, result):
+    """(low, high) bytes the library-backed collective sends from this rank: the payloads
+    of the all-to-all (every other rank's block once), and this rank's allgather block
+    to each of the n-1 others, padded to the longest block's payload. Variable-size
+    codecs add their 8-byte lengths per destination; their payloads' sizes are those of
+    the codec on each block (every rank's input here; for the allreduce's allgather, the
+    reduced blocks, known exactly where the codec is lossless: the result), else between
+    the header plus one byte and the codec's maximum."""
+    from ccbench.collectives.ring import block_bounds
+    from ccbench.kernels import arrays
+
+    if size == 1:
+        return 0, 0
+    bounds = (block_bounds(count, size) if collective == "allreduce"
+              else [(b * count, (b + 1) * count) for b in range(size)])
+
+    def encoded(values):
+        if not values.size:
+            return 0, 0
+        if codec.fixed_size:
+            n = codec.encoded_nbytes(values.size, dtype)
+            return n, n
+        n = int(codec.encode(arrays.from_numpy(buffer, values, dtype)).shape[0])
+        return n, n
+
+    low = high = 0
+    if collective in ("reduce_scatter", "allreduce"):
+        for d, (start, stop) in enumerate(bounds):
+            if d != rank:
+                a, b = encoded(inputs[rank][start:stop])
+                low, high = low + a, high + b
+        if not codec.fixed_size:
+            low, high = low + 8 * (size - 1), high + 8 * (size - 1)
+    if collective in ("allgather", "allreduce"):
+        if collective == "allgather":
+            slots = [encoded(x) for x in inputs]
+        elif codec.fixed_size or not codec.lossy:
+            slots = [encoded(result[start:stop]) for start, stop in bounds]
+        else:
+            slots = [(9, codec.max_encoded_nbytes(stop - start, dtype))
+                     for start, stop in bounds]
+        longest = (max(a for a, _ in slots), max(b for _, b in slots))
+        header = 0 if codec.fixed_size else 8
+        low += (size - 1) * (header + longest[0])
+        high += (size - 1) * (header + longest[1])
+    return low, high
+
+
 def run_case(comm, variant, options, collective, spec, dtype, buffer, count):
     from ccbench.collectives.compressed import bind_compressed
     from ccbench.kernels import arrays
@@ -248,15 +307,23 @@ def run_case(comm, variant, options, collective, spec, dtype, buffer, count):
     expected = held(reference, dtype)
     err = float(np.abs(got - expected).max()) if got.size else 0.0
     amaxes = [float(np.abs(held(x, dtype)).max()) for x in inputs]
-    bound = stated_bound(spec, variant, collective, amaxes, dtype)
+    bound = stated_bound(spec, variant, collective, amaxes, dtype, rank)
     within = (err == 0.0) if bound is None else (err <= bound and bool(np.isfinite(got).all()))
-    low, high = expected_wire(variant, options, collective, codec, dtype, rank, size, count)
+    if variant == "library":
+        low, high = library_wire(collective, codec, dtype, buffer, rank, size, count,
+                                 inputs, got)
+    else:
+        low, high = expected_wire(variant, options, collective, codec, dtype, rank, size,
+                                  count)
     wire_ok = low <= wire <= high
     repeatable = bool(np.array_equal(first, got))
-    must_match = variant == "coll" and collective in ("allgather", "allreduce")
+    must_match = variant in ("coll", "library") and collective in ("allgather", "allreduce")
     # (below a p2p threshold blocks travel raw: no codec work to see)
     timing = timing_ok(op.breakdown.rows, collective, size > 1 and not options.get("threshold"),
-                       hops_only=variant == "coll" and collective == "reduce_scatter")
+                       hops_only=variant in ("coll", "library")
+                       and collective == "reduce_scatter",
+                       adds=not (variant == "library" and collective == "allreduce"
+                                 and count < size and rank >= count))
     fusion = True
     if variant == "coll" and collective == "allreduce":
         # the fused pipeline and the two collectives back to back encode the same chunks
@@ -271,13 +338,15 @@ def run_case(comm, variant, options, collective, spec, dtype, buffer, count):
     return ok, detail, (got if must_match else None)
 
 
-def timing_ok(rows, collective: str, moved: bool, hops_only: bool = False) -> bool:
+def timing_ok(rows, collective: str, moved: bool, hops_only: bool = False,
+              adds: bool = True) -> bool:
     """One breakdown row per call; its parts are times within the call: encode, decode,
     reduce, wait and host staging never negative and, being disjoint, adding up to at most the call
     (a codec thread's work lies within the call too). Where data moved, the codec ran
     (encode and decode), and the reducing collectives added. `hops_only`: the
     collective-level reduce-scatter decodes only inside its hops (decode, add, encode in
-    one call), which are timed as the reduction."""
+    one call), which are timed as the reduction. `adds`: False where this rank reduces
+    nothing (the library-backed allreduce on a rank whose block is empty)."""
     if len(rows) != 2:
         return False
     for call, encode, decode, reduce, wait, cpu, stage in rows:
@@ -287,7 +356,7 @@ def timing_ok(rows, collective: str, moved: bool, hops_only: bool = False) -> bo
             return False
         if moved and (encode <= 0 or (decode <= 0 and not hops_only)):
             return False
-        if moved and collective != "allgather" and reduce <= 0:
+        if moved and adds and collective != "allgather" and reduce <= 0:
             return False
     return True
 

@@ -3,9 +3,11 @@
     mpiexec -n 4 python -m mpi4py -m tests.drivers.transport_cases
 
 Each case runs a variant's entry point in this process, as a user would (-c, --csv), and
-rank 0 prints one JSON line: the exit status, each row's validation, transport, backend,
-device and host synchronisations per call. Host buffers over --transport torch (gloo);
-tests/drivers/double_cases.py runs the same matrix on the strict device double.
+rank 0 prints one JSON line: the exit status, each row's validation, algorithm,
+transport, backend, device and host synchronisations per call. Host buffers over
+--transport torch (gloo); the library-backed compressed collectives also over MPI, in
+the same launch (cases `mpi-...`); tests/drivers/double_cases.py runs the same matrix on
+the strict device double.
 """
 
 from __future__ import annotations
@@ -43,18 +45,28 @@ def torch_cases(profile: str) -> list[tuple[str, str, list[str]]]:
         for codec in (*CODECS, "zstd"):
             cases.append((f"p2p-{codec}-{collective}", "p2p_compressed",
                           [*over, "--codec", codec, *sized(collective)]))
+            ring = ["--algorithm", "ring", "--chunk-bytes", "4K"]
             cases.append((f"coll-{codec}-{collective}", "coll_compressed",
-                          [*over, "--codec", codec, "--chunk-bytes", "4K", *sized(collective)]))
+                          [*over, "--codec", codec, *ring, *sized(collective)]))
+            # the library-backed algorithm: the default over torch; named over MPI
+            cases.append((f"coll-library-{codec}-{collective}", "coll_compressed",
+                          [*over, "--codec", codec, *sized(collective)]))
+            cases.append((f"mpi-coll-library-{codec}-{collective}", "coll_compressed",
+                          ["--algorithm", "library", "--codec", codec, *sized(collective)]))
     cases += [
         ("baseline-library-allreduce-bfloat16", "baseline",
          [*over, "-d", "torch", "-T", "bfloat16", *sized("allreduce")]),
         ("coll-fp16-allreduce-no-fuse", "coll_compressed",
-         [*over, "--codec", "fp16", "--no-fuse", "--chunk-bytes", "4K", *sized("allreduce")]),
+         [*over, "--codec", "fp16", "--algorithm", "ring", "--no-fuse", "--chunk-bytes",
+          "4K", *sized("allreduce")]),
         ("coll-fp16-allgather-one-chunk", "coll_compressed",
-         [*over, "--codec", "fp16", "--chunk-bytes", "0", *sized("allgather")]),
+         [*over, "--codec", "fp16", "--algorithm", "ring", "--chunk-bytes", "0",
+          *sized("allgather")]),
         ("coll-bf16-reduce_scatter-torch-buffers", "coll_compressed",
-         [*over, "--codec", "bf16", "-d", "torch", "--chunk-bytes", "4K",
-          *sized("reduce_scatter")]),
+         [*over, "--codec", "bf16", "-d", "torch", "--algorithm", "ring", "--chunk-bytes",
+          "4K", *sized("reduce_scatter")]),
+        ("coll-library-bf16-allreduce-torch-bfloat16", "coll_compressed",
+         [*over, "--codec", "bf16", "-d", "torch", "-T", "bfloat16", *sized("allreduce")]),
     ]
     for algorithm in ("dense", "dense-ring", "allgather-sparse"):
         cases.append((f"sparse-{algorithm}", "sparse_streaming",
@@ -88,8 +100,13 @@ def double_cases() -> list[tuple[str, str, list[str], dict]]:
                 cases.append((f"{tname}-p2p-{codec}-{collective}", "p2p_compressed",
                               [*on, "--codec", codec, *sized(collective)], comm_options))
                 cases.append((f"{tname}-coll-{codec}-{collective}", "coll_compressed",
-                              [*on, "--codec", codec, "--chunk-bytes", "4K",
-                               *sized(collective)], comm_options))
+                              [*on, "--codec", codec, "--algorithm", "ring",
+                               "--chunk-bytes", "4K", *sized(collective)], comm_options))
+                if tname == "torch" or codec == "bfp:rate=8":
+                    cases.append((f"{tname}-coll-library-{codec}-{collective}",
+                                  "coll_compressed", [*on, "--codec", codec, "--algorithm",
+                                                      "library", *sized(collective)],
+                                  comm_options))
         algorithms = ["dense", "dense-ring", "allgather-sparse"]
         if tname != "torch":
             algorithms.append("omnireduce")
@@ -139,8 +156,8 @@ def rows_of(path: Path) -> list[dict]:
 
 
 def summary(status: int, rows: list[dict], entry: str) -> dict:
-    keep = ("size_bytes", "validation", "transport", "backend", "device", "host_syncs",
-            "strategy", "framework", "row")
+    keep = ("size_bytes", "validation", "algorithm", "transport", "backend", "device",
+            "host_syncs", "compression_ratio", "strategy", "framework", "row")
     return {"status": status, "rows": [{k: r[k] for k in keep if k in r} for r in rows],
             "entry": entry}
 

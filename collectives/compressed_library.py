@@ -1,0 +1,207 @@
+"""Library-backed compressed collectives: encode once, one library collective of the
+payloads, decode.
+
+The ring of collectives/compressed.py (`CollCompressed`) makes one point-to-point call
+per ring step and chunk, and hides codec work behind the transfers. Where each call has
+a large fixed cost (torch.distributed over NCCL: a call per chunk on 2 ranks cost more
+than the bytes it saved), one call per phase wins instead. Here:
+
+* allgather: each rank encodes its block once; the library's allgather moves the
+  payloads (`comm.allgather_bytes`); every rank, the owner included, decodes every
+  rank's payload, so all ranks hold the same bits;
+* reduce-scatter: each rank encodes the block of every other rank; the library's
+  all-to-all moves them (`comm.alltoall_bytes`); each rank decodes the n-1 blocks it
+  received and adds them to its own, uncompressed, block. Each contribution passes one
+  encode / decode at its own magnitude, where the ring re-encodes the running partial
+  sum at each of the n-1 hops (errors compounding on a sum up to n times larger);
+* allreduce: that reduce-scatter, then the allgather of the reduced block, encoded once.
+
+Departures from the ring (seed 000): no pipelining, so codec work and transfers do not
+overlap (the library may still pipeline its own call); an all-to-all sends each rank's
+n-1 blocks at once rather than one per step.
+
+Sizes: fixed-size codecs (fp16, bf16, bfp, zfp:rate, none) know every payload's size
+from the counts, so no sizes are exchanged. Where allreduce blocks differ by one
+element, the allgather's blocks are padded to the longest payload (a few bytes; sent
+and counted). Variable-size codecs (zfp:tol, zstd) first exchange their payloads'
+lengths (8 bytes per block, counted on the wire, by the same library call), then move
+the payloads: an all-to-all of the exact lengths, an allgather of blocks padded to the
+longest payload. Lengths are read on the host, which these codecs run on anyway.
+
+Nothing here waits for the host on a device beyond what the transport declares: the
+library calls are stream-ordered over NCCL, and staged through host memory over an MPI
+that cannot read the device (collectives/comm.py).
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+
+import numpy as np
+
+from ccbench.collectives.pipeline import DECODE, ENCODE, REDUCE, WAIT, Breakdown, timed
+from ccbench.collectives.ring import block_bounds
+from ccbench.collectives.spec import spec
+from ccbench.kernels import arrays
+from ccbench.kernels.codec_base import Codec, dtype_name, empty_payload, host_numpy
+from ccbench.kernels.reduce import copy_into
+from ccbench.kernels.vocabulary import itemsize
+
+LENGTH_NBYTES = 8  # a variable-size payload's length, as its own header holds it
+
+
+def library_bounds(collective: str, n_send: int, n_recv: int, size: int):
+    """The blocks: of recvbuf for allgather, of sendbuf for the others (allreduce: blocks
+    that differ by one element where the ranks do not divide the count)."""
+    if collective == "allreduce":
+        return block_bounds(n_send, size)
+    block = n_send if collective == "allgather" else n_recv
+    return [(b * block, (b + 1) * block) for b in range(size)]
+
+
+class LibraryCompressed:
+    """One library-backed compressed collective bound to its buffers (module docstring).
+
+    Calling it runs one blocking collective from sendbuf into recvbuf. `raw_bytes` is
+    what the same library calls would send uncompressed from this rank; the
+    Communicator counts what was sent."""
+
+    variant = "library"
+
+    def __init__(self, comm, codec: Codec, collective: str, sendbuf, recvbuf):
+        described = spec(collective)  # UsageError for an unknown collective
+        self.comm, self.codec, self.collective = comm, codec, collective
+        self.sendbuf, self.recvbuf = sendbuf, recvbuf
+        self.rank, self.size = comm.rank, comm.size
+        self.dtype = dtype_name(sendbuf)
+        n_send, n_recv = sendbuf.shape[0], recvbuf.shape[0]
+        if n_recv != described.recv_count(n_send, self.size) or (
+                collective == "reduce_scatter" and n_send % self.size):
+            raise ValueError(f"{collective} on {self.size} ranks: {n_send} values in, "
+                             f"{n_recv} out do not fit")
+        self.bounds = library_bounds(collective, n_send, n_recv, self.size)
+        self.lengths = [stop - start for start, stop in self.bounds]
+        self.fixed = codec.fixed_size
+        others = [d for d in range(self.size) if d != self.rank]
+        raw = 0
+        if collective in ("reduce_scatter", "allreduce"):
+            raw += sum(self.lengths[d] for d in others)
+        if collective in ("allgather", "allreduce"):
+            raw += (self.size - 1) * self.lengths[self.rank]
+        self.raw_bytes = raw * itemsize(self.dtype)
+        self.breakdown = Breakdown(comm, sendbuf)
+        if self.size == 1:
+            return
+        capacity = self.capacity = [self._capacity(n) for n in self.lengths]
+        if collective in ("reduce_scatter", "allreduce"):
+            own = self.lengths[self.rank]
+            self.send_capacity = [0 if d == self.rank else capacity[d]
+                                  for d in range(self.size)]
+            self.recv_capacity = [0 if s == self.rank else capacity[self.rank]
+                                  for s in range(self.size)]
+            self.a2a_send = empty_payload(sendbuf, max(sum(self.send_capacity), 1))
+            self.a2a_recv = empty_payload(sendbuf, max(sum(self.recv_capacity), 1))
+            self.scratch = arrays.empty_like(sendbuf, max(own, 1))
+        if collective in ("allgather", "allreduce"):
+            self.slot = max(capacity)  # every rank's block padded to the longest payload
+            self.ag_send = empty_payload(sendbuf, max(self.slot, 1))
+            self.ag_recv = empty_payload(sendbuf, max(self.size * self.slot, 1))
+        if not self.fixed:  # payload lengths, exchanged before the payloads
+            self.lengths_send = empty_payload(sendbuf, self.size * LENGTH_NBYTES)
+            self.lengths_recv = empty_payload(sendbuf, self.size * LENGTH_NBYTES)
+
+    def _capacity(self, count: int) -> int:
+        if count == 0:
+            return 0
+        if self.fixed:
+            return self.codec.encoded_nbytes(count, self.dtype)
+        return self.codec.max_encoded_nbytes(count, self.dtype)
+
+    def __call__(self) -> None:
+        started = self.breakdown.start()
+        if self.size == 1:
+            copy_into(self.recvbuf, self.sendbuf)
+        elif self.collective == "allgather":
+            self._allgather(self.sendbuf)
+        elif self.collective == "reduce_scatter":
+            self._reduce_scatter(self.recvbuf)
+        else:
+            start, stop = self.bounds[self.rank]
+            self._reduce_scatter(self.recvbuf[start:stop])
+            self._allgather(self.recvbuf[start:stop])
+        self.breakdown.finish(started)
+
+    # allgather: encode once, the library's allgather, decode every block ---------------
+    def _allgather(self, own) -> None:
+        """recvbuf[block b] = rank b's block, decoded (this rank's too: the same bits on
+        every rank). `own` is this rank's uncompressed block."""
+        timing, codec, size = self.breakdown, self.codec, self.size
+        length = 0
+        if own.shape[0]:
+            payload = timed(timing, ENCODE, codec.encode, own, self.ag_send)
+            length = payload.shape[0]
+        if self.fixed:
+            slot, lengths = self.slot, self.capacity
+        else:  # the payloads' lengths first, then blocks of the longest
+            lengths = self._exchange_lengths([length] * size, allgather=True)
+            slot = max(lengths)
+        timed(timing, WAIT, self.comm.allgather_bytes, self.ag_send[:slot],
+              self.ag_recv[:size * slot])
+        for b, (start, stop) in enumerate(self.bounds):
+            if stop > start:
+                payload = self.ag_recv[b * slot:b * slot + lengths[b]]
+                timed(timing, DECODE, codec.decode, payload, self.recvbuf[start:stop])
+
+    # reduce-scatter: encode each destination's block, the library's all-to-all, reduce
+    def _reduce_scatter(self, out) -> None:
+        """out = block `rank` of the sum: this rank's own block plus the n-1 decoded
+        blocks the others sent, added in ring order from the right-hand neighbour."""
+        timing, codec, rank, size = self.breakdown, self.codec, self.rank, self.size
+        send_splits, offset = [0] * size, 0
+        for d, (start, stop) in enumerate(self.bounds):
+            if d == rank or stop == start:
+                continue
+            payload = timed(timing, ENCODE, codec.encode, self.sendbuf[start:stop],
+                            self.a2a_send[offset:offset + self.send_capacity[d]])
+            send_splits[d] = payload.shape[0]
+            offset += send_splits[d]
+        if self.fixed:
+            recv_splits = self.recv_capacity
+        else:
+            recv_splits = self._exchange_lengths(send_splits, allgather=False)
+        timed(timing, WAIT, self.comm.alltoall_bytes, self.a2a_send, send_splits,
+              self.a2a_recv, recv_splits)
+        start, stop = self.bounds[rank]
+        if stop == start:
+            return
+        offsets = _offsets(recv_splits)
+        own = self.sendbuf[start:stop]
+        hop = codec.decode_add_encode
+        for k in range(1, size):
+            s = (rank + k) % size
+            payload = self.a2a_recv[offsets[s]:offsets[s] + recv_splits[s]]
+            # out = decode(payload) + (own, then the running sum)
+            timed(timing, REDUCE, hop, payload, own if k == 1 else out, out, None,
+                  self.scratch)
+
+    def _exchange_lengths(self, lengths: list[int], allgather: bool) -> list[int]:
+        """Variable-size codecs (host buffers): this rank's payload lengths to the others
+        (`lengths[d]` to rank d; an allgather sends lengths[0] to all), theirs back, one
+        per rank (0 for this rank's own in an all-to-all)."""
+        sent = host_numpy(self.lengths_send).view(np.int64)
+        if allgather:
+            sent[0] = lengths[0]
+            self.comm.allgather_bytes(self.lengths_send[:LENGTH_NBYTES], self.lengths_recv)
+            return host_numpy(self.lengths_recv).view(np.int64).tolist()
+        others = [d for d in range(self.size) if d != self.rank]
+        sent[:len(others)] = [lengths[d] for d in others]  # packed in rank order
+        splits = [0 if d == self.rank else LENGTH_NBYTES for d in range(self.size)]
+        self.comm.alltoall_bytes(self.lengths_send, splits, self.lengths_recv, splits)
+        got = host_numpy(self.lengths_recv).view(np.int64)[:len(others)].tolist()
+        got.insert(self.rank, 0)
+        return got
+
+
+def _offsets(splits) -> list[int]:
+    """Where each of these blocks starts, packed end to end."""
+    return [0, *accumulate(splits)]
