@@ -48,17 +48,22 @@ WIRE = [
     ("wire-p2p-zstd-allgather", "p2p_compressed",
      ["--codec", "zstd", "--collective", "allgather", "-m", "16K:16K"]),
     ("wire-coll-bfp-allgather", "coll_compressed",
-     ["--codec", "bfp:rate=8", "--chunk-bytes", "4K", "--collective", "allgather",
-      "-m", "1K,16K"]),
+     ["--algorithm", "ring", "--codec", "bfp:rate=8", "--chunk-bytes", "4K",
+      "--collective", "allgather", "-m", "1K,16K"]),
     ("wire-coll-zstd-allreduce", "coll_compressed",
-     ["--codec", "zstd", "--chunk-bytes", "4K", "--collective", "allreduce", "-m", "16388:16388"]),
+     ["--algorithm", "ring", "--codec", "zstd", "--chunk-bytes", "4K", "--collective",
+      "allreduce", "-m", "16388:16388"]),
+    ("wire-library-zstd-allreduce", "coll_compressed",
+     ["--algorithm", "library", "--codec", "zstd", "--collective", "allreduce",
+      "-m", "16388:16388"]),
 ]
 POSTED = [
     ("posted-coll-fp16-allreduce", "coll_compressed",
-     ["--codec", "fp16", "--chunk-bytes", "4K", "--collective", "allreduce", "-m", "16388:16388"]),
+     ["--algorithm", "ring", "--codec", "fp16", "--chunk-bytes", "4K", "--collective",
+      "allreduce", "-m", "16388:16388"]),
     ("posted-coll-bfp-reduce_scatter", "coll_compressed",
-     ["--codec", "bfp:rate=8", "--chunk-bytes", "4K", "--collective", "reduce_scatter",
-      "-m", "16K:16K"]),
+     ["--algorithm", "ring", "--codec", "bfp:rate=8", "--chunk-bytes", "4K",
+      "--collective", "reduce_scatter", "-m", "16K:16K"]),
     ("posted-p2p-bf16-allreduce", "p2p_compressed",
      ["--codec", "bf16", "--collective", "allreduce", "-m", "16388:16388"]),
     ("posted-baseline-ring-allgather", "baseline",
@@ -72,7 +77,8 @@ STAGED = [
     ("staged-ring-allreduce", "baseline",
      ["--algorithm", "ring", "--collective", "allreduce", "-m", "16388:16388"]),
     ("staged-coll-fp16-allreduce", "coll_compressed",
-     ["--codec", "fp16", "--chunk-bytes", "4K", "--collective", "allreduce", "-m", "16388:16388"]),
+     ["--algorithm", "ring", "--codec", "fp16", "--chunk-bytes", "4K", "--collective",
+      "allreduce", "-m", "16388:16388"]),
 ]
 
 
