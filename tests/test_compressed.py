@@ -194,7 +194,8 @@ def test_auto_measures_the_gloo_transport(tmp_path):
     out = tmp_path / "coll.csv"
     proc = mpirun(2, [*variant_module("coll_compressed"), "--collective", "reduce_scatter",
                       "--codec", "fp16", "--transport", "torch", "--backend", "gloo",
-                      "-m", "4M:4M", "-i", "2", "-x", "1", "--chunk-bytes", "auto",
+                      "--algorithm", "ring", "-m", "4M:4M", "-i", "2", "-x", "1",
+                      "--chunk-bytes", "auto",
                       "--csv", str(out)], timeout=100)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (row,) = list(csv.DictReader(out.open()))

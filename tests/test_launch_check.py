@@ -13,6 +13,8 @@ from ccbench.collectives.launch import check_world, launched_rank, launched_size
 from ccbench.kernels.errors import UsageError
 from tests.mpirun import mpirun, variant_module
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 # a one-task srun step, as `srun -n 1 mpirun -n 4 ...` leaves it in each of the 4
 SRUN_STEP = {"SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "1", "SLURM_PROCID": "0",
              "SLURM_LOCALID": "0"}

@@ -55,7 +55,7 @@ def older(version: int, rows: list[dict]) -> tuple[list[str], list[dict]]:
 
 def test_a_merge_of_three_versions_upgrades_before_it_keeps_the_newest(tmp_path):
     """Point 4096 B measured by a version-1 run (10 us), a version-2 run (20 us) and a
-    current run (30 us, newest); point 8192 B by the version-1 run alone. Upgraded, the
+    current (version-4) run (30 us, newest); point 8192 B by the version-1 run alone. Upgraded, the
     three 4096 B rows are one point (over MPI, paging madvise): the newest is kept."""
     v1 = tmp_path / "v1.csv"
     columns, rows = older(1, [row(run_id="r1", timestamp="2026-01-01T00:00:00",
@@ -71,20 +71,20 @@ def test_a_merge_of_three_versions_upgrades_before_it_keeps_the_newest(tmp_path)
     write_csv_atomic(v3, [row()], COMMON_COLUMNS)
     for path, run in ((v1, "r1"), (v2, "r2"), (v3, "r3")):
         Sidecar(path).add(run, {"argv": [run]})
-    assert [results.read_table(p).version for p in (v1, v2, v3)] == [1, 2, 3]
+    assert [results.read_table(p).version for p in (v1, v2, v3)] == [1, 2, 4]
 
     out = tmp_path / "merged.csv"
     summary = merge.merge_files([v1, v2, v3], out)
     assert (summary["rows_read"], summary["rows_written"], summary["duplicates_dropped"]) \
         == (4, 2, 2)
     merged = results.read_table(out)
-    assert merged.version == 3
+    assert merged.version == 4
     by_size = {r["size_bytes"]: r for r in merged.rows}
     assert sorted(by_size) == ["4096", "8192"]
     assert float(by_size["4096"]["avg_us"]) == 30.0 and by_size["4096"]["run_id"] == "r3"
     assert float(by_size["8192"]["avg_us"]) == 11.0
     assert {(r["schema"], r["transport"], r["backend"], r["hugepages"])
-            for r in merged.rows} == {("harness/3", "mpi", "mpi", "madvise")}
+            for r in merged.rows} == {("harness/4", "mpi", "mpi", "madvise")}
     assert list(json.loads(out.with_name("merged.csv.json").read_text())["runs"]) == [
         "r1", "r2", "r3"]
 

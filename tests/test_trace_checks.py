@@ -10,6 +10,8 @@ import pytest
 from ccbench.collectives.trace import Event, Step, Trace, from_param, to_param
 from tests.mpirun import case_results
 
+pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+
 
 def case(cid: str) -> dict:
     got = case_results("tests.drivers.torch_checks_cases", 2, timeout=400).get(cid)
