@@ -44,6 +44,20 @@ def parse_side(text: str) -> dict:
     return side
 
 
+def oriented_ratio(row, claim: str, codec: str, collective: str = ""):
+    """(ratio, low, high) of a `ccbench compare` row that measured `claim` for `codec`,
+    oriented as B = collective level; None where the row measured something else."""
+    a, b = parse_side(row["a"]), parse_side(row["b"])
+    found = claim_of(a, b, collective)
+    if found is None or found[0] != claim:
+        return None
+    coll = a if found[1] else b
+    if coll["codec"] != codec or not np.isfinite(float(row["ratio"])):
+        return None
+    ratio, low, high = (float(row[c]) for c in ("ratio", "ratio_low", "ratio_high"))
+    return (1 / ratio, 1 / high, 1 / low) if found[1] else (ratio, low, high)
+
+
 def claim_of(a: dict, b: dict, collective: str) -> tuple[str, bool] | None:
     """(claim key, whether A and B are swapped relative to the claim) or None."""
     pairs = []

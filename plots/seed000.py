@@ -89,7 +89,7 @@ def _at(frame: pd.DataFrame, size) -> pd.Series | None:
 def interleaved(compares: pd.DataFrame, claim: str, codec: str, size, ranks, link):
     """(ratio, low, high) of the `ccbench compare` row that measured this claim for this
     codec, size, rank count and link, oriented as B = collective level; or None."""
-    from ccbench.plots.headlines import claim_of, parse_side
+    from ccbench.plots.headlines import oriented_ratio
 
     if compares.empty:
         return None
@@ -97,15 +97,9 @@ def interleaved(compares: pd.DataFrame, claim: str, codec: str, size, ranks, lin
         if (float(row["size_bytes"]) != float(size) or int(row["ranks"]) != int(ranks)
                 or float(link_of(row.to_frame().T).iloc[0]) != float(link)):
             continue
-        a, b = parse_side(row["a"]), parse_side(row["b"])
-        found = claim_of(a, b, str(row.get("collective", "")))
-        if found is None or found[0] != claim:
-            continue
-        coll = a if found[1] else b
-        if coll["codec"] != codec or not np.isfinite(float(row["ratio"])):
-            continue
-        ratio, low, high = (float(row[c]) for c in ("ratio", "ratio_low", "ratio_high"))
-        return (1 / ratio, 1 / high, 1 / low) if found[1] else (ratio, low, high)
+        got = oriented_ratio(row, claim, codec, str(row.get("collective", "")))
+        if got is not None:
+            return got
     return None
 
 

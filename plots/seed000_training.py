@@ -183,7 +183,7 @@ def step_bars(group: list[Launch]) -> list[dict]:
 def interleaved_step(compares, claim: str, codec: str, ranks, link):
     """(ratio, low, high) of the `ccbench compare` of two FSDP training runs that measured
     this claim (B = collective level) for this codec, rank count and link; or None."""
-    from ccbench.plots.headlines import claim_of, parse_side
+    from ccbench.plots.headlines import oriented_ratio
 
     if compares is None or compares.empty:
         return None
@@ -191,15 +191,9 @@ def interleaved_step(compares, claim: str, codec: str, ranks, link):
         if (str(row.get("config", "")) != "step" or int(row["ranks"]) != int(ranks)
                 or float(link_of(row.to_frame().T).iloc[0]) != float(link)):
             continue
-        a, b = parse_side(row["a"]), parse_side(row["b"])
-        found = claim_of(a, b, "")
-        if found is None or found[0] != claim:
-            continue
-        coll = a if found[1] else b
-        if coll["codec"] != codec or not np.isfinite(float(row["ratio"])):
-            continue
-        ratio, low, high = (float(row[c]) for c in ("ratio", "ratio_low", "ratio_high"))
-        return (1 / ratio, 1 / high, 1 / low) if found[1] else (ratio, low, high)
+        got = oriented_ratio(row, claim, codec)
+        if got is not None:
+            return got
     return None
 
 
