@@ -269,8 +269,16 @@ struct uint4 { unsigned x, y, z, w; };
 struct uint2 { unsigned x, y; };
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline float __fmul_rn(float a, float b) { return a * b; }
+/* what cupy compiles: -ftz=true flushes subnormal inputs and results of the _rn
+ * intrinsics (sign kept); the source's add_rn / mul_rn are PTX without .ftz */
+static inline float flush(float v) {
+    const int bits = __float_as_int(v);
+    return (bits & 0x7F800000) ? v : __int_as_float(bits & (int)0x80000000);
+}
+static inline float __fadd_rn(float a, float b) { return flush(flush(a) + flush(b)); }
+static inline float __fmul_rn(float a, float b) { return flush(flush(a) * flush(b)); }
+static inline float add_rn(float a, float b) { return a + b; }
+static inline float mul_rn(float a, float b) { return a * b; }
 static inline float __int2float_rn(int i) { return (float)i; }
 static inline float __uint2float_rn(unsigned i) { return (float)i; }
 
