@@ -122,6 +122,30 @@ def _settler(model: nn.Module):
     return lambda: torch.cuda.synchronize(device)
 
 
+def full_tensor(v):
+    """The whole of a sharded parameter (others as they are). Over gloo it is gathered from
+    host copies: gloo's all-gather of CUDA DTensors crashed a rank (SIGSEGV) with two ranks
+    on one GPU, and host copies are what gloo moves anyway."""
+    if not hasattr(v, "full_tensor"):
+        return v
+    import torch.distributed as dist
+
+    if dist.get_backend() != "gloo":
+        return v.full_tensor()
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+
+    global _host_mesh
+    if _host_mesh is None:
+        _host_mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    host = DTensor.from_local(v.to_local().detach().cpu(), _host_mesh, v.placements,
+                              run_check=False, shape=v.shape, stride=v.stride())
+    return host.full_tensor().to(v.device)
+
+
+_host_mesh = None  # the default group's ranks as a CPU mesh, made on first use
+
+
 class FSDPTrainer(StreamTrainer):
     """PyTorch FSDP2 (``fully_shard`` on every unit and the root) with ccbench's
     all-gather and reduce-scatter set on every FSDPModule, or torch's own collectives
@@ -147,10 +171,9 @@ class FSDPTrainer(StreamTrainer):
         super().__init__(model, comm, transport, stream, lr)
 
     def exact_model(self) -> nn.Module:
-        """An unsharded replica with the exact parameters (gloo all-gathers them)."""
+        """An unsharded replica with the exact parameters (the default group gathers them)."""
         self.stream.drain()
-        state = {k: v.full_tensor() if hasattr(v, "full_tensor") else v
-                 for k, v in self.model.state_dict().items()}
+        state = {k: full_tensor(v) for k, v in self.model.state_dict().items()}
         if self.build_replica is None:
             raise RuntimeError("FSDPTrainer needs build_replica to evaluate")
         replica = self.build_replica()
