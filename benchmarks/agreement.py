@@ -17,7 +17,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from ccbench.collectives.comm import BaseCommunicator
+from ccbench.collectives.communicator import BaseCommunicator
 from ccbench.kernels.errors import DataError, UsageError
 
 

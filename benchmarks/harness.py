@@ -38,7 +38,7 @@ from ccbench.benchmarks.results import (
     write_json_atomic,
 )
 from ccbench.benchmarks.timing import measure, planned_timer
-from ccbench.collectives.comm import BaseCommunicator
+from ccbench.collectives.communicator import BaseCommunicator
 from ccbench.collectives.launch import communicator_for
 from ccbench.collectives.spec import spec
 from ccbench.kernels import arrays, inputs

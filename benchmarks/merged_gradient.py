@@ -53,7 +53,7 @@ from ccbench.benchmarks.results import (
 )
 from ccbench.benchmarks.timing import measure
 from ccbench.collectives.baseline import bind_collective
-from ccbench.collectives.comm import BaseCommunicator as Communicator
+from ccbench.collectives.communicator import BaseCommunicator as Communicator
 from ccbench.collectives.costmodel import AlphaBeta, Fit, fit_cost_model, fit_sizes
 from ccbench.collectives.mgwfbp import Profile, parse_strategies, plan, plan_columns, read_profile
 from ccbench.collectives.overlap import CommThread, Schedule, make_schedule, replay_iteration

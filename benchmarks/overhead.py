@@ -132,7 +132,7 @@ def parse(argv: list[str], quiet: bool):
 
 
 def _require_mpi(comm) -> None:
-    if comm.transport != "mpi":
+    if comm.mpi is None:
         raise UsageError("overhead times MPI's own loops: start it under mpiexec")
 
 

@@ -70,7 +70,7 @@ def parse(argv: list[str], quiet: bool):
 
 
 def _require_mpi(comm) -> None:
-    if comm.transport != "mpi":
+    if comm.mpi is None:
         raise UsageError("staging_bound times MPI's staging: start it under mpiexec")
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from ccbench.benchmarks import timing_c
 from ccbench.benchmarks.agreement import agreed
 from ccbench.benchmarks.statistics import relative_halfwidth, summarize, t_quantile
-from ccbench.collectives.comm import BaseCommunicator
+from ccbench.collectives.communicator import BaseCommunicator
 from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.stopwatch import Stopwatch
@@ -86,7 +86,7 @@ def measure(comm: BaseCommunicator, run, iterations: int, warmup: int, timing: s
     watch = Stopwatch(buffer, clock or comm.clock)
     compiled = None
     # the C loop reads MPI_Wtime around MPI's own calls on host buffers only
-    if clock is None and comm.transport == "mpi" and not watch.on_device:
+    if clock is None and comm.mpi is not None and not watch.on_device:
         asked = timer or agreed(comm, timing_c.requested_timer)
         compiled, _ = agreed(comm, lambda: timing_c.compiled_loop(comm.mpi, run, asked))
     if compiled is not None:
@@ -155,7 +155,7 @@ def planned_timer(variant, opts, comm: BaseCommunicator) -> tuple[str, str]:
         return "python", "device events around each call (the host waits after it)"
     if asked == "python":
         return "python", "CCBENCH_TIMER=python"
-    if comm.transport != "mpi":
+    if comm.mpi is None:
         if asked == "c":
             raise UsageError("CCBENCH_TIMER=c times MPI's own collectives only (this run's "
                              f"transport is {comm.transport})")

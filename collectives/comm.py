@@ -1,17 +1,4 @@
-"""The transport seam: what every algorithm asks of the library that moves its bytes.
-
-`BaseCommunicator` is the contract; `Communicator` (here) carries it over mpi4py, and
-`TorchCommunicator` (collectives/comm_torch.py) over torch.distributed (NCCL for device
-buffers, gloo for host ones). Algorithms (the rings, the pipelines, OmniReduce) take a
-communicator and never import mpi4py or torch.distributed themselves; the harness's
-agreement on errors and its statistics use the communicator's control plane (small
-Python objects and host arrays), so they work over either.
-
-What a transport says of itself: `transport` ("mpi", "torch") and `backend` ("mpi",
-"gloo", "nccl"); `tagged` (messages are matched by tag; otherwise in posting order per
-pair of ranks, as NCCL does); `any_completion` (a posted request can be tested; otherwise
-only waited for, in order). Every byte this rank sends is added to `wire_bytes`, so what
-an algorithm puts on the wire is measured, never derived from a formula.
+"""The transport contract (collectives/communicator.py) over mpi4py.
 
 Host arrays (numpy, torch on the CPU) go to MPI as zero-copy numpy views. Device arrays
 go straight to MPI when it is GPU-aware (`CCBENCH_GPU_AWARE=1`: mpi4py reads the CUDA
@@ -36,6 +23,8 @@ from functools import partial
 import numpy as np
 from mpi4py import MPI
 
+from ccbench.collectives.communicator import BaseCommunicator
+from ccbench.collectives.mpi_staging import Mirror, StagedRecv, StagedSend, Stager
 from ccbench.kernels import arrays
 from ccbench.kernels.arrays import host_view
 from ccbench.kernels.errors import UsageError
@@ -43,7 +32,6 @@ from ccbench.kernels.reduce import bfloat16_sum
 from ccbench.kernels.vocabulary import dtype_name, nbytes
 
 _BF16_SUM: MPI.Op | None = None
-OPS = ("sum", "max", "min")
 
 
 def sum_op(host_buffer: np.ndarray) -> MPI.Op:
@@ -54,237 +42,6 @@ def sum_op(host_buffer: np.ndarray) -> MPI.Op:
     if _BF16_SUM is None:
         _BF16_SUM = MPI.Op.Create(bfloat16_sum, commute=True)
     return _BF16_SUM
-
-
-class BaseCommunicator:
-    """The contract every transport fulfils (docstring of this module)."""
-
-    transport = ""
-    backend = ""
-    tagged = True
-    any_completion = True
-
-    def __init__(self, rank: int, size: int, local_rank: int):
-        self.rank, self.size, self.local_rank = rank, size, local_rank
-        self.wire_bytes = 0
-        self.stage_s = 0.0  # time spent staging device buffers through host memory
-
-    def reset_wire_bytes(self) -> None:
-        self.wire_bytes = 0
-
-    # point to point: requests have Wait() (and Test() where any_completion) ----------
-    def send(self, x, dest: int, tag: int = 0) -> None:
-        raise NotImplementedError
-
-    def recv(self, out, source: int, tag: int = 0) -> None:
-        raise NotImplementedError
-
-    def isend(self, x, dest: int, tag: int = 0):
-        raise NotImplementedError
-
-    def irecv(self, out, source: int, tag: int = 0):
-        raise NotImplementedError
-
-    def exchange(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> list:
-        """Start sending `sendbuf` to `dest` and receiving `recvbuf` from `source`, as one
-        batch where the backend needs it (NCCL); the requests, to wait for."""
-        raise NotImplementedError
-
-    def sendrecv(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> None:
-        self.waitall(self.exchange(sendbuf, dest, recvbuf, source, tag))
-
-    def wait(self, request) -> None:
-        request.Wait()
-
-    def waitall(self, requests) -> None:
-        for request in requests:
-            self.wait(request)
-
-    def testsome(self, requests) -> list[int]:
-        """Indices of the completed requests (completed here: staged data copied in)."""
-        raise UsageError(f"the {self.transport} transport cannot test requests")
-
-    def testall(self, requests) -> bool:
-        raise UsageError(f"the {self.transport} transport cannot test requests")
-
-    def cancel(self, request) -> None:
-        raise UsageError(f"the {self.transport} transport cannot cancel receives")
-
-    def completed(self, request) -> bool:
-        """Whether a request was found complete by an earlier test."""
-        raise UsageError(f"the {self.transport} transport cannot test requests")
-
-    # the library's collectives ---------------------------------------------------------
-    def library_call(self, collective: str, sendbuf, recvbuf):
-        """A zero-argument callable running the library's own collective on these
-        buffers, bound once (the timed loop pays what a bare library call pays)."""
-        raise NotImplementedError
-
-    def allgather_bytes(self, sendbuf, recvbuf) -> None:
-        """The library's allgather of one uint8 block per rank (the library-backed
-        compressed collectives' payloads): recvbuf, `size` blocks of n bytes, receives
-        every rank's sendbuf (n bytes, the same n on every rank) in rank order. Adds
-        (size - 1) x n to `wire_bytes`: what this rank's block must reach, whichever route
-        the library takes (a ring, recursive doubling and a direct exchange all send that
-        much per rank, averaged over the ranks)."""
-        raise NotImplementedError
-
-    def alltoall_bytes(self, sendbuf, send_splits, recvbuf, recv_splits) -> None:
-        """The library's all-to-all of uint8 blocks: sendbuf holds the block for rank d
-        (send_splits[d] bytes) packed in rank order, recvbuf receives the block from rank
-        s (recv_splits[s] bytes) packed in rank order; a split may be 0 (a rank's block to
-        itself). Adds the bytes sent to the other ranks to `wire_bytes`."""
-        raise NotImplementedError
-
-    def barrier(self) -> None:
-        raise NotImplementedError
-
-    # control plane: small Python objects and host arrays, outside the timed calls -----
-    def allgather_obj(self, obj) -> list:
-        raise NotImplementedError
-
-    def bcast_obj(self, obj, root: int = 0):
-        raise NotImplementedError
-
-    def allreduce_value(self, value, op: str = "sum"):
-        """A Python number reduced over the ranks."""
-        whole = isinstance(value, int | np.integer) and not isinstance(value, bool)
-        out = self.allreduce_array(np.array([value], np.int64 if whole else np.float64), op)
-        return int(out[0]) if whole else float(out[0])
-
-    def allreduce_array(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
-        raise NotImplementedError
-
-    def allgather_array(self, array: np.ndarray) -> np.ndarray:
-        """(size, *array.shape): every rank's array (the same shape on every rank)."""
-        raise NotImplementedError
-
-    def clock(self) -> float:
-        return time.perf_counter()
-
-    def abort(self, status: int) -> None:
-        os._exit(status)
-
-    def processor_name(self) -> str:
-        import socket
-
-        return socket.gethostname()
-
-    def describe(self) -> dict:
-        """What the sidecar records of this transport (library and versions)."""
-        return {"transport": self.transport, "backend": self.backend}
-
-
-class _Mirror:
-    """A pinned host buffer staging one device buffer, with the events of its copies:
-    `out_event` passed when its last device-to-host copy has landed, `in_event` when the
-    last host-to-device copy out of it has (until then a receive must not overwrite it)."""
-
-    __slots__ = ("host", "out_event", "in_event")
-
-    def __init__(self, host: np.ndarray, out_event, in_event):
-        self.host, self.out_event, self.in_event = host, out_event, in_event
-
-
-class _Stager:
-    """The staging state of one device backend: two copy streams (device to host, host to
-    device: one copy engine each), and two events re-recorded at every use (a stream
-    wait captures an event as it is when enqueued, so one of each suffices)."""
-
-    def __init__(self, backend):
-        self.backend = backend
-        self.d2h, self.h2d = backend.copy_stream(), backend.copy_stream()
-        self.produced = backend.copy_event()  # the current stream's work, before a D2H
-        self.consumed = backend.copy_event()  # the current stream's reads, before an H2D
-
-    def copy_out(self, x, host: np.ndarray, event) -> None:
-        """Enqueue host = x's bytes behind the kernels that wrote x; `event` marks it."""
-        b = self.backend
-        b.record(self.produced)
-        b.stream_wait(self.produced, self.d2h)
-        b.copy_out_async(x, host, self.d2h)
-        b.record(event, self.d2h)
-
-    def before_copies_in(self) -> None:
-        """Later H2D copies wait for the current stream's kernels (which may still read
-        the buffers they overwrite)."""
-        self.backend.record(self.consumed)
-        self.backend.stream_wait(self.consumed, self.h2d)
-
-    def copy_in(self, host: np.ndarray, x) -> None:
-        self.backend.copy_in_async(host, x, self.h2d)
-
-    def after_copies_in(self, event) -> None:
-        """The current stream waits for the H2D copies so far; the host does not."""
-        self.backend.record(event, self.h2d)
-        self.backend.stream_wait(event)
-
-
-class _StagedSend:
-    """A send staged through host memory: its D2H copy is under way; MPI's send is posted
-    once a progress call finds the copy landed (in posting order, so messages to one peer
-    keep their order)."""
-
-    def __init__(self, comm, x, mirror: _Mirror, count: int, dest: int, tag: int):
-        self.comm, self.x, self.mirror = comm, x, mirror
-        self.count, self.dest, self.tag = count, dest, tag
-        self.request: MPI.Request | None = None  # MPI's, once posted
-
-    def post(self) -> None:
-        self.request = self.comm.mpi.Isend(self.mirror.host[:self.count], self.dest, self.tag)
-
-    def mpi_request(self) -> MPI.Request:
-        return self.request if self.request is not None else MPI.Request()  # null: inactive
-
-    def Wait(self) -> None:
-        if self.request is None:
-            self.comm._post_sends(block=True, upto=self)
-        self.request.Wait()
-
-    def Test(self) -> bool:
-        self.comm._post_sends(block=False)
-        return self.request is not None and self.request.Test()
-
-    def complete(self) -> bool:
-        return self.request is not None and not self.request
-
-
-class _StagedRecv:
-    """A receive staged through host memory: once it completes, its H2D copy is enqueued
-    and the current stream waits for it (the host never does). `head`, a host array,
-    gets the message's first bytes on the host too (OmniReduce's headers)."""
-
-    def __init__(self, comm, mirror: _Mirror, out, head: np.ndarray | None, source: int,
-                 tag: int):
-        self.comm, self.mirror, self.out, self.head = comm, mirror, out, head
-        self.request = comm.mpi.Irecv(mirror.host[:nbytes(out)], source, tag)
-        self.finished = False
-
-    def mpi_request(self) -> MPI.Request:
-        return self.request
-
-    def Wait(self) -> None:
-        self.comm._post_sends(block=True)
-        status = MPI.Status()
-        self.request.Wait(status)
-        self.finish(status)
-
-    def Test(self) -> bool:
-        self.comm._post_sends(block=False)
-        status = MPI.Status()
-        if self.request.Test(status):
-            self.finish(status)
-            return True
-        return False
-
-    def finish(self, status: MPI.Status | None) -> None:
-        if not self.finished:  # once: a completed request tests complete ever after
-            self.finished = True
-            count = status.Get_count(MPI.BYTE) if status is not None else nbytes(self.out)
-            self.comm._copy_in(self.mirror, self.out, count, self.head)
-
-    def complete(self) -> bool:
-        return not self.request
 
 
 class Communicator(BaseCommunicator):
@@ -314,7 +71,7 @@ class Communicator(BaseCommunicator):
             else stage_chunk_bytes
         self._staging: OrderedDict = OrderedDict()  # device buffer -> its mirrors
         self._stagers: dict = {}
-        self._pending: deque[_StagedSend] = deque()  # sends waiting for their D2H copy
+        self._pending: deque[StagedSend] = deque()  # sends waiting for their D2H copy
         self._staged_any = False  # a staged request was ever made
         self._status_pool: list = []
 
@@ -324,16 +81,16 @@ class Communicator(BaseCommunicator):
         """Whether device array x goes to MPI through host memory (MPI not GPU-aware)."""
         return not self.gpu_aware and arrays.is_device_array(x)
 
-    def _stager(self, x) -> _Stager:
+    def _stager(self, x) -> Stager:
         b = arrays.backend_of(x)
         stager = self._stagers.get(b.name)
         if stager is None:
-            stager = self._stagers[b.name] = _Stager(b)
+            stager = self._stagers[b.name] = Stager(b)
         return stager
 
-    def _new_mirror(self, x, size: int) -> _Mirror:
+    def _new_mirror(self, x, size: int) -> Mirror:
         b = arrays.backend_of(x)
-        return _Mirror(b.pinned_empty(size), b.copy_event(), None)
+        return Mirror(b.pinned_empty(size), b.copy_event(), None)
 
     def _mirrors(self, x) -> list:
         """The pinned host buffers that stage device array x: kept per device address
@@ -347,10 +104,10 @@ class Communicator(BaseCommunicator):
                 self._staging.popitem(last=False)
         return mirrors
 
-    def _send_mirror(self, x) -> _Mirror:
+    def _send_mirror(self, x) -> Mirror:
         return self._mirrors(x)[0]
 
-    def _recv_mirror(self, x) -> _Mirror:
+    def _recv_mirror(self, x) -> Mirror:
         """A mirror no H2D copy still reads (MPI would overwrite it under the copy):
         checked without waiting; another one is allocated if none is free."""
         b = arrays.backend_of(x)
@@ -363,7 +120,7 @@ class Communicator(BaseCommunicator):
         mirrors.append(mirror)
         return mirror
 
-    def _copy_out(self, x) -> _Mirror:
+    def _copy_out(self, x) -> Mirror:
         """x's bytes into its mirror; the host waits for them (MPI reads them next)."""
         t0 = time.perf_counter()
         stager, mirror = self._stager(x), self._send_mirror(x)
@@ -372,7 +129,7 @@ class Communicator(BaseCommunicator):
         self.stage_s += time.perf_counter() - t0
         return mirror
 
-    def _copy_in(self, mirror: _Mirror, out, count: int | None = None, head=None) -> None:
+    def _copy_in(self, mirror: Mirror, out, count: int | None = None, head=None) -> None:
         """The first `count` received bytes into device array `out`, on the copy stream;
         the current stream waits for them, the host does not. `head` takes the first
         bytes on the host as well (a host copy: no round trip through the device)."""
@@ -391,7 +148,7 @@ class Communicator(BaseCommunicator):
         stager.after_copies_in(mirror.in_event)
         self.stage_s += time.perf_counter() - t0
 
-    def _post_sends(self, block: bool, upto: _StagedSend | None = None) -> bool:
+    def _post_sends(self, block: bool, upto: StagedSend | None = None) -> bool:
         """Post the sends whose D2H copies have landed, oldest first; with `block`, wait
         for them (all, or up to `upto`). True when none is left waiting."""
         while self._pending:
@@ -461,7 +218,7 @@ class Communicator(BaseCommunicator):
         if h:
             mirror.host[:h] = head[:h]
         stager.copy_out(stager.backend.byte_view(x)[h:], mirror.host[h:n], mirror.out_event)
-        send = _StagedSend(self, x, mirror, n, dest, tag)
+        send = StagedSend(self, x, mirror, n, dest, tag)
         self._pending.append(send)
         self.stage_s += time.perf_counter() - t0
         return send
@@ -471,7 +228,7 @@ class Communicator(BaseCommunicator):
         first bytes too, copied on the host."""
         if self.stages(out):
             self._staged_any = True
-            return _StagedRecv(self, self._recv_mirror(out), out, head, source, tag)
+            return StagedRecv(self, self._recv_mirror(out), out, head, source, tag)
         if head is not None:
             raise ValueError("irecv: a head goes with staged device messages only")
         return self.mpi.Irecv(self._recv_buffer(out), source, tag)
@@ -499,7 +256,7 @@ class Communicator(BaseCommunicator):
                           source, tag)
 
     def wait(self, request) -> None:
-        if self._pending and not isinstance(request, _StagedSend | _StagedRecv):
+        if self._pending and not isinstance(request, StagedSend | StagedRecv):
             self._post_sends(block=True)
         request.Wait()
 
@@ -510,7 +267,7 @@ class Communicator(BaseCommunicator):
         statuses = self._statuses(len(requests))
         done = MPI.Request.Testsome([_mpi_request(r) for r in requests], statuses) or []
         for i, status in zip(done, statuses, strict=False):
-            if isinstance(requests[i], _StagedRecv):
+            if isinstance(requests[i], StagedRecv):
                 requests[i].finish(status)
         return done
 
@@ -522,9 +279,9 @@ class Communicator(BaseCommunicator):
         if not MPI.Request.Testall([_mpi_request(r) for r in requests], statuses):
             return False  # (a send not yet posted is an inactive request here)
         for request, status in zip(requests, statuses, strict=False):
-            if isinstance(request, _StagedRecv):
+            if isinstance(request, StagedRecv):
                 request.finish(status)
-        return all(r.request is not None for r in requests if isinstance(r, _StagedSend))
+        return all(r.request is not None for r in requests if isinstance(r, StagedSend))
 
     def _statuses(self, count: int) -> list:
         while len(self._status_pool) < count:
@@ -538,7 +295,7 @@ class Communicator(BaseCommunicator):
 
     def completed(self, request) -> bool:
         # a completed request is MPI_REQUEST_NULL (falsy) once a test has seen it
-        if isinstance(request, _StagedSend | _StagedRecv):
+        if isinstance(request, StagedSend | StagedRecv):
             return request.complete()
         return not request
 
@@ -707,7 +464,7 @@ _MPI_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
 
 def _mpi_request(request) -> MPI.Request:
-    if isinstance(request, _StagedSend | _StagedRecv):
+    if isinstance(request, StagedSend | StagedRecv):
         return request.mpi_request()
     return request
 

@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-from ccbench.collectives.comm import BaseCommunicator
+from ccbench.collectives.communicator import BaseCommunicator
 from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.vocabulary import nbytes

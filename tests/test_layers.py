@@ -144,3 +144,15 @@ def test_collective_names_are_defined_once():
     literal = '("allgather", "reduce_scatter", "allreduce")'
     holders = [m for m, p in MODULES.items() if literal in p.read_text()]
     assert holders == ["ccbench.kernels.vocabulary"], holders
+
+
+def test_the_transport_contract_imports_neither_library():
+    """comm_torch.py builds on the contract; loading it must not load mpi4py (nor torch)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, ccbench.collectives.communicator, ccbench.collectives.comm_torch; "
+             "print(sorted({'mpi4py', 'torch'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
