@@ -39,7 +39,7 @@ from ccbench.benchmarks.options import (
     size_list,
 )
 from ccbench.benchmarks.results import CODEC, SCHEMA
-from ccbench.kernels import arrays, codec_fused
+from ccbench.kernels import arrays, codec_fused, host_memory
 from ccbench.kernels.codec_base import empty_payload
 from ccbench.kernels.codecs import describe_codecs, parse_codec
 from ccbench.kernels.errors import DataError, UsageError
@@ -227,7 +227,7 @@ def run(argv: list[str]) -> int:
         raise UsageError(f"--data needs at least one kind: {DATA_KINDS}")
     kinds = [parse_data_kind(k) for k in specs_of_data]  # bad kinds fail before any timing
     arrays.check_supported(opts.buffer, opts.dtype)
-    hugepages = arrays.set_hugepages(opts.hugepages) if opts.buffer == "numpy" else ""
+    hugepages = host_memory.set_hugepages(opts.hugepages) if opts.buffer == "numpy" else ""
     if opts.clock == "cpu" and arrays.is_gpu(opts.buffer):
         raise UsageError("--clock cpu does not see GPU time; use --clock wall")
     # as every variant: sizes too small for one element are skipped, and named

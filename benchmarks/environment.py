@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from ccbench.benchmarks.results import Sidecar, new_run_id
 from ccbench.kernels import arrays
-from ccbench.kernels.arrays import transparent_hugepages
+from ccbench.kernels.host_memory import transparent_hugepages
 
 _ENV_PREFIXES = re.compile(
     r"^(CCBENCH_|MPIR_|MPICH_|FI_|UCX_|OMPI_|PMIX_|SLURM_|CUDA_VISIBLE|NCCL_|GLOO_|TORCHELASTIC_|"

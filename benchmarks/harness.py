@@ -41,7 +41,7 @@ from ccbench.benchmarks.timing import measure, planned_timer
 from ccbench.collectives.communicator import BaseCommunicator
 from ccbench.collectives.launch import communicator_for
 from ccbench.collectives.spec import spec
-from ccbench.kernels import arrays, inputs
+from ccbench.kernels import arrays, host_memory, inputs
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.inputs import DataKind, parse_data_kind
 from ccbench.kernels.vocabulary import COLLECTIVES
@@ -225,7 +225,7 @@ def parse_options(variant: Variant, argv, comm: BaseCommunicator):
     arrays.check_supported(opts.buffer, opts.dtype)
     resolve_transport(opts)
     # the buffer policy is part of what a row measures: set before any buffer exists
-    opts.hugepages = arrays.set_hugepages(opts.hugepages) if opts.buffer == "numpy" else ""
+    opts.hugepages = host_memory.set_hugepages(opts.hugepages) if opts.buffer == "numpy" else ""
     opts.data_kind, opts.data_note = resolve_data(variant, opts)
     if opts.collective not in variant.collectives:
         raise UsageError(f"{variant.name} does not run {opts.collective}")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import re
 
-from ccbench.kernels.arrays import DEFAULT_HUGEPAGES, HUGEPAGE_POLICIES, buffer_choices
+from ccbench.kernels.arrays import buffer_choices
 from ccbench.kernels.errors import UsageError
+from ccbench.kernels.host_memory import DEFAULT_HUGEPAGES, HUGEPAGE_POLICIES
 from ccbench.kernels.inputs import DATA_KINDS
 from ccbench.kernels.vocabulary import BUFFERS, DTYPES
 

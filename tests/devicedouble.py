@@ -36,7 +36,7 @@ import traceback
 
 import numpy as np
 
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, backends
 from ccbench.kernels import codec_fused as fused
 
 STRICT_ENV = "CCBENCH_DOUBLE_STRICT"
@@ -544,7 +544,7 @@ class Kernels:
 KERNELS = Kernels()
 
 
-class DoubleBackend(arrays.Backend):
+class DoubleBackend(backends.Backend):
     name = "double"
     device = True
     holds = tuple(d for d in arrays.DTYPES if d != "bfloat16")  # as cupy

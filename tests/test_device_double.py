@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 import tests.devicedouble as double
 from ccbench.collectives.comm import Communicator
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, backends
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.errors import DataError
 from tests.drivers.transport_cases import double_cases
@@ -180,7 +180,7 @@ def test_bfloat16_on_a_device_reaches_mpi_only_where_mpi_can_reduce_it():
     class Bf16:  # a device tensor's description is all the refusal reads
         dtype, shape = "torch.bfloat16", (8,)
 
-    class Device(arrays.Backend):
+    class Device(backends.Backend):
         name, device = "bf16-device", True
 
         def owns(self, x):
