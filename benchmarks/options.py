@@ -153,6 +153,22 @@ def add_repetitions(parser, default, repetition: str, warmup_default=None) -> No
                                  f"{shown})")
 
 
+def add_rounds(parser, default: int | None, what: str = "rounds") -> None:
+    """--rounds: how many interleaved rounds a comparing tool runs. Each tool's default is
+    its statistics' (a median of order statistics wants more rounds than a mean); None
+    leaves it to the tool's spec."""
+    shown = "the spec's" if default is None else default
+    parser.add_argument("--rounds", type=positive_int, default=default,
+                        help=f"{what} (default {shown})")
+
+
+def add_no_bind(parser) -> None:
+    """--no-bind: leave ranks unbound (by default each rank is bound to one core)."""
+    parser.add_argument("--no-bind", action="store_true",
+                        help="leave ranks unbound (default: each bound to a core, "
+                             "-bind-to core / --cpu-bind=cores; also CCBENCH_BIND=0)")
+
+
 def add_validate(parser, what: str = "check results against a reference") -> None:
     parser.add_argument("-c", "--validate", action="store_true",
                         help=f"validate: {what}; exit 1 on any failure")

@@ -29,6 +29,7 @@ from ccbench.benchmarks.agreement import agreed, run_main
 from ccbench.benchmarks.options import (
     RankAwareParser,
     add_repetitions,
+    add_rounds,
     add_sizes,
     size_list,
 )
@@ -45,7 +46,7 @@ def build_parser(quiet: bool = False) -> RankAwareParser:
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sizes(parser, "1:4K")
     add_repetitions(parser, 20000, "calls per method, size and round", warmup_default=False)
-    parser.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
+    add_rounds(parser, 5)
     parser.add_argument("--json", metavar="PATH",
                         help="write this run's rows and environment as one JSON document")
     return parser

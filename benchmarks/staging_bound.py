@@ -29,7 +29,12 @@ import time
 import numpy as np
 
 from ccbench.benchmarks.agreement import agreed, run_main
-from ccbench.benchmarks.options import RankAwareParser, parse_size, positive_int, size_list
+from ccbench.benchmarks.options import (
+    RankAwareParser,
+    add_rounds,
+    parse_size,
+    size_list,
+)
 from ccbench.benchmarks.results import append_rows
 from ccbench.collectives.comm import Communicator
 from ccbench.kernels import arrays
@@ -49,8 +54,7 @@ def build_parser(quiet: bool) -> RankAwareParser:
     parser.add_argument("-m", "--message-size", default="16M", metavar="SIZE",
                         help="message sizes, the bytes each rank sends: one size (16M), a "
                              "list (4M,16M) or a doubling range (1M:16M); default 16M")
-    parser.add_argument("--rounds", type=positive_int, default=12,
-                        help="interleaved rounds; each column is their median (default 12)")
+    add_rounds(parser, 12, "interleaved rounds; each column is their median")
     parser.add_argument("--stage-chunk-bytes", type=parse_size, metavar="BYTES",
                         default=Communicator.STAGE_CHUNK_BYTES,
                         help=f"pieces of the staged call (default "

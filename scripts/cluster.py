@@ -30,6 +30,7 @@ import threading
 import time
 from dataclasses import asdict
 
+from ccbench.benchmarks.options import add_no_bind
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.cluster_keeper import keeper_alive, keeper_main, start_keeper, stop_keeper
 from ccbench.scripts.cluster_layout import (
@@ -336,8 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = add("run", "run COMMAND as an MPI job, one rank per namespace, MPICH over TCP")
     run.add_argument("-n", "--np", type=int, help="ranks to start (default: all)")
     run.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
-    run.add_argument("--no-bind", action="store_true",
-                     help="leave ranks unbound (default: each bound to a core, -bind-to core)")
+    add_no_bind(run)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     sc = add("selfcheck", "measure TCP (and MPI) throughput against the configured rate")
     sc.add_argument("--bytes", default="64m", help="bytes per TCP stream (default 64m)")

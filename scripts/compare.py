@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ccbench.benchmarks.options import add_sizes, split_common
+from ccbench.benchmarks.options import add_no_bind, add_rounds, add_sizes, split_common
 from ccbench.benchmarks.results import Sidecar, append_rows, check_header
 from ccbench.benchmarks.statistics import DEFAULT_MARGIN
 from ccbench.kernels.errors import UsageError
@@ -68,9 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--a-rev", metavar="REV", help="run A from this git revision")
     p.add_argument("--b-rev", metavar="REV", help="run B from this git revision")
     p.add_argument("-n", "--ranks", type=int, default=2, help="MPI ranks (default 2)")
-    p.add_argument("--rounds", type=int, default=6,
-                   help="rounds of A and B, a launch each (default 6); the interval is "
-                        "taken across rounds")
+    add_rounds(p, 6, "rounds of A and B, a launch each; the interval is taken across rounds")
     p.add_argument("--ci-target", type=float, metavar="PCT",
                    help="after --rounds, add rounds until every size's ratio interval is "
                         "within +-PCT percent, or --max-rounds are done")
@@ -88,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {DEFAULT_MARGIN})")
     p.add_argument("--cluster", metavar="NAME",
                    help="run both sides inside this emulated cluster (ccbench cluster up)")
-    p.add_argument("--no-bind", action="store_true", help="leave ranks unbound")
+    add_no_bind(p)
     p.add_argument("--separate-launches", action="store_true",
                    help="a launch per side and round, even where both sides could share "
                         "one (revisions, training, trace_replay and merged_gradient "
@@ -241,14 +239,7 @@ def write_sidecar(csv: str, compare_id: str, record: dict) -> None:
     Sidecar(csv).add(compare_id, record)
 
 
-def entry(argv: list[str]) -> int:
-    """`python -m ccbench.scripts.compare`: errors as one line, as `ccbench compare` gives."""
-    try:
-        return main(argv)
-    except UsageError as exc:
-        print(f"ccbench compare: error: {exc}", file=sys.stderr)
-        return 2
+if __name__ == "__main__":  # errors as one line, as `ccbench compare` gives
+    from ccbench.scripts.cli import main as ccbench
 
-
-if __name__ == "__main__":
-    raise SystemExit(entry(sys.argv[1:]))
+    raise SystemExit(ccbench(["compare", *sys.argv[1:]]))

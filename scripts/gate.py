@@ -44,6 +44,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from ccbench.benchmarks.options import add_no_bind, add_rounds
 from ccbench.benchmarks.progress import progress_bar
 from ccbench.benchmarks.results import append_rows, check_header
 from ccbench.kernels.errors import UsageError
@@ -205,10 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gated benchmarks (default sweeps/gate.toml)")
     p.add_argument("--repo", type=Path, default=REPO,
                    help="the checkout whose working tree is gated (default: this one)")
-    p.add_argument("--rounds", type=int, help="rounds (default: the spec's)")
+    add_rounds(p, None)
     p.add_argument("--only", metavar="TEXT", help="gate only benchmarks whose name has TEXT")
     p.add_argument("--list", action="store_true", help="print what is gated and exit")
-    p.add_argument("--no-bind", action="store_true", help="leave ranks unbound")
+    add_no_bind(p)
     p.add_argument("--csv", metavar="PATH", help="append every point's ratio to this CSV")
     return p
 
@@ -331,14 +332,7 @@ def main(argv: list[str]) -> int:
     return 1 if failures else 0
 
 
-def entry(argv: list[str]) -> int:
-    """`python -m ccbench.scripts.gate`: errors as one line, as `ccbench gate` gives."""
-    try:
-        return main(argv)
-    except UsageError as exc:
-        print(f"ccbench gate: error: {exc}", file=sys.stderr)
-        return 2
+if __name__ == "__main__":  # errors as one line, as `ccbench gate` gives
+    from ccbench.scripts.cli import main as ccbench
 
-
-if __name__ == "__main__":
-    raise SystemExit(entry(sys.argv[1:]))
+    raise SystemExit(ccbench(["gate", *sys.argv[1:]]))

@@ -30,7 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ccbench.benchmarks.options import add_repetitions, add_sizes, iterations_for, size_list
+from ccbench.benchmarks.options import (
+    add_no_bind,
+    add_repetitions,
+    add_rounds,
+    add_sizes,
+    iterations_for,
+    size_list,
+)
 from ccbench.benchmarks.results import read_rows
 from ccbench.benchmarks.statistics import Ratio, median_ratio_interval
 from ccbench.collectives.spec import spec
@@ -179,14 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_sizes(p, default="1,64K,1M,16M")
     p.add_argument("--collective", default=",".join(COLLECTIVES),
                    help="comma-separated collectives (default all three)")
-    p.add_argument("--rounds", type=int, default=12,
-                   help=f"interleaved rounds (default 12, at least {MIN_ROUNDS})")
+    add_rounds(p, 12, f"interleaved rounds, at least {MIN_ROUNDS}")
     add_repetitions(p, None, "calls per size and side")
     p.add_argument("--hugepages", choices=("off", "madvise"), default="off",
                    help="ccbench's buffer policy (default off, as OSU's buffers)")
     p.add_argument("--tolerance", type=float, default=10.0,
                    help="percent within which a point agrees (default 10)")
-    p.add_argument("--no-bind", action="store_true", help="leave ranks unbound")
+    add_no_bind(p)
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds per launch (default 600)")
     return p

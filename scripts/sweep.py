@@ -26,6 +26,7 @@ import threading
 import time
 from pathlib import Path
 
+from ccbench.benchmarks.options import add_no_bind
 from ccbench.benchmarks.results import HARNESS, csv_files, read_rows, remove
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.launch import (
@@ -297,9 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out the tasks on emulated links (where no cluster can be "
                         "built: no root and no unprivileged user namespaces)")
     p.add_argument("-v", "--verbose", action="store_true", help="show the variants' output")
-    p.add_argument("--no-bind", action="store_true",
-                   help="leave ranks unbound (default: bound to cores, -bind-to core / "
-                        "--cpu-bind=cores; also CCBENCH_BIND=0)")
+    add_no_bind(p)
     p.add_argument("--submit", action="store_true",
                    help="submit the pending tasks to SLURM as job arrays (see --dry-run)")
     p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",

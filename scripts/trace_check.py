@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ccbench.benchmarks.options import split_common
+from ccbench.benchmarks.options import add_no_bind, add_rounds, split_common
 from ccbench.benchmarks.results import Sidecar, append_rows, check_header
 from ccbench.benchmarks.statistics import ratio_interval
 from ccbench.kernels.errors import UsageError
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ccbench trace check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", "--ranks", type=int, default=2, help="MPI ranks (default 2)")
-    p.add_argument("--rounds", type=int, default=6, help="rounds (default 6)")
+    add_rounds(p, 6)
     p.add_argument("--variant", action="append", default=[], metavar='"VARIANT OPTIONS"',
                    help='a variant to predict, e.g. "coll_compressed --codec fp16" '
                         "(repeatable)")
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the replay agrees when its interval lies within 1 +- this "
                         "(default 0.10)")
     p.add_argument("--cluster", metavar="NAME", help="run inside this emulated cluster")
-    p.add_argument("--no-bind", action="store_true", help="leave ranks unbound")
+    add_no_bind(p)
     p.add_argument("--rev", metavar="REV", help="run every launch from this git revision")
     p.add_argument("--csv", metavar="PATH", help="append the comparisons (compare rows)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per launch")
