@@ -287,6 +287,20 @@ FAULTS = [
           "    return per_core, 1.0", FLOOR),
     Fault("floor", "plots/base.py", '_column(frame, "link_step_us").fillna(0.0) * 1e-6',
           "0.0", FLOOR),
+    # the codec's floor from every sharing rank's fastest timed call, and the chunk model
+    Fault("codec_floor", "collectives/costmodel.py",
+          "return float(max(cpu.max(), cpu.mean() * codec_share))",
+          "return float(cpu.max() * max(1.0, codec_share))", FLOOR),
+    Fault("codec_floor", "benchmarks/compressed_base.py",
+          "sharing = [everyone[r][3] for r in sharing_ranks(places, critical, on_device)]",
+          "sharing = [values[CODEC_CPU]]", FLOOR),
+    Fault("codec_floor", "collectives/pipeline.py", "        return np.min(rows, axis=0)",
+          "        return np.mean(rows, axis=0)", FLOOR),
+    Fault("codec_floor", "collectives/costmodel.py",
+          "    core = share * (p - 1) * b / codec_bps + (p - 1) * n * max(chunk_s, 0.0)",
+          "    core = share * (p - 1) * b / codec_bps", FLOOR),
+    Fault("codec_floor", "collectives/costmodel.py", "    gaps = (p - 2) * max(",
+          "    gaps = 0 * max(", FLOOR),
 ]
 
 

@@ -179,3 +179,56 @@ def test_a_row_under_its_codec_floor_is_named_with_its_reason():
     assert text.startswith(" 3 point(s) (red x) measured BELOW their floor (red): ")
     assert "2 under the codec's floor" in text and "1 under the wire's floor" in text
     assert below_floor_text(below_floor(frame.iloc[[2]]), "point(s)") == ""
+
+
+class FourRanks:
+    """What breakdown_columns asks of a communicator, with every rank's contribution
+    given: 4 ranks of host a, bound 2 to a core."""
+
+    def __init__(self, everyone):
+        self.everyone = everyone
+
+    def processor_name(self) -> str:
+        return "a"
+
+    def allgather_obj(self, _mine):
+        return self.everyone
+
+
+def test_the_rows_codec_floor_takes_every_sharing_ranks_fastest_call(monkeypatch):
+    """The row's codec floor, as benchmarks/compressed_base.py computes it, against the
+    hand-worked number: 4 ranks on 2 cores (2 per core); mean call times 10, 12, 9 and
+    11 ms (rank 1 is critical), mean codec times 4, 5, 3 and 4 ms, fastest calls' codec
+    times 3, 4, 2.5 and 3.5 ms. The floor: mean 3.25 ms x 2 = 6.5 ms (not rank 1's mean
+    5 ms x 2 = 10 ms, which the calls' 9-12 ms would not all clear); no link: the codec's
+    floor alone; efficiency 12 / 6.5."""
+    from ccbench.benchmarks.compressed_base import breakdown_columns
+
+    for name in ("CCBENCH_LINK_CEILING_GBPS", "CCBENCH_LINK_GOODPUT_GBPS", "CCBENCH_LINK_GBPS",
+                 "CCBENCH_LINK_BURST_BYTES", "CCBENCH_LINK_STEP_US"):
+        monkeypatch.delenv(name, raising=False)
+    ms = 1e-3
+    calls, codec, fastest = (10, 12, 9, 11), (4, 5, 3, 4), (3, 4, 2.5, 3.5)
+    everyone = [([t * ms, 0.0, 0.0, 0.0, 0.0, c * ms, 0.0], 1000, ("a", [r % 2], None), f * ms)
+                for r, (t, c, f) in enumerate(zip(calls, codec, fastest, strict=True))]
+    row = breakdown_columns(FourRanks(everyone), everyone[0][0], 1000, "allgather")
+    assert row["call_us"] == pytest.approx(12000.0)
+    assert row["codec_cpu_us"] == pytest.approx(5000.0)  # the critical rank's mean
+    assert row["ranks_per_core"] == 2.0
+    assert row["codec_floor_us"] == pytest.approx(6500.0)
+    assert row["floor_us"] == pytest.approx(6500.0) and row["wire_floor_us"] is None
+    assert row["overlap_efficiency"] == pytest.approx(12 / 6.5)
+
+
+def test_the_fastest_call_is_the_least_of_the_timed_calls():
+    """Breakdown.fastest: the least value of each field over the timed calls (the warm-up
+    and the untimed last call left out), worked by hand on three timed calls."""
+    import numpy as np
+
+    from ccbench.collectives.pipeline import CODEC_CPU, Breakdown
+
+    breakdown = Breakdown()
+    codec = [0.5, 3.0, 2.0, 4.0, 0.1]  # warm-up, three timed calls, the untimed last call
+    breakdown.rows = [np.array([1.0, 0, 0, 0, 0, c, 0]) for c in codec]
+    assert breakdown.fastest(1, -1)[CODEC_CPU] == 2.0
+    assert breakdown.mean(1, -1)[CODEC_CPU] == pytest.approx(3.0)
