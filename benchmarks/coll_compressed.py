@@ -82,7 +82,7 @@ class MeasuredRates:
 
     codec_bps: float  # data bytes/s through one encode and one decode: the slowest rank's
     message_s: float  # the transport's per-message cost (alpha)
-    chunk_s: float  # the pipeline's own cost of one chunk in one ring step (>= message_s)
+    chunk_s: float  # the pipeline's own cost (wall) of one chunk in one ring step
     codec_share: float  # ranks per core (device buffers: per device), the most of any rank
     transport_gbps: float | None  # the transport's rate (1/beta); None on one rank
     link_gbps: float | None  # the rate the chunk is chosen for: the emulated link's where
@@ -180,12 +180,12 @@ def pipeline_call_s(comm, codec, buffer: str, dtype: str, chunk_bytes: int) -> f
 
 
 def pipeline_chunk_s(comm, codec, buffer: str, dtype: str) -> float:
-    """The pipeline's own cost of one chunk in one ring step, measured as the transport's
-    alpha is, from the difference of two calls that move the same bytes: an allgather of
-    blocks in CHUNK_PROBE_CHUNKS chunks against the same blocks in one chunk, over the
-    (P-1) x (chunks - 1) chunk-steps the first has more (posting, polling, a codec call
-    and a message each; on ranks that share cores, their share of them); 0 on one rank.
-    Collective."""
+    """The pipeline's own cost of one chunk in one ring step, in wall time, measured as
+    the transport's alpha is, from the difference of two calls that move the same bytes:
+    an allgather of blocks in CHUNK_PROBE_CHUNKS chunks against the same blocks in one
+    chunk, over the (P-1) x (chunks - 1) chunk-steps the first has more (posting,
+    polling, a codec call, a message and the wake-up of the rank it is for, each); 0 on
+    one rank. Collective."""
     if comm.size < 2:
         return 0.0
     chunk = max(codec.granularity, CHUNK_PROBE_BYTES // itemsize(dtype)) * itemsize(dtype)

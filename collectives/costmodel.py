@@ -252,17 +252,21 @@ def pipeline_time_s(block_bytes: float, chunks: int, ranks: int, chunk_s: float,
     """A model of one chunked ring pipeline's call over P-1 steps of B-byte blocks, each cut
     into n chunks, for choosing n (not a floor: it leaves out the burst and step cost):
 
-        wire   W = (P-1) B / w
-        core   K = s (P-1) B / c + (P-1) n o
-        fill   F = 2 B / (n c)
-        gaps   G = (P-2) max(0, B/(n w) + B/(n c) - B/w)     (reducing rings only)
-        T      = max(W, K) + F + G
+        wire    W = (P-1) B / w
+        codec   K = s (P-1) B / c
+        chunks  C = (P-1) n o
+        fill    F = 2 B / (n c)
+        gaps    G = (P-2) max(0, B/(n w) + B/(n c) - B/w)     (reducing rings only)
+        T       = max(W, K) + C + F + G
 
-    o = chunk_s: the pipeline's own cost of one chunk in one step (posting, polling, a
-    codec call, the transport's per-message cost), measured on these ranks, so it holds
-    their share of the cores; c = codec_bps: data bytes/s through one encode and one
-    decode on a rank alone, hence times s = share, the ranks per core; w = wire_bps: data
-    bytes/s the link carries (its payload rate times the codec's ratio). F: the link idles
+    o = chunk_s: the pipeline's own cost of one chunk in one step, in wall time (posting,
+    polling, a codec call, a message, and waking the rank it is for, which on a shared
+    core waits for the core), measured on these ranks; it is paid in series with the
+    wire, since most of it is waiting for another rank, not work (docs/compression.md).
+    c = codec_bps: data bytes/s through one encode and one decode on a
+    rank; s = share: the ranks per core, each of which needs the core for its own codec;
+    w = wire_bps: data bytes/s the link carries (its payload rate times the codec's
+    ratio). F: the link idles
     for the first chunk's encode and the last one's decode. G: in a reduce-scatter a
     step's first chunk must arrive and be decoded, added and re-encoded before the next
     step can send, which the link covers only while the step's other n-1 chunks are on it;
@@ -271,11 +275,12 @@ def pipeline_time_s(block_bytes: float, chunks: int, ranks: int, chunk_s: float,
     if p < 2 or b <= 0:
         return 0.0
     wire = (p - 1) * b / wire_bps
-    core = share * (p - 1) * b / codec_bps + (p - 1) * n * max(chunk_s, 0.0)
+    codec = share * (p - 1) * b / codec_bps
+    chunk = (p - 1) * n * max(chunk_s, 0.0)
     fill = 2 * b / (n * codec_bps)
     gaps = (p - 2) * max(0.0, b / (n * wire_bps) + b / (n * codec_bps) - b / wire_bps) \
         if reduces else 0.0
-    return max(wire, core) + fill + gaps
+    return max(wire, codec) + chunk + fill + gaps
 
 
 def chunk_candidates(block_bytes: int, low: int, high: int | None = None) -> list[int]:

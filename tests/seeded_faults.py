@@ -297,8 +297,7 @@ FAULTS = [
     Fault("codec_floor", "collectives/pipeline.py", "        return np.min(rows, axis=0)",
           "        return np.mean(rows, axis=0)", FLOOR),
     Fault("codec_floor", "collectives/costmodel.py",
-          "    core = share * (p - 1) * b / codec_bps + (p - 1) * n * max(chunk_s, 0.0)",
-          "    core = share * (p - 1) * b / codec_bps", FLOOR),
+          "    chunk = (p - 1) * n * max(chunk_s, 0.0)", "    chunk = 0.0", FLOOR),
     Fault("codec_floor", "collectives/costmodel.py", "    gaps = (p - 2) * max(",
           "    gaps = 0 * max(", FLOOR),
 ]

@@ -75,26 +75,28 @@ def test_codec_floor_from_the_fastest_calls_of_the_sharing_ranks():
 
 
 def test_pipeline_time_by_hand():
-    # B = 256 KiB over 4 ranks, B/w = 1 ms, B/c = 0.25 ms, o = 0.2 ms, 2 ranks per core:
-    # W = 3 ms; K = 2 x 3 x 0.25 + 3 x 0.2 n = 1.5 + 0.6 n ms; F = 0.5 / n ms;
-    # G (reducing) = 2 max(0, 1.25 / n - 1) ms
+    # B = 256 KiB over 4 ranks, B/w = 1 ms, B/c = 0.25 ms, o = 0.1 ms, 2 ranks per core:
+    # W = 3 ms; K = 2 x 3 x 0.25 = 1.5 ms; C = 3 x 0.1 n = 0.3 n ms; F = 0.5 / n ms;
+    # G (reducing) = 2 max(0, 1.25 / n - 1) ms; T = max(W, K) + C + F + G
     b, w, c = 262144, 262144 / 1e-3, 262144 / 0.25e-3
-    hand = {1: (4.0e-3, 3.5e-3), 2: (3.25e-3, 3.25e-3), 4: (4.025e-3, 4.025e-3)}
+    hand = {1: (4.3e-3, 3.8e-3), 2: (3.85e-3, 3.85e-3), 4: (4.325e-3, 4.325e-3)}
     for n, (reducing, gathering) in hand.items():
-        assert pipeline_time_s(b, n, 4, 2e-4, c, w, 2.0, True) == pytest.approx(reducing)
-        assert pipeline_time_s(b, n, 4, 2e-4, c, w, 2.0, False) == pytest.approx(gathering)
-    assert pipeline_time_s(b, 1, 1, 2e-4, c, w) == 0.0  # one rank: no ring
+        assert pipeline_time_s(b, n, 4, 1e-4, c, w, 2.0, True) == pytest.approx(reducing)
+        assert pipeline_time_s(b, n, 4, 1e-4, c, w, 2.0, False) == pytest.approx(gathering)
+    assert pipeline_time_s(b, 1, 1, 1e-4, c, w) == 0.0  # one rank: no ring
 
 
 def test_pipeline_chunk_bytes_by_hand():
     b, w, c = 262144, 262144 / 1e-3, 262144 / 0.25e-3
     assert chunk_candidates(b, 64 << 10) == [64 << 10, 128 << 10, 256 << 10]
     assert chunk_candidates(16 << 10, 64 << 10) == [64 << 10]  # a block under the least
-    # the times of test_pipeline_time_by_hand: n = 2 is least, chunks of 128 KiB
-    assert pipeline_chunk_bytes(b, 4, 2e-4, c, w, 64 << 10, share=2.0, reduces=True) \
+    # the times of test_pipeline_time_by_hand: the reduce-scatter's least is n = 2,
+    # chunks of 128 KiB; the allgather's (no gaps) n = 1, the block
+    assert pipeline_chunk_bytes(b, 4, 1e-4, c, w, 64 << 10, share=2.0, reduces=True) \
         == 128 << 10
-    # 1 ms per chunk: K = 1.5 + 3 n ms; n = 1: 4.5 + 0.5 + 0.5 = 5.5 ms, n = 2: 7.5 +
-    # 0.25 = 7.75 ms: one chunk per step, the block
+    assert pipeline_chunk_bytes(b, 4, 1e-4, c, w, 64 << 10, share=2.0) == b
+    # 1 ms per chunk: C = 3 n ms; n = 1: 3 + 3 + 0.5 + 0.5 = 7 ms, n = 2: 3 + 6 + 0.25
+    # = 9.25 ms: one chunk per step, the block
     assert pipeline_chunk_bytes(b, 4, 1e-3, c, w, 64 << 10, share=2.0, reduces=True) == b
     # free chunks: n = 4, 3 + 0.125 ms, is least: the least chunk, 64 KiB
     assert pipeline_chunk_bytes(b, 4, 0.0, c, w, 64 << 10, share=2.0, reduces=True) == 64 << 10
