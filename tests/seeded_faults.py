@@ -123,8 +123,8 @@ FAULTS = [
     Fault("breakdown", "benchmarks/compressed_base.py", "critical = max(range(len(everyone))",
           "critical = min(range(len(everyone))", BREAKDOWN),
     Fault("breakdown", "benchmarks/compressed_base.py",
-          "values, sent, _ = everyone[critical]",
-          "values, sent, _ = everyone[0]", BREAKDOWN),
+          "values, sent, _, _ = everyone[critical]",
+          "values, sent, _, _ = everyone[0]", BREAKDOWN),
     # error feedback: r = g - decode(encode(g)), applied by every trainer that keeps it
     Fault("feedback", "training/transport.py", "torch.sub(grad, residual, out=residual)",
           "torch.sub(residual, grad, out=residual)", FEEDBACK),

@@ -23,4 +23,4 @@ def test_every_behaviour_class_has_faults():
     assert behaviours == {"bfp-edge", "rabenseifner", "busbw", "header", "gate", "breakdown",
                           "feedback", "alternation", "slots", "torch-transport",
                           "launch-check", "results-model", "gate-records", "osu-check",
-                          "device-accounting", "traces", "floor"}
+                          "device-accounting", "traces", "floor", "codec_floor"}
