@@ -27,14 +27,21 @@ Codecs (--codec):
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from ccbench.benchmarks.compressed_base import CompressedVariant, floor_link_gbps, size_option
+from ccbench.benchmarks.compressed_base import (
+    CompressedVariant,
+    codec_share,
+    floor_link_gbps,
+    rank_device,
+    size_option,
+)
 from ccbench.benchmarks.harness import run_variant
-from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, auto_chunk_bytes
+from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, auto_chunk_bytes, bind_compressed
 from ccbench.collectives.pipeline import (
     DEFAULT_PROGRESS,
     DEFAULT_WAIT,
@@ -61,6 +68,10 @@ RATE_SAMPLE_BYTES = 1 << 20  # data the codec's rate is measured on
 MESSAGE_BYTES = 4 << 10
 RATE_BYTES = (256 << 10, 4 << 20)
 RATE_REPEATS = 5
+# the pipeline's own cost per chunk: allgathers of blocks of CHUNK_PROBE_CHUNKS chunks of
+# CHUNK_PROBE_BYTES each, against the same blocks in one chunk
+CHUNK_PROBE_BYTES = 32 << 10
+CHUNK_PROBE_CHUNKS = 4
 EXCHANGE_REPEATS = 9  # ranks that share cores are descheduled for milliseconds at times
 
 
@@ -71,6 +82,8 @@ class MeasuredRates:
 
     codec_bps: float  # data bytes/s through one encode and one decode: the slowest rank's
     message_s: float  # the transport's per-message cost (alpha)
+    chunk_s: float  # the pipeline's own cost (wall) of one chunk in one ring step
+    codec_share: float  # ranks per core (device buffers: per device), the most of any rank
     transport_gbps: float | None  # the transport's rate (1/beta); None on one rank
     link_gbps: float | None  # the rate the chunk is chosen for: the emulated link's where
     # known (the floor's rate), else the transport's
@@ -143,12 +156,63 @@ def transport_alpha_beta(comm, buffer: str = "numpy") -> tuple[float, float | No
     return max(small - MESSAGE_BYTES * seconds_per_byte, 0.0), 8 / seconds_per_byte / 1e9
 
 
+def pipeline_call_s(comm, codec, buffer: str, dtype: str, chunk_bytes: int) -> float:
+    """Seconds of one pipelined allgather (the ring of collectives/compressed.py) of
+    blocks of CHUNK_PROBE_CHUNKS x CHUNK_PROBE_BYTES in chunks of `chunk_bytes` (0: one
+    chunk per block), through the run's codec, transport and buffers: the best of
+    EXCHANGE_REPEATS on each rank, the slowest rank's. Collective."""
+    count = CHUNK_PROBE_CHUNKS * max(codec.granularity, CHUNK_PROBE_BYTES // itemsize(dtype))
+    send = arrays.from_numpy(buffer, inputs.values("gradient-like", count, comm.rank,
+                                                   comm.size, 0), dtype)
+    recv = arrays.empty(buffer, count * comm.size, dtype)
+    run = bind_compressed(comm, "coll", "allgather", codec, send, recv,
+                          chunk_bytes=chunk_bytes)
+    run()  # connects and warms: not timed
+    times = []
+    for _ in range(EXCHANGE_REPEATS):
+        comm.barrier()
+        t0 = time.perf_counter()
+        run()
+        arrays.synchronize(buffer)
+        times.append(time.perf_counter() - t0)
+    codec.check_deferred()
+    return comm.allreduce_value(min(times), op="max")
+
+
+def pipeline_chunk_s(comm, codec, buffer: str, dtype: str) -> float:
+    """The pipeline's own cost of one chunk in one ring step, in wall time, measured as
+    the transport's alpha is, from the difference of two calls that move the same bytes:
+    an allgather of blocks in CHUNK_PROBE_CHUNKS chunks against the same blocks in one
+    chunk, over the (P-1) x (chunks - 1) chunk-steps the first has more (posting,
+    polling, a codec call, a message and the wake-up of the rank it is for, each); 0 on
+    one rank. Collective."""
+    if comm.size < 2:
+        return 0.0
+    chunk = max(codec.granularity, CHUNK_PROBE_BYTES // itemsize(dtype)) * itemsize(dtype)
+    whole = pipeline_call_s(comm, codec, buffer, dtype, 0)
+    cut = pipeline_call_s(comm, codec, buffer, dtype, chunk)
+    return max(cut - whole, 0.0) / ((comm.size - 1) * (CHUNK_PROBE_CHUNKS - 1))
+
+
 def measure_rates(comm, codec, buffer: str, dtype: str) -> MeasuredRates:
     """The rates --chunk-bytes auto uses, agreed by every rank. Collective."""
     rate = comm.allreduce_value(codec_rate(codec, buffer, dtype), op="min")
     message_s, transport_gbps = transport_alpha_beta(comm, buffer)
+    # a chunk costs at least the message it is sent in
+    chunk_s = max(pipeline_chunk_s(comm, codec, buffer, dtype), message_s)
     link = floor_link_gbps()
-    return MeasuredRates(rate, message_s, transport_gbps, link if link else transport_gbps)
+    return MeasuredRates(rate, message_s, chunk_s, codec_sharing(comm, buffer), transport_gbps,
+                         link if link else transport_gbps)
+
+
+def codec_sharing(comm, buffer: str) -> float:
+    """The most ranks that share one core (device buffers: one device), over every rank
+    (compressed_base.codec_share, as the floor counts them). Collective."""
+    on_device = arrays.is_gpu(buffer)
+    places = comm.allgather_obj((comm.processor_name(), sorted(os.sched_getaffinity(0)),
+                                 rank_device(buffer)))
+    shares = [codec_share(places, r, on_device) for r in range(len(places))]
+    return max(device if on_device else core for core, device in shares)
 
 
 def chunk_option(text: str):
@@ -219,7 +283,8 @@ class CollCompressed(CompressedVariant):
         if chunk == AUTO:
             rates = self.rates[case.dtype]
             chunk = auto_chunk_bytes(self.codec, case.dtype, block_bytes(case), case.ranks,
-                                     rates.link_gbps, rates.codec_bps, rates.message_s)
+                                     rates.link_gbps, rates.codec_bps, rates.chunk_s,
+                                     case.collective, rates.codec_share)
         return {"chunk_bytes": chunk, "progress": opts.progress,
                 "codec_threads": opts.codec_threads, "fused": opts.fused, "wait": opts.wait}
 
@@ -234,12 +299,14 @@ class CollCompressed(CompressedVariant):
             return {}
         return {"auto_codec_gbps": rates.codec_bps * 8 / 1e9,
                 "transport_message_us": rates.message_s * 1e6,
+                "pipeline_chunk_us": rates.chunk_s * 1e6,
                 "transport_gbps": rates.transport_gbps, "auto_link_gbps": rates.link_gbps}
 
     def columns(self, opts) -> dict:
         columns = {**super().columns(opts), "chunk_bytes": opts.chunk_bytes,
                    "chunk_used_bytes": None, "auto_codec_gbps": None,
-                   "transport_message_us": None, "transport_gbps": None,
+                   "transport_message_us": None, "pipeline_chunk_us": None,
+                   "transport_gbps": None,
                    "auto_link_gbps": None, "progress": opts.progress,
                    "codec_threads": opts.codec_threads, "wait": opts.wait,
                    "fused": opts.fused if opts.collective == "allreduce" else None,

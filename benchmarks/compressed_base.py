@@ -15,7 +15,7 @@ from ccbench.benchmarks.harness import Op, Variant, held
 from ccbench.benchmarks.options import iterations_for, parse_size
 from ccbench.collectives.compressed import bind_compressed, compressions_on_path, error_bound
 from ccbench.collectives.costmodel import floor_steps, pipeline_floor
-from ccbench.collectives.pipeline import FIELDS
+from ccbench.collectives.pipeline import CODEC_CPU, FIELDS
 from ccbench.kernels import arrays, inputs
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.vocabulary import COLLECTIVES
@@ -87,8 +87,10 @@ class CompressedVariant(Variant):
             wire = comm.allreduce_value(comm.wire_bytes)
             row = {"compression_ratio": raw / wire if wire else float("nan")}
             # the timed calls: after the warm-up, before the harness's untimed last call
-            row.update(breakdown_columns(comm, run.breakdown.mean(warmup, last=-1),
-                                         comm.wire_bytes, case.collective, case.buffer))
+            timed = (warmup, -1)
+            row.update(breakdown_columns(comm, run.breakdown.mean(*timed),
+                                         comm.wire_bytes, case.collective, case.buffer,
+                                         run.breakdown.fastest(*timed)[CODEC_CPU]))
             if "chunk_bytes" in options:  # what --chunk-bytes auto chose for this size
                 row["chunk_used_bytes"] = options["chunk_bytes"]
             return row
@@ -150,24 +152,37 @@ def rank_device(buffer: str):
     return tuple(sorted(arrays.backend(buffer).describe().items()))
 
 
-def breakdown_columns(comm, mean, wire_bytes: int, collective: str, buffer: str = "numpy"
-                      ) -> dict:
+def sharing_ranks(places: list, critical: int, on_device: bool) -> list[int]:
+    """The ranks whose codec work shares the critical rank's cores (the same host) or,
+    on a device, its device."""
+    host, _, device = places[critical]
+    return [r for r, (h, _, d) in enumerate(places)
+            if h == host and (not on_device or d == device)]
+
+
+def breakdown_columns(comm, mean, wire_bytes: int, collective: str, buffer: str = "numpy",
+                      fastest_codec_s: float | None = None) -> dict:
     """The breakdown on the critical rank (the one whose calls took longest), its floor
     (costmodel.pipeline_floor) and the overlap efficiency (call time over floor). `mean`
     is this rank's per-call mean of pipeline.FIELDS in seconds (device time on a device:
     codec_cpu is then the codec kernels' time, shared by the ranks on its device);
-    `wire_bytes` what it sent in one call. Collective."""
+    `fastest_codec_s` its least codec time of one timed call (default: the mean's), which
+    the codec's floor takes from every rank sharing the critical rank's cores or device
+    (costmodel.codec_floor_s); `wire_bytes` what it sent in one call. Collective."""
     on_device = arrays.is_gpu(buffer)
     where = (comm.processor_name(), sorted(os.sched_getaffinity(0)), rank_device(buffer))
-    everyone = comm.allgather_obj((list(map(float, mean)), int(wire_bytes), where))
+    fastest = float(mean[CODEC_CPU] if fastest_codec_s is None else fastest_codec_s)
+    everyone = comm.allgather_obj((list(map(float, mean)), int(wire_bytes), where, fastest))
     critical = max(range(len(everyone)), key=lambda r: everyone[r][0][0])
-    values, sent, _ = everyone[critical]
-    per_core, per_device = codec_share([w for _, _, w in everyone], critical, on_device)
+    values, sent, _, _ = everyone[critical]
+    places = [w for _, _, w, _ in everyone]
+    per_core, per_device = codec_share(places, critical, on_device)
+    sharing = [everyone[r][3] for r in sharing_ranks(places, critical, on_device)]
     got = dict(zip(FIELDS, values, strict=True))
     link = floor_link_gbps()
     bound = link_bound()
     floor = pipeline_floor(
-        sent, link * 1e9 if link else None, got["codec_cpu"],
+        sent, link * 1e9 if link else None, sharing,
         per_device if on_device else per_core, bound["link_burst_bytes"] or 0.0,
         floor_steps(collective, len(everyone)), (bound["link_step_us"] or 0.0) * 1e-6)
     busy = got["encode"] + got["decode"] + got["reduce"] + got["wait"] + got["stage"]

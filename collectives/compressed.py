@@ -280,17 +280,21 @@ AUTO_CHUNK_LOW = 64 << 10
 
 
 def auto_chunk_bytes(codec: Codec, dtype: str, block_bytes: int, ranks: int,
-                     link_gbps: float | None, codec_bps: float, message_s: float) -> int:
+                     link_gbps: float | None, codec_bps: float, chunk_s: float,
+                     collective: str = "allgather", share: float = 1.0) -> int:
     """Chunk size (uncompressed bytes) for blocks of `block_bytes` on `ranks` ranks, from
     the link's payload rate `link_gbps`, the codec's rate `codec_bps` (data bytes/s
-    through one encode and one decode) and the per-message cost `message_s`, all measured
-    (costmodel.pipeline_chunk_bytes: the data rate of the link is its payload rate times
-    the codec's ratio); no link rate or codec rate (one rank): the default chunk."""
+    through one encode and one decode), the pipeline's own cost of a chunk in a step
+    `chunk_s` and the ranks per core `share`, all measured (costmodel.pipeline_chunk_bytes:
+    the data rate of the link is its payload rate times the codec's ratio; reduce-scatter
+    and allreduce re-encode at every step); no link rate or codec rate (one rank): the
+    default chunk."""
     if not link_gbps or block_bytes <= 0 or not codec_bps > 0:
         return DEFAULT_CHUNK_BYTES
     ratio = codec.nominal_ratio(dtype) if codec.fixed_size else 1.0
-    return pipeline_chunk_bytes(block_bytes, ranks, message_s, codec_bps,
-                                ratio * link_gbps * 1e9 / 8, AUTO_CHUNK_LOW)
+    return pipeline_chunk_bytes(block_bytes, ranks, chunk_s, codec_bps,
+                                ratio * link_gbps * 1e9 / 8, AUTO_CHUNK_LOW,
+                                share=share, reduces=collective != "allgather")
 
 
 def chunk_count_for(codec: Codec, dtype: str, chunk_bytes: int) -> int:

@@ -213,40 +213,99 @@ def wire_floor_s(wire_bytes, rate_bps, burst_bytes=0.0, steps=0, step_s=0.0):
 
 
 def call_floor_s(wire_s, codec_s):
-    """A call's floor: the larger of the wire's and the codec's (the codec's CPU time times
-    the ranks that share its core or device); no wire (None or NaN: no link), the codec's."""
+    """A call's floor: the larger of the wire's and the codec's (codec_floor_s); no wire
+    (None or NaN: no link), the codec's."""
     if wire_s is None:
         return codec_s
     return np.fmax(wire_s, codec_s)
 
 
-def pipeline_floor(wire_bytes: float, rate_bps: float | None, codec_cpu_s: float,
+def codec_floor_s(codec_cpu_s, codec_share: float) -> float:
+    """The least time the codec work of one call needs, from the ranks that share the
+    critical rank's cores (or device): each one's fastest codec time per call over the
+    timed calls (a scalar: one rank's, the others assumed alike), and how many ranks share
+    a core or device. Their work, summed, needs the cores they cover for its mean times
+    the share; one rank's work runs on one thread, so its own time bounds the call too.
+    The fastest call's time, not the mean, so that a call slowed by other work on the
+    core does not raise the floor above calls that were not: a strict lower bound."""
+    cpu = np.atleast_1d(np.asarray(codec_cpu_s, dtype=np.float64))
+    if cpu.size == 0:
+        return 0.0
+    return float(max(cpu.max(), cpu.mean() * codec_share))
+
+
+def pipeline_floor(wire_bytes: float, rate_bps: float | None, codec_cpu_s,
                    codec_share: float, burst_bytes: float = 0.0, steps: int = 0,
                    step_s: float = 0.0) -> dict:
     """One call's floor in seconds, its parts by name: wire (wire_floor_s; None without a
-    link: shared memory), codec (the codec's CPU time on this rank times the ranks that
-    share its core or device: each must do all of its ranks' codec work) and floor."""
+    link: shared memory), codec (codec_floor_s of the sharing ranks' fastest codec times)
+    and floor."""
     wire = wire_floor_s(wire_bytes, rate_bps, burst_bytes, steps, step_s) if rate_bps \
         else None
-    codec = codec_cpu_s * max(1.0, codec_share)
+    codec = codec_floor_s(codec_cpu_s, codec_share)
     return {"wire": wire, "codec": codec, "floor": float(call_floor_s(wire, codec))}
 
 
-def pipeline_chunk_bytes(block_bytes: int, ranks: int, message_s: float, codec_bps: float,
-                         wire_bps: float, low: int, high: int | None = None) -> int:
-    """The chunk (uncompressed bytes) that minimises a chunked ring pipeline's time over
-    a block of B bytes: n chunks cost n x o of per-message time (o = message_s) on top of
-    the floor, and leave the link idle for the first chunk's encode and the last one's
-    decode, 2 B / (n c), and for a chunk's forwarding along the P-2 middle hops,
-    (P-2) B / (n w) (c = codec_bps, w = wire_bps: bytes of data per second the link
-    carries, the payload rate times the codec's ratio). The sum is least at
-    B/n = sqrt(o B / (2/c + (P-2)/w)); rounded down to a power of two, at least `low`,
-    at most `high` and the block (one chunk per block)."""
-    per_byte = 2.0 / codec_bps + max(ranks - 2, 0) / wire_bps
-    best = (max(message_s, 0.0) * block_bytes / per_byte) ** 0.5 if per_byte > 0 else \
-        float("inf")
+def pipeline_time_s(block_bytes: float, chunks: int, ranks: int, chunk_s: float,
+                    codec_bps: float, wire_bps: float, share: float = 1.0,
+                    reduces: bool = False) -> float:
+    """A model of one chunked ring pipeline's call over P-1 steps of B-byte blocks, each cut
+    into n chunks, for choosing n (not a floor: it leaves out the burst and step cost):
+
+        wire    W = (P-1) B / w
+        codec   K = s (P-1) B / c
+        chunks  C = (P-1) n o
+        fill    F = 2 B / (n c)
+        gaps    G = (P-2) max(0, B/(n w) + B/(n c) - B/w)     (reducing rings only)
+        T       = max(W, K) + C + F + G
+
+    o = chunk_s: the pipeline's own cost of one chunk in one step, in wall time (posting,
+    polling, a codec call, a message, and waking the rank it is for, which on a shared
+    core waits for the core), measured on these ranks; it is paid in series with the
+    wire, since most of it is waiting for another rank, not work (docs/compression.md).
+    c = codec_bps: data bytes/s through one encode and one decode on a
+    rank; s = share: the ranks per core, each of which needs the core for its own codec;
+    w = wire_bps: data bytes/s the link carries (its payload rate times the codec's
+    ratio). F: the link idles
+    for the first chunk's encode and the last one's decode. G: in a reduce-scatter a
+    step's first chunk must arrive and be decoded, added and re-encoded before the next
+    step can send, which the link covers only while the step's other n-1 chunks are on it;
+    with one chunk per step codec and wire run in series."""
+    b, n, p = float(block_bytes), max(int(chunks), 1), int(ranks)
+    if p < 2 or b <= 0:
+        return 0.0
+    wire = (p - 1) * b / wire_bps
+    codec = share * (p - 1) * b / codec_bps
+    chunk = (p - 1) * n * max(chunk_s, 0.0)
+    fill = 2 * b / (n * codec_bps)
+    gaps = (p - 2) * max(0.0, b / (n * wire_bps) + b / (n * codec_bps) - b / wire_bps) \
+        if reduces else 0.0
+    return max(wire, codec) + chunk + fill + gaps
+
+
+def chunk_candidates(block_bytes: int, low: int, high: int | None = None) -> list[int]:
+    """Chunk sizes worth modelling: the powers of two from `low` below the block (and
+    `high`), and the block itself capped by `high` (one chunk per block)."""
     top = block_bytes if high is None else min(high, block_bytes)
-    if best >= top:
-        return max(low, top)
-    chunk = 1 << max(0, int(best).bit_length() - 1)
-    return max(low, chunk)
+    top = max(low, top)
+    sizes, size = [top], 1 << max(0, int(low - 1).bit_length())
+    while size < top:
+        sizes.append(size)
+        size *= 2
+    return sorted(set(sizes))
+
+
+def pipeline_chunk_bytes(block_bytes: int, ranks: int, chunk_s: float, codec_bps: float,
+                         wire_bps: float, low: int, high: int | None = None,
+                         share: float = 1.0, reduces: bool = False) -> int:
+    """The chunk (uncompressed bytes) of least modelled time (pipeline_time_s) among
+    chunk_candidates: powers of two of at least `low`, and the block (at most `high`);
+    a tie goes to the larger chunk (fewer messages)."""
+    best, best_t = None, float("inf")
+    for size in chunk_candidates(block_bytes, low, high):
+        chunks = -(-block_bytes // size) if block_bytes > 0 else 1
+        t = pipeline_time_s(block_bytes, chunks, ranks, chunk_s, codec_bps, wire_bps, share,
+                            reduces)
+        if t <= best_t * (1 + 1e-12):
+            best, best_t = size, t
+    return best

@@ -188,6 +188,16 @@ class Breakdown:
             return np.zeros(len(FIELDS))
         return np.mean(rows, axis=0)
 
+    def fastest(self, first: int = 0, last: int | None = None) -> np.ndarray:
+        """Least value per field over rows[first:last] (the timed calls), in seconds: the
+        codec floor takes the fastest call's codec time (costmodel.codec_floor_s)."""
+        if self.device is not None:
+            self._resolve(wait=True)
+        rows = self.rows[first:last] or self.rows[-1:]
+        if not rows:
+            return np.zeros(len(FIELDS))
+        return np.min(rows, axis=0)
+
 
 def timed(breakdown: Breakdown, field: int, fn, *args):
     """fn(*args), its time added to `field` of the running call (Breakdown.timed)."""

@@ -226,15 +226,15 @@ def _column(frame: pd.DataFrame, name: str) -> pd.Series:
     return pd.to_numeric(frame[name], errors="coerce").astype(float)
 
 
-def floor_us(frame: pd.DataFrame) -> pd.Series:
-    """Each row's floor on an emulated link, by the one definition
+def floor_parts_us(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """(wire floor, codec floor) of each row, by the one definition
     (collectives/costmodel.py): the bytes each rank puts on the wire (measured where the
     row has them), less what the link's token bucket passes at once after a pause, at the
     link's payload ceiling (the configured rate less the frames' headers), plus each
-    step's fixed cost (`cluster selfcheck`), or the codec's floor where the row has one and
-    it is larger. Rows without the ceiling, burst or step cost (files from before they
-    were recorded) fall back to the configured rate, no burst, no fixed cost: then not a
-    strict bound. NaN off an emulated link."""
+    step's fixed cost (`cluster selfcheck`); and the codec's floor the row recorded
+    (costmodel.codec_floor_s), NaN where it has none. Rows without the ceiling, burst or
+    step cost (files from before they were recorded) fall back to the configured rate, no
+    burst, no fixed cost: then not a strict bound. NaN off an emulated link."""
     link = link_of(frame)
     ceiling = _column(frame, "link_ceiling_gbps")
     rate_bps = ceiling.where(ceiling > 0, link) * 1e9
@@ -245,8 +245,14 @@ def floor_us(frame: pd.DataFrame) -> pd.Series:
                       index=frame.index, dtype=float)
     wire = wire_floor_s(wire_bytes(frame), rate_bps, _column(frame, "link_burst_bytes").fillna(0.0),
                         steps, _column(frame, "link_step_us").fillna(0.0) * 1e-6) * 1e6
-    floor = call_floor_s(wire, _column(frame, "codec_floor_us"))
-    return floor.where(link > 0)
+    return wire.where(link > 0), _column(frame, "codec_floor_us").where(link > 0)
+
+
+def floor_us(frame: pd.DataFrame) -> pd.Series:
+    """Each row's floor on an emulated link (floor_parts_us): the wire's, or the codec's
+    where the row has one and it is larger. NaN off an emulated link."""
+    wire, codec = floor_parts_us(frame)
+    return call_floor_s(wire, codec).where(wire.notna())
 
 
 def strict_bound(frame: pd.DataFrame) -> bool:
@@ -257,14 +263,34 @@ def strict_bound(frame: pd.DataFrame) -> bool:
 
 def below_floor(frame: pd.DataFrame, measured: str = "avg_us") -> pd.DataFrame:
     """Rows whose measured time lies below their floor: a wrong floor, wire count, link
-    rate or step cost; the figures mark them in red with this reason and a test fails on
-    them."""
-    floor = floor_us(frame)
-    return frame[(_column(frame, measured) < floor * (1 - 1e-9)) & floor.notna()]
+    rate, step cost or codec time; the figures mark them in red with the reason
+    (below_floor_text) and a test fails on them. The floor is a strict bound (no stated
+    error: the codec's part is the fastest timed call's), so any point under it counts.
+    `_bound` names the part that sets the floor: wire or codec."""
+    wire, codec = floor_parts_us(frame)
+    floor = call_floor_s(wire, codec).where(wire.notna())
+    low = (_column(frame, measured) < floor * (1 - 1e-9)) & floor.notna()
+    bound = pd.Series(np.where(codec.fillna(-np.inf) > wire, "codec", "wire"), frame.index)
+    return frame[low].assign(_bound=bound[low])
 
 
-BELOW_FLOOR = ("measured BELOW their floor (red): the floor, the wire count, the link rate "
-               "or the step cost is wrong there.")
+BELOW_REASONS = {
+    "wire": "the wire's floor: the wire count, the link rate, the burst or the step cost "
+            "is wrong there",
+    "codec": "the codec's floor (the fastest timed call's codec time of the ranks that "
+             "share a core or device, times the ranks per core): that codec time was "
+             "mis-measured there",
+}
+
+
+def below_floor_text(below: pd.DataFrame, what: str) -> str:
+    """Caption text for the rows below_floor found: how many (`what`: how they are drawn),
+    and the reason, by the part of the floor they are under."""
+    if below.empty:
+        return ""
+    parts = [f"{int((below['_bound'] == part).sum())} under {reason}"
+             for part, reason in BELOW_REASONS.items() if (below["_bound"] == part).any()]
+    return f" {len(below)} {what} measured BELOW their floor (red): " + "; ".join(parts) + "."
 
 
 def same_run(*points) -> bool:

@@ -18,11 +18,11 @@ import pandas as pd
 from matplotlib.patches import Patch
 
 from ccbench.plots.base import (
-    BELOW_FLOOR,
     Figure,
     FigureSpec,
     Skip,
     below_floor,
+    below_floor_text,
     floor_us,
     link_of,
     panel_title,
@@ -100,7 +100,7 @@ def breakdown(data, style: Style) -> list[Figure]:
         names = ", ".join(f"{COLLECTIVE_LABELS.get(r.collective, r.collective)} "
                           f"{codec_label(r.codec)} at {format_bytes(r.size_bytes)}"
                           for r in points.itertuples())
-        caption += f" {len(points)} call(s) ({names}; red tick and x) " + BELOW_FLOOR
+        caption += below_floor_text(points, f"call(s) ({names}; red tick and x)")
     return [Figure("seed000_breakdown", fig, caption)]
 
 

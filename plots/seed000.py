@@ -13,12 +13,12 @@ import pandas as pd
 
 from ccbench.plots import papers
 from ccbench.plots.base import (
-    BELOW_FLOOR,
     SEPARATE,
     Figure,
     FigureSpec,
     Skip,
     below_floor,
+    below_floor_text,
     change_text,
     draw_series,
     fit_axis_to_points,
@@ -287,7 +287,7 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
                         "bound.")
     below = pd.concat(flagged) if flagged else pd.DataFrame()
     if not below.empty:
-        caption += f" {len(below)} point(s) (red x) " + BELOW_FLOOR
+        caption += below_floor_text(below, "point(s) (red x)")
     caption += interval_caption(kinds)
     if clipped:
         caption += (" The axis spans the points: an error bar that runs off it belongs to "

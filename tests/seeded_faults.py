@@ -124,8 +124,8 @@ FAULTS = [
     Fault("breakdown", "benchmarks/compressed_base.py", "critical = max(range(len(everyone))",
           "critical = min(range(len(everyone))", BREAKDOWN),
     Fault("breakdown", "benchmarks/compressed_base.py",
-          "values, sent, _ = everyone[critical]",
-          "values, sent, _ = everyone[0]", BREAKDOWN),
+          "values, sent, _, _ = everyone[critical]",
+          "values, sent, _, _ = everyone[0]", BREAKDOWN),
     # error feedback: r = g - decode(encode(g)), applied by every trainer that keeps it
     Fault("feedback", "training/transport.py", "torch.sub(grad, residual, out=residual)",
           "torch.sub(residual, grad, out=residual)", FEEDBACK),
@@ -294,6 +294,19 @@ FAULTS = [
           "    return per_core, 1.0", FLOOR),
     Fault("floor", "plots/base.py", '_column(frame, "link_step_us").fillna(0.0) * 1e-6',
           "0.0", FLOOR),
+    # the codec's floor from every sharing rank's fastest timed call, and the chunk model
+    Fault("codec_floor", "collectives/costmodel.py",
+          "return float(max(cpu.max(), cpu.mean() * codec_share))",
+          "return float(cpu.max() * max(1.0, codec_share))", FLOOR),
+    Fault("codec_floor", "benchmarks/compressed_base.py",
+          "sharing = [everyone[r][3] for r in sharing_ranks(places, critical, on_device)]",
+          "sharing = [values[CODEC_CPU]]", FLOOR),
+    Fault("codec_floor", "collectives/pipeline.py", "        return np.min(rows, axis=0)",
+          "        return np.mean(rows, axis=0)", FLOOR),
+    Fault("codec_floor", "collectives/costmodel.py",
+          "    chunk = (p - 1) * n * max(chunk_s, 0.0)", "    chunk = 0.0", FLOOR),
+    Fault("codec_floor", "collectives/costmodel.py", "    gaps = (p - 2) * max(",
+          "    gaps = 0 * max(", FLOOR),
 ]
 
 

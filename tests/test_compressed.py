@@ -159,38 +159,61 @@ def test_auto_chunk_bytes_by_hand():
     from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, auto_chunk_bytes
     from ccbench.kernels.codecs import parse_codec
 
-    fp16 = parse_codec("fp16")
-    # B = 16 MiB, 4 ranks, 1 Gbit/s, ratio 2, codec 1 GB/s: per byte 2/1e9 + 2/(2 x 1.25e8)
-    # = 1e-8 s; sqrt(4e-3 x 16777216 / 1e-8) = 2,590,541 B -> 2 MiB
-    # (o = 4 ms of per-message cost)
-    assert auto_chunk_bytes(fp16, "float32", 16 << 20, 4, 1.0, 1e9, 4e-3) == 2 << 20
-    # a slower codec (200 MB/s): 2/2e8 + 8e-9 = 1.8e-8 s per byte; sqrt(67108.9 / 1.8e-8)
-    # = 1,930,9xx B -> 1 MiB (the pipeline's fill and drain cost more: smaller chunks)
-    assert auto_chunk_bytes(fp16, "float32", 16 << 20, 4, 1.0, 2e8, 4e-3) == 1 << 20
-    # a cheaper message (0.25 ms): sqrt(2.5e-4 x 16777216 / 1e-8) = 647,635 B -> 512 KiB
-    assert auto_chunk_bytes(fp16, "float32", 16 << 20, 4, 1.0, 1e9, 2.5e-4) == 512 << 10
-    # 4x the block: 5,181,082 B -> 4 MiB; a 16 KiB block at the 64 KiB floor
-    assert auto_chunk_bytes(fp16, "float32", 64 << 20, 4, 1.0, 1e9, 4e-3) == 4 << 20
+    fp16 = parse_codec("fp16")  # ratio 2: at 1 Gbit/s the link carries w = 2.5e8 B/s of data
+    # B = 16 MiB allgather, 4 ranks, c = 1 GB/s, o = 1 ms per chunk and step, share 1:
+    # W = 3 B / w = 201.33 ms; K = 3 B / c = 50.33 ms; C = 3 n ms; F = 33.55 / n ms;
+    # T = max(W, K) + C + F: n = 2: 201.33 + 6 + 16.78 = 224.11; n = 4: 201.33 + 12 +
+    # 8.39 = 221.72; n = 8: 201.33 + 24 + 4.19 = 229.52 ms -> 4 chunks of 4 MiB
+    assert auto_chunk_bytes(fp16, "float32", 16 << 20, 4, 1.0, 1e9, 1e-3) == 4 << 20
+    # the issue's regime: a 1 MiB reduce-scatter on 4 ranks (B = 256 KiB), 2 ranks per
+    # core, c = 1 GB/s, o = 100 us: B/w = 1.0486 ms, B/c = 0.2621 ms, W = 3.146 ms,
+    # K = 2 x 3 x 0.2621 = 1.573 ms, C = 0.3 n ms, F = 0.524 / n ms,
+    # G = 2 max(0, 1.3107 / n - 1.0486) ms:
+    # n = 1: 3.146 + 0.3 + 0.524 + 0.524 = 4.494; n = 2: 3.146 + 0.6 + 0.262 + 0 = 4.008;
+    # n = 4: 3.146 + 1.2 + 0.131 = 4.477 ms -> two chunks of 128 KiB per step
+    rs = ("reduce_scatter", 2.0)
+    assert auto_chunk_bytes(fp16, "float32", 256 << 10, 4, 1.0, 1e9, 1e-4, *rs) == 128 << 10
+    # three times the chunk cost (300 us): C = 0.9 n ms; n = 1: 3.146 + 0.9 + 1.048 =
+    # 5.094; n = 2: 3.146 + 1.8 + 0.262 = 5.208 ms -> one chunk per step, the block
+    assert auto_chunk_bytes(fp16, "float32", 256 << 10, 4, 1.0, 1e9, 3e-4, *rs) == 256 << 10
+    # a 16 KiB block: the 64 KiB least chunk, one chunk
     assert auto_chunk_bytes(fp16, "float32", 16 << 10, 4, 1.0, 1e9, 4e-3) == 64 << 10
-    # 2 ranks over a transport with a costly message (2 ms, NCCL's socket transport) and a
-    # device codec at 200 GB/s: no middle hop, per byte 2/2e11 = 1e-11 s;
-    # sqrt(2e-3 x 16777216 / 1e-11) = 57.9 MB, past the block: one chunk of 16 MiB
+    # 2 ranks over a transport with a costly chunk (2 ms, NCCL's socket transport), a
+    # device codec at 200 GB/s, 10 Gbit/s: W = 6.711 ms, K = 0.084 ms, C = 2 n ms,
+    # F = 0.168 / n ms; n = 1: 6.711 + 2 + 0.168 = 8.879; n = 2: 6.711 + 4 + 0.084 =
+    # 10.795 ms -> one chunk of 16 MiB
     assert auto_chunk_bytes(fp16, "float32", 16 << 20, 2, 10.0, 2e11, 2e-3) == 16 << 20
-    # the same 2 ranks with a host codec at 1 GB/s and 50 us per message: per byte 2e-9;
-    # sqrt(5e-5 x 16777216 / 2e-9) = 647,635 B -> 512 KiB
-    assert auto_chunk_bytes(fp16, "float32", 16 << 20, 2, 10.0, 1e9, 5e-5) == 512 << 10
     # no rate of the link (one rank) keeps the default
     assert auto_chunk_bytes(fp16, "float32", 16 << 20, 4, None, 1e9, 4e-3) == DEFAULT_CHUNK_BYTES
+
+
+def chunk_by_hand(block: int, ranks: int, row: dict, wire_bps: float, reduces: bool) -> int:
+    """docs/compression.md's chunk choice, written out from the row's measured rates: the
+    least of T = max(W, K) + C + F + G over chunks of 64 KiB, 128 KiB, ... below the block,
+    and the block; ties to the larger."""
+    o = float(row["pipeline_chunk_us"]) * 1e-6
+    c = float(row["auto_codec_gbps"]) * 1e9 / 8
+    s = float(row["ranks_per_core"])
+    sizes = [block] + [64 << 10 << k for k in range(20) if 64 << 10 << k < block]
+    best = None
+    for size in sorted(set(max(64 << 10, x) for x in sizes)):
+        n = -(-block // size)
+        t = max((ranks - 1) * block / wire_bps, s * (ranks - 1) * block / c) \
+            + (ranks - 1) * n * o + 2 * block / (n * c)
+        if reduces:
+            t += (ranks - 2) * max(0.0, block / (n * wire_bps) + block / (n * c)
+                                   - block / wire_bps)
+        if best is None or t <= best[0] * (1 + 1e-9):
+            best = (t, size)
+    return best[1]
 
 
 @pytest.mark.timeout(120)
 def test_auto_measures_the_gloo_transport(tmp_path):
     """Over torch.distributed's gloo, off any emulated link, --chunk-bytes auto measures
-    the transport's per-message cost and rate, records both (positive) and chooses for that
-    rate: with 2 ranks no middle hop, B/n = sqrt(o B c / 2), here past the block's 64 KiB
-    floor or the block itself."""
-    import math
-
+    the transport's per-message cost and rate and the pipeline's cost per chunk, records
+    them (a chunk costs at least its message) and chooses for that rate: with 2
+    ranks no gaps, the model of docs/compression.md worked from the row's numbers."""
     out = tmp_path / "coll.csv"
     proc = mpirun(2, [*variant_module("coll_compressed"), "--collective", "reduce_scatter",
                       "--codec", "fp16", "--transport", "torch", "--backend", "gloo",
@@ -201,10 +224,11 @@ def test_auto_measures_the_gloo_transport(tmp_path):
     (row,) = list(csv.DictReader(out.open()))
     message_s = float(row["transport_message_us"]) * 1e-6
     assert message_s > 0 and float(row["transport_gbps"]) > 0
+    assert float(row["pipeline_chunk_us"]) * 1e-6 >= message_s  # at least its message
     assert float(row["auto_link_gbps"]) == float(row["transport_gbps"])  # no emulated link
     assert row["floor_us"] and not row["wire_floor_us"]  # no link: the codec's floor alone
-    best = math.sqrt(message_s * (2 << 20) * float(row["auto_codec_gbps"]) * 1e9 / 8 / 2)
-    expected = 2 << 20 if best >= 2 << 20 else max(64 << 10, 2 ** math.floor(math.log2(best)))
+    wire_bps = 2 * float(row["transport_gbps"]) * 1e9 / 8  # fp16's ratio 2
+    expected = chunk_by_hand(2 << 20, 2, row, wire_bps, reduces=True)
     assert int(float(row["chunk_used_bytes"])) == expected
 
 
@@ -234,7 +258,6 @@ def test_breakdown_wire_floor_and_auto_chunk_from_closed_forms(tmp_path):
     --chunk-bytes auto picks against the documented formula applied by hand to the rates
     the row records (which slow encode or decode lands in which column is checked with
     stub codecs in test_behaviours_compare.py)."""
-    import math
 
     out = tmp_path / "coll.csv"
     proc = mpirun(4, [*variant_module("coll_compressed"), "--collective", "allgather",
@@ -261,15 +284,10 @@ def test_breakdown_wire_floor_and_auto_chunk_from_closed_forms(tmp_path):
         assert row["chunk_bytes"] == "auto" and float(row["auto_link_gbps"]) == 0.5
         # the transport's alpha and beta, measured at start-up, recorded and positive
         assert float(row["transport_message_us"]) > 0 and float(row["transport_gbps"]) > 0
-        # the formula of docs/compression.md: B/n = sqrt(o B / (2/c + (P-2)/(r L))),
-        # rounded down to a power of two, at least 64K, at most the block (the allgather's
-        # block is the per-rank size); r = 32 / (8 + 8/32) for bfp:rate=8
-        codec_bps = float(row["auto_codec_gbps"]) * 1e9 / 8
-        message_s = float(row["transport_message_us"]) * 1e-6
-        per_byte = 2 / codec_bps + 2 / (32 / 8.25 * 0.5e9 / 8)
-        best = math.sqrt(message_s * values * 4 / per_byte)
-        block = values * 4
-        expected = block if best >= block else max(64 << 10, 2 ** math.floor(math.log2(best)))
+        assert float(row["pipeline_chunk_us"]) >= float(row["transport_message_us"])
+        # the model of docs/compression.md worked from the row's rates; the allgather's
+        # block is the per-rank size; r = 32 / (8 + 8/32) for bfp:rate=8
+        expected = chunk_by_hand(values * 4, 4, row, 32 / 8.25 * 0.5e9 / 8, reduces=False)
         assert int(float(row["chunk_used_bytes"])) == expected
 
 

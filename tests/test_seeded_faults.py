@@ -23,4 +23,5 @@ def test_every_behaviour_class_has_faults():
     assert behaviours == {"bfp-edge", "rabenseifner", "busbw", "header", "gate", "breakdown",
                           "feedback", "alternation", "slots", "torch-transport",
                           "launch-check", "results-model", "gate-records", "osu-check",
-                          "device-accounting", "device-kernels", "traces", "floor"}
+                          "device-accounting", "device-kernels", "traces", "floor",
+                          "codec_floor"}
