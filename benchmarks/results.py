@@ -483,23 +483,32 @@ def csv_files(paths: Iterable) -> list[Path]:
 # ------------------------------------------------------------------------- beside a CSV
 
 
+SIDECAR_VERSION = 2  # 1: no "sidecar" key; 2: {"sidecar": 2, "runs": {...}, ...}
+
+
 class Sidecar:
     """`<csv>.json` beside a results CSV: each run's environment (or a comparison's
     record), keyed by its run id. A run is recorded only once it has finished, so a sweep
     tells finished runs from killed ones by it. This class alone reads and writes it: a
-    file that exists but cannot be read is an error naming it, never "no runs"."""
+    file that exists but cannot be read is an error naming it, never "no runs". It
+    carries its version (`sidecar`); an older one is upgraded on read, as rows are, and
+    one newer than this ccbench is refused."""
 
     def __init__(self, csv_path):
         self.path = Path(f"{csv_path}.json")
 
     def read(self) -> dict:
-        """The whole document ({} when there is no file)."""
+        """The whole document, at the current version ({} when there is no file)."""
         document = read_json_document(
             self.path, str(self.path),
             "repair or delete it (it records the runs of the CSV beside it)") or {}
         if not isinstance(document.get("runs", {}), dict):
             raise UsageError(f"{self.path} is not a ccbench sidecar (no 'runs' object)")
-        return document
+        version = document.get("sidecar", 1 if document else SIDECAR_VERSION)
+        if not isinstance(version, int) or version > SIDECAR_VERSION:
+            raise UsageError(f"{self.path}: sidecar version {version!r} is newer than this "
+                             f"ccbench reads ({SIDECAR_VERSION}); upgrade ccbench")
+        return {**document, "sidecar": SIDECAR_VERSION} if document else document
 
     def runs(self) -> dict:
         """run id -> record ({} when there is no file)."""
@@ -511,12 +520,12 @@ class Sidecar:
 
     def add(self, run_id: str, record: dict) -> None:
         """Record one finished run (atomic rewrite, the other runs kept)."""
-        document = self.read()
+        document = self.read() or {"sidecar": SIDECAR_VERSION}
         document.setdefault("runs", {})[run_id] = record
         write_json_atomic(self.path, document)
 
     def write(self, runs: dict, **sections) -> None:
-        write_json_atomic(self.path, {**sections, "runs": runs})
+        write_json_atomic(self.path, {**sections, "sidecar": SIDECAR_VERSION, "runs": runs})
 
 
 class Samples:

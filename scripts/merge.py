@@ -12,7 +12,11 @@ brought to the current one. A file that breaks these rules is refused, with its 
 and nothing is written.
 
 De-duplication. Rows that measured the same point (`results.point_identity`, as every
-reader of results defines it) are one: the newest by timestamp is kept.
+reader of results defines it) are one: the newest by timestamp is kept, when both were
+measured where the point says they were. Two rows of one point whose checked provenance
+differs (`CHECKED`: the host, the MPI library, the device) are refused, naming the field
+and both values, as pyperf refuses runs whose checked metadata differ: keeping either
+would silently mix machines in one point.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from ccbench.benchmarks.results import (
 )
 from ccbench.kernels.errors import UsageError
 
+CHECKED = ("hostname", "mpi_library", "device")  # what must agree within one point
+
 
 def _table(path: Path) -> Table | None:
     table = read_table(path)
@@ -50,7 +56,7 @@ def merge_rows(paths: Iterable[Path]) -> tuple[Schema, list[str], list[dict], di
     schema, first = None, None
     columns: list[str] = []
     declared: dict[str, tuple[tuple[str, ...], Path]] = {}
-    tables = []
+    tables, paths_read = [], []
     for path in paths:
         table = _table(path)
         if table is None:
@@ -80,21 +86,41 @@ def merge_rows(paths: Iterable[Path]) -> tuple[Schema, list[str], list[dict], di
                                  f"{seen[1]} has {list(seen[0])}; refusing to mix schemas")
         columns += [c for c in extras if c not in columns]
         tables.append(table)
+        paths_read.append(path)
     if schema is None:
         raise UsageError("no result rows to merge")
-    newest: dict[tuple[str, ...], dict] = {}
+    newest: dict[tuple[str, ...], tuple[dict, Path]] = {}
     read = 0
-    for table in tables:
+    for table, path in zip(tables, paths_read, strict=True):
         for row in table.current():
             read += 1
             key = point_identity(row, schema, columns)
-            kept = newest.get(key)
-            if kept is None or row.get("timestamp", "") >= kept.get("timestamp", ""):
-                newest[key] = row
-    merged = sorted(newest.values(), key=lambda r: _sort_key(r, schema, columns))
+            held = newest.get(key)
+            if held is None:
+                newest[key] = (row, path)
+                continue
+            check_provenance(held, (row, path))
+            if row.get("timestamp", "") >= held[0].get("timestamp", ""):
+                newest[key] = (row, path)
+    merged = sorted((row for row, _ in newest.values()),
+                    key=lambda r: _sort_key(r, schema, columns))
     summary = {"files": len(tables), "rows_read": read, "rows_written": len(merged),
                "duplicates_dropped": read - len(merged), "schema": schema.tag}
     return schema, columns, merged, summary
+
+
+def check_provenance(a: tuple[dict, Path], b: tuple[dict, Path]) -> None:
+    """Refuse two rows of one point measured on different hosts, MPI libraries or devices
+    (a field one of them lacks, as older versions do, is not checked)."""
+    (first, first_path), (second, second_path) = a, b
+    for field in CHECKED:
+        x, y = first.get(field) or "", second.get(field) or ""
+        if x and y and x != y:
+            point = ", ".join(f"{k}={first.get(k)}" for k in ("variant", "collective",
+                                                                "size_bytes") if first.get(k))
+            raise UsageError(f"{second_path}: the point {point} was measured with {field} "
+                             f"{y!r} there and {x!r} in {first_path}; refusing to merge rows "
+                             f"whose {field} differs")
 
 
 def _sort_key(row: dict, schema: Schema, columns: Sequence[str]):

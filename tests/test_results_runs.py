@@ -11,6 +11,7 @@ import pytest
 
 from ccbench.benchmarks import results
 from ccbench.benchmarks.results import COMMON_COLUMNS, HARNESS, Sidecar, write_csv_atomic
+from ccbench.kernels.errors import UsageError
 from ccbench.scripts import merge
 from tests.test_regress import edit, gate, is_zfp, result_rows
 
@@ -124,3 +125,36 @@ def test_a_gated_metric_missing_from_the_new_rows_fails(tmp_path, capsys, metric
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if metric in line]
     assert lines and all(line.startswith("FAIL") and "(missing)" in line for line in lines)
+
+
+@pytest.mark.parametrize("field, mine, theirs", [("hostname", "node-a", "node-b"),
+                                                 ("mpi_library", "MPICH 5.0.2", "Open MPI 5.0.8"),
+                                                 ("device", "cuda:0", "cpu")])
+def test_a_merge_refuses_one_point_measured_in_two_places(tmp_path, field, mine, theirs):
+    """The same point (4096 B) from two files whose `field` differs: refused, naming the
+    field and both values, and nothing is written; differing elsewhere (8192 B) is fine."""
+    a, b, out = tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "merged.csv"
+    write_csv_atomic(a, [row(run_id="r1", **{field: mine})], COMMON_COLUMNS)
+    write_csv_atomic(b, [row(run_id="r2", timestamp="2026-03-02T00:00:00", **{field: theirs})],
+                     COMMON_COLUMNS)
+    with pytest.raises(UsageError, match=f"{field} '{theirs}' there and '{mine}'"):
+        merge.merge_files([a, b], out)
+    assert not out.exists()
+    write_csv_atomic(b, [row(run_id="r2", size_bytes="8192", **{field: theirs})],
+                     COMMON_COLUMNS)
+    assert merge.merge_files([a, b], out)["rows_written"] == 2
+
+
+def test_a_sidecar_carries_its_version_and_upgrades_an_older_one(tmp_path):
+    path = tmp_path / "b.csv"
+    Sidecar(path).add("r1", {"ranks": 2})
+    assert json.loads(path.with_name("b.csv.json").read_text()) == {
+        "sidecar": 2, "runs": {"r1": {"ranks": 2}}}
+    # version 1 (what earlier ccbench wrote): no version key; read as version 2, kept whole
+    path.with_name("b.csv.json").write_text(json.dumps({"runs": {"r0": {"ranks": 4}}}))
+    assert Sidecar(path).read() == {"sidecar": 2, "runs": {"r0": {"ranks": 4}}}
+    Sidecar(path).add("r1", {"ranks": 2})
+    assert json.loads(path.with_name("b.csv.json").read_text())["sidecar"] == 2
+    path.with_name("b.csv.json").write_text(json.dumps({"sidecar": 3, "runs": {}}))
+    with pytest.raises(UsageError, match="sidecar version 3 is newer"):
+        Sidecar(path).runs()
