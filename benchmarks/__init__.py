@@ -4,7 +4,8 @@ Importing this package chooses MPI's thread level, before any module below it im
 `mpi4py.MPI` (which initialises MPI). The variants call MPI from one thread only (a codec
 thread never calls it), so they ask for MPI_THREAD_FUNNELED: mpi4py's default,
 MPI_THREAD_MULTIPLE, makes MPICH lock around every call (docs/compression.md, "Against
-OSU Micro-Benchmarks' own binaries", measures it). MPICH's progress thread (`MPIR_CVAR_ASYNC_PROGRESS=1`) needs MULTIPLE, and so do
+OSU Micro-Benchmarks' own binaries", measures it). MPICH's progress thread
+(`MPIR_CVAR_ASYNC_PROGRESS=1`) needs MULTIPLE, and so do
 the entry points whose communication runs on a thread of its own (`training`,
 `merged_gradient`): they ask for it before their own imports. `MPI4PY_RC_THREAD_LEVEL`
 in the environment overrides all of this. The JSON sidecar records the level granted.
