@@ -68,11 +68,11 @@ class CodecRates:
 @dataclass(frozen=True)
 class Option:
     """One way to run the step's collectives; ``efficiency`` is the measured call time over
-    its floor (1.0: at the floor)."""
+    its floor (1.0: at the floor), one for every collective or one per collective."""
 
     variant: str
     codec: CodecRates | None = None
-    efficiency: float = 1.0
+    efficiency: float | dict = 1.0
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -84,6 +84,11 @@ class Option:
     @property
     def label(self) -> str:
         return self.variant if self.codec is None else f"{self.variant}:{self.codec.spec}"
+
+    def efficiency_for(self, collective: str) -> float:
+        if isinstance(self.efficiency, dict):
+            return self.efficiency.get(collective, 1.0)
+        return self.efficiency
 
     @property
     def ratio(self) -> float:
@@ -154,7 +159,7 @@ def call_seconds(option: Option, network: Network, collective: str, size, ranks:
     else:
         floor = call_floor_s(wire, codec)
     return {"wire": wire, "codec": codec * np.ones_like(size), "floor": floor,
-            "time": option.efficiency * floor}
+            "time": option.efficiency_for(collective) * floor}
 
 
 def uncompressed_alpha_beta(network: Network, collective: str, ranks: int,
@@ -234,7 +239,7 @@ def predict_step(option: Option, network: Network, step: Step, ranks: int,
         size = osu_size(call.collective, call.nbytes, ranks)
         t = call_seconds(option, network, call.collective, size, ranks, codec_share)
         durations.append(float(t["time"]))
-        codec_total += float(t["codec"]) * option.efficiency
+        codec_total += float(t["codec"]) * option.efficiency_for(call.collective)
         buckets[bucket_of(call.nbytes)] += float(t["time"])
     step_s = step_timeline(step, durations, overlap)
     return StepPrediction(step_s, step.compute_us * 1e-6, float(sum(durations)),
