@@ -124,7 +124,8 @@ def network_of(opts, tables) -> tuple[cm.Network, list, float, str]:
         inputs, share, name
 
 
-def options_of(opts, tables, ranks: int, link_gbps: float, collectives) -> tuple:
+def options_of(opts, tables, ranks: int, link_gbps: float, collectives,
+               declared: cm.Network | None = None) -> tuple:
     """(options, their inputs)."""
     variants = [v.strip() for v in opts.variants.split(",") if v.strip()]
     for v in variants:
@@ -142,7 +143,7 @@ def options_of(opts, tables, ranks: int, link_gbps: float, collectives) -> tuple
             eff = {}
             for c in collectives:
                 eff[c], found = parts.efficiency(tables, variant, spec, c, ranks, link_gbps,
-                                                 label)
+                                                 label, declared)
                 inputs.append(found)
             options.append(cm.Option(variant, rates, eff))
     return options, inputs
@@ -257,7 +258,8 @@ def main(argv: list[str]) -> int:
                                   opts.ranks_per_core or cluster)))
     inputs.append(parts.Input("", "trace", f"{trace.describe()}", trace_source))
     collectives = sorted({c.collective for c in step.calls})
-    options, found = options_of(opts, tables, ranks, network.rate_bps / 1e9, collectives)
+    options, found = options_of(opts, tables, ranks, network.rate_bps / 1e9, collectives,
+                                network if opts.link else None)
     inputs += found
     predictions, errors = advise(options, network, step, ranks, share)
     bound, allowed = error_budget(opts.max_error)
@@ -296,9 +298,8 @@ def main(argv: list[str]) -> int:
                             "this link, largest call": (network.rate_bps, cm.osu_size(
                                 largest.collective, largest.nbytes, ranks))})
     print(f"# wrote {out}, {inputs_path}, {map_path}")
-    print(f"# advice: {order[0]}" + (" (compression pays)" if predictions[order[0]].step_s
-                                     and any(o.label == order[0] and o.codec for o in
-                                             options) else " (do not compress)"))
+    compressed = order[0] not in cm.UNCOMPRESSED
+    print(f"# advice: {order[0]} ({'compression pays' if compressed else 'do not compress'})")
     if opts.check:
         from ccbench.scripts.advise_check import run_check
 

@@ -134,14 +134,22 @@ def _row_variant(row: dict) -> str:
     return variant
 
 
-def _row_efficiency(row: dict) -> float:
-    """A harness row's call time over its floor: the compressed variants record it; for
-    the uncompressed ones it is the mean call over the ring's bytes at the link's rate."""
+def _row_efficiency(row: dict, network: cm.Network | None = None) -> float:
+    """A harness row's call time over its floor: the compressed variants on an emulated
+    link record it; otherwise the mean call over its floor on the row's link, or on
+    ``network`` for rows of a real network (no link_gbps: the declared link's)."""
     recorded = _number(row, "overlap_efficiency")
     if math.isfinite(recorded) and recorded > 0:
         return recorded
     rate = _number(row, "link_ceiling_gbps")
     rate = rate if math.isfinite(rate) else _number(row, "link_gbps")
+    if network is not None and not math.isfinite(rate):
+        option = cm.Option(_row_variant(row), None if row.get("codec", "none") in (
+            "", "none") else cm.CodecRates(row["codec"], _number(row, "compression_ratio"),
+                                           math.inf, math.inf, math.inf))
+        floor = cm.call_seconds(option, network, row.get("collective", ""),
+                                _number(row, "size_bytes"), int(_number(row, "ranks")))
+        return _number(row, "avg_us") * 1e-6 / float(floor["floor"])
     ranks, size = int(_number(row, "ranks")), _number(row, "size_bytes")
     collective = row.get("collective", "")
     if not (math.isfinite(rate) and rate > 0 and ranks > 1 and collective):
@@ -157,16 +165,31 @@ def _row_efficiency(row: dict) -> float:
 
 
 def efficiency(tables: Tables, variant: str, codec: str, collective: str, ranks: int,
-               link_gbps: float, option: str) -> tuple[float, Input]:
+               link_gbps: float, option: str, declared: cm.Network | None = None) -> tuple[
+        float, Input]:
     """The median call-over-floor of the harness rows of this variant, codec and collective
     on an emulated link (1 MiB and up), at the measured link rate nearest ``link_gbps``
-    (same rank count first); assumed 1.0 (at the floor) where none."""
+    (same rank count first); with a ``declared`` network (a real cluster's, calibrated),
+    its rows without an emulated link against that network's floor; assumed 1.0 (at the
+    floor) where none."""
     wanted_codec = "none" if codec == "" else codec
-    rows = [(p, r) for p, r in tables.of("harness")
+    same = [(p, r) for p, r in tables.of("harness")
             if _row_variant(r) == variant and (r.get("codec") or "none") == wanted_codec
-            and r.get("collective") == collective and _number(r, "link_gbps") > 0
+            and r.get("collective") == collective
             and _number(r, "size_bytes") >= MIN_EFFICIENCY_BYTES]
+    rows = [(p, r) for p, r in same if _number(r, "link_gbps") > 0]
     name = f"efficiency {collective}"
+    real = [(p, r) for p, r in same if not _number(r, "link_gbps") > 0
+            and int(_number(r, "ranks")) == ranks]
+    if declared is not None and real:
+        values = [v for v in (_row_efficiency(r, declared) for _, r in real)
+                  if math.isfinite(v)]
+        if values:
+            paths = sorted({p for p, _ in real})
+            where = "; ".join(_where(p, [r for q, r in real if q == p]) for p in paths)
+            value = float(np.median(values))
+            return value, Input(option, name, value, where + f" ({len(values)} sizes "
+                                "against the declared link)")
     if not rows:
         return ASSUMED_EFFICIENCY, Input(option, name, ASSUMED_EFFICIENCY,
                                          "assumed: no harness row on an emulated link",

@@ -126,3 +126,24 @@ def test_bad_input_is_one_line_and_status_2(tmp_path):
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2 and len(lines) == 1 and "unknown model" in lines[0], \
         done.stderr
+
+
+def test_a_real_clusters_rows_calibrate_against_the_declared_link(tmp_path):
+    # a ring allgather of 1 MiB on 4 ranks measured at 1.5 x its floor on the declared
+    # 1 Gbit/s, 100 us link (25.465824 ms): the rows of a SLURM sweep, no emulated link
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    row = {c: "" for c in HARNESS.names}
+    row.update({SCHEMA: HARNESS.tag, "run_id": "slurmrun", "variant": "baseline",
+                "algorithm": "ring", "collective": "allgather", "codec": "none", "ranks": 4,
+                "size_bytes": MIB, "avg_us": 1.5 * 25465.824})
+    write_csv_atomic(folder / "baseline.csv", [row], HARNESS.names)
+    trace = tmp_path / "t.json"
+    one_allgather_trace(trace)
+    out = tmp_path / "a.csv"
+    assert advise.main(["--model", str(trace), "--link", "1gbit", "--latency", "100us",
+                        "--results", str(folder), "--variants", "ring",
+                        "--csv", str(out)]) == 0
+    assert float(read(out)[0]["step_ms"]) == pytest.approx(1.5 * 25.465824, rel=1e-9)
+    eff = next(i for i in read(tmp_path / "a-inputs.csv") if i["option"] == "ring")
+    assert eff["assumed"] == "no" and "baseline.csv run slurmrun" in eff["source"]
