@@ -100,6 +100,8 @@ def test_the_check_judges_against_the_measured_interval():
     assert rows[0]["within_goal"] and not rows[1]["within_goal"]
     assert "is within the interval of the measured fastest, b" in \
         advise_check.verdict(rows, "a")
+    rows = advise_check.check_rows(["b"], predictions, {"b": [1.0, 1.0]}, {"b": [0.2, 0.2]})
+    assert rows[0]["suspect_input"] == "codec rates"  # 0.2 s of codec, none predicted
     assert advise_check.replay_args("coll_compressed:bfp:rate=8") == [
         "--variant", "coll_compressed", "--codec", "bfp:rate=8"]
 
