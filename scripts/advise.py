@@ -88,8 +88,9 @@ def load_step(model: str, ranks: int | None) -> tuple:
     return build_named(model, ranks), ranks, f"built: {model} on {ranks} ranks"
 
 
-def network_of(opts, tables) -> tuple[cm.Network, list, float, str]:
-    """(network, its inputs, default ranks per core, cluster name or '')."""
+def network_of(opts, tables) -> tuple[cm.Network, list, float, str, float]:
+    """(network, its inputs, default ranks per core, cluster name or '', the link's
+    nominal rate in Gbit/s: the one the efficiency rows are matched on)."""
     from ccbench.scripts.cluster import DEFAULT_NAME
     from ccbench.scripts.cluster_layout import load_state, parse_delay, parse_rate
 
@@ -98,34 +99,38 @@ def network_of(opts, tables) -> tuple[cm.Network, list, float, str]:
         step = parse_delay(opts.latency) * 1e-6
         return cm.Network(rate, step), [
             parts.Input("", "link payload rate b/s", float(rate), "declared (--link)"),
-            parts.Input("", "ring step cost s", step, "declared (--latency)")], 1.0, ""
+            parts.Input("", "ring step cost s", step, "declared (--latency)")], 1.0, "", \
+            rate / 1e9
     if opts.network == "results":
         found = parts.link_from_results(tables)
         if found is None:
             raise UsageError(f"no harness row on an emulated link under "
                              f"{' '.join(opts.results)}; give --link RATE --latency TIME "
                              "or --network measured")
-        return (*found, 1.0, "")
+        return (*found, 1.0, "", found[0].rate_bps / 1e9)
     name = DEFAULT_NAME if opts.network == "measured" else opts.network
     cluster = load_state(name)
     if cluster is None:
         raise UsageError(f"no emulated cluster {name!r} (ccbench cluster up --name {name})")
     where = f"cluster {name} (ccbench cluster selfcheck)"
-    rate = cluster.goodput_bps or cluster.tcp_goodput_bps()
-    inputs = [parts.Input("", "link payload rate b/s", float(rate), where if
-                          cluster.goodput_bps else f"cluster {name}: shaped rate less "
-                          "headers", not cluster.goodput_bps),
+    # R is the floor's: the shaped rate less the frames' headers, as the rows' floors
+    # (and so their efficiencies) have it; what TCP reached is in the efficiencies
+    rate = cluster.tcp_goodput_bps()
+    inputs = [parts.Input("", "link payload rate b/s", float(rate), f"cluster {name}: "
+                          f"{cluster.link_gbps:g} Gbit/s shaped, less the frames' headers"),
+              parts.Input("", "TCP goodput b/s (not used)", float(cluster.goodput_bps),
+                          where if cluster.goodput_bps else "selfcheck not run"),
               parts.Input("", "ring step cost s", cluster.step_us * 1e-6, where if
                           cluster.step_us else "assumed 0: selfcheck not run",
                           not cluster.step_us),
               parts.Input("", "burst bytes", float(cluster.burst_bytes), f"cluster {name}")]
     share = max(1.0, cluster.ranks / (os.cpu_count() or 1))
     return cm.Network(float(rate), cluster.step_us * 1e-6, float(cluster.burst_bytes)), \
-        inputs, share, name
+        inputs, share, name, cluster.link_gbps
 
 
 def options_of(opts, tables, ranks: int, link_gbps: float, collectives,
-               declared: cm.Network | None = None) -> tuple:
+               declared: cm.Network | None = None, share: float = 1.0) -> tuple:
     """(options, their inputs)."""
     variants = [v.strip() for v in opts.variants.split(",") if v.strip()]
     for v in variants:
@@ -142,8 +147,8 @@ def options_of(opts, tables, ranks: int, link_gbps: float, collectives,
                 inputs += found
             eff = {}
             for c in collectives:
-                eff[c], found = parts.efficiency(tables, variant, spec, c, ranks, link_gbps,
-                                                 label, declared)
+                eff[c], found = parts.efficiency(tables, cm.Option(variant, rates), c, ranks,
+                                                 link_gbps, declared, share)
                 inputs.append(found)
             options.append(cm.Option(variant, rates, eff))
     return options, inputs
@@ -245,7 +250,7 @@ def main(argv: list[str]) -> int:
     if opts.top < 1 or opts.rounds < 1 or opts.steps < 1:
         raise UsageError("--top, --rounds and --steps must be positive")
     tables = parts.read_results(opts.results)
-    network, inputs, share, cluster = network_of(opts, tables)
+    network, inputs, share, cluster, link_gbps = network_of(opts, tables)
     options_of(opts, parts.Tables({}), 2, 1.0, [])  # bad variants or codecs: before a build
     trace, ranks, trace_source = load_step(opts.model, opts.ranks)
     step = trace.steps[0]
@@ -258,8 +263,8 @@ def main(argv: list[str]) -> int:
                                   opts.ranks_per_core or cluster)))
     inputs.append(parts.Input("", "trace", f"{trace.describe()}", trace_source))
     collectives = sorted({c.collective for c in step.calls})
-    options, found = options_of(opts, tables, ranks, network.rate_bps / 1e9, collectives,
-                                network if opts.link else None)
+    options, found = options_of(opts, tables, ranks, link_gbps, collectives,
+                                network if opts.link else None, share)
     inputs += found
     predictions, errors = advise(options, network, step, ranks, share)
     bound, allowed = error_budget(opts.max_error)

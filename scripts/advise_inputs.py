@@ -2,9 +2,9 @@
 from (file, run id) or marked assumed where no row measured it (docs/advise.md).
 
 - codec rates, ratio and error: `codec_throughput` rows (codec schema) on the user's data;
-- overlap efficiency (call time over its floor) per variant, codec and collective: the
-  harness rows of the emulated cluster (`overlap_efficiency` of the compressed variants,
-  the call over its wire floor for the uncompressed ones);
+- overlap efficiency per variant, codec and collective: the harness rows' mean call over
+  the model's floor of that call on the row's link (the emulated cluster's, or a declared
+  one for a real cluster's rows), with the same codec rates as the prediction;
 - the link (payload rate, fixed cost of a ring step, burst): the harness rows' `link_*`.
 """
 
@@ -18,8 +18,6 @@ import numpy as np
 
 from ccbench.benchmarks.results import read_table
 from ccbench.collectives import compression_model as cm
-from ccbench.collectives.costmodel import floor_steps, wire_floor_s
-from ccbench.collectives.spec import spec as collective_spec
 from ccbench.kernels.codecs import parse_codec
 
 # Stand-ins where nothing was measured (each shown as "assumed" with its reason)
@@ -134,45 +132,47 @@ def _row_variant(row: dict) -> str:
     return variant
 
 
-def _row_efficiency(row: dict, network: cm.Network | None = None) -> float:
-    """A harness row's call time over its floor: the compressed variants on an emulated
-    link record it; otherwise the mean call over its floor on the row's link, or on
-    ``network`` for rows of a real network (no link_gbps: the declared link's)."""
-    recorded = _number(row, "overlap_efficiency")
-    if math.isfinite(recorded) and recorded > 0:
-        return recorded
+def row_network(row: dict, declared: cm.Network | None = None) -> cm.Network | None:
+    """The link a harness row ran on (its payload ceiling, step cost and burst, as
+    `ccbench cluster run` recorded them); rows of a real network: the declared one."""
     rate = _number(row, "link_ceiling_gbps")
     rate = rate if math.isfinite(rate) else _number(row, "link_gbps")
-    if network is not None and not math.isfinite(rate):
-        option = cm.Option(_row_variant(row), None if row.get("codec", "none") in (
-            "", "none") else cm.CodecRates(row["codec"], _number(row, "compression_ratio"),
-                                           math.inf, math.inf, math.inf))
-        floor = cm.call_seconds(option, network, row.get("collective", ""),
-                                _number(row, "size_bytes"), int(_number(row, "ranks")))
-        return _number(row, "avg_us") * 1e-6 / float(floor["floor"])
+    if not (math.isfinite(rate) and rate > 0):
+        return declared
+    return cm.Network(rate * 1e9, float(np.nan_to_num(_number(row, "link_step_us"))) * 1e-6,
+                      float(np.nan_to_num(_number(row, "link_burst_bytes"))))
+
+
+def _row_efficiency(row: dict, option: cm.Option, network: cm.Network | None,
+                    codec_share: float) -> float:
+    """A harness row's mean call over the model's floor of that call, with the same
+    inputs (the codec's rates, the ranks sharing its core) as the prediction: what the
+    floor leaves out (overlap lost, per-call costs, a codec slower in the call than
+    alone) is in this ratio, once."""
     ranks, size = int(_number(row, "ranks")), _number(row, "size_bytes")
-    collective = row.get("collective", "")
-    if not (math.isfinite(rate) and rate > 0 and ranks > 1 and collective):
+    if network is None or ranks < 2 or not math.isfinite(size):
         return math.nan
-    sent = _number(row, "wire_bytes_per_rank")
-    if not math.isfinite(sent) or sent <= 0:
-        sent = collective_spec(collective).ring_wire_bytes(size, ranks)
-    step = _number(row, "link_step_us")
-    steps = floor_steps(collective, ranks, row.get("algorithm") or "ring")
-    floor = wire_floor_s(sent, rate * 1e9, np.nan_to_num(_number(row, "link_burst_bytes")),
-                         steps, np.nan_to_num(step) * 1e-6)
+    if option.codec is not None:  # the ratio the row achieved
+        ratio = _number(row, "compression_ratio")
+        if math.isfinite(ratio) and ratio > 0:
+            option = cm.Option(option.variant, cm.CodecRates(
+                option.codec.spec, ratio, option.codec.encode_bps, option.codec.decode_bps,
+                option.codec.hop_bps, option.codec.rel_l2))
+    floor = float(cm.call_seconds(option, network, row.get("collective", ""), size, ranks,
+                                  codec_share)["floor"])
     return _number(row, "avg_us") * 1e-6 / floor if floor > 0 else math.nan
 
 
-def efficiency(tables: Tables, variant: str, codec: str, collective: str, ranks: int,
-               link_gbps: float, option: str, declared: cm.Network | None = None) -> tuple[
-        float, Input]:
+def efficiency(tables: Tables, model: cm.Option, collective: str, ranks: int,
+               link_gbps: float, declared: cm.Network | None = None,
+               codec_share: float = 1.0) -> tuple[float, Input]:
     """The median call-over-floor of the harness rows of this variant, codec and collective
     on an emulated link (1 MiB and up), at the measured link rate nearest ``link_gbps``
     (same rank count first); with a ``declared`` network (a real cluster's, calibrated),
     its rows without an emulated link against that network's floor; assumed 1.0 (at the
     floor) where none."""
-    wanted_codec = "none" if codec == "" else codec
+    variant, option = model.variant, model.label
+    wanted_codec = "none" if model.codec is None else model.codec.spec
     same = [(p, r) for p, r in tables.of("harness")
             if _row_variant(r) == variant and (r.get("codec") or "none") == wanted_codec
             and r.get("collective") == collective
@@ -182,8 +182,8 @@ def efficiency(tables: Tables, variant: str, codec: str, collective: str, ranks:
     real = [(p, r) for p, r in same if not _number(r, "link_gbps") > 0
             and int(_number(r, "ranks")) == ranks]
     if declared is not None and real:
-        values = [v for v in (_row_efficiency(r, declared) for _, r in real)
-                  if math.isfinite(v)]
+        values = [v for v in (_row_efficiency(r, model, declared, codec_share)
+                              for _, r in real) if math.isfinite(v)]
         if values:
             paths = sorted({p for p, _ in real})
             where = "; ".join(_where(p, [r for q, r in real if q == p]) for p in paths)
@@ -198,10 +198,11 @@ def efficiency(tables: Tables, variant: str, codec: str, collective: str, ranks:
         math.log(_number(pr[1], "link_gbps") / link_gbps))))
     at = _number(near[1], "link_gbps"), near[1].get("ranks")
     chosen = [(p, r) for p, r in rows if (_number(r, "link_gbps"), r.get("ranks")) == at]
-    values = [v for v in (_row_efficiency(r) for _, r in chosen) if math.isfinite(v)]
+    values = [v for v in (_row_efficiency(r, model, row_network(r), codec_share)
+                          for _, r in chosen) if math.isfinite(v)]
     if not values:
         return ASSUMED_EFFICIENCY, Input(option, name, ASSUMED_EFFICIENCY,
-                                         "assumed: harness rows lack the link's rate", True)
+                                         "assumed: harness rows lack the call's size or ranks", True)
     paths = sorted({p for p, _ in chosen})
     where = "; ".join(_where(p, [r for q, r in chosen if q == p]) for p in paths)
     note = f" ({len(values)} sizes at {at[0]:g} Gbit/s, {at[1]} ranks)"
