@@ -129,14 +129,20 @@ def network_of(opts, tables) -> tuple[cm.Network, list, float, str, float]:
         inputs, share, name, cluster.link_gbps
 
 
-def options_of(opts, tables, ranks: int, link_gbps: float, collectives,
-               declared: cm.Network | None = None, share: float = 1.0) -> tuple:
-    """(options, their inputs)."""
+def variants_and_codecs(opts) -> tuple[list[str], list[str]]:
+    """--variants and --codecs, checked (UsageError for an unknown one)."""
     variants = [v.strip() for v in opts.variants.split(",") if v.strip()]
     for v in variants:
         if v not in cm.VARIANTS:
             raise UsageError(f"unknown variant {v!r} (variants: {', '.join(cm.VARIANTS)})")
-    codecs = [parse_codec(c.strip()).spec for c in opts.codecs.split(",") if c.strip()]
+    return variants, [parse_codec(c.strip()).spec for c in opts.codecs.split(",")
+                      if c.strip()]
+
+
+def options_of(opts, tables, ranks: int, link_gbps: float, collectives,
+               declared: cm.Network | None = None, share: float = 1.0) -> tuple:
+    """(options, their inputs)."""
+    variants, codecs = variants_and_codecs(opts)
     options, inputs = [], []
     for variant in variants:
         for spec in ([""] if variant in cm.UNCOMPRESSED else codecs):
@@ -162,6 +168,32 @@ def error_budget(text: str | None) -> tuple[float | None, set | None]:
         return float(text), None
     except ValueError:
         return None, {parse_codec(c.strip()).spec for c in text.split(",") if c.strip()}
+
+
+def over_budget(options, errors: dict, max_error: str | None) -> dict:
+    """The options --max-error leaves out, each with why."""
+    bound, allowed = error_budget(max_error)
+    excluded = {}
+    for o in options:
+        err = errors[o.label]
+        if allowed is not None and o.codec is not None and o.codec.spec not in allowed:
+            excluded[o.label] = "codec not in --max-error's list"
+        elif bound is not None and math.isnan(err):
+            excluded[o.label] = "error not measured (no codec_throughput row)"
+        elif bound is not None and err > bound:
+            excluded[o.label] = f"error {err:.2e} over --max-error {bound:g}"
+    return excluded
+
+
+def assumed_by_option(inputs, order: list[str]) -> dict:
+    """Option label -> the names of its inputs that were assumed (the network's and the
+    model's count for every option)."""
+    assumed: dict = {}
+    for i in inputs:
+        if i.assumed:
+            for label in ([i.option] if i.option else order):
+                assumed.setdefault(label, []).append(i.name)
+    return assumed
 
 
 # ------------------------------------------------------------------------ the table
@@ -251,7 +283,10 @@ def main(argv: list[str]) -> int:
         raise UsageError("--top, --rounds and --steps must be positive")
     tables = parts.read_results(opts.results)
     network, inputs, share, cluster, link_gbps = network_of(opts, tables)
-    options_of(opts, parts.Tables({}), 2, 1.0, [])  # bad variants or codecs: before a build
+    if opts.check and not cluster:
+        raise UsageError("--check replays on the emulated cluster: give --network "
+                         "measured or --network CLUSTER")
+    variants_and_codecs(opts)  # refused before a model is built
     trace, ranks, trace_source = load_step(opts.model, opts.ranks)
     step = trace.steps[0]
     if not step.calls:
@@ -267,24 +302,14 @@ def main(argv: list[str]) -> int:
                                 network if opts.link else None, share)
     inputs += found
     predictions, errors = advise(options, network, step, ranks, share)
-    bound, allowed = error_budget(opts.max_error)
-    excluded = {}
-    for o in options:
-        err = errors[o.label]
-        if allowed is not None and o.codec is not None and o.codec.spec not in allowed:
-            excluded[o.label] = "codec not in --max-error's list"
-        elif bound is not None and (math.isnan(err) or err > bound):
-            excluded[o.label] = f"error {err:.2e} over --max-error {bound:g}" if not \
-                math.isnan(err) else "error not measured (no codec_throughput row)"
-    kept = {k: v for k, v in predictions.items() if k not in excluded}
-    order = cm.rank_options(kept, errors, None)
-    assumed: dict = {}
-    for i in inputs:
-        if i.assumed:
-            for label in ([i.option] if i.option else order):
-                assumed.setdefault(label, []).append(i.name)
+    excluded = over_budget(options, errors, opts.max_error)
+    order = cm.rank_options({k: v for k, v in predictions.items() if k not in excluded},
+                            errors, None)
+    if not order:
+        raise UsageError("every option is over --max-error; allow more error or add "
+                         "uncompressed variants")
     rows = table_rows(options, predictions, errors, order, network, step, ranks, share,
-                      assumed)
+                      assumed_by_option(inputs, order))
     print(f"# ccbench advise: {trace.describe()} ({trace_source}); {ranks} ranks; link "
           f"{network.rate_bps / 1e9:.3g} Gbit/s payload, ring step {network.step_s * 1e6:.0f}"
           f" us; {share:g} ranks per codec core")
@@ -308,8 +333,5 @@ def main(argv: list[str]) -> int:
     if opts.check:
         from ccbench.scripts.advise_check import run_check
 
-        if not cluster:
-            raise UsageError("--check replays on the emulated cluster: give --network "
-                             "measured or --network CLUSTER")
         return run_check(opts, cluster, trace, ranks, order, predictions, out)
     return 0

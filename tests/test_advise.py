@@ -90,6 +90,10 @@ def test_an_error_budget_leaves_codecs_out(tmp_path, capsys):
                         "1e-5", "--csv", str(out)]) == 0
     assert {r["option"] for r in read(out)} == {"library", "ring"}
     assert "left out: coll_compressed:bf16: error not measured" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="every option is over --max-error"):
+        advise.main(["--model", str(trace), "--link", "1gbit", "--results",
+                     str(tmp_path / "parts"), "--codecs", "fp16", "--variants",
+                     "coll_compressed", "--max-error", "1e-9", "--csv", str(out)])
 
 
 def test_the_check_judges_against_the_measured_interval():
@@ -114,6 +118,7 @@ def test_the_check_judges_against_the_measured_interval():
     (["--model", "lm-tiny", "--link", "1gbit", "--codecs", "zip"], "unknown codec"),
     (["--model", "lm-tiny", "--network", "no-such-cluster"], "no emulated cluster"),
     (["--model", "lm-tiny", "--network", "results"], "no harness row on an emulated link"),
+    (["--model", "lm-tiny", "--link", "1gbit", "--check"], "--check replays on the emulated"),
 ])
 def test_bad_input_is_refused_before_any_work(argv, message, tmp_path):
     with pytest.raises(UsageError, match=message):
