@@ -18,11 +18,11 @@ import math
 import os
 from pathlib import Path
 
-from ccbench.scripts import advise_inputs as parts
 from ccbench.collectives import compression_model as cm
 from ccbench.collectives import trace as tracefile
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.errors import UsageError
+from ccbench.scripts import advise_inputs as parts
 
 DEFAULT_CODECS = "fp16,bf16,bfp:rate=16,bfp:rate=8,bfp:rate=4"
 DEFAULT_RESULTS = "results/main"

@@ -201,8 +201,8 @@ def efficiency(tables: Tables, model: cm.Option, collective: str, ranks: int,
     values = [v for v in (_row_efficiency(r, model, row_network(r), codec_share)
                           for _, r in chosen) if math.isfinite(v)]
     if not values:
-        return ASSUMED_EFFICIENCY, Input(option, name, ASSUMED_EFFICIENCY,
-                                         "assumed: harness rows lack the call's size or ranks", True)
+        return ASSUMED_EFFICIENCY, Input(option, name, ASSUMED_EFFICIENCY, "assumed: "
+                                         "harness rows lack the call's size or ranks", True)
     paths = sorted({p for p, _ in chosen})
     where = "; ".join(_where(p, [r for q, r in chosen if q == p]) for p in paths)
     note = f" ({len(values)} sizes at {at[0]:g} Gbit/s, {at[1]} ranks)"
