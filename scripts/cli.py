@@ -52,6 +52,8 @@ SUBCOMMANDS = {
                                                      "device buffers, MPI and NCCL, a report"),
     "trace": ("ccbench.scripts.trace:main", "capture, build, show, convert and replay "
                                             "training steps' collective traces"),
+    "advise": ("ccbench.scripts.advise:main", "should you compress? options ranked by "
+                                              "predicted step time, checked by replays"),
 }
 
 

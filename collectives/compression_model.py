@@ -1,0 +1,295 @@
+"""Should this step compress? The predicted time of a training step's collectives for
+each way of running them (the library's collective, ccbench's ring, and the compressed
+variants with a codec), from measured parts (docs/advise.md).
+
+Pure functions. Times in seconds, sizes in bytes. The floor of one call is the project's
+one floor (costmodel.wire_floor_s, call_floor_s, floor_steps); a call's predicted time
+is that floor times the overlap efficiency measured on the emulated cluster (call time
+over floor; 1.0 when not measured):
+
+    uncompressed         T = e x wire_floor(W)
+    collective level     T = e x max(wire_floor(W / r), codec)      (pipelined)
+    point-to-point       T = e x (wire_floor(W / r) + codec)        (a hop at a time)
+
+W is the bytes a rank sends in the ring (spec.ring_wire_bytes), r the codec's ratio on
+the user's data, codec the codec's CPU time of one call on this rank times the ranks that
+share its core or device. A step is its trace replayed on one communication stream
+(step_timeline), as training/replay.py runs it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ccbench.collectives.compressed import compressions_on_path
+from ccbench.collectives.costmodel import AlphaBeta, call_floor_s, floor_steps, wire_floor_s
+from ccbench.collectives.spec import spec
+from ccbench.collectives.trace import Step
+
+# How ccbench runs a collective: the library's own (MPI, NCCL), its ring by hand, or a
+# compressed variant of the ring (benchmarks/coll_compressed.py, p2p_compressed.py).
+LIBRARY, RING, COLL, P2P = "library", "ring", "coll_compressed", "p2p_compressed"
+VARIANTS = (LIBRARY, RING, COLL, P2P)
+UNCOMPRESSED = (LIBRARY, RING)
+
+# Message-size buckets of a step's calls (upper edges, bytes): the table's columns.
+BUCKET_EDGES = (1 << 20, 16 << 20, 64 << 20)
+BUCKET_NAMES = ("<1M", "1M-16M", "16M-64M", ">=64M")
+
+
+@dataclass(frozen=True)
+class Network:
+    """A homogeneous network: each rank's link carries ``rate_bps`` of payload; each step
+    of a collective that waits on the previous one's data costs ``step_s`` beyond its
+    bytes (the hop latency plus the transport's per-message cost); ``burst_bytes`` pass
+    at once after a pause (the emulated link's token bucket; 0 on a real NIC)."""
+
+    rate_bps: float
+    step_s: float
+    burst_bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class CodecRates:
+    """A codec on the user's data: its ratio, its kernels' rates (bytes of uncompressed
+    data per second, one core or device) and the relative L2 error of a round trip."""
+
+    spec: str
+    ratio: float
+    encode_bps: float
+    decode_bps: float
+    hop_bps: float  # decode, add and re-encode (the reduce-scatter's hop)
+    rel_l2: float = 0.0
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to run the step's collectives; ``efficiency`` is the measured call time over
+    its floor (1.0: at the floor), one for every collective or one per collective."""
+
+    variant: str
+    codec: CodecRates | None = None
+    efficiency: float | dict = 1.0
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ValueError(f"unknown variant {self.variant!r}")
+        if (self.codec is None) != (self.variant in UNCOMPRESSED):
+            raise ValueError(f"{self.variant} {'needs' if self.codec is None else 'takes no'} "
+                             "codec")
+
+    @property
+    def label(self) -> str:
+        return self.variant if self.codec is None else f"{self.variant}:{self.codec.spec}"
+
+    def efficiency_for(self, collective: str) -> float:
+        if isinstance(self.efficiency, dict):
+            return self.efficiency.get(collective, 1.0)
+        return self.efficiency
+
+    @property
+    def ratio(self) -> float:
+        return 1.0 if self.codec is None else self.codec.ratio
+
+
+# ------------------------------------------------------------------------ one call
+
+
+def algorithm_steps(variant: str, collective: str, ranks: int) -> int:
+    """Steps that each pay the network's fixed cost: the ring's for ccbench's rings, the
+    fewest any algorithm needs for the library's (costmodel.floor_steps)."""
+    return floor_steps(collective, ranks, "library" if variant == LIBRARY else "ring")
+
+
+def wire_bytes(option: Option, collective: str, size: float, ranks: int) -> float:
+    """Bytes a rank sends in one call: the ring's volume over the codec's ratio."""
+    return spec(collective).ring_wire_bytes(size, ranks) / option.ratio
+
+
+def codec_work_bytes(variant: str, collective: str, size: float, ranks: int) -> dict:
+    """Uncompressed bytes through each codec kernel on one rank in one call (OSU sizes:
+    allgather's is what a rank sends, the others' the whole buffer).
+
+    Collective level (compress once, forward payloads): the allgather encodes its block
+    once and decodes the P-1 others; the reduce-scatter encodes its first block, decodes,
+    adds and re-encodes at each of the P-2 middle hops and decodes the last one; the
+    allreduce is both, on blocks of size/P. Point-to-point: every hop encodes what it
+    sends and decodes what it receives."""
+    p = ranks
+    if p < 2 or variant in UNCOMPRESSED:
+        return {"encode": 0.0, "decode": 0.0, "hop": 0.0}
+    block = spec(collective).ring_block(size, p)
+    if variant == P2P:
+        hops = spec(collective).ring_hops(p)
+        return {"encode": hops * block, "decode": hops * block, "hop": 0.0}
+    reduce_scatter = {"encode": block, "decode": block, "hop": (p - 2) * block}
+    if collective == "reduce_scatter":
+        return reduce_scatter
+    if collective == "allgather":
+        return {"encode": block, "decode": (p - 1) * block, "hop": 0.0}
+    return {"encode": 2 * block, "decode": p * block, "hop": (p - 2) * block}
+
+
+def codec_seconds(option: Option, collective: str, size: float, ranks: int,
+                  codec_share: float = 1.0) -> float:
+    """The codec's time of one call on one rank, times the ranks sharing its core."""
+    if option.codec is None:
+        return 0.0
+    work = codec_work_bytes(option.variant, collective, size, ranks)
+    c = option.codec
+    cpu = work["encode"] / c.encode_bps + work["decode"] / c.decode_bps + \
+        work["hop"] / c.hop_bps
+    return cpu * max(1.0, codec_share)
+
+
+def call_seconds(option: Option, network: Network, collective: str, size, ranks: int,
+                 codec_share: float = 1.0) -> dict:
+    """One call's predicted time and its parts: wire (its floor), codec, floor and time
+    (the floor times the option's efficiency). Sizes may be a numpy array."""
+    size = np.asarray(size, dtype=np.float64)
+    wire = wire_floor_s(wire_bytes(option, collective, size, ranks), network.rate_bps,
+                        network.burst_bytes, algorithm_steps(option.variant, collective,
+                                                             ranks), network.step_s)
+    codec = codec_seconds(option, collective, size, ranks, codec_share)
+    if option.variant == P2P:
+        floor = wire + codec  # a hop encodes, sends, receives, decodes: nothing overlaps
+    else:
+        floor = call_floor_s(wire, codec)
+    return {"wire": wire, "codec": codec * np.ones_like(size), "floor": floor,
+            "time": option.efficiency_for(collective) * floor}
+
+
+def uncompressed_alpha_beta(network: Network, collective: str, ranks: int,
+                            algorithm: str = "ring") -> AlphaBeta:
+    """The uncompressed call as ``alpha + beta x size`` in microseconds (no burst): the
+    form costmodel.LinkModel and the MG-WFBP planner use. ``rabenseifner``: recursive
+    halving and doubling, 2 lg P steps of the ring's volume (Thakur et al., 2005)."""
+    if algorithm == "rabenseifner":
+        steps = 2 * math.log2(ranks) if ranks > 1 else 0
+    else:
+        steps = algorithm_steps(LIBRARY if algorithm == LIBRARY else RING, collective, ranks)
+    per_byte = spec(collective).ring_wire_bytes(1.0, ranks) * 8.0 / network.rate_bps
+    return AlphaBeta(steps * network.step_s * 1e6, per_byte * 1e6)
+
+
+# ------------------------------------------------------------------------ one step
+
+
+@dataclass
+class StepPrediction:
+    """A step's predicted time and where it goes."""
+
+    step_s: float
+    compute_s: float
+    busy_s: float  # time the communication stream spends in calls
+    codec_s: float  # of which the codec's
+    bucket_s: dict = field(default_factory=dict)  # time in calls, by message-size bucket
+
+    @property
+    def exposed_s(self) -> float:
+        """Communication the compute does not hide."""
+        return max(0.0, self.step_s - self.compute_s)
+
+    @property
+    def exposed_codec_s(self) -> float:
+        """The codec's part of the exposed communication (its share of the calls' time,
+        as the replay's rows count it)."""
+        return self.exposed_s * self.codec_s / self.busy_s if self.busy_s else 0.0
+
+
+def bucket_of(nbytes: float) -> str:
+    return BUCKET_NAMES[int(np.searchsorted(BUCKET_EDGES, nbytes, side="right"))]
+
+
+def osu_size(collective: str, total_bytes: float, ranks: int) -> float:
+    """A trace call's bytes (allgather: the gathered output) as the OSU size the model
+    takes (allgather: what one rank sends)."""
+    return total_bytes / ranks if collective == "allgather" else total_bytes
+
+
+def step_timeline(step: Step, durations_s: list[float], overlap: bool = True) -> float:
+    """The step's time when call k takes durations_s[k]: the training thread runs the
+    compute gaps, issues calls onto one communication stream (a call starts when it is
+    issued and the previous one has ended) and waits where the trace waits."""
+    now, stream_free, ends, k = 0.0, 0.0, {}, 0
+    for event in step.events:
+        now += event.gap_us * 1e-6
+        if event.op == "call":
+            start = max(now, stream_free)
+            stream_free = ends[event.id] = start + durations_s[k]
+            k += 1
+            if event.blocking or not overlap:
+                now = stream_free
+        elif event.op == "wait":
+            now = max(now, ends[event.id])
+        else:  # drain
+            now = max(now, stream_free)
+    return now + step.tail_us * 1e-6
+
+
+def predict_step(option: Option, network: Network, step: Step, ranks: int,
+                 codec_share: float = 1.0, overlap: bool = True) -> StepPrediction:
+    """One step of a trace, every call run the option's way."""
+    durations, codec_total = [], 0.0
+    buckets = dict.fromkeys(BUCKET_NAMES, 0.0)
+    for call in step.calls:
+        size = osu_size(call.collective, call.nbytes, ranks)
+        t = call_seconds(option, network, call.collective, size, ranks, codec_share)
+        durations.append(float(t["time"]))
+        codec_total += float(t["codec"]) * option.efficiency_for(call.collective)
+        buckets[bucket_of(call.nbytes)] += float(t["time"])
+    step_s = step_timeline(step, durations, overlap)
+    return StepPrediction(step_s, step.compute_us * 1e-6, float(sum(durations)),
+                          codec_total, buckets)
+
+
+def step_error(option: Option, step: Step, ranks: int) -> float:
+    """Relative L2 error a step's result carries: the codec's round trip on the user's
+    data, grown over the round trips its worst element makes (independent errors add in
+    quadrature). 0 for uncompressed options."""
+    if option.codec is None:
+        return 0.0
+    kind = "coll" if option.variant == COLL else "p2p"
+    trips = max((compressions_on_path(kind, c.collective, ranks) for c in step.calls),
+                default=0)
+    return option.codec.rel_l2 * math.sqrt(trips)
+
+
+def break_even_bytes(option: Option, baseline: Option, network: Network, collective: str,
+                     ranks: int, codec_share: float = 1.0,
+                     sizes=None) -> float | None:
+    """The smallest OSU size from which the option is faster than the baseline at every
+    larger size of the grid (powers of two, 1 KiB to 4 GiB); None if it never is; 0 if
+    it is at every size."""
+    sizes = np.asarray(sizes if sizes is not None else [2.0 ** k for k in range(10, 33)])
+    mine = call_seconds(option, network, collective, sizes, ranks, codec_share)["time"]
+    theirs = call_seconds(baseline, network, collective, sizes, ranks, codec_share)["time"]
+    faster = mine < theirs
+    if not faster[-1]:
+        return None
+    slower = np.flatnonzero(~faster)
+    return 0.0 if slower.size == 0 else float(sizes[slower[-1] + 1])
+
+
+def rank_options(predictions: dict[str, StepPrediction], errors: dict[str, float],
+                 max_error: float | None) -> list[str]:
+    """Option labels fastest first; those whose error is over ``max_error`` are left out."""
+    allowed = [k for k in predictions if max_error is None or errors[k] <= max_error]
+    return sorted(allowed, key=lambda k: (predictions[k].step_s, k))
+
+
+def fastest_map(options: list[Option], rates_bps, sizes, step_s: float, collective: str,
+                ranks: int, codec_share: float = 1.0) -> np.ndarray:
+    """Index of the fastest option for each (link rate, OSU size): rows rates, columns
+    sizes (the break-even map)."""
+    grid = np.empty((len(rates_bps), len(sizes)), dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.float64)
+    for i, rate in enumerate(rates_bps):
+        net = Network(float(rate), step_s)
+        times = np.array([call_seconds(o, net, collective, sizes, ranks,
+                                       codec_share)["time"] for o in options])
+        grid[i] = np.argmin(times, axis=0)
+    return grid
