@@ -28,6 +28,7 @@ from ccbench.plots import (
     seed002,
     traces,
 )
+from ccbench.plots.advice import read_advice
 from ccbench.plots.base import Skip
 from ccbench.plots.data import MODEL_KINDS, REGIMES, RUN, TITLES, Data, Run, load
 from ccbench.plots.report import (
@@ -73,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--each-run", action="store_true",
                         help="draw every run apart, each in OUTDIR/<run id>/ with its own "
                              "index.html, linked from OUTDIR/index.html")
+    parser.add_argument("--advice", metavar="DIR",
+                        help="add the page's 'Should you compress?' section from the table "
+                             "and map `ccbench advise` wrote in DIR")
     parser.add_argument("--list", action="store_true",
                         help="list the figures and the CSV kinds they need, then exit")
     return parser
@@ -270,7 +274,8 @@ def render(data: Data, outdir: Path, opts, formats, run: Run | None,
         notes=notes + [f"error: {t}" for t in problems],
         run=run.label if run is not None else "",
         runs=tuple(r.label for r in together or ()),
-        sections=sections if several else [])
+        sections=sections if several else [],
+        advice=read_advice(Path(opts.advice), outdir) if opts.advice else None)
     outdir.mkdir(parents=True, exist_ok=True)
     index = write_index(outdir, content)
     print(f"{len(rendered)} figure(s) written to {outdir}; open {index}")
@@ -297,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--dpi must be between 30 and 1200, not {opts.dpi}")
         if opts.run and opts.each_run:
             raise UsageError("--run and --each-run exclude each other")
+        if opts.advice and opts.each_run:
+            raise UsageError("--advice draws one page: not with --each-run")
+        if opts.advice:
+            read_advice(Path(opts.advice), Path(opts.outdir))  # refused before any drawing
         data = load(opts.results)
         runs = choose_runs(data, opts)
     except UsageError as exc:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ccbench.plots.advice import Advice, advice_html
 from ccbench.plots.base import Headline
 from ccbench.plots.headlines import REPRODUCTION_RULE
 
@@ -85,6 +86,7 @@ class ReportContent:
     run: str = ""  # the run every figure is drawn from
     runs: tuple[str, ...] = ()  # or the runs drawn together, each curve from one
     sections: list[Section] = field(default_factory=list)  # by regime, when several
+    advice: Advice | None = None  # `ccbench advise`'s table and map, when given
 
 
 def esc(text) -> str:
@@ -126,6 +128,8 @@ def write_index(outdir: Path, content: ReportContent) -> Path:
         out += sectioned(content)
     else:
         out += unsectioned(content)
+    if content.advice is not None:
+        out += advice_html(content.advice)
     out.append("<h2>Inputs</h2><table><tr><th>File</th><th>Read as</th></tr>")
     for name, what, status in content.inputs:
         out.append(f"<tr><td><code>{esc(name)}</code></td>"

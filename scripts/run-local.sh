@@ -27,7 +27,21 @@ ccbench sweep "$spec" "${links[@]}" "$@"
 out="$(python -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['sweep']['output'])" "$spec")"
 # MG-WFBP's trace-based simulation to 2048 ranks (a model: seconds), in the sweep's run
 CCBENCH_SWEEP_ID="$(cat "$out/.sweep-id")" ccbench simulate --quiet --csv "$out/simulate.csv"
-ccbench plot "$out" results/profiles -o "$out/figures"
+# "Should you compress?": GPT-2 small's FSDP step on this run's link and parts (seconds);
+# kept beside the results, not in them (its CSVs are not result rows)
+advice=()
+if [ ${#links[@]} -eq 0 ]; then
+    advise=(ccbench advise --model gpt2-small --ranks 4 --results "$out"
+            --csv "$out-advice/advise.csv")
+    mkdir -p "$out-advice"
+    echo "${advise[*]}" > "$out-advice/command.txt"
+    if "${advise[@]}"; then
+        advice=(--advice "$out-advice")
+    else
+        echo "advise failed (above): the page is drawn without 'Should you compress?'"
+    fi
+fi
+ccbench plot "$out" results/profiles -o "$out/figures" ${advice[@]+"${advice[@]}"}
 echo "figures: $out/figures/index.html"
 took=$((SECONDS - started))
 echo "main job: $((took / 60)) min $((took % 60)) s on $(nproc) cores, load average now" \
