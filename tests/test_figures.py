@@ -3,7 +3,7 @@ from the CSV it was drawn from.
 
 The recomputations here read the fixture CSVs with the csv module and do the arithmetic
 by hand (means, Student t intervals from scipy, ratios of interval ends); they never call
-the plotting code's helpers. The fixture (tests/test_plots.py) gives every point an
+the plotting code's helpers. The fixture (tests/plot_fixtures.py) gives every point an
 interval, so each bound is checked, not just each estimate.
 """
 
@@ -21,7 +21,7 @@ from scipy import stats
 
 from ccbench.plots import cli
 from ccbench.plots.data import load
-from tests.test_plots import build_results, note_lines
+from tests.plot_fixtures import build_results, note_lines
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def training_launches(results) -> dict[str, list[dict]]:
     return {k: sorted(v, key=lambda r: int(r["step"])) for k, v in steps.items()}
 
 
-WARMUP, WINDOW = 3, 10  # how the fixture's summary rows were made (tests/test_plots.py)
+WARMUP, WINDOW = 3, 10  # how the fixture's summary rows were made (tests/plot_fixtures.py)
 
 
 def test_training_loss_note_equals_the_csv(results, data, style):
