@@ -45,6 +45,7 @@ from ccbench.benchmarks.progress import progress_bar
 from ccbench.benchmarks.results import REPLAY, SCHEMA, append_rows, check_header
 from ccbench.benchmarks.statistics import mean_interval
 from ccbench.collectives.comm import Communicator
+from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
 COLUMNS = REPLAY.names
@@ -114,7 +115,7 @@ def parse_options(argv, comm: Communicator):
     opts.data = parse_data_kind(opts.data).spec
     if opts.merge:
         opts.merge = parse_strategy(opts.merge).label
-    if opts.variant in ("p2p_compressed", "coll_compressed") and opts.codec != "none":
+    if opts.variant in variants.COMPRESSED and opts.codec != "none":
         from ccbench.kernels.codecs import parse_codec
 
         opts.codec = parse_codec(opts.codec).spec
@@ -272,9 +273,7 @@ def _rows(opts, trace, name, tid, mode, steps, local, info, comm, checks) -> lis
 
 
 def _algorithm(opts) -> str:
-    if opts.variant == "baseline":
-        return opts.algorithm
-    return {"torch": "torch", "sparse_streaming": "omnireduce"}.get(opts.variant, "ring")
+    return variants.gradient_algorithm(opts.variant, opts.algorithm)
 
 
 def _report(rows: list[dict], trace, mode: str, compute) -> None:
