@@ -42,7 +42,7 @@ from ccbench.benchmarks.options import (
     positive_int,
 )
 from ccbench.benchmarks.progress import progress_bar
-from ccbench.benchmarks.results import REPLAY, SCHEMA, append_rows, check_header
+from ccbench.benchmarks.results import REPLAY, append_rows, build_row, check_header
 from ccbench.benchmarks.statistics import mean_interval
 from ccbench.collectives.comm import Communicator
 from ccbench.kernels import variants
@@ -231,15 +231,15 @@ def _rows(opts, trace, name, tid, mode, steps, local, info, comm, checks) -> lis
     slowest = np.empty(len(local))
     comm.mpi.Allreduce(np.ascontiguousarray(local[:, 0]), slowest, op=MPI.MAX)
     source = trace.source
-    constant = {
-        SCHEMA: REPLAY.tag, **info, "trace": name, "trace_id": tid,
+    constant = build_row(REPLAY, info, {
+        "trace": name, "trace_id": tid,
         "source": source.get("kind", ""), "framework": source.get("framework", ""),
         "model": source.get("model", ""), "variant": opts.variant,
         "algorithm": _algorithm(opts), "codec": opts.codec,
         "compress": opts.compress if opts.codec != "none" else "", "merge": opts.merge or "",
         "compute_wait": mode, "compute_scale": opts.compute_scale, "data": opts.data,
         "ranks": comm.size, "traced_ranks": trace.ranks, "steps": opts.steps,
-        "warmup_steps": opts.warmup}
+        "warmup_steps": opts.warmup})
     rows = []
     for i, values in enumerate(mean):
         step = steps[i % len(steps)]

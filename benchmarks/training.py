@@ -32,7 +32,7 @@ from ccbench.benchmarks.options import (
     positive_int,
 )
 from ccbench.benchmarks.progress import progress_bar
-from ccbench.benchmarks.results import SCHEMA, TRAINING
+from ccbench.benchmarks.results import TRAINING, build_row
 from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 from ccbench.training.loop import (
@@ -51,8 +51,8 @@ COLUMNS = TRAINING.names
 def result_rows(result: TrainResult, comm, meta: dict) -> list[dict]:
     c = result.config
     stream = c.framework != "own"
-    constant = {
-        SCHEMA: TRAINING.tag, **meta, "framework": c.framework, "variant": c.variant,
+    constant = build_row(TRAINING, meta, {
+        "framework": c.framework, "variant": c.variant,
         "algorithm": result_algorithm(c), "codec": c.codec,
         "compress": c.compress if c.codec not in ("none",) and c.variant != "torch" else "",
         "error_feedback": int(c.error_feedback), "overlap": int(c.overlap) if stream else "",
@@ -61,7 +61,7 @@ def result_rows(result: TrainResult, comm, meta: dict) -> list[dict]:
         "global_batch": result.global_batch, "lr": result.lr, "seed": c.seed,
         "steps": c.steps, "warmup_steps": c.warmup, "final_window": c.final_window,
         "throughput_unit": f"{result.unit}/s",
-    }
+    })
     rows = []
     for i in range(len(result.loss)):
         step = i + 1
