@@ -224,3 +224,45 @@ def test_the_registry_says_which_variants_the_harness_drives():
     driven = {name for name in COMMANDS
               if _declares_variant(MODULES[f"ccbench.benchmarks.{name}"], name)}
     assert driven == set(HARNESS_VARIANTS)
+
+
+# Collectives: what differs between them is a field or a function of their entry in
+# collectives/spec.py. These modules still compare a collective's name (issue 37's
+# deliverable 2 moves them onto spec.py); the list may only shrink.
+COLLECTIVE_OWNERS = {"ccbench.collectives.spec", "ccbench.kernels.vocabulary"}
+STILL_BRANCHING_ON_A_COLLECTIVE = {
+    "ccbench.benchmarks.coll_compressed", "ccbench.benchmarks.trace_replay",
+    "ccbench.collectives.baseline", "ccbench.collectives.comm",
+    "ccbench.collectives.comm_torch", "ccbench.collectives.compressed",
+    "ccbench.collectives.compressed_library", "ccbench.collectives.compressed_ordered",
+    "ccbench.collectives.costmodel", "ccbench.collectives.trace",
+    "ccbench.training.replay", "ccbench.training.transport",
+}
+
+
+def collective_comparisons(path: Path) -> list[int]:
+    """Lines of the file that compare something with a collective's name (== or !=)."""
+    from ccbench.kernels.vocabulary import COLLECTIVES
+
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare) and any(
+                isinstance(op, ast.Eq | ast.NotEq) for op in node.ops):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(s, ast.Constant) and s.value in COLLECTIVES for s in sides):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_collectives_description_branches_on_a_collective():
+    branching = {m for m, p in MODULES.items()
+                 if m not in COLLECTIVE_OWNERS and collective_comparisons(p)}
+    new = branching - STILL_BRANCHING_ON_A_COLLECTIVE
+    assert not new, (f"{sorted(new)} compare a collective's name: make it a field or a "
+                     "function of collectives/spec.py's entries")
+    done = STILL_BRANCHING_ON_A_COLLECTIVE - branching
+    assert not done, f"{sorted(done)} no longer branch: take them off the list"
+
+
+def test_the_collectives_description_has_no_branch_on_a_name():
+    assert collective_comparisons(MODULES["ccbench.collectives.spec"]) == []
