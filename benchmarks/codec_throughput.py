@@ -38,7 +38,7 @@ from ccbench.benchmarks.options import (
     add_sizes,
     size_list,
 )
-from ccbench.benchmarks.results import CODEC, SCHEMA
+from ccbench.benchmarks.results import CODEC, build_row
 from ccbench.kernels import arrays, codec_fused, host_memory
 from ccbench.kernels.codec_base import empty_payload
 from ccbench.kernels.codecs import describe_codecs, parse_codec
@@ -271,7 +271,7 @@ def run(argv: list[str]) -> int:
                 for kind in kinds:
                     row = measure_codec(codec.spec, kind, opts.buffer, opts.dtype, count,
                                         opts.iterations, opts.seed, opts.clock, kernels)
-                    rows.append({SCHEMA: CODEC.tag, **info, **row, "hugepages": hugepages})
+                    rows.append(build_row(CODEC, info, row, {"hugepages": hugepages}))
                     _print_row(row)
     if opts.csv:
         from ccbench.benchmarks import environment

@@ -30,9 +30,9 @@ from ccbench.benchmarks.options import (
 from ccbench.benchmarks.results import (
     COMMON_COLUMNS,
     HARNESS,
-    SCHEMA,
     Samples,
     append_rows,
+    build_row,
     check_header,
     point_key,
     write_json_atomic,
@@ -293,9 +293,7 @@ def _row(run_info: dict, variant_columns: dict, case: Case, iters: int, warmup: 
          timing: dict, check: dict | None, stats: dict, opts) -> dict:
     seconds = timing["avg_us"] * 1e-6
     algbw = case.total_bytes / seconds / 1e9 if seconds > 0 else 0.0
-    row = dict(run_info)
-    row[SCHEMA] = HARNESS.tag
-    row.update({
+    row = build_row(HARNESS, run_info, {
         "collective": case.collective, "dtype": case.dtype, "buffer": case.buffer,
         "transport": opts.transport, "backend": opts.backend, "ranks": case.ranks,
         "size_bytes": case.size_bytes,

@@ -45,8 +45,8 @@ from ccbench.benchmarks.results import (
     MGWFBP,
     MGWFBP_COLUMNS,
     PROFILE_DIR,
-    SCHEMA,
     append_rows,
+    build_row,
     check_header,
     profile_names,
     write_csv_atomic,
@@ -289,11 +289,10 @@ def _run(argv, launch: Communicator) -> int:
               f" backward {profile.total_backward_us / 1e3:.2f} ms, {comm.size} ranks")
         _report_fit(fit, points, comm.size, opts.transport)
         if opts.fit_csv:
-            write_csv_atomic(opts.fit_csv, [{SCHEMA: COSTFIT.tag, "run_id": info["run_id"],
-                                             "sweep_id": info["sweep_id"],
-                                             "model": profile.model, "ranks": comm.size,
-                                             "transport": opts.transport,
-                                             "link_gbps": info["link_gbps"], **p}
+            run = {"run_id": info["run_id"], "sweep_id": info["sweep_id"]}
+            fit_columns = {"model": profile.model, "ranks": comm.size,
+                           "transport": opts.transport, "link_gbps": info["link_gbps"]}
+            write_csv_atomic(opts.fit_csv, [build_row(COSTFIT, run, fit_columns, p)
                                             for p in points], COSTFIT.names)
 
     plans = [plan(s, profile, cost) for s in opts.strategies]
@@ -312,8 +311,8 @@ def _run(argv, launch: Communicator) -> int:
     rows = []
     for p, t, ok in zip(plans, times, checks, strict=True):
         forward, backward, total, busy = t.T
-        rows.append({
-            SCHEMA: MGWFBP.tag, **info, "model": profile.model, "ranks": comm.size,
+        rows.append(build_row(MGWFBP, info, {
+            "model": profile.model, "ranks": comm.size,
             "transport": opts.transport,
             **plan_columns(p, cost), "fit_r2": round(fit.r2, 6),
             "measured_us": round(float(total.mean()), 3),
@@ -324,7 +323,7 @@ def _run(argv, launch: Communicator) -> int:
             "scaling_efficiency": None, "iterations": opts.iterations,
             "compute_speedup": opts.compute_speedup,
             "validation": "" if ok is None else ("Pass" if ok else "Fail"),
-        })  # fmt: skip
+        }))  # fmt: skip
     if root:
         _report(rows)
         if opts.csv:

@@ -244,6 +244,16 @@ def is_setting(column: str) -> bool:
     return HARNESS.role(column) == SETTING
 
 
+def build_row(schema: Schema, *parts: Mapping) -> dict:
+    """A new row of `schema`: its tag, then `parts` in order (the run's columns first, as
+    `environment.run_info` gives them; a later part's value wins). Every variant builds
+    its rows here."""
+    row = {SCHEMA: schema.tag}
+    for part in parts:
+        row.update(part)
+    return row
+
+
 # ------------------------------------------------------------------------- telling kinds
 
 

@@ -42,9 +42,10 @@ from ccbench.benchmarks.options import (
     positive_int,
 )
 from ccbench.benchmarks.progress import progress_bar
-from ccbench.benchmarks.results import REPLAY, SCHEMA, append_rows, check_header
+from ccbench.benchmarks.results import REPLAY, append_rows, build_row, check_header
 from ccbench.benchmarks.statistics import mean_interval
 from ccbench.collectives.comm import Communicator
+from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
 COLUMNS = REPLAY.names
@@ -114,7 +115,7 @@ def parse_options(argv, comm: Communicator):
     opts.data = parse_data_kind(opts.data).spec
     if opts.merge:
         opts.merge = parse_strategy(opts.merge).label
-    if opts.variant in ("p2p_compressed", "coll_compressed") and opts.codec != "none":
+    if opts.variant in variants.COMPRESSED and opts.codec != "none":
         from ccbench.kernels.codecs import parse_codec
 
         opts.codec = parse_codec(opts.codec).spec
@@ -230,15 +231,15 @@ def _rows(opts, trace, name, tid, mode, steps, local, info, comm, checks) -> lis
     slowest = np.empty(len(local))
     comm.mpi.Allreduce(np.ascontiguousarray(local[:, 0]), slowest, op=MPI.MAX)
     source = trace.source
-    constant = {
-        SCHEMA: REPLAY.tag, **info, "trace": name, "trace_id": tid,
+    constant = build_row(REPLAY, info, {
+        "trace": name, "trace_id": tid,
         "source": source.get("kind", ""), "framework": source.get("framework", ""),
         "model": source.get("model", ""), "variant": opts.variant,
         "algorithm": _algorithm(opts), "codec": opts.codec,
         "compress": opts.compress if opts.codec != "none" else "", "merge": opts.merge or "",
         "compute_wait": mode, "compute_scale": opts.compute_scale, "data": opts.data,
         "ranks": comm.size, "traced_ranks": trace.ranks, "steps": opts.steps,
-        "warmup_steps": opts.warmup}
+        "warmup_steps": opts.warmup})
     rows = []
     for i, values in enumerate(mean):
         step = steps[i % len(steps)]
@@ -272,9 +273,7 @@ def _rows(opts, trace, name, tid, mode, steps, local, info, comm, checks) -> lis
 
 
 def _algorithm(opts) -> str:
-    if opts.variant == "baseline":
-        return opts.algorithm
-    return {"torch": "torch", "sparse_streaming": "omnireduce"}.get(opts.variant, "ring")
+    return variants.gradient_algorithm(opts.variant, opts.algorithm)
 
 
 def _report(rows: list[dict], trace, mode: str, compute) -> None:

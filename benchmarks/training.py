@@ -32,7 +32,8 @@ from ccbench.benchmarks.options import (
     positive_int,
 )
 from ccbench.benchmarks.progress import progress_bar
-from ccbench.benchmarks.results import SCHEMA, TRAINING
+from ccbench.benchmarks.results import TRAINING, build_row
+from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 from ccbench.training.loop import (
     DEVICES,
@@ -50,8 +51,8 @@ COLUMNS = TRAINING.names
 def result_rows(result: TrainResult, comm, meta: dict) -> list[dict]:
     c = result.config
     stream = c.framework != "own"
-    constant = {
-        SCHEMA: TRAINING.tag, **meta, "framework": c.framework, "variant": c.variant,
+    constant = build_row(TRAINING, meta, {
+        "framework": c.framework, "variant": c.variant,
         "algorithm": result_algorithm(c), "codec": c.codec,
         "compress": c.compress if c.codec not in ("none",) and c.variant != "torch" else "",
         "error_feedback": int(c.error_feedback), "overlap": int(c.overlap) if stream else "",
@@ -60,7 +61,7 @@ def result_rows(result: TrainResult, comm, meta: dict) -> list[dict]:
         "global_batch": result.global_batch, "lr": result.lr, "seed": c.seed,
         "steps": c.steps, "warmup_steps": c.warmup, "final_window": c.final_window,
         "throughput_unit": f"{result.unit}/s",
-    }
+    })
     rows = []
     for i in range(len(result.loss)):
         step = i + 1
@@ -85,11 +86,7 @@ def result_rows(result: TrainResult, comm, meta: dict) -> list[dict]:
 
 
 def result_algorithm(config: TrainConfig) -> str:
-    if config.variant == "baseline":
-        return config.algorithm
-    if config.variant in ("torch", "sparse_streaming"):
-        return {"torch": "torch", "sparse_streaming": "omnireduce"}[config.variant]
-    return "ring"
+    return variants.gradient_algorithm(config.variant, config.algorithm)
 
 
 def print_steps(result: TrainResult, every: int) -> None:
@@ -230,10 +227,11 @@ def config_from_options(opts) -> TrainConfig:
         raise UsageError("--clip must not be negative")
     if opts.fit_seconds <= 0:
         raise UsageError("--fit-seconds must be positive")
-    if opts.variant in ("baseline", "sparse_streaming") and opts.codec != "none":
+    uncompressed = opts.variant not in (*variants.COMPRESSED, variants.TORCH)
+    if uncompressed and opts.codec != "none":
         raise UsageError(f"the {opts.variant} variant sends uncompressed data: use a "
                          f"compressed variant for --codec {opts.codec}")
-    if opts.variant in ("p2p_compressed", "coll_compressed") and opts.codec == "none":
+    if opts.variant in variants.COMPRESSED and opts.codec == "none":
         raise UsageError(f"--variant {opts.variant} needs a codec, e.g. --codec fp16")
     if opts.variant == "torch":
         if opts.codec not in TORCH_CODECS:

@@ -14,6 +14,7 @@ import pandas as pd
 
 from ccbench.collectives.costmodel import call_floor_s, floor_steps, wire_floor_s
 from ccbench.collectives.spec import spec
+from ccbench.kernels import variants
 from ccbench.plots.data import RUN, Data
 from ccbench.plots.style import Style, codec_sort_key
 
@@ -95,10 +96,10 @@ def panels(frame: pd.DataFrame) -> list[tuple[tuple[int, float], pd.DataFrame]]:
 
 def series_keys(frame: pd.DataFrame) -> list[tuple[str, str, str]]:
     """(variant, algorithm, codec) combinations in a stable, readable order."""
-    order = {"baseline": 0, "p2p_compressed": 1, "coll_compressed": 2}
     keys = frame[["variant", "algorithm", "codec"]].drop_duplicates().itertuples(index=False)
     keys = [tuple(map(str, k)) for k in keys]
-    return sorted(keys, key=lambda k: (order.get(k[0], 9), k[0], k[1], codec_sort_key(k[2])))
+    return sorted(keys, key=lambda k: (variants.order(k[0]), k[0], k[1],
+                                       codec_sort_key(k[2])))
 
 
 # What an error bar is, by where it came from (captions quote it).

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
+from ccbench.kernels import variants
 from ccbench.plots.base import (
     Figure,
     FigureSpec,
@@ -41,7 +42,8 @@ from ccbench.plots.style import (
 PARTS = (("encode_us", "encode", "#1f77b4"), ("decode_us", "decode", "#ff7f0e"),
          ("reduce_us", "reduce", "#2ca02c"), ("wait_us", "wait (wire)", "#9467bd"),
          ("idle_us", "idle", "#c7c7c7"))
-BARS = (("baseline", "MPI"), ("p2p_compressed", "p2p"), ("coll_compressed", "coll"))
+# the MPI library's collective, then each compressed variant by its short name
+BARS = ((variants.BASELINE, "MPI"), *((v, variants.kind(v)) for v in variants.COMPRESSED))
 MAX_CODECS = 3
 TOTAL_COLOR = "#7f7f7f"
 BELOW_COLOR = "#c0392b"
@@ -55,7 +57,7 @@ def newest(frame):
 
 def breakdown(data, style: Style) -> list[Figure]:
     frame = rows(data, "harness")
-    compressed = frame[frame["variant"].isin(["p2p_compressed", "coll_compressed"])]
+    compressed = frame[frame["variant"].isin(variants.COMPRESSED)]
     if compressed.empty:
         raise Skip("no p2p_compressed or coll_compressed rows")
     if "encode_us" not in compressed.columns:  # rows from before the breakdown existed

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ccbench.kernels import variants
 from ccbench.plots import papers
 from ccbench.plots.base import (
     SEPARATE,
@@ -57,7 +58,7 @@ from ccbench.plots.style import (
     variant_codec_handles,
 )
 
-VARIANTS = ("baseline", "p2p_compressed", "coll_compressed")
+VARIANTS = (variants.BASELINE, *variants.COMPRESSED)
 MAX_PANELS = 4
 POINT_KEYS = ["variant", "algorithm", "codec", "size_bytes"]
 
@@ -303,7 +304,7 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
 
 
 def rate_sensitivity(data, style: Style) -> list[Figure]:
-    frame = rows(data, "harness", variant=("p2p_compressed", "coll_compressed"))
+    frame = rows(data, "harness", variant=variants.COMPRESSED)
     if frame.empty:
         raise Skip("no rows from the compressed variants")
     frame, held = hold_configuration(frame)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
+from ccbench.kernels import variants
 from ccbench.plots import papers
 from ccbench.plots.base import (
     SEPARATE,
@@ -173,9 +174,8 @@ def step_bars(group: list[Launch]) -> list[dict]:
                          if "compute_us" in timed else np.nan,
                          "comm_us": float(timed["comm_us"].mean())
                          if "comm_us" in timed else np.nan})
-    order = {"torch": -1, "baseline": 0, "p2p_compressed": 1, "coll_compressed": 2}
     return sorted(bars, key=lambda b: (FRAMEWORK_ORDER.get(b["launch"].key[0], 9),
-                                       order.get(b["launch"].key[1], 9),
+                                       variants.order(b["launch"].key[1]),
                                        codec_sort_key(b["launch"].key[3]),
                                        str(b["strategy"])))
 

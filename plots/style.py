@@ -15,6 +15,7 @@ from pathlib import Path
 import matplotlib
 
 from ccbench.collectives.spec import SPECS
+from ccbench.kernels import variants
 
 matplotlib.use("Agg")  # files only, never a window; set before pyplot is imported
 
@@ -86,13 +87,6 @@ STRATEGY_COLORS = {
 # distinct markers keep every line visible where they overlap.
 STRATEGY_MARKERS = {"wfbp": "o", "single": "s", "fixed": "^", "ddp": "v", "mgwfbp": "D",
                     "optimal": "x"}
-
-VARIANT_LABELS = {
-    "baseline": "baseline",
-    "p2p_compressed": "p2p compressed",
-    "coll_compressed": "collective compressed",
-    "sparse_streaming": "sparse streaming",
-}
 
 CODEC_MARKERS = {
     "none": "o",
@@ -166,7 +160,7 @@ def codec_label(codec: str) -> str:
 
 def series_label(variant: str, algorithm: str | None, codec: str | None = None) -> str:
     """Legend text: 'baseline (mpi)', 'collective compressed, fp16'."""
-    name = VARIANT_LABELS.get(variant, str(variant))
+    name = variants.label(variant)
     if variant in ("baseline", "sparse_streaming") and algorithm:
         name = f"{name} ({algorithm})" if variant == "baseline" else str(algorithm)
     if codec and codec != "none":

@@ -16,13 +16,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
+from ccbench.kernels import variants
 from ccbench.plots import papers
 from ccbench.plots.base import Figure, FigureSpec, Skip, link_of, rows
 from ccbench.plots.style import Style, figure, legend_below, panel_note, series_label, time_unit
 
 MAX_PANELS = 6
-ORDER = {"baseline": 0, "torch": 1, "p2p_compressed": 2, "coll_compressed": 3,
-         "sparse_streaming": 4}
 BAR_KEYS = ("variant", "algorithm", "codec", "compress", "merge")
 PANEL_KEYS = ("model", "framework", "trace", "ranks", "_link")
 
@@ -83,7 +82,7 @@ def step_stacks(data, style: Style) -> list[Figure]:
     paper = {"baseline": claims["training_vs_baseline"], "p2p": claims["training_vs_p2p"]}
     ticked = False
     for ax, (key, sub) in zip(axes, groups, strict=True):
-        sub = sub.assign(_order=sub["variant"].map(ORDER).fillna(9)).sort_values(
+        sub = sub.assign(_order=sub["variant"].map(variants.order)).sort_values(
             ["_order", "codec", "merge"], kind="stable")
         scale, unit = time_unit(np.nanmax(sub[["step_us", "step_ci_high_us"]].to_numpy(
             dtype=float)))

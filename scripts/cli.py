@@ -13,24 +13,12 @@ from __future__ import annotations
 import importlib
 import sys
 
+from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
-# Benchmark variants: name -> (needs MPI ranks, what it measures)
-VARIANTS = {
-    "baseline": (True, "the MPI library's collectives, and the same ring by hand"),
-    "p2p_compressed": (True, "ring collectives compressing and decompressing at every hop"),
-    "coll_compressed": (True, "compress once, forward compressed bytes, pipelined (seed 000)"),
-    "sparse_streaming": (True, "OmniReduce: non-zero blocks streamed through aggregators "
-                               "(seed 001)"),
-    "merged_gradient": (True, "MG-WFBP: layer gradients merged into optimal allreduces "
-                              "(seed 002)"),
-    "training": (True, "sharded data-parallel training over the compressed collectives"),
-    "trace_replay": (True, "a training step's collectives (a trace) replayed through any "
-                           "variant and codec"),
-    "codec_throughput": (False, "encode / decode throughput of every codec against a copy"),
-    "overhead": (True, "the harness's per-call cost against a bare loop and OSU's C loop"),
-    "staging_bound": (True, "staged device allgather against its pinned copies and host MPI"),
-}
+# Benchmark variants, from the registry: name -> (needs MPI ranks, what it measures)
+VARIANTS = {name: (variants.BY_NAME[name].needs_mpi, variants.BY_NAME[name].description)
+            for name in variants.COMMANDS}
 
 # Tools: name -> (module:function taking argv and returning an exit status, help)
 SUBCOMMANDS = {

@@ -20,6 +20,7 @@ import numpy as np
 
 from ccbench.benchmarks.results import COMPARE, HARNESS, SCHEMA, SETTING, new_run_id
 from ccbench.benchmarks.statistics import Ratio, ratio_interval
+from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
 STATISTICS = {"avg": "avg_us", "fastest": "fastest_us", "p50": "p50_us"}
@@ -64,13 +65,14 @@ def parse_side(label: str, text: str) -> list[str]:
 # training and trace_replay: the summary row's mean step time over the timed steps (so a
 # replay compares with the real steps it replays, and a replay with another);
 # merged_gradient: each strategy's measured iteration time.
-UNSIZED = {
+# By the kind of rows they write (the registry of variants says whose).
+UNSIZED_READINGS = {
     "training": (lambda r: r.get("row") == "summary", lambda r: "step", "step_us", "steps"),
-    "trace_replay": (lambda r: r.get("row") == "summary", lambda r: "step", "step_us",
-                     "steps"),
-    "merged_gradient": (lambda r: bool(r.get("measured_us")),
-                        lambda r: f"strategy={r['strategy']}", "measured_us", "iterations"),
+    "replay": (lambda r: r.get("row") == "summary", lambda r: "step", "step_us", "steps"),
+    "mgwfbp": (lambda r: bool(r.get("measured_us")),
+               lambda r: f"strategy={r['strategy']}", "measured_us", "iterations"),
 }
+UNSIZED = {name: UNSIZED_READINGS[variants.rows_kind(name)] for name in variants.UNSIZED}
 
 
 # One-process benchmarks that report rates: codec_throughput's best round per step, as a

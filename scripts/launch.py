@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ccbench.benchmarks.results import read_rows, remove
+from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
 MPICH, OPEN_MPI, UNKNOWN = "mpich", "openmpi", "unknown"
@@ -206,9 +207,7 @@ class Launcher:
     def command(self, side, common: list[str], csv: Path) -> list[str]:
         program = [sys.executable, "-m", f"ccbench.benchmarks.{side.variant}",
                    *side.command[1:], *common, "--csv", str(csv)]
-        from ccbench.scripts.cli import VARIANTS
-
-        if not VARIANTS[side.variant][0]:  # one process, no MPI (codec_throughput)
+        if not variants.needs_mpi(side.variant):  # one process (codec_throughput)
             return program
         return self.launch(program)
 

@@ -85,7 +85,8 @@ def osu_latency(stdout: str, size: int) -> float:
 
 def skipped(point: Point, ranks: int) -> str | None:
     """Why ccbench does not run this point (OSU would, on zero-element blocks)."""
-    if point.collective == "reduce_scatter" and point.size < ranks:
+    # sizes this small are int8 (Point.dtype): bytes are elements
+    if point.size < spec(point.collective).min_count(ranks):
         return f"{point.size} B is fewer than one element per rank"
     return None
 

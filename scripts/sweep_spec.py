@@ -22,6 +22,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from ccbench.benchmarks.options import format_sizes, size_list
 from ccbench.benchmarks.results import Sidecar, read_rows
+from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
 # Spec keys with a meaning of their own; every other key of a [[points]] table is a
@@ -39,7 +40,7 @@ COMPARE = "compare"
 COMPARE_OWN = ("rounds", "turns", "margin", "statistic", "ci_target", "max_rounds")
 # Variants that do not sweep message sizes (no -m; their own CSV schema). A [[points]]
 # table can say the same of any variant with `sizes = false`.
-UNSIZED_VARIANTS = ("merged_gradient", "training", "trace_replay")
+UNSIZED_VARIANTS = variants.UNSIZED
 # Axes named in the task's file name by value alone; others as key-value.
 PLAIN_AXES = ("collective", "algorithm", "codec", "dtype", "buffer", "model", "strategy")
 

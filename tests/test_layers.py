@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 FLOORS = {"kernels": 1, "collectives": 2, "training": 3, "benchmarks": 4, "plots": 5,
           "scripts": 6}
 # The bottom of the bottom floor: they import nothing of ccbench.
-FOUNDATION = {"ccbench.kernels.errors", "ccbench.kernels.vocabulary"}
+FOUNDATION = {"ccbench.kernels.errors", "ccbench.kernels.vocabulary", "ccbench.kernels.variants"}
 
 
 def modules() -> dict[str, Path]:
@@ -156,3 +156,113 @@ def test_the_transport_contract_imports_neither_library():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+# The registry of variants (kernels/variants.py) is the only module that lists them.
+REGISTRY_MODULE = "ccbench.kernels.variants"
+
+
+def _variant_names() -> set[str]:
+    from ccbench.kernels.variants import NAMES
+
+    return set(NAMES)
+
+
+def variant_lists(path: Path, names: set[str]) -> list[tuple[int, list[str]]]:
+    """(line, names) of every tuple, list, set or dict literal in the file whose own
+    elements (a dict's keys) name three or more variants."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            elements = node.elts
+        elif isinstance(node, ast.Dict):
+            elements = [k for k in node.keys if k is not None]
+        else:
+            continue
+        named = {e.value for e in elements
+                 if isinstance(e, ast.Constant) and e.value in names}
+        if len(named) >= 3:
+            found.append((node.lineno, sorted(named)))
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_variants_are_listed_only_in_the_registry(module):
+    if module == REGISTRY_MODULE:
+        return
+    lists = variant_lists(MODULES[module], _variant_names())
+    assert not lists, (f"{module} lists variants itself at {lists}: read them from "
+                       f"{REGISTRY_MODULE}")
+
+
+def test_the_variant_check_sees_a_list():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "m.py"
+        path.write_text('ORDER = {"baseline": 0, "p2p_compressed": 1, "coll_compressed": 2}\n'
+                        'PAIR = ("baseline", "torch")\n')
+        assert variant_lists(path, _variant_names()) == [
+            (1, ["baseline", "coll_compressed", "p2p_compressed"])]
+
+
+def _declares_variant(path: Path, name: str) -> bool:
+    """Whether the file defines a class whose `name` is `name` (a harness Variant)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if (isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant)
+                        and item.value.value == name
+                        and any(getattr(t, "id", "") == "name" for t in item.targets)):
+                    return True
+    return False
+
+
+def test_the_registry_says_which_variants_the_harness_drives():
+    from ccbench.kernels.variants import COMMANDS, HARNESS_VARIANTS
+
+    driven = {name for name in COMMANDS
+              if _declares_variant(MODULES[f"ccbench.benchmarks.{name}"], name)}
+    assert driven == set(HARNESS_VARIANTS)
+
+
+# Collectives: what differs between them is a field or a function of their entry in
+# collectives/spec.py. These modules still compare a collective's name (issue 37's
+# deliverable 2 moves them onto spec.py); the list may only shrink.
+COLLECTIVE_OWNERS = {"ccbench.collectives.spec", "ccbench.kernels.vocabulary"}
+STILL_BRANCHING_ON_A_COLLECTIVE = {
+    "ccbench.benchmarks.coll_compressed", "ccbench.benchmarks.trace_replay",
+    "ccbench.collectives.baseline", "ccbench.collectives.comm",
+    "ccbench.collectives.comm_torch", "ccbench.collectives.compressed",
+    "ccbench.collectives.compressed_library", "ccbench.collectives.compressed_ordered",
+    "ccbench.collectives.costmodel", "ccbench.collectives.trace",
+    "ccbench.training.replay", "ccbench.training.transport",
+}
+
+
+def collective_comparisons(path: Path) -> list[int]:
+    """Lines of the file that compare something with a collective's name (== or !=)."""
+    from ccbench.kernels.vocabulary import COLLECTIVES
+
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare) and any(
+                isinstance(op, ast.Eq | ast.NotEq) for op in node.ops):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(s, ast.Constant) and s.value in COLLECTIVES for s in sides):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_collectives_description_branches_on_a_collective():
+    branching = {m for m, p in MODULES.items()
+                 if m not in COLLECTIVE_OWNERS and collective_comparisons(p)}
+    new = branching - STILL_BRANCHING_ON_A_COLLECTIVE
+    assert not new, (f"{sorted(new)} compare a collective's name: make it a field or a "
+                     "function of collectives/spec.py's entries")
+    done = STILL_BRANCHING_ON_A_COLLECTIVE - branching
+    assert not done, f"{sorted(done)} no longer branch: take them off the list"
+
+
+def test_the_collectives_description_has_no_branch_on_a_name():
+    assert collective_comparisons(MODULES["ccbench.collectives.spec"]) == []

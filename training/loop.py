@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
 STEP_FIELDS = ("step_us", "allgather_us", "compute_us", "reduce_scatter_us", "forward_us",
@@ -173,7 +174,7 @@ def build_trainer(comm, config: TrainConfig, task, cost=None):
     if config.framework == "own":
         from ccbench.training.sharded import ShardedTrainer
 
-        if config.variant in ("torch", "sparse_streaming"):
+        if config.variant not in variants.SHARDED_VARIANTS:
             raise UsageError(f"--variant {config.variant} runs with --framework fsdp, ddp "
                              "or mgwfbp")
         return ShardedTrainer(

@@ -31,9 +31,10 @@ import torch
 from torch import nn
 
 from ccbench.collectives.baseline import bind_collective
+from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
-VARIANTS = ("baseline", "p2p_compressed", "coll_compressed")
+VARIANTS = variants.SHARDED_VARIANTS
 COMPRESS = ("both", "grads", "params")
 
 
@@ -121,7 +122,7 @@ def make_shard_collectives(
     from ccbench.kernels.codecs import parse_codec
 
     chosen = parse_codec(codec)
-    kind = {"p2p_compressed": "p2p", "coll_compressed": "coll"}[variant]
+    kind = variants.schedule(variant)
     options = {"chunk_bytes": chunk_bytes or DEFAULT_CHUNK_BYTES} if kind == "coll" else {}
 
     def bind(collective, compressed, send, recv):

@@ -23,11 +23,11 @@ import torch.distributed as dist
 
 from ccbench.collectives.baseline import bind_collective
 from ccbench.collectives.ring import RingScratch, block_bounds
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, variants
 from ccbench.kernels.errors import UsageError
 
 # Variants a Transport runs: ccbench's, and "torch" (torch.distributed's own collectives).
-VARIANTS = ("baseline", "p2p_compressed", "coll_compressed", "sparse_streaming", "torch")
+VARIANTS = variants.GRADIENT_VARIANTS
 COMPRESS = ("both", "grads", "params")
 
 
@@ -61,8 +61,8 @@ class Transport:
             raise UsageError(f"--compress must be one of {', '.join(COMPRESS)}")
         self.comm, self.spec = comm, spec
         self.codec = None
-        self.kind = {"p2p_compressed": "p2p", "coll_compressed": "coll"}.get(spec.variant)
-        if spec.variant in ("baseline", "sparse_streaming"):
+        self.kind = variants.schedule(spec.variant)
+        if self.kind is None and spec.variant != variants.TORCH:
             if spec.codec != "none":
                 raise UsageError(f"the {spec.variant} variant sends uncompressed data: use "
                                  "--codec none")
