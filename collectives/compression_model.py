@@ -125,12 +125,8 @@ def codec_work_bytes(variant: str, collective: str, size: float, ranks: int) -> 
     if variant == P2P:
         hops = spec(collective).ring_hops(p)
         return {"encode": hops * block, "decode": hops * block, "hop": 0.0}
-    reduce_scatter = {"encode": block, "decode": block, "hop": (p - 2) * block}
-    if collective == "reduce_scatter":
-        return reduce_scatter
-    if collective == "allgather":
-        return {"encode": block, "decode": (p - 1) * block, "hop": 0.0}
-    return {"encode": 2 * block, "decode": p * block, "hop": (p - 2) * block}
+    encodes, decodes, hops = spec(collective).coll_codec_blocks(p)
+    return {"encode": encodes * block, "decode": decodes * block, "hop": hops * block}
 
 
 def codec_seconds(option: Option, collective: str, size: float, ranks: int,
@@ -207,7 +203,7 @@ def bucket_of(nbytes: float) -> str:
 def osu_size(collective: str, total_bytes: float, ranks: int) -> float:
     """A trace call's bytes (allgather: the gathered output) as the OSU size the model
     takes (allgather: what one rank sends)."""
-    return total_bytes / ranks if collective == "allgather" else total_bytes
+    return spec(collective).osu_size_of_output(total_bytes, ranks)
 
 
 def step_timeline(step: Step, durations_s: list[float], overlap: bool = True) -> float:

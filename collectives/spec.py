@@ -97,6 +97,9 @@ class CollectiveSpec:
     min_count: Callable[[int], int]
     # a ring block is a rank's whole send buffer (gathering) or a 1/P share of it
     ring_block_is_send: bool
+    # the collective-level compressed ring's codec work on one rank, in ring blocks:
+    # (encodes, decodes, hops: decode-add-encode) on P ranks
+    coll_codec_blocks: Callable[[int], tuple[int, int, int]]
 
     def shape(self, size_bytes: int, ranks: int, dtype: str) -> Shape | None:
         """The counts of one call; None when the size holds too few elements to split.
@@ -121,6 +124,11 @@ class CollectiveSpec:
         of an allreduce differ by one element when P does not divide the count)."""
         return count if self.ring_block_is_send else -(-count // ranks)
 
+    def osu_size_of_output(self, output_bytes: float, ranks: int) -> float:
+        """The OSU size of a call whose output holds `output_bytes` (a gathered output is
+        every rank's send buffer; the others' output is the OSU size)."""
+        return output_bytes / ranks if self.ring_block_is_send else output_bytes
+
     def ring_wire_bytes(self, size_bytes: float, ranks: int) -> float:
         """Bytes each rank sends in the ring algorithm for an OSU size."""
         return self.ring_hops(ranks) * self.ring_block(size_bytes, ranks)
@@ -131,18 +139,20 @@ SPECS = {spec.name: spec for spec in (
                    "Size = bytes each rank sends (OSU); the gathered buffer is ranks x Size",
                    reduces=False, busbw=lambda n: (n - 1) / n, ring_hops=lambda n: n - 1,
                    counts=_gathered, recv_count=lambda sent, n: sent * n,
-                   reference=_concatenation, min_count=lambda n: 0, ring_block_is_send=True),
+                   reference=_concatenation, min_count=lambda n: 0, ring_block_is_send=True,
+                   coll_codec_blocks=lambda n: (1, n - 1, 0)),
     CollectiveSpec("reduce_scatter", "Reduce_scatter", "Reduce-Scatter",
                    "Size = the whole send buffer (OSU); each rank receives Size / ranks",
                    reduces=True, busbw=lambda n: (n - 1) / n, ring_hops=lambda n: n - 1,
                    counts=_scattered, recv_count=lambda sent, n: sent // n,
-                   reference=_share_of_sum, min_count=lambda n: n, ring_block_is_send=False),
+                   reference=_share_of_sum, min_count=lambda n: n, ring_block_is_send=False,
+                   coll_codec_blocks=lambda n: (1, 1, n - 2)),
     CollectiveSpec("allreduce", "Allreduce", "Allreduce",
                    "Size = the whole buffer (OSU and nccl-tests agree)",
                    reduces=True, busbw=lambda n: 2 * (n - 1) / n,
                    ring_hops=lambda n: 2 * (n - 1), counts=_whole,
                    recv_count=lambda sent, n: sent, reference=_sum, min_count=lambda n: 0,
-                   ring_block_is_send=False),
+                   ring_block_is_send=False, coll_codec_blocks=lambda n: (2, n, n - 2)),
 )}
 assert tuple(SPECS) == COLLECTIVES
 
