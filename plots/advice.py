@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ccbench.kernels.errors import UsageError
 
-TABLE, MAP = "advise.csv", "advise-map.png"
+TABLE, MAP, CHECK = "advise.csv", "advise-map.png", "advise-check.csv"
 SHOWN = 6  # options in the page's table, best first
 
 
@@ -20,6 +20,7 @@ class Advice:
     rows: list[dict]      # advise.csv's rows, ranked
     map_name: str         # the break-even map, copied beside index.html ('' if none)
     command: str          # how it was made, for the reader to run again
+    check: list[dict]     # advise --check's rows: predicted beside measured ([] if none)
 
 
 def read_advice(folder: Path, outdir: Path) -> Advice:
@@ -39,7 +40,11 @@ def read_advice(folder: Path, outdir: Path) -> Advice:
         map_name = MAP
     command_file = Path(folder) / "command.txt"
     command = command_file.read_text().strip() if command_file.is_file() else "ccbench advise"
-    return Advice(rows, map_name, command)
+    check = []
+    if (Path(folder) / CHECK).is_file():
+        with (Path(folder) / CHECK).open(newline="") as f:
+            check = list(csv.DictReader(f))
+    return Advice(rows, map_name, command, check)
 
 
 def _number(value: str, digits: str) -> str:
@@ -72,6 +77,28 @@ def advice_html(advice: Advice) -> list[str]:
                    f"<td>{_number(r.get('rel_l2_per_step', ''), '.2e')}</td>"
                    f"<td>{esc(r.get('break_even_bytes') or '-')}</td></tr>")
     out.append("</table>")
+    if advice.check:
+        first = advice.check[0]
+        loads = f"{first.get('load_start', '?')} -> {first.get('load_end', '?')}"
+        out += ["<h3>The advice checked: each option replayed on the emulated cluster</h3>",
+                "<p>Interleaved rounds of GPT-2 small's step as a trace replay (mean step "
+                f"time, 95% interval over rounds; load average {esc(loads)}). The goal: "
+                "each prediction within 15% of its measurement, and the advised option the "
+                "measured fastest or within the fastest one's interval.</p>",
+                "<table class='headlines'><tr><th>Option</th><th>Predicted (ms)</th>"
+                "<th>Measured (ms)</th><th>95% interval</th><th>Prediction off by</th>"
+                "<th>Rounds</th><th>Where it misses</th></tr>"]
+        for r in advice.check:
+            out.append(f"<tr><td>{esc(r['option'])}</td>"
+                       f"<td>{_number(r['predicted_ms'], '.0f')}</td>"
+                       f"<td><b>{_number(r['measured_ms'], '.0f')}</b></td>"
+                       f"<td>{_number(r['low_ms'], '.0f')}-{_number(r['high_ms'], '.0f')}</td>"
+                       f"<td>{_number(r['error_pct'], '+.1f')}%</td>"
+                       f"<td>{esc(r.get('rounds', ''))}</td>"
+                       f"<td>{esc(r.get('suspect_input') or '-')}</td></tr>")
+        out.append("</table>")
+    else:
+        out.append("<p class='note'>Not checked against replays in this run.</p>")
     if advice.map_name:
         out.append(f"<figure><img src='{esc(advice.map_name)}' alt='break-even map'>"
                    "<figcaption>Break-even map: message size against link rate, each cell "

@@ -27,19 +27,28 @@ ccbench sweep "$spec" "${links[@]}" "$@"
 out="$(python -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['sweep']['output'])" "$spec")"
 # MG-WFBP's trace-based simulation to 2048 ranks (a model: seconds), in the sweep's run
 CCBENCH_SWEEP_ID="$(cat "$out/.sweep-id")" ccbench simulate --quiet --csv "$out/simulate.csv"
-# "Should you compress?": GPT-2 small's FSDP step on this run's link and parts (seconds);
+# "Should you compress?": GPT-2 small's FSDP step, predicted from this run's parts, then
+# checked by replaying the top options on a 1 Gbit/s emulated cluster (about 4 minutes);
 # kept beside the results, not in them (its CSVs are not result rows)
 advice=()
 if [ ${#links[@]} -eq 0 ]; then
+    rm -rf "$out-advice" && mkdir -p "$out-advice"
     advise=(ccbench advise --model gpt2-small --ranks 4 --results "$out"
             --csv "$out-advice/advise.csv")
-    mkdir -p "$out-advice"
-    echo "${advise[*]}" > "$out-advice/command.txt"
-    if "${advise[@]}"; then
+    checked=("${advise[@]}" --network ccbadvise --check --rounds 3 --steps 2)
+    if ccbench cluster up --name ccbadvise --ranks 4 --rate 1gbit \
+            && ccbench cluster selfcheck --name ccbadvise --step-only \
+            && "${checked[@]}"; then
+        echo "${checked[*]}" > "$out-advice/command.txt"
+        advice=(--advice "$out-advice")
+    elif "${advise[@]}"; then
+        echo "the advice's check failed (above): the page gives the advice unchecked"
+        echo "${advise[*]}" > "$out-advice/command.txt"
         advice=(--advice "$out-advice")
     else
         echo "advise failed (above): the page is drawn without 'Should you compress?'"
     fi
+    ccbench cluster down --name ccbadvise || true
 fi
 ccbench plot "$out" results/profiles -o "$out/figures" ${advice[@]+"${advice[@]}"}
 echo "figures: $out/figures/index.html"

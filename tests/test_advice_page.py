@@ -40,6 +40,24 @@ def test_the_section_ranks_the_options_and_marks_assumed_inputs(tmp_path):
     assert (tmp_path / "out" / "advise-map.png").read_bytes() == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_check_puts_each_prediction_beside_its_measurement(tmp_path):
+    write_advice(tmp_path / "advice")
+    page = "\n".join(advice_html(read_advice(tmp_path / "advice", tmp_path / "out")))
+    assert "Not checked against replays" in page
+    check = [{"option": "coll_compressed:bfp:rate=8", "predicted_ms": "3319.4",
+              "measured_ms": "3560.2", "low_ms": "3376", "high_ms": "3744", "rounds": "3",
+              "error_pct": "-6.76", "suspect_input": "", "load_start": "7.35",
+              "load_end": "6.70"}]
+    with (tmp_path / "advice" / "advise-check.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(check[0]))
+        writer.writeheader()
+        writer.writerows(check)
+    page = "\n".join(advice_html(read_advice(tmp_path / "advice", tmp_path / "out")))
+    row = "<td>3319</td><td><b>3560</b></td><td>3376-3744</td><td>-6.8%</td><td>3</td>"
+    assert row in page and "load average 7.35 -&gt; 6.70" in page
+    assert "Not checked" not in page
+
+
 def test_plot_refuses_an_advice_folder_without_its_table(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert cli.main([str(tmp_path), "--advice", str(tmp_path / "empty"), "-o",
