@@ -42,6 +42,13 @@ ENCODE_DEF = ('        """Compress the 1-D array `x`; returns the payload (a vie
               'given)."""\n')
 
 
+
+def interruptible() -> None:
+    """In the child: Ctrl-C as a terminal delivers it, even where this test runs in the
+    background of a shell (which starts its jobs with SIGINT ignored, and Python keeps an
+    ignored SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 def ccbench(*args: str, timeout: float = 300, cwd: Path = REPO, env: dict | None = None,
             ) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ccbench.scripts.cli", *args],
@@ -159,7 +166,7 @@ def test_an_interrupted_gate_keeps_its_rounds_and_resumes(clone, spec, state, tm
                "--spec", str(spec), "--csv", str(tmp_path / "gate.csv")]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=REPO, env={**os.environ, **state},
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, preexec_fn=interruptible)
     checkpoints = Path(state["CCBENCH_STATE"])
     deadline = time.monotonic() + 240
     while not list(checkpoints.glob("gate-*.json")):  # a round has finished
@@ -264,7 +271,7 @@ def test_an_interrupted_compare_keeps_its_rounds_and_resumes(tmp_path):
                "--csv", str(out), "--", "-i", "400", "-x", "1"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=REPO, env={**os.environ, **state},
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, preexec_fn=interruptible)
     checkpoints = Path(state["CCBENCH_STATE"])
     deadline = time.monotonic() + 200
     while not list(checkpoints.glob("compare-*.json")):
