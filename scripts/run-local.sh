@@ -35,9 +35,9 @@ if [ ${#links[@]} -eq 0 ]; then
     rm -rf "$out-advice" && mkdir -p "$out-advice"
     advise=(ccbench advise --model gpt2-small --ranks 4 --results "$out"
             --csv "$out-advice/advise.csv")
-    checked=("${advise[@]}" --network ccbadvise --check --rounds 3 --steps 2)
-    if ccbench cluster up --name ccbadvise --ranks 4 --rate 1gbit \
-            && ccbench cluster selfcheck --name ccbadvise --step-only \
+    checked=("${advise[@]}" --network ccbadv --check --rounds 3 --steps 2)
+    if ccbench cluster up --name ccbadv --ranks 4 --rate 1gbit \
+            && ccbench cluster selfcheck --name ccbadv --step-only \
             && "${checked[@]}"; then
         echo "${checked[*]}" > "$out-advice/command.txt"
         advice=(--advice "$out-advice")
@@ -48,7 +48,7 @@ if [ ${#links[@]} -eq 0 ]; then
     else
         echo "advise failed (above): the page is drawn without 'Should you compress?'"
     fi
-    ccbench cluster down --name ccbadvise || true
+    ccbench cluster down --name ccbadv || true
 fi
 ccbench plot "$out" results/profiles -o "$out/figures" ${advice[@]+"${advice[@]}"}
 echo "figures: $out/figures/index.html"
