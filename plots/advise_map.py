@@ -20,6 +20,16 @@ def _size_label(nbytes: float) -> str:
     return f"{nbytes:g} B"
 
 
+def option_colours(n: int) -> list:
+    """n colours, no two alike (tab10, or tab20 beyond ten options)."""
+    import matplotlib.pyplot as plt
+
+    palette = plt.get_cmap("tab10" if n <= 10 else "tab20").colors
+    if n > len(palette):
+        raise ValueError(f"{n} options on one map: at most {len(palette)} colours")
+    return list(palette[:n])
+
+
 def draw_break_even_map(path, options: list[cm.Option], step_s: float, collective: str,
                         ranks: int, codec_share: float = 1.0, title: str = "",
                         marks: dict | None = None) -> None:
@@ -31,14 +41,14 @@ def draw_break_even_map(path, options: list[cm.Option], step_s: float, collectiv
 
     grid = cm.fastest_map(options, MAP_RATES_BPS, MAP_SIZES, step_s, collective, ranks,
                           codec_share)
-    used = sorted(set(grid.ravel().tolist()))
-    palette = plt.get_cmap("tab10").colors
-    colours = ListedColormap([palette[i % len(palette)] for i in range(len(options))])
-    norm = BoundaryNorm(np.arange(len(options) + 1) - 0.5, len(options))
+    used = sorted(set(grid.ravel().tolist()))  # the options fastest somewhere, coloured
+    shown = np.searchsorted(used, grid)        # in that order, one colour each
+    colours = ListedColormap(option_colours(len(used)))
+    norm = BoundaryNorm(np.arange(len(used) + 1) - 0.5, len(used))
     pays = np.isin(grid, [i for i, o in enumerate(options) if o.codec is not None])
     fig, ax = plt.subplots(figsize=(7.5, 5.0), layout="constrained")
     x, y = MAP_SIZES, MAP_RATES_BPS / 1e9
-    ax.pcolormesh(x, y, grid, cmap=colours, norm=norm, shading="nearest")
+    ax.pcolormesh(x, y, shown, cmap=colours, norm=norm, shading="nearest")
     if pays.any() and not pays.all():
         ax.contour(x, y, pays.astype(float), levels=[0.5], colors="black", linewidths=2)
     for label, (rate, size) in (marks or {}).items():
@@ -53,7 +63,8 @@ def draw_break_even_map(path, options: list[cm.Option], step_s: float, collectiv
     ax.set_ylabel("link payload rate (Gbit/s)")
     ax.set_title(title or f"Fastest option, {ranks} ranks; black line: compression "
                           "starts to pay", fontsize=10)
-    ax.legend(handles=[Patch(color=colours(i), label=options[i].label) for i in used] + (
+    ax.legend(handles=[Patch(color=colours(k), label=options[i].label)
+                       for k, i in enumerate(used)] + (
         [plt.Line2D([], [], color="black", lw=2, label="break-even")] if pays.any() and
         not pays.all() else []), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.savefig(path, dpi=120)

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from ccbench.plots import cli
 from ccbench.plots.advice import advice_html, read_advice
+from ccbench.plots.advise_map import option_colours
 
 ROWS = [  # two options, worked by hand: 3.3 s against the ring's 8.6 s is x2.61
     {"rank": "1", "option": "coll_compressed bfp:rate=8", "step_ms": "3300.04",
@@ -65,3 +68,10 @@ def test_plot_refuses_an_advice_folder_without_its_table(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no advise.csv there" in err[0]
     assert not (tmp_path / "figs").exists()
+
+
+@pytest.mark.parametrize("n", [1, 6, 10, 12, 20])
+def test_the_maps_options_never_share_a_colour(n):
+    """Twelve options once drew the ring and p2p bfp:rate=4 both orange (tab10 wraps)."""
+    colours = option_colours(n)
+    assert len(colours) == n and len(set(colours)) == n
