@@ -15,7 +15,7 @@ import pandas as pd
 from ccbench.collectives.costmodel import call_floor_s, floor_steps, wire_floor_s
 from ccbench.collectives.spec import spec
 from ccbench.kernels import variants
-from ccbench.plots.data import RUN, Data
+from ccbench.plots.data import KIND_BY_NAME, RUN, Data, identities
 from ccbench.plots.style import Style, codec_sort_key
 
 
@@ -94,8 +94,23 @@ def panels(frame: pd.DataFrame) -> list[tuple[tuple[int, float], pd.DataFrame]]:
     return sorted(groups, key=lambda g: (g[0][1] <= 0, -g[0][1], g[0][0]))
 
 
+def newest_per(frame: pd.DataFrame, keys, kind: str = "harness") -> pd.DataFrame:
+    """The row a panel draws at each value of `keys` (a series and its x): the newest.
+    Rows of one point (`results.point_identity`) are one row first, whichever runs
+    measured it; rows that still share `keys` measured other points the panel does not
+    tell apart (a configuration `hold_configuration` holds and the caption names), of
+    which it draws one."""
+    if frame.empty:
+        return frame
+    if "timestamp" in frame.columns:
+        frame = frame.sort_values("timestamp", kind="stable")
+    frame = frame[~identities(KIND_BY_NAME[kind], frame).duplicated(keep="last")]
+    return frame.drop_duplicates(list(keys), keep="last")
+
+
 def series_keys(frame: pd.DataFrame) -> list[tuple[str, str, str]]:
     """(variant, algorithm, codec) combinations in a stable, readable order."""
+    # the series a panel holds, not its points: each combination once
     keys = frame[["variant", "algorithm", "codec"]].drop_duplicates().itertuples(index=False)
     keys = [tuple(map(str, k)) for k in keys]
     return sorted(keys, key=lambda k: (variants.order(k[0]), k[0], k[1],
