@@ -317,16 +317,15 @@ def remaining_sizes(spec: Spec, task: Task) -> list:
     path = csv_path(spec, task)
     if not path.exists():
         return todo
+    finished = _finished_runs(path)  # a sidecar that cannot be read is refused here
     if not task.sizes:
         _, rows = read_rows(path)
         if not rows:
             return todo
         last = rows[-1]
-        return [] if (last.get("run_id") or last.get("compare_id")) in _finished_runs(path) \
-            else todo
+        return [] if (last.get("run_id") or last.get("compare_id")) in finished else todo
     table = read_table(path)
     rows = own_rows(table, task) if table else []
-    finished = _finished_runs(path) if rows else set()
     sizes: dict[str, set[int]] = {}
     for row in rows:
         sizes.setdefault(row.get("run_id", ""), set()).add(int(row["size_bytes"]))
