@@ -15,7 +15,7 @@ import pandas as pd
 from ccbench.collectives.costmodel import call_floor_s, floor_steps, wire_floor_s
 from ccbench.collectives.spec import spec
 from ccbench.kernels import variants
-from ccbench.plots.data import KIND_BY_NAME, RUN, Data, identities
+from ccbench.plots.data import RUN, Data
 from ccbench.plots.style import Style, codec_sort_key
 
 
@@ -94,17 +94,15 @@ def panels(frame: pd.DataFrame) -> list[tuple[tuple[int, float], pd.DataFrame]]:
     return sorted(groups, key=lambda g: (g[0][1] <= 0, -g[0][1], g[0][0]))
 
 
-def newest_per(frame: pd.DataFrame, keys, kind: str = "harness") -> pd.DataFrame:
+def newest_per(frame: pd.DataFrame, keys) -> pd.DataFrame:
     """The row a panel draws at each value of `keys` (a series and its x): the newest.
-    Rows of one point (`results.point_identity`) are one row first, whichever runs
-    measured it; rows that still share `keys` measured other points the panel does not
-    tell apart (a configuration `hold_configuration` holds and the caption names), of
-    which it draws one."""
-    if frame.empty:
-        return frame
+
+    This chooses among points, it does not decide which rows are one point: plots.data
+    kept one row per point (`results.point_identity`) and run when it read them. Rows
+    that still share `keys` are points the panel does not tell apart (another run, or a
+    configuration `hold_configuration` holds and the caption names): one is drawn."""
     if "timestamp" in frame.columns:
         frame = frame.sort_values("timestamp", kind="stable")
-    frame = frame[~identities(KIND_BY_NAME[kind], frame).duplicated(keep="last")]
     return frame.drop_duplicates(list(keys), keep="last")
 
 

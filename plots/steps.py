@@ -91,7 +91,7 @@ def launches(frame: pd.DataFrame) -> list[Launch]:
     out = []
     for values, sub in steps.groupby(by, sort=True, dropna=False):
         values = dict(zip(by, values, strict=True))
-        sub = newest_per(sub, ["step"], "training").sort_values("step")
+        sub = newest_per(sub, ["step"]).sort_values("step")
         mine = summaries
         for column in by:
             mine = mine[mine[column].astype(str) == str(values[column])]

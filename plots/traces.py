@@ -35,7 +35,7 @@ def summaries(data) -> pd.DataFrame:
         if column not in frame.columns:
             frame = frame.assign(**{column: ""})
         frame[column] = frame[column].astype(object).fillna("").astype(str)
-    return newest_per(frame, PANEL_KEYS + BAR_KEYS, "replay")
+    return newest_per(frame, PANEL_KEYS + BAR_KEYS)
 
 
 def bar_label(row) -> str:
