@@ -13,6 +13,7 @@ import numpy as np
 from ccbench.benchmarks.environment import link_bound
 from ccbench.benchmarks.harness import Op, Variant, held
 from ccbench.benchmarks.options import iterations_for, parse_size
+from ccbench.benchmarks.schemas import COMPRESSED
 from ccbench.collectives.compressed import bind_compressed, compressions_on_path, error_bound
 from ccbench.collectives.costmodel import floor_steps, pipeline_floor
 from ccbench.collectives.pipeline import CODEC_CPU, FIELDS
@@ -112,11 +113,9 @@ class CompressedVariant(Variant):
 
 # The time breakdown of the timed calls ---------------------------------------------------
 
-BREAKDOWN_COLUMNS = (
-    "call_us", "encode_us", "decode_us", "reduce_us", "wait_us", "idle_us", "codec_cpu_us",
-    "stage_us", "wire_floor_us", "codec_floor_us", "floor_us", "overlap_efficiency",
-    "floor_link_gbps", "ranks_per_core", "ranks_per_device",
-)  # fmt: skip
+# the columns both compressed variants' schema tables declare (benchmarks/schemas.py), in
+# their order, except `compressions` (a value of the run, not of each call)
+BREAKDOWN_COLUMNS = tuple(c.name for c in COMPRESSED if c.name != "compressions")
 
 
 def floor_link_gbps() -> float | None:

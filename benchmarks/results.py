@@ -2,16 +2,10 @@
 
 Every CSV the suite writes holds rows of one *kind*: micro-benchmark rows of the harness,
 interleaved comparisons, codec throughput, training steps, trace replays, MG-WFBP
-iterations and simulations, the MG-WFBP cost-model fit, layer profiles. Each kind has a
-`Schema`, its columns in order, each with a *role*:
-
-* a **setting** says which point was measured and how (variant, codec, size, ranks,
-  timer, data ...): rows that agree on every setting measured the same point;
-* a **derived** column follows from the settings (the byte counts of a size);
-* a **measurement** is what was measured (times, rates, errors, bytes on the wire, the
-  validation verdict, the iterations it took);
-* **provenance** says which run made the row and where (`schema`, run and sweep ids,
-  time, host, commit, MPI library).
+iterations and simulations, the MG-WFBP cost-model fit, layer profiles, staging bounds.
+Each kind has a `Schema` (benchmarks/schemas.py), its columns in order, each with a
+*role* (setting, derived, measurement or provenance) and a *type*; the harness's variants
+declare the columns they add there too.
 
 `point_identity` is the one definition of "the same point"; merge, regress, sweep
 resume, the plots, compare and the gate all use it. Every row carries its schema as
@@ -33,205 +27,34 @@ import os
 import tempfile
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+# The kinds of rows, their typed columns and the variants' own (benchmarks/schemas.py),
+# read through this module as well.
+from ccbench.benchmarks.schemas import (  # noqa: F401
+    BY_KIND,
+    CODEC,
+    COMMON_COLUMNS,
+    COMPARE,
+    COSTFIT,
+    DERIVED,
+    HARNESS,
+    MEASUREMENT,
+    MGWFBP,
+    MGWFBP_COLUMNS,
+    PROFILE,
+    PROVENANCE,
+    REPLAY,
+    SCHEMA,
+    SCHEMAS,
+    SETTING,
+    STAGING,
+    TRAINING,
+    Column,
+    Schema,
+)
 from ccbench.kernels.errors import UsageError
-
-SETTING, DERIVED, MEASUREMENT, PROVENANCE = "setting", "derived", "measurement", "provenance"
-SCHEMA = "schema"  # the first column of every row: "<kind>/<version>"
-
-# A variant's own columns, after its schema's declared ones, are measurements when listed
-# here or named with a measurement suffix, and settings otherwise.
-MEASURED_EXTRAS = frozenset({
-    "compression_ratio", "error_bound", "psnr_db", "cosine", "nonzero_density", "union_density",
-    "overlap_efficiency", "chunk_used_bytes", "wire_min_bytes_per_rank", "wire_vs_min",
-    "dropped_mass", "dropped_mass_rel", "min_wire_bytes_per_rank", "wire_over_min",
-})  # fmt: skip
-MEASUREMENT_SUFFIXES = ("_us", "_gbps", "_err", "_ratio", "_wire_bytes", "_per_rank")
-
-
-def extra_role(column: str) -> str:
-    """The role of a column a variant adds after its schema's declared ones."""
-    if column in MEASURED_EXTRAS or column.endswith(MEASUREMENT_SUFFIXES):
-        return MEASUREMENT
-    return SETTING
-
-
-@dataclass(frozen=True)
-class Schema:
-    """One kind of row: its columns in order with their roles, and its version."""
-
-    kind: str
-    version: int
-    columns: tuple[tuple[str, str], ...]  # (name, role) in CSV order
-    open: bool = False  # variants may add their own columns after the declared ones
-    signature: tuple[str, ...] = ()  # columns that tell a version-1 file of this kind
-    # per older version: values its rows lacked, as the code then wrote them implicitly
-    defaults: Mapping[int, Mapping[str, object]] = field(default_factory=dict)
-    # the same, for the rows of one variant only: {version: {variant: {column: value}}}
-    variant_defaults: Mapping[int, Mapping[str, Mapping[str, object]]] = field(
-        default_factory=dict)
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.columns)
-
-    @property
-    def tag(self) -> str:
-        return f"{self.kind}/{self.version}"
-
-    def role(self, column: str) -> str:
-        for name, role in self.columns:
-            if name == column:
-                return role
-        return extra_role(column) if self.open else SETTING
-
-    def identity_columns(self, header: Iterable[str]) -> list[str]:
-        """The columns of a table with this header that say which point a row measured."""
-        return [c for c in header if not c.startswith("_") and self.role(c) == SETTING]
-
-    def extras(self, header: Iterable[str]) -> list[str]:
-        """The columns a variant added after the declared ones."""
-        declared = set(self.names)
-        return [c for c in header if c not in declared]
-
-    def header(self, extras: Iterable[str] = ()) -> list[str]:
-        return [*self.names, *(c for c in extras if c not in set(self.names))]
-
-
-def _columns(*groups: tuple[str, tuple[str, ...]]) -> tuple[tuple[str, str], ...]:
-    return tuple((name, role) for role, names in groups for name in names)
-
-
-RUN = ("run_id", "sweep_id", "timestamp")
-WHERE = ("mpi_library", "hostname", "git_sha")
-
-HARNESS = Schema("harness", 4, _columns(
-    (PROVENANCE, (SCHEMA, *RUN)),
-    (SETTING, ("variant", "algorithm", "collective", "codec", "dtype", "buffer",
-               "transport", "backend", "ranks", "nodes", "size_bytes")),
-    (DERIVED, ("bytes_per_rank", "total_bytes", "count")),
-    (MEASUREMENT, ("iterations", "warmup")),
-    (SETTING, ("timing", "timer", "hugepages", "ci_target_pct", "time_budget_s")),
-    (MEASUREMENT, ("stopped_by", "avg_us", "min_us", "max_us", "p50_us", "p99_us",
-                   "fastest_us", "ci_low_us", "ci_high_us", "algbw_gbps", "busbw_gbps",
-                   "wire_bytes_per_rank", "compression_ratio", "host_syncs")),
-    (SETTING, ("data",)),
-    (MEASUREMENT, ("rel_l2_err", "max_abs_err", "max_rel_err", "psnr_db", "cosine",
-                   "validation", "validation_err", "error_bound")),
-    (SETTING, ("link_gbps",)),
-    (PROVENANCE, ("link_ceiling_gbps", "link_burst_bytes", "link_step_us", *WHERE, "device")),
-), open=True, signature=("variant", "collective", "size_bytes"), defaults={1: {
-    # numpy's own default paging: huge pages advised for large arrays
-    "hugepages": "madvise"}, 2: {
-    # before the torch transport every row ran over MPI
-    "transport": "mpi", "backend": "mpi"}, 3: {
-    # before `cluster selfcheck` measured the fixed cost of a ring step: none known
-    "link_step_us": ""}}, variant_defaults={1: {
-    # sparse-streaming rows of version 1 left out what their defaults were
-    "sparse_streaming": {"block_size": 256, "fusion": 1024, "overlap": "random",
-                         "threshold": 0.0, "aggregators": 0}}})
-
-COMPARE = Schema("compare", 2, _columns(
-    (PROVENANCE, (SCHEMA, "compare_id", "sweep_id", "timestamp")),
-    (SETTING, ("a", "b", "a_rev", "b_rev", "collective", "ranks", "size_bytes", "config",
-               "statistic")),
-    (MEASUREMENT, ("rounds", "a_us", "b_us", "ratio", "ratio_low", "ratio_high")),
-    (SETTING, ("margin",)),
-    (MEASUREMENT, ("verdict", "a_iterations", "b_iterations")),
-    (SETTING, ("link_gbps",)),
-    (PROVENANCE, ("load_start", "load_end", "hostname", "git_sha")),
-    (SETTING, ("pairing", "turns", "ci_target_pct", "timer")),
-    (MEASUREMENT, ("validation",)),
-), signature=("compare_id", "ratio", "ratio_low", "ratio_high"),
-    defaults={1: {"statistic": "avg", "timer": "", "validation": ""}})
-
-CODEC = Schema("codec", 2, _columns(
-    (PROVENANCE, (SCHEMA, *RUN)),
-    (SETTING, ("codec", "kernels", "lossless", "data", "dtype", "buffer", "hugepages",
-               "size_bytes")),
-    (MEASUREMENT, ("repeats",)),
-    (SETTING, ("clock",)),
-    (MEASUREMENT, ("encode_gbps", "decode_gbps", "hop_gbps", "copy_gbps", "encode_vs_copy",
-                   "decode_vs_copy", "hop_vs_copy", "ratio", "max_abs_err", "max_rel_err",
-                   "rel_l2_err", "psnr_db", "cosine", "error_bound")),
-    (PROVENANCE, ("hostname", "git_sha")),
-), signature=("encode_gbps", "decode_gbps"), defaults={1: {
-    "data": "random", "kernels": "reference", "hugepages": "madvise"}})
-
-TRAINING = Schema("training", 3, _columns(
-    (PROVENANCE, (SCHEMA, *RUN)),
-    (SETTING, ("row", "framework", "variant", "algorithm", "codec", "compress",
-               "error_feedback", "overlap", "strategy", "model", "dataset", "transport",
-               "backend")),
-    (MEASUREMENT, ("params",)),
-    (SETTING, ("ranks", "nodes", "global_batch", "lr", "seed", "steps", "warmup_steps",
-               "final_window", "step")),
-    (MEASUREMENT, ("loss", "step_us", "compute_us", "comm_us", "forward_us", "backward_us",
-                   "optimizer_us", "allgather_us", "reduce_scatter_us", "allreduce_us",
-                   "comm_busy_us", "predicted_us", "predicted_exposed_us", "groups",
-                   "max_step_us", "wire_bytes_per_rank", "throughput", "throughput_unit",
-                   "held_out_loss", "held_out_accuracy")),
-    (SETTING, ("link_gbps",)),
-    (PROVENANCE, (*WHERE, "device")),
-), signature=("step", "loss", "step_us"), defaults={1: {
-    # the training loop's warm-up and final-loss window before rows recorded them
-    "warmup_steps": 3, "final_window": 10, "framework": "own", "row": "step"}, 2: {
-    # before the torch transport ccbench's collectives all ran over MPI
-    "transport": "mpi", "backend": "mpi"}})
-
-MGWFBP = Schema("mgwfbp", 2, _columns(
-    (PROVENANCE, (SCHEMA, *RUN)),
-    (SETTING, ("variant", "model", "strategy", "ranks", "nodes", "transport")),
-    (MEASUREMENT, ("measured_us", "measured_std_us", "predicted_us", "forward_us",
-                   "backward_us", "measured_backward_us", "nonoverlapped_us",
-                   "measured_nonoverlapped_us", "comm_us", "measured_comm_us",
-                   "scaling_efficiency", "groups", "plan", "tensors", "total_bytes",
-                   "alpha_us", "beta_us_per_byte", "fit_r2")),
-    (SETTING, ("link_gbps", "hop_latency_us", "algorithm", "compute_speedup")),
-    (MEASUREMENT, ("iterations", "validation")),
-    (PROVENANCE, WHERE),
-), signature=("model", "strategy", "predicted_us"), defaults={1: {"transport": "",
-                                                                  "variant": ""}})
-
-COSTFIT = Schema("costfit", 2, _columns(
-    (PROVENANCE, (SCHEMA, "run_id", "sweep_id")),
-    (SETTING, ("model", "ranks", "transport", "link_gbps", "size_bytes")),
-    (MEASUREMENT, ("measured_us", "fitted_us", "iterations")),
-), signature=("size_bytes", "measured_us", "fitted_us"), defaults={1: {"model": "",
-                                                                       "transport": ""}})
-
-REPLAY = Schema("replay", 2, _columns(
-    (PROVENANCE, (SCHEMA, *RUN)),
-    (SETTING, ("row", "trace", "trace_id", "source", "framework", "model", "variant",
-               "algorithm", "codec", "compress", "merge", "compute_wait", "compute_scale",
-               "data", "ranks", "nodes", "traced_ranks", "steps", "warmup_steps", "step")),
-    (DERIVED, ("trace_step", "calls", "step_bytes", "traced_compute_us", "traced_step_us")),
-    (MEASUREMENT, ("step_us", "step_ci_low_us", "step_ci_high_us", "compute_us", "comm_us",
-                   "codec_us", "exposed_codec_us", "allgather_us", "reduce_scatter_us",
-                   "allreduce_us", "comm_busy_us", "emulated_us", "max_step_us",
-                   "wire_bytes_per_rank", "validation")),
-    (SETTING, ("link_gbps",)),
-    (PROVENANCE, WHERE),
-), signature=("trace_id", "traced_compute_us", "step_us"))
-
-PROFILE = Schema("profile", 2, _columns(
-    (PROVENANCE, (SCHEMA,)),
-    (SETTING, ("model", "order", "param", "shape", "numel", "dtype", "bytes")),
-    (MEASUREMENT, ("backward_us", "ready_us", "forward_us")),
-    (SETTING, ("batch", "width", "device")),
-    (MEASUREMENT, ("iterations",)),
-), signature=("order", "bytes", "backward_us"))
-
-# In the order a version-1 file is told by its columns: the first whose signature the
-# header carries (a harness header also carries a compare's size_bytes, say).
-SCHEMAS = (REPLAY, TRAINING, MGWFBP, COSTFIT, PROFILE, CODEC, COMPARE, HARNESS)
-BY_KIND = {schema.kind: schema for schema in SCHEMAS}
-
-# The harness columns every micro-benchmark row carries, in order (variants add theirs).
-COMMON_COLUMNS = HARNESS.names
-MGWFBP_COLUMNS = MGWFBP.names
 
 
 def is_measurement(column: str) -> bool:
@@ -405,13 +228,21 @@ def read_json_document(path, label: str, remedy: str) -> dict | None:
 
 
 def read_rows(path) -> tuple[list[str], list[dict]]:
-    """(header, rows as dicts of strings) of a CSV written by write_csv_atomic."""
+    """(header, rows as dicts of strings) of a CSV written by write_csv_atomic. A row with
+    more fields than the header (runs of other columns appended to one file) is refused:
+    its values cannot be told apart."""
     with open(path, newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header is None:
             return [], []
-        return header, [dict(zip(header, values, strict=False)) for values in reader]
+        rows = []
+        for values in reader:
+            if len(values) > len(header):
+                raise UsageError(f"{path}: line {reader.line_num} has {len(values)} fields, "
+                                 f"its header {len(header)}")
+            rows.append(dict(zip(header, values, strict=False)))
+        return header, rows
 
 
 @dataclass

@@ -21,6 +21,7 @@ import numpy as np
 
 from ccbench.benchmarks.harness import Op, Variant, dense_reference, run_variant
 from ccbench.benchmarks.options import non_negative_int, positive_int
+from ccbench.benchmarks.schemas import MEASUREMENT, SPARSE_STREAMING
 from ccbench.collectives.baseline import bind_collective
 from ccbench.collectives.omnireduce import OmniReduce
 from ccbench.collectives.omnireduce_layout import PROTOCOLS, make_layout, stream_share
@@ -38,8 +39,9 @@ SPARSE_ALGORITHMS = ("omnireduce", "allgather-sparse")
 # omnireduce defaults: slots per aggregator (request-driven); window and streams per
 # aggregator (stream-ahead)
 DEFAULT_SLOTS, DEFAULT_WINDOW, DEFAULT_STREAMS = 2, 4, 2
-STATS_COLUMNS = ("nonzero_density", "union_density", "wire_min_bytes_per_rank", "wire_vs_min",
-                 "dropped_mass", "dropped_mass_rel")
+# what each call measured beyond the harness's columns: the measurements its schema table
+# declares (benchmarks/schemas.py), in the table's order
+STATS_COLUMNS = tuple(c.name for c in SPARSE_STREAMING.columns if c.role == MEASUREMENT)
 
 
 def parse_densities(values: list[str]) -> list[float]:

@@ -35,14 +35,12 @@ from ccbench.benchmarks.options import (
     parse_size,
     size_list,
 )
-from ccbench.benchmarks.results import append_rows
+from ccbench.benchmarks.results import STAGING, append_rows, build_row, check_header
 from ccbench.collectives.comm import Communicator
 from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
 
-COLUMNS = ("buffer", "size_bytes", "ranks", "d2h_pinned_us", "host_allgather_us",
-           "h2d_pinned_us", "bound_us", "staged_us", "staged_vs_bound", "staged_whole_us",
-           "rounds", "stage_chunk_bytes", "device")
+COLUMNS = STAGING.names  # its schema tag, then the columns above and its settings
 PARTS = ("d2h_pinned_us", "host_allgather_us", "h2d_pinned_us")
 
 
@@ -160,12 +158,13 @@ def row_of(opts, comm, staged_comm, size: int, medians: dict) -> dict:
     parts = {name: round(medians[name], 3) for name in PARTS}
     bound = round(sum(parts.values()), 3)
     staged = round(medians["staged_us"], 3)
-    return {"buffer": opts.buffer, "size_bytes": size, "ranks": comm.size, **parts,
-            "bound_us": bound, "staged_us": staged,
-            "staged_vs_bound": float(f"{staged / bound:.6g}") if bound > 0 else "",
-            "staged_whole_us": round(medians["staged_whole_us"], 3),
-            "rounds": opts.rounds, "stage_chunk_bytes": staged_comm.stage_chunk_bytes,
-            "device": arrays.device_label(opts.buffer)}
+    return build_row(STAGING, {
+        "buffer": opts.buffer, "size_bytes": size, "ranks": comm.size, **parts,
+        "bound_us": bound, "staged_us": staged,
+        "staged_vs_bound": float(f"{staged / bound:.6g}") if bound > 0 else "",
+        "staged_whole_us": round(medians["staged_whole_us"], 3),
+        "rounds": opts.rounds, "stage_chunk_bytes": staged_comm.stage_chunk_bytes,
+        "device": arrays.device_label(opts.buffer)})
 
 
 def table_line(row: dict) -> str:
@@ -179,6 +178,9 @@ def table_line(row: dict) -> str:
 def body(argv: list[str], comm) -> int:
     opts, sizes = agreed(comm, lambda: parse(argv, comm.rank != 0))
     agreed(comm, lambda: _require_mpi(comm))
+    # a file of other columns (one written before rows named their schema) is refused now
+    agreed(comm, lambda: check_header(opts.csv, COLUMNS) if opts.csv and comm.rank == 0
+           else None)
     arrays.select_device(opts.buffer, comm.local_rank)
     staged_comm = Communicator(comm.mpi.Dup(), gpu_aware=False,
                                stage_chunk_bytes=opts.stage_chunk_bytes)

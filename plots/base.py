@@ -94,8 +94,21 @@ def panels(frame: pd.DataFrame) -> list[tuple[tuple[int, float], pd.DataFrame]]:
     return sorted(groups, key=lambda g: (g[0][1] <= 0, -g[0][1], g[0][0]))
 
 
+def newest_per(frame: pd.DataFrame, keys) -> pd.DataFrame:
+    """The row a panel draws at each value of `keys` (a series and its x): the newest.
+
+    This chooses among points, it does not decide which rows are one point: plots.data
+    kept one row per point (`results.point_identity`) and run when it read them. Rows
+    that still share `keys` are points the panel does not tell apart (another run, or a
+    configuration `hold_configuration` holds and the caption names): one is drawn."""
+    if "timestamp" in frame.columns:
+        frame = frame.sort_values("timestamp", kind="stable")
+    return frame.drop_duplicates(list(keys), keep="last")
+
+
 def series_keys(frame: pd.DataFrame) -> list[tuple[str, str, str]]:
     """(variant, algorithm, codec) combinations in a stable, readable order."""
+    # the series a panel holds, not its points: each combination once
     keys = frame[["variant", "algorithm", "codec"]].drop_duplicates().itertuples(index=False)
     keys = [tuple(map(str, k)) for k in keys]
     return sorted(keys, key=lambda k: (variants.order(k[0]), k[0], k[1],

@@ -26,6 +26,7 @@ from ccbench.plots.base import (
     below_floor_text,
     floor_us,
     link_of,
+    newest_per,
     panel_title,
     panels,
     rows,
@@ -50,9 +51,7 @@ BELOW_COLOR = "#c0392b"
 
 
 def newest(frame):
-    if "timestamp" in frame.columns:
-        frame = frame.sort_values("timestamp", kind="stable")
-    return frame.drop_duplicates(["variant", "algorithm", "codec", "size_bytes"], keep="last")
+    return newest_per(frame, ["variant", "algorithm", "codec", "size_bytes"])
 
 
 def breakdown(data, style: Style) -> list[Figure]:

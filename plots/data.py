@@ -3,8 +3,10 @@
 Every CSV the suite writes is one of a few kinds (harness rows, codec throughput,
 MG-WFBP profiles / fits / iterations / simulations, training steps, trace replays,
 interleaved comparisons). The kind is told by the columns, never by the file name, so renamed or
-merged files still plot. A file that cannot be read (empty, malformed, a needed column
-missing) is reported with its name and left out; everything else is still drawn.
+merged files still plot. Files are read with `results.read_table` (older versions
+upgraded) and each column as the type its schema declares (benchmarks/schemas.py). A file
+that cannot be read (empty, malformed, a needed column missing) is reported with its name
+and left out; everything else is still drawn.
 
 Every row belongs to one *run*: the sweep that produced it (`sweep_id`, or its launch's
 entry in the CSV's JSON sidecar), else its own launch (`run_id`, `compare_id`). Rows of
@@ -16,107 +18,63 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ccbench.benchmarks.results import (
     BY_KIND,
-    SCHEMA,
+    Schema,
     Sidecar,
     csv_files,
     point_identity,
+    read_rows,
+    read_table,
     schema_of,
-    upgrade,
 )
+from ccbench.benchmarks.schemas import NUMBER_TYPES
 from ccbench.kernels.errors import UsageError
 
 
 @dataclass(frozen=True)
 class CsvKind:
-    """What the plots need of a kind of row; which file is of which kind, and which rows
-    measured the same point, the results model says (benchmarks/results.py)."""
+    """What the plots need of a kind of row; which file is of which kind, which rows
+    measured the same point and which columns are numbers, the results model says
+    (benchmarks/results.py, benchmarks/schemas.py)."""
 
     name: str  # the model's kind
     title: str
     required: tuple[str, ...]  # needed to draw anything from it
-    numeric: tuple[str, ...] = ()  # parsed as numbers where present
     order: str | None = None  # column that orders repeated runs (latest wins)
 
+    @property
+    def schema(self) -> Schema:
+        return BY_KIND[self.name]
 
-HARNESS_NUMERIC = (
-    "ranks", "nodes", "size_bytes", "bytes_per_rank", "total_bytes", "count", "avg_us",
-    "min_us", "max_us", "p50_us", "p99_us", "algbw_gbps", "busbw_gbps",
-    "wire_bytes_per_rank", "compression_ratio", "max_abs_err", "max_rel_err",
-    "error_bound", "link_gbps", "density", "block_size", "fusion", "union_density",
-    "nonzero_density", "wire_min_bytes_per_rank", "wire_vs_min", "dropped_mass",
-    "dropped_mass_rel", "threshold", "aggregators", "window", "streams",
-)
+    @property
+    def numeric(self) -> tuple[str, ...]:
+        """Parsed as numbers where present: the schema's numeric columns."""
+        return self.schema.numeric()
+
 
 KINDS = (
-    CsvKind(
-        "training", "training steps",
-        required=("variant", "codec", "loss", "step_us"),
-        numeric=("step", "loss", "step_us", "compute_us", "comm_us", "allgather_us",
-                 "reduce_scatter_us", "ranks", "link_gbps", "held_out_loss",
-                 "held_out_accuracy", "throughput", "error_feedback", "steps",
-                 "forward_us", "backward_us", "optimizer_us", "allreduce_us",
-                 "comm_busy_us", "predicted_us", "predicted_exposed_us", "groups",
-                 "max_step_us"),
-        order="timestamp",
-    ),
-    CsvKind(
-        "replay", "trace replays (ccbench trace replay)",
-        required=("trace", "variant", "codec", "step_us"),
-        numeric=("step", "trace_step", "calls", "step_bytes", "traced_compute_us",
-                 "traced_step_us", "step_us", "step_ci_low_us", "step_ci_high_us",
-                 "compute_us", "comm_us", "codec_us", "exposed_codec_us", "allgather_us",
-                 "reduce_scatter_us", "allreduce_us", "comm_busy_us", "emulated_us",
-                 "max_step_us", "wire_bytes_per_rank", "ranks", "traced_ranks", "steps",
-                 "warmup_steps", "compute_scale", "link_gbps"),
-        order="timestamp",
-    ),
-    CsvKind(
-        # benchmarks.merged_gradient (measured_us set) and ccbench.scripts.simulate
-        # (scaling_efficiency set) share one schema; load() splits the rows.
-        "mgwfbp", "MG-WFBP iterations and simulations",
-        required=("model", "strategy", "ranks", "predicted_us"),
-        numeric=("ranks", "measured_us", "measured_std_us", "predicted_us", "forward_us",
-                 "backward_us", "measured_backward_us", "nonoverlapped_us",
-                 "measured_nonoverlapped_us", "scaling_efficiency", "groups", "tensors",
-                 "total_bytes", "alpha_us", "beta_us_per_byte", "fit_r2", "link_gbps",
-                 "hop_latency_us", "compute_speedup"),
-        order="timestamp",
-    ),
-    CsvKind(
-        "costfit", "allreduce cost-model fit",
-        required=("ranks", "size_bytes", "measured_us", "fitted_us"),
-        numeric=("ranks", "size_bytes", "measured_us", "fitted_us", "iterations",
-                 "link_gbps"),
-    ),
-    CsvKind(
-        "profile", "layer profiles",
-        required=("model", "order", "bytes", "backward_us"),
-        numeric=("order", "bytes", "backward_us", "numel", "ready_us", "forward_us", "batch"),
-    ),
-    CsvKind(
-        "codec", "codec throughput",
-        required=("codec", "encode_gbps", "decode_gbps"),
-        numeric=("encode_gbps", "decode_gbps", "copy_gbps", "ratio", "size_bytes"),
-        order="timestamp",
-    ),
-    CsvKind(
-        "compare", "interleaved comparisons (ccbench compare)",
-        required=("a", "b", "size_bytes", "ratio", "verdict"),
-        numeric=("ranks", "size_bytes", "rounds", "a_us", "b_us", "ratio", "ratio_low",
-                 "ratio_high", "margin", "a_iterations", "b_iterations", "link_gbps",
-                 "load_start", "load_end", "turns"),
-        order="timestamp",
-    ),
-    CsvKind(
-        "harness", "micro-benchmark (harness) rows",
-        required=("variant", "collective", "size_bytes", "ranks", "avg_us"),
-        numeric=HARNESS_NUMERIC,
-        order="timestamp",
-    ),
+    CsvKind("training", "training steps", required=("variant", "codec", "loss", "step_us"),
+            order="timestamp"),
+    CsvKind("replay", "trace replays (ccbench trace replay)",
+            required=("trace", "variant", "codec", "step_us"), order="timestamp"),
+    # benchmarks.merged_gradient (measured_us set) and ccbench.scripts.simulate
+    # (scaling_efficiency set) share one schema; load() splits the rows.
+    CsvKind("mgwfbp", "MG-WFBP iterations and simulations",
+            required=("model", "strategy", "ranks", "predicted_us"), order="timestamp"),
+    CsvKind("costfit", "allreduce cost-model fit",
+            required=("ranks", "size_bytes", "measured_us", "fitted_us")),
+    CsvKind("profile", "layer profiles", required=("model", "order", "bytes", "backward_us")),
+    CsvKind("codec", "codec throughput", required=("codec", "encode_gbps", "decode_gbps"),
+            order="timestamp"),
+    CsvKind("compare", "interleaved comparisons (ccbench compare)",
+            required=("a", "b", "size_bytes", "ratio", "verdict"), order="timestamp"),
+    CsvKind("harness", "micro-benchmark (harness) rows",
+            required=("variant", "collective", "size_bytes", "ranks", "avg_us"),
+            order="timestamp"),
 )
 KIND_BY_NAME = {kind.name: kind for kind in KINDS}
 
@@ -128,19 +86,6 @@ DERIVED = {
 TITLES = {**{kind.name: kind.title for kind in KINDS},
           "iteration": "MG-WFBP measured iterations (benchmarks.merged_gradient)",
           "simulation": "MG-WFBP simulations (ccbench.scripts.simulate)"}
-
-# Text columns filled in for files that predate or omit them, so grouping never
-# meets NaN keys (pandas drops NaN groups silently).
-TEXT_DEFAULTS = {"harness": {"algorithm": "", "codec": "none", "dtype": "float32",
-                             "buffer": "numpy"},
-                 "training": {"algorithm": "", "model": "", "row": "step"},
-                 "replay": {"algorithm": "", "model": "", "framework": "", "compress": "",
-                            "merge": "", "row": "step"},
-                 "mgwfbp": {"transport": "", "variant": ""}, "costfit": {"model": "",
-                                                                          "transport": ""},
-                 "profile": {}, "codec": {"data": "random"},
-                 "compare": {"collective": "", "config": "", "a_rev": "", "b_rev": "",
-                             "statistic": "avg"}}
 
 # Kinds that describe inputs rather than measurements of a run: shared by every run.
 INPUT_KINDS = ("profile",)
@@ -315,6 +260,7 @@ def find_csvs(paths) -> list[tuple[Path, bool]]:
 
 
 UNKNOWN = "not a ccbench result CSV"
+UNDRAWN = "a ccbench result no figure draws"
 
 
 def classify(columns, first: dict | None = None) -> tuple[CsvKind | None, int, str | None]:
@@ -326,60 +272,95 @@ def classify(columns, first: dict | None = None) -> tuple[CsvKind | None, int, s
     except UsageError as exc:
         return None, 0, str(exc)
     if found is None:
-        shown = ", ".join(list(columns)[:8]) + (", ..." if len(columns) > 8 else "")
-        return None, 0, f"{UNKNOWN} (columns: {shown})"
+        return None, 0, unknown(columns)
     schema, version = found
-    kind = KIND_BY_NAME[schema.kind]
+    kind = KIND_BY_NAME.get(schema.kind)
+    if kind is None:
+        return None, 0, f"{UNDRAWN} ({schema.kind} rows)"
     missing = [c for c in kind.required if c not in set(columns)]
     if missing:
         return None, 0, f"looks like {kind.title} but lacks column(s) {', '.join(missing)}"
     return kind, version, None
 
 
+def unknown(columns) -> str:
+    shown = ", ".join(list(columns)[:8]) + (", ..." if len(columns) > 8 else "")
+    return f"{UNKNOWN} (columns: {shown})"
+
+
+def _cell(value):
+    """A value as read: text stripped, and no value (NaN) where the cell is empty; the
+    writer spells a missing float 'nan'."""
+    if isinstance(value, str):
+        value = value.strip()
+        if value.lower() in ("", "nan"):
+            return np.nan
+    return value
+
+
+def typed_frame(rows: list[dict], header: list[str], kind: CsvKind,
+                report: FileReport) -> pd.DataFrame:
+    """Rows of strings as a frame, each column of the schema read as its type (text as
+    pandas' text dtype, as its own reader gives it); a value that is not a number where
+    the schema says one is noted and left out."""
+    records = pd.DataFrame.from_records(rows)
+    columns = {}
+    for column in [*header, *(c for c in records.columns if c not in set(header))]:
+        values = records[column].map(_cell).astype(object)
+        wanted = kind.schema.type(column)
+        if wanted in NUMBER_TYPES:
+            columns[column] = pd.to_numeric(values, errors="coerce")
+            bad = int((values.notna() & columns[column].isna()).sum())
+            if bad:
+                report.notes.append(f"{bad} non-numeric value(s) in {column} ignored")
+        elif wanted is bool:
+            columns[column] = values.map(lambda v: TRUTH.get(v, v)).astype(object)
+        else:
+            columns[column] = values.infer_objects()
+    return pd.DataFrame(columns, index=records.index)
+
+
+TRUTH = {"True": True, "False": False}
+
+
 def read_one(path: Path, explicit: bool = True) -> tuple[pd.DataFrame | None, FileReport]:
     """One file as a DataFrame of its kind, or None and the reason in the report.
 
     A CSV found in a folder that is not a result file at all (a sweep list, someone's
-    notes) is ignored quietly; one named on the command line is an error."""
+    notes) is ignored quietly; one named on the command line is an error. A result the
+    figures do not draw (staging bounds) is ignored, named or not."""
     report = FileReport(path)
     try:
-        frame = pd.read_csv(path, skipinitialspace=True)
-    except pd.errors.EmptyDataError:
-        report.error = "empty file"
-        return None, report
-    except pd.errors.ParserError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "parse error"
-        report.error = f"malformed CSV ({first}); rows with a different number of fields " \
-                       "usually mean runs with different columns were appended to one file"
+        table = read_table(path)
+        header = table.header if table else read_rows(path)[0]
+    except UsageError as exc:  # a newer version, or a line with more fields than its header
+        text = str(exc).removeprefix(f"{path}: ")
+        report.error = f"malformed CSV ({text}); rows with a different number of fields " \
+                       "usually mean runs with different columns were appended to one file" \
+            if "fields" in text else text
         return None, report
     except (UnicodeDecodeError, OSError) as exc:
         report.error = f"cannot read ({type(exc).__name__}: {exc})"
         return None, report
-    frame.columns = [str(c).strip() for c in frame.columns]
-    if frame.empty:
-        report.error = "header only, no rows"
+    if not header:
+        report.error = "empty file"
         return None, report
-    first = frame.iloc[0].to_dict() if SCHEMA in frame.columns else None
-    kind, version, error = classify(frame.columns, first)
-    if error and error.startswith(UNKNOWN) and not explicit:
+    first = table.rows[0] if table and table.rows else None
+    kind, version, error = classify(header, first) if table else (None, 0, unknown(header))
+    if error and (error.startswith(UNDRAWN) or error.startswith(UNKNOWN) and not explicit):
         report.ignored = error
         return None, report
     if error:
         report.error = error
         return None, report
+    if not table.rows:
+        report.error = "header only, no rows"
+        return None, report
     report.kind = kind.name
-    schema = BY_KIND[kind.name]
+    schema = kind.schema
     if version < schema.version:  # what an older version left implicit, filled in
-        frame = pd.DataFrame(upgrade(frame.to_dict("records"), schema, version))
         report.notes.append(f"{schema.kind} version {version}, read as {schema.version}")
-    frame = frame.copy()
-    for column in kind.numeric:
-        if column in frame.columns:
-            given = frame[column].notna() & (frame[column].astype(str).str.strip() != "")
-            frame[column] = pd.to_numeric(frame[column], errors="coerce")
-            bad = int((given & frame[column].isna()).sum())
-            if bad:
-                report.notes.append(f"{bad} non-numeric value(s) in {column} ignored")
+    frame = typed_frame(table.current(), header, kind, report)
     needed = [c for c in kind.required if c in kind.numeric]
     keep = frame[needed].notna().all(axis=1) if needed else pd.Series(True, frame.index)
     if not keep.all():
@@ -480,7 +461,8 @@ def load(paths) -> Data:
     for name, parts in pieces.items():
         kind = KIND_BY_NAME[name]
         frame = pd.concat(parts, ignore_index=True, sort=False)
-        for column, default in TEXT_DEFAULTS.get(name, {}).items():
+        # text settings never NaN: pandas drops NaN groups silently
+        for column, default in kind.schema.text_settings().items():
             if column not in frame.columns:
                 frame[column] = default
             values = frame[column].astype(object)

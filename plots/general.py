@@ -15,6 +15,7 @@ from ccbench.plots.base import (
     interval_caption,
     link_of,
     main_codecs,
+    newest_per,
     panel_title,
     panels,
     rows,
@@ -62,10 +63,7 @@ def busbw_vs_size(data, style: Style) -> list[Figure]:
         for col, collective in enumerate(collectives):
             ax = axes[row * len(collectives) + col]
             sub = setting[setting["collective"] == collective]
-            if "timestamp" in sub.columns:
-                sub = sub.sort_values("timestamp", kind="stable")
-            sub = sub.drop_duplicates(["variant", "algorithm", "codec", "size_bytes"],
-                                      keep="last")
+            sub = newest_per(sub, ["variant", "algorithm", "codec", "size_bytes"])
             # busbw is inversely proportional to the time: the time's interval, inverted
             low, high, kind = time_bounds(sub)
             average = sub["avg_us"].to_numpy(dtype=float)
@@ -211,9 +209,9 @@ def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
     lossless_off = {}  # lossless codec -> {collective: smallest error}, where not exactly 0
     for col, collective in enumerate(collectives):
         sub = frame[frame["collective"] == collective]
-        # one point per (variant, codec): the row at the largest size measured
-        if "timestamp" in sub.columns:
-            sub = sub.sort_values("timestamp", kind="stable")
+        # one point per (variant, codec): the row at the largest size measured (a choice
+        # among the series' points, not "the same point")
+        sub = newest_per(sub, ["variant", "algorithm", "codec", "size_bytes"])
         sub = sub.sort_values("size_bytes", kind="stable").drop_duplicates(
             ["variant", "algorithm", "codec"], keep="last")
         sizes[collective] = sorted(set(sub["size_bytes"]))

@@ -29,6 +29,7 @@ from ccbench.plots.base import (
     interval_caption,
     link_of,
     main_codecs,
+    newest_per,
     panel_title,
     panels,
     rows,
@@ -65,9 +66,7 @@ POINT_KEYS = ["variant", "algorithm", "codec", "size_bytes"]
 
 def drawn_points(sub: pd.DataFrame) -> pd.DataFrame:
     """One row per (series, size) with its interval (_lo, _hi): what a panel draws."""
-    if "timestamp" in sub.columns:
-        sub = sub.sort_values("timestamp", kind="stable")
-    sub = sub.drop_duplicates(POINT_KEYS, keep="last")
+    sub = newest_per(sub, POINT_KEYS)
     low, high, _ = time_bounds(sub)
     return sub.assign(_lo=low, _hi=high)
 

@@ -19,6 +19,7 @@ from ccbench.plots.base import (
     floor_us,
     interval_caption,
     link_of,
+    newest_per,
     panel_title,
     rows,
     runs_note,
@@ -144,9 +145,7 @@ def line_style(style: Style, algorithm: str) -> dict:
 def drawn_points(frame: pd.DataFrame, x: str) -> pd.DataFrame:
     """One row per (algorithm, x) with its interval (_lo, _hi): the points a panel draws.
     Rows of one run measure each point once; a point measured again keeps the latest."""
-    if "timestamp" in frame.columns:
-        frame = frame.sort_values("timestamp", kind="stable")
-    frame = frame.drop_duplicates(["algorithm", x], keep="last")
+    frame = newest_per(frame, ["algorithm", x])
     low, high, _ = time_bounds(frame)
     return frame.assign(_lo=low, _hi=high)
 
@@ -244,6 +243,7 @@ def time_vs_sparsity(data, style: Style) -> list[Figure]:
                               key=lambda o: (o != "random", str(o))):
             part = sub[sub["overlap"] == overlap] if overlap else sub
             dense = sub[sub["algorithm"].isin(("dense", "dense-ring"))]
+            # the dense rows may be in `part` already: each row once (not a point's rows)
             part = pd.concat([part, dense]).drop_duplicates()
             settings.append(((ranks, link, overlap, size), part))
     settings.sort(key=lambda s: (s[0][1] <= 0, -s[0][1], s[0][0], s[0][2] != "random"))
@@ -344,9 +344,7 @@ def time_vs_workers(data, style: Style) -> list[Figure]:
         scale, unit = time_unit(sub["avg_us"])
         for algorithm in algorithms(sub):
             series = sub[sub["algorithm"] == algorithm]
-            if "timestamp" in series.columns:
-                series = series.sort_values("timestamp", kind="stable")
-            series = series.drop_duplicates("ranks", keep="last")
+            series = newest_per(series, ["ranks"])
             line, kind = draw_series(ax, series, "ranks", "avg_us", scale,
                                      **line_style(style, algorithm))
             kinds.add(kind)
@@ -391,9 +389,7 @@ def block_size_fusion(data, style: Style) -> list[Figure]:
         scale, unit = time_unit(sub["avg_us"])
         for i, fusion in enumerate(fusions or [None]):
             series = sub if fusion is None else sub[sub["fusion"] == fusion]
-            if "timestamp" in series.columns:
-                series = series.sort_values("timestamp", kind="stable")
-            series = series.drop_duplicates("block_size", keep="last")
+            series = newest_per(series, ["block_size"])
             label = "no fusion" if fusion in (None, 0, 1) else f"fusion {fmt(fusion)}"
             line, kind = draw_series(ax, series, "block_size", "avg_us", scale,
                                      color=style.color("sparse_streaming", "omnireduce"),

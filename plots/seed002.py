@@ -23,6 +23,7 @@ from ccbench.plots.base import (
     draw_series,
     interval_caption,
     link_of,
+    newest_per,
     panel_title,
     rows,
     runs_note,
@@ -120,9 +121,7 @@ def fit_from_harness(data) -> list[tuple[tuple, pd.DataFrame, dict]]:
     for (_, ranks, link, transport), sub in runs.groupby(["model", "ranks", "_link",
                                                          "transport"]):
         points = base[(base["ranks"] == ranks) & (base["_link"] == link)]
-        if "timestamp" in points.columns:
-            points = points.sort_values("timestamp", kind="stable")
-        points = points.drop_duplicates("size_bytes", keep="last").sort_values("size_bytes")
+        points = newest_per(points, ["size_bytes"]).sort_values("size_bytes")
         if len(points) < 2:
             continue
         low, high, _ = time_bounds(points)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ccbench.benchmarks.results import TRAINING
 from ccbench.benchmarks.statistics import time_interval
-from ccbench.plots.base import rows
+from ccbench.plots.base import newest_per, rows
 
 RUN_KEYS = ("framework", "variant", "algorithm", "codec", "compress", "error_feedback")
 SETTING_KEYS = ("model", "ranks", "link_gbps")
@@ -91,7 +91,7 @@ def launches(frame: pd.DataFrame) -> list[Launch]:
     out = []
     for values, sub in steps.groupby(by, sort=True, dropna=False):
         values = dict(zip(by, values, strict=True))
-        sub = sub.sort_values("step").drop_duplicates("step", keep="last")
+        sub = newest_per(sub, ["step"]).sort_values("step")
         mine = summaries
         for column in by:
             mine = mine[mine[column].astype(str) == str(values[column])]

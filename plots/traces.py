@@ -18,7 +18,7 @@ from matplotlib.patches import Patch
 
 from ccbench.kernels import variants
 from ccbench.plots import papers
-from ccbench.plots.base import Figure, FigureSpec, Skip, link_of, rows
+from ccbench.plots.base import Figure, FigureSpec, Skip, link_of, newest_per, rows
 from ccbench.plots.style import Style, figure, legend_below, panel_note, series_label, time_unit
 
 MAX_PANELS = 6
@@ -35,9 +35,7 @@ def summaries(data) -> pd.DataFrame:
         if column not in frame.columns:
             frame = frame.assign(**{column: ""})
         frame[column] = frame[column].astype(object).fillna("").astype(str)
-    if "timestamp" in frame.columns:
-        frame = frame.sort_values("timestamp", kind="stable")
-    return frame.drop_duplicates(list(PANEL_KEYS + BAR_KEYS), keep="last")
+    return newest_per(frame, PANEL_KEYS + BAR_KEYS)
 
 
 def bar_label(row) -> str:

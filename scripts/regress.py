@@ -184,6 +184,7 @@ def baseline_ratios(df: pd.DataFrame, baseline: tuple[str, str]) -> pd.DataFrame
     t = df.assign(avg=pd.to_numeric(df["avg_us"], errors="coerce"),
                   p50=pd.to_numeric(df["p50_us"], errors="coerce"))  # fmt: skip
     is_base = (t["variant"] == baseline[0]) & (t["algorithm"] == baseline[1])
+    # the baseline's row each row is divided by (the rows are one per point already)
     base = t.loc[is_base, match + ["avg", "p50"]].drop_duplicates(match, keep="last")
     joined = t.loc[~is_base].merge(base, on=match, suffixes=("", "_base"))
     median = joined["p50"] / joined["p50_base"]

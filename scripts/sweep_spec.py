@@ -21,7 +21,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from ccbench.benchmarks.options import format_sizes, size_list
-from ccbench.benchmarks.results import Sidecar, read_rows
+from ccbench.benchmarks.results import Sidecar, Table, point_identity, read_rows, read_table
 from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
@@ -305,27 +305,63 @@ def remaining_sizes(spec: Spec, task: Task) -> list:
     """The sizes of `task` still to measure, from what its CSV holds ([None] for a task
     without sizes that has not finished).
 
-    The harness measures sizes in increasing order and appends each size's rows, and it
-    records a run in `<csv>.json` only once the run has finished. So if the newest rows
-    belong to a finished run, everything up to the largest size present is done; if not,
-    that run was killed and its last size may lack some configurations: measure it again
-    (the newer rows win when results are merged).
+    Only the task's own rows count: those whose point (`results.point_identity`) agrees
+    with the task on every setting it fixes (`task_settings`); a row of another
+    configuration in the same file measured another point. The harness measures sizes in
+    increasing order and appends each size's rows, and it records a run in `<csv>.json`
+    only once the run has finished. So every size of a finished run is done; a run that
+    was killed may lack some configurations of its largest size: that size is measured
+    again (the newer rows win when results are merged), its smaller ones are done.
     """
     todo = list(task.sizes) or [None]
     path = csv_path(spec, task)
     if not path.exists():
         return todo
-    _, rows = read_rows(path)
-    if not rows:
-        return todo
-    last = rows[-1]
-    finished = (last.get("run_id") or last.get("compare_id")) in _finished_runs(path)
+    finished = _finished_runs(path)  # a sidecar that cannot be read is refused here
     if not task.sizes:
-        return [] if finished else todo
-    largest = max(int(r["size_bytes"]) for r in rows)
-    if finished:
-        return [s for s in task.sizes if s > largest]
-    return [s for s in task.sizes if s >= int(last["size_bytes"])]
+        _, rows = read_rows(path)
+        if not rows:
+            return todo
+        last = rows[-1]
+        return [] if (last.get("run_id") or last.get("compare_id")) in finished else todo
+    table = read_table(path)
+    rows = own_rows(table, task) if table else []
+    sizes: dict[str, set[int]] = {}
+    for row in rows:
+        sizes.setdefault(row.get("run_id", ""), set()).add(int(row["size_bytes"]))
+    done = set()
+    for run, measured in sizes.items():
+        done |= measured if run in finished else measured - {max(measured)}
+    return [s for s in task.sizes if s not in done]
+
+
+# Options whose column holds the value as the command line spells it: they tell a task's
+# rows from another configuration's. (Others are resolved or split before they are
+# written: --timer auto becomes the timer used, --density 0.1,1 one row per density.)
+AS_GIVEN = ("collective", "algorithm", "dtype", "buffer", "transport", "backend", "model",
+            "strategy")
+
+
+def task_settings(task: Task) -> dict[str, str]:
+    """The settings every row of `task` holds: its variant, ranks, link rate and the
+    options spelled in their columns as given."""
+    settings = {"variant": task.variant, "ranks": str(task.ranks)}
+    if task.link_gbps is not None:
+        settings["link_gbps"] = str(task.link_gbps)
+    for flag, value in itertools.pairwise(task.args):
+        key = flag[2:].replace("-", "_") if flag.startswith("--") else ""
+        if key in AS_GIVEN and not value.startswith("-"):
+            settings[key] = value
+    return settings
+
+
+def own_rows(table: Table, task: Task) -> list[dict]:
+    """The rows of `table` that measured a point of `task`: their identity, on the
+    settings the task fixes, is the task's."""
+    settings = task_settings(task)
+    fixed = [c for c in table.schema.identity_columns(table.header) if c in settings]
+    mine = point_identity(settings, table.schema, fixed)
+    return [r for r in table.current() if point_identity(r, table.schema, fixed) == mine]
 
 
 def _finished_runs(path: Path) -> set[str]:

@@ -20,26 +20,10 @@ from matplotlib.container import ErrorbarContainer
 from scipy import stats
 
 from ccbench.plots import cli
-from ccbench.plots.data import load
-from tests.plot_fixtures import build_results, note_lines
+from tests.plot_fixtures import note_lines
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("close_figures")]
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def results(tmp_path_factory) -> Path:
-    return build_results(tmp_path_factory.mktemp("results"))
-
-
-@pytest.fixture(scope="module")
-def data(results):
-    return load([results])
-
-
-@pytest.fixture(scope="module")
-def style(data):
-    return cli.make_style(data)
 
 
 def draw(name: str, data, style):

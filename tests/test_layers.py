@@ -123,7 +123,7 @@ def test_benchmarks_hold_the_harness_and_variants_only():
     """No tool in benchmarks/: its modules are the harness pieces and the variants."""
     harness = {"__init__", "harness", "options", "osu_format", "results", "environment",
                "compressed_base", "progress", "statistics", "accuracy", "timing_c",
-               "timing", "agreement",
+               "timing", "agreement", "schemas",
                "paired"}  # paired: two variants in one launch, for ccbench compare
     from ccbench.scripts.cli import VARIANTS
 

@@ -26,7 +26,6 @@ from tests.plot_fixtures import (
     CODEC_US_PER_BYTE,
     SWEEP,
     US_PER_BYTE_1G,
-    build_results,
     codec_rows,
     draw,
     legend_labels,
@@ -39,30 +38,7 @@ from tests.plot_fixtures import (
     write,
 )
 
-pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def results(tmp_path_factory) -> Path:
-    return build_results(tmp_path_factory.mktemp("results"))
-
-
-@pytest.fixture(scope="module")
-def data(results):
-    return load([results])
-
-
-@pytest.fixture(scope="module")
-def style(data):
-    return cli.make_style(data)
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("close_figures")]
 
 
 # ---------------------------------------------------------------- loading

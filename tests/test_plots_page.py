@@ -18,7 +18,6 @@ from ccbench.plots.data import load
 from ccbench.plots.style import Style, format_bytes
 from tests.plot_fixtures import (
     SWEEP,
-    build_results,
     draw,
     harness_row,
     note_lines,
@@ -28,30 +27,7 @@ from tests.plot_fixtures import (
     write,
 )
 
-pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def results(tmp_path_factory) -> Path:
-    return build_results(tmp_path_factory.mktemp("results"))
-
-
-@pytest.fixture(scope="module")
-def data(results):
-    return load([results])
-
-
-@pytest.fixture(scope="module")
-def style(data):
-    return cli.make_style(data)
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("close_figures")]
 
 
 # ---------------------------------------------------------------- command line
@@ -136,7 +112,7 @@ def test_bad_csvs_are_named_and_the_rest_is_drawn(tmp_path, capsys):
     errors = captured.err
     assert "empty.csv: empty file" in errors
     assert "header_only.csv: header only, no rows" in errors
-    assert "mixed.csv: malformed CSV (Error tokenizing data" in errors
+    assert "mixed.csv: malformed CSV (line 3 has " in errors
     assert "no_avg.csv: looks like micro-benchmark (harness) rows but lacks column(s) " \
            "avg_us" in errors
     assert "stranger.csv: not a ccbench result CSV" in errors

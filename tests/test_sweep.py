@@ -320,6 +320,33 @@ variant = "baseline"
     assert sweep_spec.remaining_sizes(spec, task) == []
 
 
+def test_resume_counts_only_the_points_of_the_tasks_own_configuration(tmp_path):
+    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", f"""
+[sweep]
+output = "{tmp_path / 'out'}"
+sizes = "1K:16K"
+[[points]]
+variant = "baseline"
+collective = "allreduce"
+"""))
+    task = spec.tasks[0]
+    path = sweep_spec.csv_path(spec, task)
+    allreduce = {"collective": "allreduce"}
+    # finished runs: the task's own at 1K and 2K, then another collective and another
+    # rank count at every size (newest): keyed on size alone, they would finish the task
+    write_csv_atomic(path, [
+        *fake_rows([1024, 2048], "mine", **allreduce),
+        *fake_rows([1024, 2048, 4096, 8192, 16384], "gather"),
+        *fake_rows([4096, 8192, 16384], "four", ranks="4", **allreduce),
+    ], COMMON_COLUMNS)
+    Path(f"{path}.json").write_text(json.dumps({"runs": {"mine": {}, "gather": {}, "four": {}}}))
+    assert sweep_spec.remaining_sizes(spec, task) == [4096, 8192, 16384]
+    # a run of its own killed at 8K: 4K is done, 8K may lack rows
+    rows = read_rows(path)[1] + fake_rows([4096, 8192], "killed", **allreduce)
+    write_csv_atomic(path, rows, COMMON_COLUMNS)
+    assert sweep_spec.remaining_sizes(spec, task) == [8192, 16384]
+
+
 def test_a_task_without_sizes_is_done_when_its_last_run_finished(tmp_path):
     spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", f"""
 [sweep]

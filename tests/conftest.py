@@ -1,0 +1,43 @@
+"""Fixtures of the plotting tests (test_plots.py, test_plots_page.py, test_figures.py).
+
+None is autouse: a test gets one only by naming it, and those modules close their
+figures with `pytest.mark.usefixtures("close_figures")`, so no other test changes. The
+plotting stack is imported inside the fixtures, so collecting the rest of the suite never
+imports it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    """A results folder of every kind of row (tests/plot_fixtures.py), one per module."""
+    from tests.plot_fixtures import build_results
+
+    return build_results(tmp_path_factory.mktemp("results"))
+
+
+@pytest.fixture(scope="module")
+def data(results):
+    from ccbench.plots.data import load
+
+    return load([results])
+
+
+@pytest.fixture(scope="module")
+def style(data):
+    from ccbench.plots import cli
+
+    return cli.make_style(data)
+
+
+@pytest.fixture
+def close_figures():
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
