@@ -7,11 +7,10 @@
 Both sides are built once per message size (each with its own options, plus the common
 ones after --); then turn k times A and then B when k is even, B and then A when it is
 odd, each with its warm-up calls and its iterations, as a run of the variant would. A
-host whose speed shifts over seconds (2x spells lasting seconds were seen on a shared
-host) moves both sides of a turn alike. What a launch fixes once (one side of a
-shared-memory 128 KiB allgather was seen 2x slower in every turn of one launch, and not
-in others) is the same in every turn, so turns do not replace launches:
-`ccbench compare` runs several such launches and takes its interval across them.
+host whose speed shifts over seconds moves both sides of a turn alike. What a launch
+fixes once is the same in every turn, so turns do not replace launches: `ccbench
+compare` runs several such launches and takes its interval across them (docs/comparisons.md
+gives what this host showed on both levels).
 `--json` gets, per point, every turn's statistics of each side. With -c each side's -c
 pass runs once after the turns (exit 1 when one fails).
 """

@@ -24,18 +24,8 @@ else ``results/corpus`` under the current directory. Corpus values are float32, 
 captured values exactly; synthetic ones float64 (``sparse`` float32). The seed does not
 change corpus values (the corpus has its own, in its manifest).
 
-How a corpus kind fills ``count`` values on rank r of P (``fill_note`` says which
-applies): gradients and activations were captured per simulated rank, each on its own
-micro-batch. Rank r takes the tensors of simulated ranks r, r + P, r + 2P, ... (so no
-two ranks share a tensor and, position by position, ranks hold gradients of the same
-step and layer), each rank's tensors of the kind in phase order. Beyond those it takes
-the other simulated ranks' tensors, from r + 1 on (real data, but another rank holds
-the same tensor at another position), and only then repeats its sequence from the
-start. Ranks beyond the corpus's simulated ranks (r >= S) use simulated rank r mod S's
-sequence rotated by a fraction of its length. Weights are the same on every rank of a
-data-parallel job, so rank r takes the shard starting at r x count of the phases'
-weights laid end to end (as the shards of a sharded model), wrapping round when
-P x count exceeds them.
+How a corpus kind fills ``count`` values on rank r of P (``fill_note`` says which rule
+applied): docs/data.md, "How a corpus kind fills `count` values".
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ common options, round after round, so that a load that comes and goes on a share
 hits both alike. Two benchmarks with message sizes from this checkout share each round's
 launch (benchmarks/paired.py): built on the same ranks, they take `--turns` turns, A B,
 B A, ..., so a host whose speed shifts over seconds moves both alike. What one launch
-fixes (a side was seen 2x slower in every turn of one launch only) differs from launch
-to launch, so a round is a launch, and the interval is taken across rounds.
+fixes differs from launch to launch (docs/comparisons.md), so a round is a launch, and
+the interval is taken across rounds.
 `--separate-launches` gives each side a launch of its own in every round instead, in
 the order A B, B A, ..., as revisions (`--a-rev` / `--b-rev`: a side from a git
 revision, with the same command if B is left out), training, trace_replay and

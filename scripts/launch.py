@@ -1,8 +1,7 @@
 """How ccbench starts MPI ranks: the launcher of the MPI in use, with ranks bound to cores.
 
-Unbound ranks make timings meaningless on a small shared host (the same 64 KiB allgather
-varied 18-108 us from one launch to the next); bound, OSU's C benchmark and ccbench agree
-within a few percent. So every launcher ccbench writes binds ranks to cores unless told
+Unbound ranks make timings meaningless on a small shared host (docs/comparisons.md
+measures how much), so every launcher ccbench writes binds ranks to cores unless told
 not to (`--no-bind`, or CCBENCH_BIND=0):
 
     MPICH (Hydra)   mpiexec -bind-to core -n N ...
