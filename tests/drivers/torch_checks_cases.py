@@ -281,7 +281,7 @@ def replay_validation(comm) -> dict:
         router.transport = lambda e: SpoiledAllreduce(plain(e)) \
             if e.collective == "allreduce" else plain(e)
     spoiled = validate(comm, router, steps, seed=0)
-    return {"honest": comm.mpi.allgather(honest), "spoiled": comm.mpi.allgather(spoiled)}
+    return {"honest": comm.allgather_obj(honest), "spoiled": comm.allgather_obj(spoiled)}
 
 
 def capture_means(comm) -> dict:
