@@ -283,12 +283,10 @@ def run(argv: list[str]) -> int:
 
 
 def _run_info() -> dict:
-    from mpi4py import MPI
-
     from ccbench.benchmarks import environment
     from ccbench.collectives.comm import Communicator
 
-    return environment.run_info(Communicator(MPI.COMM_WORLD), "codec_throughput")
+    return environment.run_info(Communicator(), "codec_throughput")
 
 
 def main(argv: list[str] | None = None) -> int:

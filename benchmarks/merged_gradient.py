@@ -3,7 +3,8 @@
     mpiexec -n 4 python -m ccbench.benchmarks.merged_gradient --model resnet50 --strategy all
 
 1. Cost model: allreduce over a size sweep on this communicator, through the chosen
-   transport; ``alpha + beta * bytes`` is fitted and printed (never assumed).
+   group allreduce (--allreduce); ``alpha + beta * bytes`` is fitted and printed (never
+   assumed).
 2. Plans: every strategy of ``collectives.mgwfbp`` under that fit and the model's
    profile (``results/profiles/<model>.csv``), with its predicted iteration time.
 3. Execution: iterations replay the profile's forward and backward times on the main
@@ -64,7 +65,8 @@ from ccbench.kernels.vocabulary import exact_amplitude, itemsize
 GRADIENT_DTYPE = "float32"
 ITEM = itemsize(GRADIENT_DTYPE)
 
-TRANSPORTS = {
+# --allreduce: what allreduces every group, over which transport (mpi unless torch:)
+ALLREDUCES = {
     "mpi": "the MPI library's MPI_Allreduce (default)",
     "ring": "the ring allreduce of collectives.ring, by hand over point-to-point calls",
     "coll:CODEC": "collective-level compressed ring allreduce (collectives.compressed), "
@@ -77,7 +79,8 @@ TRANSPORTS = {
 
 
 def split_transport(name: str) -> tuple[str, str]:
-    """(the library that moves the bytes: mpi or torch, the allreduce run over it)."""
+    """An --allreduce name -> (the transport, the library that moves the bytes: mpi or
+    torch; the allreduce run over it)."""
     if name == "torch":
         return "torch", "library"
     if name.startswith("torch:"):
@@ -85,17 +88,17 @@ def split_transport(name: str) -> tuple[str, str]:
     return "mpi", name
 
 
-# ---------------------------------------------------------------- transport
+# ---------------------------------------------------------------- group allreduce
 
 
 @dataclass
-class Transport:
+class GroupAllreduce:
     """How every group is allreduced: ``bind(send, recv) -> run()``, set up in advance."""
 
     name: str
     bind: object
-    codec: object = None  # kernels.codec_base.Codec of a compressed transport
-    variant: str = ""  # "coll" or "p2p" for a compressed transport
+    codec: object = None  # kernels.codec_base.Codec of a compressed allreduce
+    variant: str = ""  # "coll" or "p2p" for a compressed allreduce
 
     def error_bound(self, amaxes: list[float]) -> float | None:
         """Max abs error of a result (None: exact), for inputs of these magnitudes."""
@@ -106,19 +109,20 @@ class Transport:
         return error_bound(self.codec, self.variant, "allreduce", amaxes, GRADIENT_DTYPE)
 
 
-def make_transport(name: str, comm: Communicator) -> Transport:
+def make_group_allreduce(name: str, comm: Communicator) -> GroupAllreduce:
     _, allreduce = split_transport(name)
     if allreduce in ("mpi", "library", "ring"):
-        return Transport(name, lambda s, r: bind_collective(comm, allreduce, "allreduce", s, r))
+        return GroupAllreduce(name, lambda s, r: bind_collective(comm, allreduce, "allreduce",
+                                                                 s, r))
     variant, sep, spec = allreduce.partition(":")
     if variant in ("coll", "p2p") and sep:
         from ccbench.collectives.compressed import bind_compressed
         from ccbench.kernels.codecs import parse_codec
 
         codec = parse_codec(spec)
-        return Transport(name, lambda s, r: bind_compressed(comm, variant, "allreduce", codec,
-                                                            s, r), codec, variant)
-    raise UsageError(f"unknown transport {name!r}; choose from {', '.join(TRANSPORTS)}")
+        return GroupAllreduce(name, lambda s, r: bind_compressed(
+            comm, variant, "allreduce", codec, s, r), codec, variant)
+    raise UsageError(f"unknown --allreduce {name!r}; choose from {', '.join(ALLREDUCES)}")
 
 
 # ---------------------------------------------------------------- cost model
@@ -152,7 +156,7 @@ def validate(comm: Communicator, schedules: list[Schedule], stream: CommThread,
              send: np.ndarray, recv: np.ndarray, seed: int, bound: float | None) -> list[bool]:
     """Check every strategy on integer inputs: each group reduced once, all covered.
 
-    Exact for lossless transports; within ``bound`` (absolute) for lossy ones.
+    Exact for lossless allreduces; within ``bound`` (absolute) for lossy ones.
     """
     amplitude = exact_amplitude(comm.size)
 
@@ -185,7 +189,7 @@ def build_parser(quiet: bool) -> argparse.ArgumentParser:
         prog="python -m ccbench.benchmarks.merged_gradient", quiet=quiet,
         description=__doc__.split("\n\n")[0] + "\n\nprofiled models: "
         + ", ".join(profile_names())
-        + "\ntransports:\n" + "\n".join(f"  {k:11s} {v}" for k, v in TRANSPORTS.items()),
+        + "\nallreduces:\n" + "\n".join(f"  {k:15s} {v}" for k, v in ALLREDUCES.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="resnet50",
                         help=f"a model profiled in {PROFILE_DIR} (default resnet50)")
@@ -194,13 +198,15 @@ def build_parser(quiet: bool) -> argparse.ArgumentParser:
     parser.add_argument("--strategy", default="all",
                         help="comma-separated wfbp, single, fixed:BYTES, ddp:BYTES, mgwfbp, "
                              "optimal, or all (default)")
-    parser.add_argument("--transport", default="mpi", metavar="NAME",
+    parser.add_argument("--allreduce", default="mpi", metavar="NAME",
                         help="allreduce of every group: mpi (default), ring, coll:CODEC, "
                              "p2p:CODEC, over MPI; torch, or torch: before the others, over "
                              "torch.distributed (see above)")
+    # its former name, which the CSV's transport column still holds
+    parser.add_argument("--transport", dest="allreduce", help=argparse.SUPPRESS)
     parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
-                        help="torch transports: the torch.distributed backend (default gloo: "
-                             "the gradients are host buffers)")
+                        help="torch: the torch.distributed backend (default gloo: the "
+                             "gradients are host buffers)")
     add_repetitions(parser, 10, "training iterations per strategy", warmup_default=2)
     parser.add_argument("--compute-speedup", type=float, default=1.0,
                         help="replay the profile's compute this many times faster")
@@ -223,16 +229,15 @@ def _parse(argv, comm: Communicator):
     opts.fit_low = parse_size(opts.fit_min)
     if opts.compute_speedup <= 0 or opts.fit_seconds <= 0:
         raise UsageError("--compute-speedup and --fit-seconds must be positive")
-    opts.transport_name = opts.transport
-    opts.transport, _ = split_transport(opts.transport)
+    opts.transport, _ = split_transport(opts.allreduce)
     opts.buffer = "numpy"
     resolve_transport(opts)
-    if opts.transport == "mpi":
-        from mpi4py import MPI
-
-        if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
-            raise UsageError("the communication thread needs MPI_THREAD_SERIALIZED or better")
     return opts
+
+
+def _check_threaded(comm: Communicator) -> None:
+    if not comm.threaded:
+        raise UsageError("the communication thread needs MPI_THREAD_SERIALIZED or better")
 
 
 def _load_profile(opts) -> Profile:
@@ -243,8 +248,8 @@ def _load_profile(opts) -> Profile:
     return profile
 
 
-def _report_fit(fit: Fit, points: list[dict], ranks: int, transport: str) -> None:
-    print(f"# allreduce cost model on {ranks} ranks ({transport}): {fit.describe()}")
+def _report_fit(fit: Fit, points: list[dict], ranks: int, allreduce: str) -> None:
+    print(f"# allreduce cost model on {ranks} ranks ({allreduce}): {fit.describe()}")
     print(f"# {'size_bytes':>12} {'measured_us':>12} {'fitted_us':>12} {'iters':>6}")
     for p in points:
         print(f"  {p['size_bytes']:>12} {p['measured_us']:>12.1f} {p['fitted_us']:>12.1f} "
@@ -267,13 +272,13 @@ def _report(rows: list[dict]) -> None:
 def _run(argv, launch: Communicator) -> int:
     opts = agreed(launch, lambda: _parse(argv, launch))
     comm = open_transport(launch, opts)
+    agreed(comm, lambda: _check_threaded(comm))
     agreed(comm, lambda: check_header(opts.csv, MGWFBP_COLUMNS) if comm.rank == 0 else None)
     profile = agreed(comm, lambda: _load_profile(opts) if comm.rank == 0 else None)
     profile = comm.bcast_obj(profile, root=0)
     root = comm.rank == 0
-    opts.transport = opts.transport_name  # the rows' and the plans' name of it
-    transport = agreed(comm, lambda: make_transport(opts.transport, comm))
-    bind = transport.bind
+    allreduce = agreed(comm, lambda: make_group_allreduce(opts.allreduce, comm))
+    bind = allreduce.bind
     count = profile.total_bytes // ITEM
     rng = np.random.default_rng([opts.seed, comm.rank])
     send = rng.standard_normal(count, dtype=GRADIENT_DTYPE)  # gradient-like values
@@ -287,11 +292,11 @@ def _run(argv, launch: Communicator) -> int:
         print(f"# MG-WFBP execution: {profile.model}, {profile.ntensors} tensors, "
               f"{profile.total_bytes / 2**20:.2f} MiB, forward {profile.forward_us / 1e3:.2f} ms,"
               f" backward {profile.total_backward_us / 1e3:.2f} ms, {comm.size} ranks")
-        _report_fit(fit, points, comm.size, opts.transport)
+        _report_fit(fit, points, comm.size, opts.allreduce)
         if opts.fit_csv:
             run = {"run_id": info["run_id"], "sweep_id": info["sweep_id"]}
             fit_columns = {"model": profile.model, "ranks": comm.size,
-                           "transport": opts.transport, "link_gbps": info["link_gbps"]}
+                           "transport": opts.allreduce, "link_gbps": info["link_gbps"]}
             write_csv_atomic(opts.fit_csv, [build_row(COSTFIT, run, fit_columns, p)
                                             for p in points], COSTFIT.names)
 
@@ -303,7 +308,7 @@ def _run(argv, launch: Communicator) -> int:
         times = run_strategies(comm, schedules, stream, opts.iterations, opts.warmup)
         checks = [None] * len(schedules)
         if opts.validate:
-            bound = transport.error_bound([exact_amplitude(comm.size)] * comm.size)
+            bound = allreduce.error_bound([exact_amplitude(comm.size)] * comm.size)
             checks = validate(comm, schedules, stream, send, recv, opts.seed, bound)
     finally:
         stream.close()
@@ -313,7 +318,7 @@ def _run(argv, launch: Communicator) -> int:
         forward, backward, total, busy = t.T
         rows.append(build_row(MGWFBP, info, {
             "model": profile.model, "ranks": comm.size,
-            "transport": opts.transport,
+            "transport": opts.allreduce,  # the column's former name of --allreduce
             **plan_columns(p, cost), "fit_r2": round(fit.r2, 6),
             "measured_us": round(float(total.mean()), 3),
             "measured_std_us": round(float(total.std()), 3),

@@ -223,6 +223,24 @@ def resolve_algorithm(algorithm: str | None, transport: str) -> str:
     return algorithm
 
 
+def check_gradient_codec(variant: str, codec: str) -> str:
+    """The codec of training's or trace replay's --variant, in its canonical spelling: a
+    compressed variant needs one of ccbench's codecs, the others send uncompressed data
+    (the registry says which is which). The gradient communicator takes it as checked."""
+    from ccbench.kernels import variants
+
+    if variants.schedule(variant) is None:
+        if codec != "none":
+            raise UsageError(f"the {variant} variant sends uncompressed data: use a "
+                             f"compressed variant for --codec {codec}")
+        return codec
+    if codec == "none":
+        raise UsageError(f"--variant {variant} needs a codec, e.g. --codec fp16")
+    from ccbench.kernels.codecs import parse_codec
+
+    return parse_codec(codec).spec
+
+
 def add_output(parser, rows: str, json: bool = False) -> None:
     parser.add_argument("--csv", metavar="PATH", help=f"append {rows} to this CSV (its run's "
                                                       "environment goes to PATH.json)")

@@ -91,7 +91,7 @@ def time_size(comm, size: int, iterations: int, rounds: int) -> dict:
         return measure(comm, run, iterations, warmup, timing, timer=timer)["avg_us"] * 1e-6
 
     def mean_over_ranks(seconds: float) -> float:
-        return mpi.allreduce(seconds, op=MPI.SUM) / comm.size * 1e6
+        return comm.allreduce_value(seconds, "sum") / comm.size * 1e6
 
     methods = {
         "bare": lambda: mean_over_ranks(bare_per_call(mpi, send, recv, iterations, warmup)),

@@ -123,10 +123,6 @@ class SparseStreaming(Variant):
         else:
             opts.window = opts.window or DEFAULT_WINDOW
             opts.streams = opts.streams or DEFAULT_STREAMS
-        if opts.algorithm == "omnireduce" and opts.transport != "mpi":
-            raise UsageError("--algorithm omnireduce tags its streams and tests and cancels "
-                             "its receives, which torch.distributed cannot: use --transport "
-                             "mpi, or --algorithm dense, dense-ring or allgather-sparse")
         if opts.aggregators:
             if opts.algorithm != "omnireduce":
                 raise UsageError("--aggregators applies to --algorithm omnireduce only")

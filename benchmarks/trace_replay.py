@@ -26,7 +26,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-from mpi4py import MPI
 
 from ccbench.benchmarks import environment
 from ccbench.benchmarks.agreement import agreed, run_main
@@ -36,6 +35,7 @@ from ccbench.benchmarks.options import (
     add_output,
     add_seed,
     add_validate,
+    check_gradient_codec,
     non_negative_int,
     parse_size,
     positive_float,
@@ -44,7 +44,7 @@ from ccbench.benchmarks.options import (
 from ccbench.benchmarks.progress import progress_bar
 from ccbench.benchmarks.results import REPLAY, append_rows, build_row, check_header
 from ccbench.benchmarks.statistics import mean_interval
-from ccbench.collectives.comm import Communicator
+from ccbench.collectives.communicator import BaseCommunicator as Communicator
 from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
@@ -55,7 +55,7 @@ FIELDS = ("step_us", "comm_us", "emulated_us", "allgather_us", "reduce_scatter_u
 
 
 def build_parser(quiet: bool) -> RankAwareParser:
-    from ccbench.training.transport import COMPRESS, VARIANTS
+    from ccbench.training.gradient_comm import COMPRESS, VARIANTS
 
     parser = RankAwareParser(
         prog="python -m ccbench.benchmarks.trace_replay", quiet=quiet,
@@ -115,17 +115,14 @@ def parse_options(argv, comm: Communicator):
     opts.data = parse_data_kind(opts.data).spec
     if opts.merge:
         opts.merge = parse_strategy(opts.merge).label
-    if opts.variant in variants.COMPRESSED and opts.codec != "none":
-        from ccbench.kernels.codecs import parse_codec
-
-        opts.codec = parse_codec(opts.codec).spec
+    opts.codec = check_gradient_codec(opts.variant, opts.codec)
     return opts
 
 
-def _check_thread_level() -> None:
+def _check_thread_level(comm) -> None:
     """The launch's, not the options': apart so that a sweep's tasks are checked without
     one (tests/test_sweep.py)."""
-    if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
+    if not comm.threaded:
         raise UsageError("the communication thread needs MPI_THREAD_SERIALIZED or better")
 
 
@@ -221,15 +218,12 @@ def validate(comm, router, steps, seed: int) -> bool:
         bound = transport.error_bound(e.collective, [amplitude] * size, e.dtype)
         err = np.abs(out.to(torch.float64).numpy() - expected)
         ok &= bool(np.all(err == 0) if bound is None else np.all(err <= bound))
-    return bool(comm.mpi.allreduce(int(ok), op=MPI.MIN))
+    return bool(comm.allreduce_value(int(ok), op="min"))
 
 
 def _rows(opts, trace, name, tid, mode, steps, local, info, comm, checks) -> list[dict]:
-    mean = np.empty_like(local)
-    comm.mpi.Allreduce(local, mean)
-    mean /= comm.size
-    slowest = np.empty(len(local))
-    comm.mpi.Allreduce(np.ascontiguousarray(local[:, 0]), slowest, op=MPI.MAX)
+    mean = comm.allreduce_array(local, "sum") / comm.size
+    slowest = comm.allreduce_array(np.ascontiguousarray(local[:, 0]), "max")
     source = trace.source
     constant = build_row(REPLAY, info, {
         "trace": name, "trace_id": tid,
@@ -310,10 +304,10 @@ def _run(argv, comm: Communicator) -> int:
 
     root = comm.rank == 0
     opts = agreed(comm, lambda: parse_options(argv, comm))
-    agreed(comm, _check_thread_level)
+    agreed(comm, lambda: _check_thread_level(comm))
     agreed(comm, lambda: check_header(opts.csv, COLUMNS) if root else None)
     loaded = agreed(comm, lambda: load_trace(opts.trace, comm.size) if root else None)
-    trace, name = comm.mpi.bcast(loaded, root=0)
+    trace, name = comm.bcast_obj(loaded, root=0)
     agreed(comm, lambda: check_replayable(trace))
     spec = ReplaySpec(opts.variant, opts.algorithm, opts.codec, opts.compress,
                       opts.chunk_bytes)

@@ -27,6 +27,7 @@ from ccbench.benchmarks.options import (
     add_output,
     add_seed,
     add_transport,
+    check_gradient_codec,
     non_negative_int,
     parse_size,
     positive_int,
@@ -135,8 +136,8 @@ def print_summary(result: TrainResult) -> None:
 
 def build_parser(quiet: bool) -> RankAwareParser:
     from ccbench.training.frameworks import FRAMEWORKS
+    from ccbench.training.gradient_comm import COMPRESS, VARIANTS
     from ccbench.training.models import DEFAULT_MODEL, MODELS
-    from ccbench.training.transport import COMPRESS, VARIANTS
 
     models = "\n".join(f"  {name:<11} {text}" for name, (_, text) in MODELS.items())
     parser = RankAwareParser(
@@ -227,19 +228,11 @@ def config_from_options(opts) -> TrainConfig:
         raise UsageError("--clip must not be negative")
     if opts.fit_seconds <= 0:
         raise UsageError("--fit-seconds must be positive")
-    uncompressed = opts.variant not in (*variants.COMPRESSED, variants.TORCH)
-    if uncompressed and opts.codec != "none":
-        raise UsageError(f"the {opts.variant} variant sends uncompressed data: use a "
-                         f"compressed variant for --codec {opts.codec}")
-    if opts.variant in variants.COMPRESSED and opts.codec == "none":
-        raise UsageError(f"--variant {opts.variant} needs a codec, e.g. --codec fp16")
-    if opts.variant == "torch":
+    if opts.variant == variants.TORCH:  # torch's own DDP hooks, not ccbench's codecs
         if opts.codec not in TORCH_CODECS:
             raise UsageError(f"--variant torch takes --codec {', '.join(TORCH_CODECS)}")
-    else:
-        from ccbench.kernels.codecs import parse_codec
-
-        opts.codec = parse_codec(opts.codec).spec  # canonical spelling, as in the other CSVs
+    else:  # canonical spelling, as in the other CSVs
+        opts.codec = check_gradient_codec(opts.variant, opts.codec)
     if opts.framework == "mgwfbp":
         from ccbench.collectives.mgwfbp import parse_strategies
 
@@ -257,9 +250,10 @@ def config_from_options(opts) -> TrainConfig:
 
 
 def cost_model(comm, opts, root: bool):
-    """``cost(transport, profile) -> AlphaBeta`` for MG-WFBP: an allreduce size sweep
-    through the transport, fitted as benchmarks.merged_gradient does, and printed."""
-    def cost(transport, profile):
+    """``cost(gradient_comm, profile) -> AlphaBeta`` for MG-WFBP: an allreduce size sweep
+    through the gradient communicator, fitted as benchmarks.merged_gradient does, and
+    printed."""
+    def cost(gradient_comm, profile):
         import torch
 
         from ccbench.benchmarks.timing import measure
@@ -272,7 +266,7 @@ def cost_model(comm, opts, root: bool):
         recv = send.clone()
 
         def bind(_, r):  # in place, as the trainer does; divided so values stay bounded
-            return lambda: (transport.allreduce(r), r.div_(comm.size))
+            return lambda: (gradient_comm.allreduce(r), r.div_(comm.size))
 
         sizes = fit_sizes(profile.total_bytes, opts.fit_min, comm.size)
         fit, _ = fit_cost_model(

@@ -64,6 +64,7 @@ class Communicator(BaseCommunicator):
         if local is not None:
             local.Free()
         self.mpi = mpi_comm
+        self.threaded = MPI.Query_thread() >= MPI.THREAD_SERIALIZED
         if gpu_aware is None:
             gpu_aware = os.environ.get("CCBENCH_GPU_AWARE", "0") == "1"
         self.gpu_aware = gpu_aware
@@ -426,6 +427,9 @@ class Communicator(BaseCommunicator):
     # control plane ------------------------------------------------------------------
     def allgather_obj(self, obj) -> list:
         return self.mpi.allgather(obj)
+
+    def gather_obj(self, obj, root: int = 0) -> list | None:
+        return self.mpi.gather(obj, root=root)
 
     def bcast_obj(self, obj, root: int = 0):
         return self.mpi.bcast(obj, root=root)

@@ -233,7 +233,7 @@ class TorchCommunicator(BaseCommunicator):
 
         global _CONTROL
         super().__init__(dist.get_rank(), dist.get_world_size(), local_rank)
-        self.backend = backend
+        self.backend = self.torch_backend = backend
         self.dist = dist
         self.mpi_launched = mpi_launched
         # every rank creates the groups in the same order: the data group, then control
@@ -378,6 +378,11 @@ class TorchCommunicator(BaseCommunicator):
     def allgather_obj(self, obj) -> list:
         out = [None] * self.size
         self.dist.all_gather_object(out, obj, group=self.control)
+        return out
+
+    def gather_obj(self, obj, root: int = 0) -> list | None:
+        out = [None] * self.size if self.rank == root else None
+        self.dist.gather_object(obj, out, dst=root, group=self.control)
         return out
 
     def bcast_obj(self, obj, root: int = 0):

@@ -4,17 +4,21 @@
 mpi4py, `TorchCommunicator` (collectives/comm_torch.py) over torch.distributed (NCCL for
 device buffers, gloo for host ones). Algorithms (the rings, the pipelines, OmniReduce)
 take a communicator and never import mpi4py or torch.distributed themselves; the
-harness's agreement on errors and its statistics use the communicator's control plane
-(small Python objects and host arrays), so they work over either. This module imports
-neither library.
+harness's agreement on errors and its statistics, trace capture and trace replay use the
+communicator's control plane (small Python objects and host arrays), so they work over
+either. This module imports neither library.
 
 What a transport says of itself: `transport` ("mpi", "torch") and `backend` ("mpi",
 "gloo", "nccl"); `tagged` (messages are matched by tag; otherwise in posting order per
 pair of ranks, as NCCL does); `any_completion` (a posted request can be tested and a
-receive cancelled; otherwise only waited for, in order); `mpi`, the mpi4py communicator
-where MPI carries the bytes (MPI's own timed loops need it), else None. Every byte this
-rank sends is added to `wire_bytes`, so what an algorithm puts on the wire is measured,
-never derived from a formula.
+receive cancelled; otherwise only waited for, in order); `threaded` (a second thread may
+call it, one thread at a time: a communication thread beside the training thread); `mpi`,
+the mpi4py communicator where MPI carries the bytes (MPI's own timed loops need it), else
+None; `torch_backend`, the torch.distributed backend of the default group where
+torch.distributed carries them (stock FSDP and DDP start from that group), else None.
+Callers ask these flags, never the transport's name. Every byte this rank sends is added
+to `wire_bytes`, so what an algorithm puts on the wire is measured, never derived from a
+formula.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ class BaseCommunicator:
     backend = ""
     tagged = True
     any_completion = True
+    threaded = True
     mpi = None  # the mpi4py communicator, where MPI carries the bytes
+    torch_backend: str | None = None  # the default group's, where torch carries them
 
     def __init__(self, rank: int, size: int, local_rank: int):
         self.rank, self.size, self.local_rank = rank, size, local_rank
@@ -117,6 +123,10 @@ class BaseCommunicator:
     def allgather_obj(self, obj) -> list:
         raise NotImplementedError
 
+    def gather_obj(self, obj, root: int = 0) -> list | None:
+        """Every rank's object in rank order on `root`; None on the other ranks."""
+        raise NotImplementedError
+
     def bcast_obj(self, obj, root: int = 0):
         raise NotImplementedError
 
@@ -127,6 +137,8 @@ class BaseCommunicator:
         return int(out[0]) if whole else float(out[0])
 
     def allreduce_array(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
+        """A small host array reduced elementwise over the ranks (`op` one of OPS), as a
+        new array of its shape and dtype."""
         raise NotImplementedError
 
     def allgather_array(self, array: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ def quarters(x):
 
 
 def test_error_feedback_carries_the_codec_error_with_its_sign():
-    from ccbench.training.transport import ErrorFeedback
+    from ccbench.training.gradient_comm import ErrorFeedback
 
     transport = QuarterTransport()
     feedback = ErrorFeedback(transport)
@@ -81,10 +81,10 @@ def test_error_feedback_through_the_fp16_transport():
     from mpi4py import MPI
 
     from ccbench.collectives.comm import Communicator
-    from ccbench.training.transport import ErrorFeedback, Transport, TransportSpec
+    from ccbench.training.gradient_comm import ErrorFeedback, GradientCommSpec, GradientCommunicator
 
-    transport = Transport(Communicator(MPI.COMM_SELF),
-                          TransportSpec(variant="coll_compressed", codec="fp16",
+    transport = GradientCommunicator(Communicator(MPI.COMM_SELF),
+                          GradientCommSpec(variant="coll_compressed", codec="fp16",
                                         error_feedback=True))
     feedback = ErrorFeedback(transport)
     grad = torch.tensor(G)

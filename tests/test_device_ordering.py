@@ -232,7 +232,7 @@ def test_training_under_mpi_starts_a_gloo_default_group_on_a_gpu_model(monkeypat
                                None, cuda)
     assert started == ["gloo"] and streams == [cuda]
     # over torch.distributed: the communicator's own group (NCCL where it runs NCCL)
-    torch_comm = types.SimpleNamespace(transport="torch", backend="nccl")
+    torch_comm = types.SimpleNamespace(transport="torch", torch_backend="nccl")
     assert loop.default_group_backend(torch_comm) == "nccl"
 
 

@@ -159,6 +159,62 @@ def test_the_transport_contract_imports_neither_library():
 
 
 # The registry of variants (kernels/variants.py) is the only module that lists them.
+# Only communicators move bytes through mpi4py or torch.distributed. These modules may
+# still import either library, each for its reason; the list may only shrink.
+LIBRARY_IMPORTERS = {
+    "ccbench.collectives.comm": "the MPI communicator",
+    "ccbench.collectives.mpi_staging": "the MPI communicator's staged device requests",
+    "ccbench.collectives.comm_torch": "the torch.distributed communicator (MPI_Abort of an "
+                                      "mpiexec launch)",
+    "ccbench.collectives.launch": "the launcher: tells mpiexec, torchrun and srun apart",
+    "ccbench.benchmarks": "the MPI thread level, asked for before MPI starts",
+    "ccbench.benchmarks.environment": "the MPI library's version and thread level, reported",
+    "ccbench.benchmarks.overhead": "MPI's own bare loop, timed (MPI runs only)",
+    "ccbench.benchmarks.timing_c": "OSU's C loop on MPI's communicator, timed (MPI runs only)",
+    "ccbench.training.rendezvous": "torch.distributed's default group from the MPI launch",
+    "ccbench.training.frameworks": "stock FSDP2 and DDP on torch.distributed's group",
+    "ccbench.training.torch_hooks": "FSDP2's and DDP's communication hooks and their types",
+    "ccbench.training.comm_stream": "a dist.Work for FSDP to wait on",
+    "ccbench.training.gradient_comm": "the torch variant (torch.distributed's own "
+                                      "collectives); MPI's in-place calls on host tensors",
+    "ccbench.scripts.cluster_selfcheck": "the emulated cluster's self-check times plain MPI",
+    "ccbench.scripts.gpu_survey": "reports the MPI library and torch's NCCL",
+}
+
+
+def library_imports(source: str) -> set[str]:
+    """"mpi4py" and "torch.distributed" where the source imports them (anywhere)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for name in names:
+            for library in ("mpi4py", "torch.distributed"):
+                if name == library or name.startswith(library + "."):
+                    found.add(library)
+    return found
+
+
+def test_only_the_listed_modules_import_mpi4py_or_torch_distributed():
+    importing = {m for m, p in MODULES.items() if library_imports(p.read_text())}
+    new = importing - set(LIBRARY_IMPORTERS)
+    assert not new, (f"{sorted(new)} import mpi4py or torch.distributed: move the data "
+                     "through the communicator (collectives/communicator.py)")
+    done = set(LIBRARY_IMPORTERS) - importing
+    assert not done, f"{sorted(done)} no longer import either library: take them off the list"
+
+
+def test_the_library_scan_sees_imports_inside_functions():
+    inside = "def f():\n    from mpi4py import MPI\n    import torch.distributed as dist\n"
+    assert library_imports(inside) == {"mpi4py", "torch.distributed"}
+    assert library_imports("from torch import distributed\n") == {"torch.distributed"}
+    assert library_imports("import torch\nimport numpy\n") == set()
+
+
 REGISTRY_MODULE = "ccbench.kernels.variants"
 
 
@@ -236,7 +292,7 @@ STILL_BRANCHING_ON_A_COLLECTIVE = {
     "ccbench.collectives.comm_torch", "ccbench.collectives.compressed",
     "ccbench.collectives.compressed_library", "ccbench.collectives.compressed_ordered",
     "ccbench.collectives.costmodel", "ccbench.collectives.trace",
-    "ccbench.training.replay", "ccbench.training.transport",
+    "ccbench.training.replay", "ccbench.training.gradient_comm",
 }
 
 

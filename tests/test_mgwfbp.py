@@ -541,13 +541,16 @@ def test_execution_on_two_ranks(execution, tiny_profile, strategy):
 
 
 @pytest.mark.timeout(150)
-def test_execution_other_transports_and_bad_input(tiny_profile):
+def test_execution_other_allreduces_and_bad_input(tiny_profile, tmp_path):
+    out = tmp_path / "ring.csv"
     proc = mpirun(2, [*variant_module("merged_gradient"), "--profile", str(tiny_profile),
-                      "--strategy", "wfbp,mgwfbp", "--transport", "ring", "-i", "1", "-x", "0",
-                      "-c", "--fit-seconds", "0.01"], timeout=120)
+                      "--strategy", "wfbp,mgwfbp", "--allreduce", "ring", "-i", "1", "-x", "0",
+                      "-c", "--fit-seconds", "0.01", "--csv", str(out)], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("Pass") == 2
-    # a lossy compressed transport: checked against the compressed ring's error bound
+    assert {r["transport"] for r in csv.DictReader(open(out))} == {"ring"}  # its column
+    # a lossy compressed allreduce, by the option's former name: checked against the
+    # compressed ring's error bound
     proc = mpirun(2, [*variant_module("merged_gradient"), "--profile", str(tiny_profile),
                       "--strategy", "single,optimal", "--transport", "coll:bfp:rate=8", "-i", "1",
                       "-x", "0", "-c", "--fit-seconds", "0.01"], timeout=120)

@@ -104,3 +104,28 @@ def test_a_letter_means_the_same_thing_in_every_program():
                     assert long_names[flag] in action.option_strings, (program, flag)
     # the letters that several programs share are indeed shared
     assert len(seen["-m"]) >= 4 and len(seen["-i"]) >= 4 and len(seen["--csv"]) >= 5
+
+
+@pytest.mark.parametrize(("variant", "codec", "canonical"), [
+    ("baseline", "none", "none"), ("sparse_streaming", "none", "none"),
+    ("torch", "none", "none"), ("coll_compressed", "fp16", "fp16"),
+    ("p2p_compressed", "FP16", "fp16"), ("p2p_compressed", "bfp:rate=08", "bfp:rate=8"),
+])
+def test_a_gradient_variant_takes_the_codec_its_registry_entry_says(variant, codec, canonical):
+    from ccbench.benchmarks.options import check_gradient_codec
+
+    assert check_gradient_codec(variant, codec) == canonical
+
+
+@pytest.mark.parametrize(("variant", "codec", "said"), [
+    ("baseline", "fp16", "sends uncompressed data"),
+    ("sparse_streaming", "bf16", "sends uncompressed data"),
+    ("torch", "fp16", "sends uncompressed data"),
+    ("coll_compressed", "none", "needs a codec"),
+    ("p2p_compressed", "nosuch", "nosuch"),
+])
+def test_a_gradient_variant_refuses_a_codec_it_cannot_take(variant, codec, said):
+    from ccbench.benchmarks.options import check_gradient_codec
+
+    with pytest.raises(UsageError, match=said):
+        check_gradient_codec(variant, codec)

@@ -115,3 +115,24 @@ def test_one_rank_failing_validation_fails_the_run_over_torch():
     got = case("one-rank-wrong")
     assert got["status"] == 1
     assert [r["validation"] for r in got["rows"]] == ["Fail"]
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("transport", ["mpi", "torch"])
+def test_every_control_plane_operation_over_each_transport(transport):
+    """Two ranks; rank r gathers {rank: r, word: r + 1 x's}, broadcasts from rank 1 and
+    reduces [[r + 0.5, -r], [2r, 7]]: worked by hand for r = 0, 1."""
+    rank0, rank1 = case(f"control-plane-{transport}")["ranks"]
+    assert rank1["gather"] == [{"rank": 0, "word": "x"}, {"rank": 1, "word": "xx"}]
+    assert rank0["gather"] is None  # only the root receives
+    assert rank0["gather_root0"] == [["r", 0], ["r", 1]] and rank1["gather_root0"] is None
+    for got in (rank0, rank1):
+        assert got["bcast"] == ["from", 1]
+        assert got["allgather"] == [0, 10]
+        assert got["sum"] == [[2.0, -1.0], [2.0, 14.0]]
+        assert got["min"] == [[0.5, -1.0], [0.0, 7.0]]
+        assert got["max"] == [[1.5, 0.0], [2.0, 7.0]]
+        assert got["int_max"] == [3, 1] and got["dtype"] == "int64"
+        assert got["shape"] == [2, 2]
+        assert got["value_min"] == 1
+        assert got["threaded"] is True  # mpi4py asks for MPI_THREAD_MULTIPLE by default

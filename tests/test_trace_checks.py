@@ -19,20 +19,25 @@ def case(cid: str) -> dict:
     return got
 
 
+OVER = {"mpi": "", "torch": "-torch"}  # the communicator the ranks' case ran over
+
+
 @pytest.mark.mpi
 @pytest.mark.timeout(420)
-def test_replay_validation_fails_on_every_rank_when_one_ranks_result_is_wrong():
+@pytest.mark.parametrize("transport", OVER)
+def test_replay_validation_fails_on_every_rank_when_one_ranks_result_is_wrong(transport):
     pytest.importorskip("torch")
-    got = case("replay-validate")
+    got = case("replay-validate" + OVER[transport])
     assert got["honest"] == [True, True]
     assert got["spoiled"] == [False, False]  # rank 0's own result was right
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(420)
-def test_capture_keeps_the_mean_over_ranks_of_every_figure():
+@pytest.mark.parametrize("transport", OVER)
+def test_capture_keeps_the_mean_over_ranks_of_every_figure(transport):
     pytest.importorskip("torch")
-    got = case("capture-means")
+    got = case("capture-means" + OVER[transport])
     assert got["ranks"] == 2 and got["number"] == 2  # the step after the skipped one
     # call: gap, gap's CPU time, run; wait: gap, CPU time, waited
     assert got["events"] == [[15.0, 7.5, 45.0, None], [30.0, 12.0, None, 6.0]]

@@ -1,7 +1,7 @@
 """Trainers on stock PyTorch: FSDP2 and DDP with ccbench's collectives, and MG-WFBP driven
 by a real backward pass.
 
-Every trainer takes a ``transport.Transport`` (which variant and codec carry the
+Every trainer takes a ``gradient_comm.GradientCommunicator`` (which variant and codec carry the
 traffic) and a ``comm_stream.CommStream`` (the communication thread), and its ``step``
 returns a ``sharded.StepRecord`` with the same fields as the compact trainer's:
 
@@ -32,9 +32,9 @@ from torch import nn
 
 from ccbench.kernels.errors import UsageError
 from ccbench.training.comm_stream import CommStream
+from ccbench.training.gradient_comm import ErrorFeedback, GradientCommunicator
 from ccbench.training.sharded import StepRecord
 from ccbench.training.torch_hooks import DDPHook, set_fsdp_comms
-from ccbench.training.transport import ErrorFeedback, Transport
 
 FRAMEWORKS = ("own", "fsdp", "ddp", "mgwfbp")
 
@@ -54,9 +54,9 @@ class StreamTrainer:
 
     framework = ""
 
-    def __init__(self, model: nn.Module, comm, transport: Transport, stream: CommStream,
-                 lr: float):
-        self.model, self.comm, self.transport, self.stream = model, comm, transport, stream
+    def __init__(self, model: nn.Module, comm, gradient_comm: GradientCommunicator,
+                 stream: CommStream, lr: float):
+        self.model, self.comm, self.gradient_comm, self.stream = model, comm, gradient_comm, stream
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
         self.strategy_index = 0
 
@@ -69,7 +69,7 @@ class StreamTrainer:
     def step(self, loss_fn: Callable[[nn.Module], torch.Tensor]) -> StepRecord:
         comm, stream = self.comm, self.stream
         stream.drain()
-        self.transport.check()  # a codec's deferred range check, outside the collectives
+        self.gradient_comm.check()  # a codec's deferred range check, outside the collectives
         comm.reset_wire_bytes()
         stream.reset_counters()
         # on a GPU the phases' host clocks wait for the device's queued work (a step's
@@ -154,21 +154,21 @@ class FSDPTrainer(StreamTrainer):
 
     framework = "fsdp"
 
-    def __init__(self, model, comm, transport, stream, lr, build_replica=None):
+    def __init__(self, model, comm, gradient_comm, stream, lr, build_replica=None):
         from torch.distributed.fsdp import fully_shard
 
         units = shard_units(model)
         for unit in units:
             fully_shard(unit)
         fully_shard(model)
-        set_fsdp_comms(model, transport, stream)
+        set_fsdp_comms(model, gradient_comm, stream)
         if stream.overlap:
             for unit in [*units, model]:
                 unit._set_unshard_async_op(True)
             for previous, following in zip(units, units[1:], strict=False):
                 previous.set_modules_to_forward_prefetch([following])
         self.build_replica = build_replica
-        super().__init__(model, comm, transport, stream, lr)
+        super().__init__(model, comm, gradient_comm, stream, lr)
 
     def exact_model(self) -> nn.Module:
         """An unsharded replica with the exact parameters (the default group gathers them)."""
@@ -187,7 +187,7 @@ class DDPTrainer(StreamTrainer):
 
     framework = "ddp"
 
-    def __init__(self, model, comm, transport, stream, lr, torch_hook: str = "none",
+    def __init__(self, model, comm, gradient_comm, stream, lr, torch_hook: str = "none",
                  bucket_cap_mb: float | None = None, powersgd_rank: int = 4):
         from torch.nn.parallel import DistributedDataParallel
 
@@ -197,10 +197,10 @@ class DDPTrainer(StreamTrainer):
             kwargs["device_ids"] = [device.index]
         ddp = DistributedDataParallel(model, gradient_as_bucket_view=True, **kwargs)
         self.module = model
-        self.hook = DDPHook(None if transport.spec.variant == "torch" else transport,
+        self.hook = DDPHook(None if gradient_comm.torch_calls else gradient_comm,
                             stream, torch_hook, powersgd_rank)
         ddp.register_comm_hook(state=None, hook=self.hook.hook)
-        super().__init__(ddp, comm, transport, stream, lr)
+        super().__init__(ddp, comm, gradient_comm, stream, lr)
 
     def exact_model(self) -> nn.Module:
         return self.module
@@ -238,9 +238,9 @@ class MergedGradientTrainer(StreamTrainer):
 
     framework = "mgwfbp"
 
-    def __init__(self, model, comm, transport, stream, lr):
-        super().__init__(model, comm, transport, stream, lr)
-        self.feedback = ErrorFeedback(transport) if transport.spec.error_feedback else None
+    def __init__(self, model, comm, gradient_comm, stream, lr):
+        super().__init__(model, comm, gradient_comm, stream, lr)
+        self.feedback = ErrorFeedback(gradient_comm) if gradient_comm.spec.error_feedback else None
         self.plans: list = []
         self.params: list[nn.Parameter] = []
         self.flat = None
@@ -282,7 +282,7 @@ class MergedGradientTrainer(StreamTrainer):
             def run():
                 if self.feedback is not None:  # residual memory per group of each plan
                     self.feedback.apply(key, chunk, self.comm.size)
-                self.transport.allreduce(chunk)
+                self.gradient_comm.allreduce(chunk)
 
             self.stream.submit(run, "allreduce", tensor=chunk, label=f"group {g}")
 

@@ -157,8 +157,9 @@ def to_device(batch, device):
 def build_trainer(comm, config: TrainConfig, task, cost=None):
     """The trainer for ``config`` (raises UsageError on values it cannot run).
 
-    ``cost`` (mgwfbp only): ``cost(transport, profile) -> AlphaBeta``, the allreduce cost model
-    the planner uses; the benchmark measures it on the transport.
+    ``cost`` (mgwfbp only): ``cost(gradient_comm, profile) -> AlphaBeta``, the
+    allreduce cost model the planner uses; the benchmark measures it through the gradient
+    communicator.
     """
     import torch
 
@@ -196,14 +197,14 @@ def default_group_backend(comm) -> str:
     ``--transport torch`` the communicator's own; under MPI gloo, whatever the model's
     device. An NCCL group beside the MPI ranks would carry none of the measured traffic,
     and it aborts where two ranks share a GPU (the MPI-staged runs allow that)."""
-    return comm.backend if comm.transport == "torch" else "gloo"
+    return comm.torch_backend or "gloo"
 
 
 def _build_stream_trainer(comm, config: TrainConfig, task, model, lr, cost, device):
     from ccbench.training import frameworks
     from ccbench.training.comm_stream import CommStream
+    from ccbench.training.gradient_comm import GradientCommSpec, GradientCommunicator
     from ccbench.training.rendezvous import init_torch_distributed
-    from ccbench.training.transport import Transport, TransportSpec
 
     if config.framework not in frameworks.FRAMEWORKS:
         raise UsageError(f"unknown framework {config.framework!r}; choose from "
@@ -225,25 +226,25 @@ def _build_stream_trainer(comm, config: TrainConfig, task, model, lr, cost, devi
         codec = "none"
     if config.variant == "sparse_streaming" and config.framework == "fsdp":
         raise UsageError("sparse streaming is an allreduce: use --framework ddp or mgwfbp")
-    spec = TransportSpec(
+    spec = GradientCommSpec(
         variant=config.variant, algorithm=config.algorithm, codec=codec,
         compress=config.compress, error_feedback=config.error_feedback,
         chunk_bytes=config.chunk_bytes)
-    transport = Transport(comm, spec)
+    gradient_comm = GradientCommunicator(comm, spec)
     init_torch_distributed(comm, default_group_backend(comm))
     stream = CommStream(overlap=config.overlap, device=device)
     if config.framework == "fsdp":
         from ccbench.training.models import build_model
 
-        return frameworks.FSDPTrainer(model, comm, transport, stream, lr,
+        return frameworks.FSDPTrainer(model, comm, gradient_comm, stream, lr,
                                       build_replica=lambda: build_model(task, config.seed))
     if config.framework == "ddp":
-        return frameworks.DDPTrainer(model, comm, transport, stream, lr, torch_hook,
+        return frameworks.DDPTrainer(model, comm, gradient_comm, stream, lr, torch_hook,
                                      config.bucket_cap_mb, config.powersgd_rank)
-    return _build_mgwfbp(comm, config, task, model, lr, transport, stream, cost, device)
+    return _build_mgwfbp(comm, config, task, model, lr, gradient_comm, stream, cost, device)
 
 
-def _build_mgwfbp(comm, config, task, model, lr, transport, stream, cost, device):
+def _build_mgwfbp(comm, config, task, model, lr, gradient_comm, stream, cost, device):
     from ccbench.collectives.mgwfbp import parse_strategies, plan
     from ccbench.training.frameworks import MergedGradientTrainer, measure_profile
 
@@ -255,8 +256,8 @@ def _build_mgwfbp(comm, config, task, model, lr, transport, stream, cost, device
     inputs = to_device(task.batch(config.seed, 0, batch, lo, hi), device)  # step 0: unseen
     profile, order = measure_profile(model, lambda m: task.loss(m, inputs), comm,
                                      iterations=config.profile_iterations, name=task.name)
-    alpha_beta = cost(transport, profile)
-    trainer = MergedGradientTrainer(model, comm, transport, stream, lr)
+    alpha_beta = cost(gradient_comm, profile)
+    trainer = MergedGradientTrainer(model, comm, gradient_comm, stream, lr)
     trainer.prepare(profile, order, [plan(s, profile, alpha_beta) for s in strategies])
     trainer.profile, trainer.cost = profile, alpha_beta
     return trainer

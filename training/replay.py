@@ -2,8 +2,8 @@
 
 Each rank runs the trace's events in order on its training thread: the compute gap
 before an event is emulated (``ComputeWait``), a call goes to the communication stream
-(training/comm_stream.py, the thread FSDP and DDP use here) through a ccbench transport
-(training/transport.py, the one FSDP and DDP use), a wait or a drain waits on the
+(training/comm_stream.py, the thread FSDP and DDP use here) through a ccbench variant
+(training/gradient_comm.py, the one FSDP and DDP use), a wait or a drain waits on the
 stream. So what the replay overlaps is what the real step would overlap, and its
 collectives are the real step's, on buffers of the traced sizes.
 
@@ -95,14 +95,14 @@ class ReplaySpec:
 
 
 class Router:
-    """The transport each call runs through. Sparse streaming sends the calls the trace
-    marks sparse through OmniReduce; the others through the uncompressed ring."""
+    """The gradient communicator each call runs through. Sparse streaming sends the calls
+    the trace marks sparse through OmniReduce; the others through the uncompressed ring."""
 
     def __init__(self, comm, spec: ReplaySpec):
-        from ccbench.training.transport import Transport, TransportSpec
+        from ccbench.training.gradient_comm import GradientCommSpec, GradientCommunicator
 
         self.comm = comm
-        make = lambda **kw: Transport(comm, TransportSpec(  # noqa: E731
+        make = lambda **kw: GradientCommunicator(comm, GradientCommSpec(  # noqa: E731
             compress=spec.compress, chunk_bytes=spec.chunk_bytes, **kw))
         self.main = make(variant=spec.variant, algorithm=spec.algorithm, codec=spec.codec)
         self.dense = make(variant="baseline", algorithm="ring", codec="none") \

@@ -34,10 +34,6 @@ from ccbench.collectives.baseline import bind_collective
 from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
-VARIANTS = variants.SHARDED_VARIANTS
-COMPRESS = ("both", "grads", "params")
-
-
 # ----------------------------------------------------------------------- flat layout
 
 
@@ -102,16 +98,11 @@ def make_shard_collectives(
     comm, flat: FlatParameters, variant: str, algorithm: str, codec: str, compress: str,
     param_shard: torch.Tensor, grad_shard: torch.Tensor, chunk_bytes: int | None = None,
 ) -> ShardCollectives:
-    """Bind the step's allgather and reduce-scatter to the trainer's fixed buffers."""
-    if variant not in VARIANTS:
-        raise UsageError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
-    if compress not in COMPRESS:
-        raise UsageError(f"--compress must be one of {', '.join(COMPRESS)}")
-    if variant == "baseline":
-        if codec != "none":
-            raise UsageError("the baseline variant sends uncompressed data: use --codec none")
-        if algorithm not in ("mpi", "library", "ring"):
-            raise UsageError("the baseline variant's --algorithm is mpi or ring")
+    """Bind the step's allgather and reduce-scatter to the trainer's fixed buffers: the
+    baseline's --algorithm, or the compressed schedule the registry names (the options
+    checked the variant, its codec and --compress)."""
+    kind = variants.schedule(variant)
+    if kind is None:  # the baseline (SHARDED_VARIANTS: it and the compressed ones)
         return ShardCollectives(
             variant, algorithm, "none",
             bind_collective(comm, algorithm, "allgather", param_shard, flat.params),
@@ -122,7 +113,6 @@ def make_shard_collectives(
     from ccbench.kernels.codecs import parse_codec
 
     chosen = parse_codec(codec)
-    kind = variants.schedule(variant)
     options = {"chunk_bytes": chunk_bytes or DEFAULT_CHUNK_BYTES} if kind == "coll" else {}
 
     def bind(collective, compressed, send, recv):

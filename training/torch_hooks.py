@@ -12,7 +12,7 @@
   torch's own hooks (``allreduce_hook``, ``fp16_compress_hook``, ``bf16_compress_hook``,
   PowerSGD) so their waits are timed the same way.
 
-Each hook hands its tensors to a ``Transport`` (``training.transport``) on a
+Each hook hands its tensors to a ``GradientCommunicator`` (``training.gradient_comm``) on a
 ``CommStream`` (``training.comm_stream``).
 """
 
@@ -27,7 +27,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatt
 
 from ccbench.kernels.errors import UsageError
 from ccbench.training.comm_stream import CommStream, StreamWork
-from ccbench.training.transport import ErrorFeedback, Transport
+from ccbench.training.gradient_comm import ErrorFeedback, GradientCommunicator
 
 TORCH_HOOKS = ("none", "fp16", "bf16", "powersgd")
 
@@ -45,9 +45,10 @@ class _FSDPComm:
     all-gather) and the reduce-scatter's input (FSDP copies the gradients into it), so
     the same buffers, and the collectives bound to them, serve step after step."""
 
-    def __init__(self, transport: Transport, stream: CommStream, name: str = "",
+    def __init__(self, gradient_comm: GradientCommunicator, stream: CommStream, name: str = "",
                  feedback: ErrorFeedback | None = None):
-        self.transport, self.stream, self.name, self.feedback = transport, stream, name, feedback
+        self.gradient_comm, self.stream = gradient_comm, stream
+        self.name, self.feedback = name, feedback
         self._buffers: dict = {}
 
     def allocate(self, size, *, dtype, device):
@@ -58,12 +59,12 @@ class _FSDPComm:
 
 
 class CcbenchAllGather(_FSDPComm, AllGather):
-    """FSDP2's all-gather through a Transport, in place (the input is this rank's block
+    """FSDP2's all-gather through a GradientCommunicator, in place (the input is this rank's block
     of the output)."""
 
     def __call__(self, output_tensor, input_tensor, group, async_op: bool = False):
         ticket = self.stream.submit(
-            lambda: self.transport.allgather(input_tensor, output_tensor), "allgather",
+            lambda: self.gradient_comm.allgather(input_tensor, output_tensor), "allgather",
             tensor=output_tensor, label=self.name or "root", blocking=not async_op)
         if async_op:
             return StreamWork(self.stream, ticket)
@@ -72,7 +73,7 @@ class CcbenchAllGather(_FSDPComm, AllGather):
 
 
 class CcbenchReduceScatter(_FSDPComm, ReduceScatter):
-    """FSDP2's reduce-scatter through a Transport; ``op`` SUM or AVG.
+    """FSDP2's reduce-scatter through a GradientCommunicator; ``op`` SUM or AVG.
 
     With the stream overlapping, the call returns at once and the result is written
     before backward ends (the queued drain), as on a GPU's reduce-scatter stream. FSDP
@@ -97,13 +98,13 @@ class CcbenchReduceScatter(_FSDPComm, ReduceScatter):
     def __call__(self, output_tensor, input_tensor, group, op=None, async_op: bool = False):
         if op is not None and not (_is_avg(op) or op == dist.ReduceOp.SUM):
             raise UsageError(f"ccbench's FSDP reduce-scatter does SUM and AVG, not {op}")
-        size = self.transport.comm.size
+        size = self.gradient_comm.comm.size
         avg = _is_avg(op)
 
         def run():
             if self.feedback is not None:
                 self.feedback.apply((self.name, input_tensor.numel()), input_tensor, size)
-            self.transport.reduce_scatter(input_tensor, output_tensor)
+            self.gradient_comm.reduce_scatter(input_tensor, output_tensor)
             if avg:
                 output_tensor.div_(size)
 
@@ -119,19 +120,19 @@ class CcbenchReduceScatter(_FSDPComm, ReduceScatter):
         return None
 
 
-def set_fsdp_comms(model, transport: Transport, stream: CommStream) -> int:
+def set_fsdp_comms(model, gradient_comm: GradientCommunicator, stream: CommStream) -> int:
     """Give every FSDPModule under ``model`` its own ccbench all-gather and reduce-scatter
     (each module has its own parameter group: set on the root alone, they are never
     called). Returns how many modules were set."""
     from torch.distributed.fsdp import FSDPModule
 
-    feedback = ErrorFeedback(transport) if transport.spec.error_feedback else None
+    feedback = ErrorFeedback(gradient_comm) if gradient_comm.spec.error_feedback else None
     count = 0
     for name, module in model.named_modules():
         if isinstance(module, FSDPModule):
-            module.set_custom_all_gather(CcbenchAllGather(transport, stream, name))
+            module.set_custom_all_gather(CcbenchAllGather(gradient_comm, stream, name))
             module.set_custom_reduce_scatter(
-                CcbenchReduceScatter(transport, stream, name, feedback))
+                CcbenchReduceScatter(gradient_comm, stream, name, feedback))
             count += 1
     return count
 
@@ -148,26 +149,26 @@ class DDPHook:
     group, and only times the wait for its futures.
     """
 
-    def __init__(self, transport: Transport | None, stream: CommStream,
+    def __init__(self, gradient_comm: GradientCommunicator | None, stream: CommStream,
                  torch_hook: str = "none", powersgd_rank: int = 4):
-        self.transport, self.stream = transport, stream
+        self.gradient_comm, self.stream = gradient_comm, stream
         self.torch_hook = torch_hook
-        self.feedback = (ErrorFeedback(transport)
-                         if transport is not None and transport.spec.error_feedback else None)
+        self.feedback = (ErrorFeedback(gradient_comm) if gradient_comm is not None
+                         and gradient_comm.spec.error_feedback else None)
         self._inner = None
         self._state = None
-        if transport is None:
+        if gradient_comm is None:
             self._inner, self._state = _torch_hook(torch_hook, powersgd_rank)
         self._futures: list = []
 
     def hook(self, state, bucket):  # noqa: ARG002 - state is carried here
-        if self.transport is None:
+        if self.gradient_comm is None:
             future = self._inner(self._state, bucket)
             self._futures.append(future)
             self._queue_wait()
             return future
         buf = bucket.buffer()
-        size = self.transport.comm.size
+        size = self.gradient_comm.comm.size
         # on a GPU the future carries the communication stream's completion to DDP's
         # stream (set on that stream by the comm thread), not only to the host
         future = torch.futures.Future(devices=[buf.device] if buf.is_cuda else None)
@@ -177,7 +178,7 @@ class DDPHook:
             try:
                 if self.feedback is not None:
                     self.feedback.apply(index, buf, size)
-                self.transport.allreduce(buf)
+                self.gradient_comm.allreduce(buf)
                 buf.div_(size)
                 future.set_result(buf)
             except BaseException as exc:  # noqa: BLE001 - DDP's wait raises it

@@ -129,25 +129,21 @@ def gather(comm, recorder: Recorder, source: dict, skip: int, overlap: bool) -> 
     """The trace of the recorded steps after the first ``skip``, on rank 0 (None
     elsewhere): rank 0's sequence, each gap the mean over ranks. Collective."""
     steps = recorder.steps[skip:] or recorder.steps[-1:]
-    signatures = comm.mpi.gather([_signature(s) for s in steps], root=0)
+    signatures = comm.gather_obj([_signature(s) for s in steps], root=0)
     fields = ("gap_us", "gap_cpu_us", "run_us", "waited_us")
     local = np.array([[getattr(e, f) or 0.0 for f in fields] for s in steps for e in s.events]
                      + [[s.tail_us, s.tail_cpu_us or 0.0, 0.0, 0.0] for s in steps],
                      dtype=float).reshape(-1, len(fields))
-    same = comm.mpi.bcast(all(s == signatures[0] for s in signatures)
+    same = comm.bcast_obj(all(s == signatures[0] for s in signatures)
                           if comm.rank == 0 else None, root=0)
     if not same:
         raise UsageError("the ranks issued different collective sequences; a trace "
                          "describes SPMD training, where every rank issues the same")
-    mean = np.empty_like(local)
-    comm.mpi.Allreduce(local, mean)
-    mean /= comm.size
+    mean = comm.allreduce_array(local, "sum") / comm.size
     # the step's own measurements as a mean over ranks too, so that they and the gaps
     # describe the same mean rank (rank 0's alone can be shorter than the mean compute)
     measured = np.array([list(s.measured.values()) for s in steps], dtype=float)
-    measured_mean = np.empty_like(measured)
-    comm.mpi.Allreduce(measured, measured_mean)
-    measured_mean /= comm.size
+    measured_mean = comm.allreduce_array(measured, "sum") / comm.size
     if comm.rank != 0:
         return None
     rows = iter(mean)

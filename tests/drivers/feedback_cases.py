@@ -20,7 +20,7 @@ def driver() -> int:
 
     from ccbench.collectives.comm import Communicator
     from ccbench.collectives.costmodel import AlphaBeta
-    from ccbench.training import transport
+    from ccbench.training import gradient_comm
     from ccbench.training.loop import TrainConfig, build_trainer, run_training
     from ccbench.training.models import make_task, parameter_count
     from ccbench.training.rendezvous import init_torch_distributed
@@ -29,13 +29,13 @@ def driver() -> int:
     init_torch_distributed(comm)
     task = make_task("lm-tiny")
     applied: list[int] = []
-    original = transport.ErrorFeedback.apply
+    original = gradient_comm.ErrorFeedback.apply
 
     def recording_apply(self, key, grad, blocks):
         applied.append(int(grad.numel()))
         return original(self, key, grad, blocks)
 
-    transport.ErrorFeedback.apply = recording_apply
+    gradient_comm.ErrorFeedback.apply = recording_apply
     try:
         for framework in FRAMEWORKS:
             for feedback in (True, False):
@@ -55,7 +55,7 @@ def driver() -> int:
                                       "steps": STEPS,
                                       "params": parameter_count(model)}), flush=True)
     finally:
-        transport.ErrorFeedback.apply = original
+        gradient_comm.ErrorFeedback.apply = original
     return 0
 
 

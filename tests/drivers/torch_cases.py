@@ -31,13 +31,13 @@ def case_id(framework, variant, algorithm, codec, compress="both", feedback=Fals
 
 
 def checked_transport(comm, spec):
-    """A Transport that compares each result with gloo's on a copy of the same inputs."""
+    """A GradientCommunicator that compares each result with gloo's on a copy of the same inputs."""
     import torch
     import torch.distributed as dist
 
-    from ccbench.training.transport import Transport
+    from ccbench.training.gradient_comm import GradientCommunicator
 
-    class Checked(Transport):
+    class Checked(GradientCommunicator):
         checks: list = []
 
         def _amaxes(self, x) -> list[float]:
@@ -95,10 +95,10 @@ def run_case(comm, task, framework, variant, algorithm, codec, compress, feedbac
 
     from ccbench.training import frameworks
     from ccbench.training.comm_stream import CommStream
+    from ccbench.training.gradient_comm import GradientCommSpec
     from ccbench.training.models import build_model
-    from ccbench.training.transport import TransportSpec
 
-    spec = TransportSpec(variant=variant, algorithm=algorithm, codec=codec,
+    spec = GradientCommSpec(variant=variant, algorithm=algorithm, codec=codec,
                          compress=compress, error_feedback=feedback)
     transport = checked_transport(comm, spec)
     transport.checks = []
@@ -183,8 +183,8 @@ def _accumulation_case(comm, task, emit):
 
     from ccbench.training import frameworks
     from ccbench.training.comm_stream import CommStream
+    from ccbench.training.gradient_comm import GradientCommSpec, GradientCommunicator
     from ccbench.training.models import build_model
-    from ccbench.training.transport import Transport, TransportSpec
 
     def accumulate(model):
         for step in (1, 2):
@@ -198,7 +198,7 @@ def _accumulation_case(comm, task, emit):
         fully_shard(unit)
     fully_shard(stock)
     want = accumulate(stock)
-    transport = Transport(comm, TransportSpec(variant="baseline", algorithm="ring"))
+    transport = GradientCommunicator(comm, GradientCommSpec(variant="baseline", algorithm="ring"))
     trainer = frameworks.FSDPTrainer(build_model(task, 0), comm, transport,
                                      CommStream(overlap=False), 1e-3)
     got = accumulate(trainer.model)

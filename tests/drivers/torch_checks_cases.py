@@ -15,11 +15,14 @@ Rank 0 prints one JSON line per case:
 * ``staged-*``: runs with every buffer staged through a mirror (CCBENCH_TORCH_STAGE's
   mode), and the copies one staged call makes;
 * ``control``: the control plane's sum, min and max of a value that differs by rank;
+* ``control-plane-mpi``, ``control-plane-torch``: every control-plane operation of the
+  contract on objects and arrays that differ by rank, over each transport;
 * ``one-rank-wrong``: a run whose last rank spoils its result (tests/drivers/
   faulty_variants.WrongResult), over torch;
 * ``replay-validate``: the replay's validation of a step's calls, as is and with rank 1's
   allreduce result spoiled, as each rank sees it;
-* ``capture-means``: a trace gathered from recorders whose figures are set per rank.
+* ``capture-means``: a trace gathered from recorders whose figures are set per rank;
+  ``replay-validate-torch`` and ``capture-means-torch``: the same over gloo.
 """
 
 from __future__ import annotations
@@ -222,6 +225,31 @@ def main() -> None:
     launch = Communicator(world)
     emit("replay-validate", **replay_validation(launch))
     emit("capture-means", **capture_means(launch))
+    emit("replay-validate-torch", **replay_validation(comm))
+    emit("capture-means-torch", **capture_means(comm))
+    emit("control-plane-mpi", **control_plane(launch))
+    emit("control-plane-torch", **control_plane(comm))
+
+
+def control_plane(comm) -> dict:
+    """Rank r contributes objects and arrays made from r; every rank's answers."""
+    r = comm.rank
+    local = np.array([[r + 0.5, -r], [2.0 * r, 7.0]])
+    answers = {
+        "gather": comm.gather_obj({"rank": r, "word": "x" * (r + 1)}, root=1),
+        "gather_root0": comm.gather_obj(("r", r), root=0),
+        "bcast": comm.bcast_obj(["from", r] if r == 1 else None, root=1),
+        "allgather": comm.allgather_obj(r * 10),
+        "sum": comm.allreduce_array(local, "sum").tolist(),
+        "min": comm.allreduce_array(local, "min").tolist(),
+        "max": comm.allreduce_array(local, "max").tolist(),
+        "int_max": comm.allreduce_array(np.array([3 - r, r], np.int64), "max").tolist(),
+        "value_min": comm.allreduce_value(r + 1, "min"),
+        "threaded": comm.threaded,
+    }
+    answers["shape"] = list(comm.allreduce_array(local, "sum").shape)
+    answers["dtype"] = str(comm.allreduce_array(np.array([3 - r, r], np.int64), "max").dtype)
+    return {"ranks": comm.allgather_obj(answers)}
 
 
 class SpoiledAllreduce:
@@ -253,7 +281,7 @@ def replay_validation(comm) -> dict:
         router.transport = lambda e: SpoiledAllreduce(plain(e)) \
             if e.collective == "allreduce" else plain(e)
     spoiled = validate(comm, router, steps, seed=0)
-    return {"honest": comm.mpi.allgather(honest), "spoiled": comm.mpi.allgather(spoiled)}
+    return {"honest": comm.allgather_obj(honest), "spoiled": comm.allgather_obj(spoiled)}
 
 
 def capture_means(comm) -> dict:

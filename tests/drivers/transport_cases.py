@@ -73,7 +73,7 @@ def torch_cases(profile: str) -> list[tuple[str, str, list[str]]]:
                       [*over, "--algorithm", algorithm, "-m", "64K:64K", "--density", "0.1,1"]))
     for name in ("torch", "torch:ring", "torch:coll:fp16"):
         cases.append((f"mgwfbp-{name}", "merged_gradient",
-                      ["--transport", name, "--profile", profile, "--strategy", "wfbp,mgwfbp",
+                      ["--allreduce", name, "--profile", profile, "--strategy", "wfbp,mgwfbp",
                        "-i", "1", "-x", "0", "-c", "--fit-seconds", "0.01"]))
     for framework in ("fsdp", "ddp"):
         cases.append((f"training-{framework}", "training",

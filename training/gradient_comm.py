@@ -1,10 +1,13 @@
-"""The transport: one ccbench variant and codec bound to torch tensors, and the error
-feedback of its codec.
+"""Training's gradient communicator: one ccbench variant and codec bound to torch tensors,
+and the error feedback of its codec.
 
 ``allgather``, ``reduce_scatter`` and ``allreduce`` take the tensors FSDP / DDP hand over
 and pass them to the ring (or the transport library's own collective, or OmniReduce) as
 zero-copy views; bound objects (payload slots, scratch) are built once per buffer and
-reused. The variant ``torch`` runs torch.distributed's own collectives instead. Tensors
+reused. The variant ``torch`` runs torch.distributed's own collectives instead. Which of
+these a variant runs is read once, from its entry in the registry (kernels/variants.py):
+its compressed schedule and the algorithm its rows name. The options that chose the
+variant and codec checked them (benchmarks/options.py, ``check_gradient_codec``). Tensors
 on a device reach the communicator as they are: staging through host memory, where the
 transport cannot read the device (MPI without GPU-awareness), happens inside it alone.
 
@@ -26,16 +29,16 @@ from ccbench.collectives.ring import RingScratch, block_bounds
 from ccbench.kernels import arrays, variants
 from ccbench.kernels.errors import UsageError
 
-# Variants a Transport runs: ccbench's, and "torch" (torch.distributed's own collectives).
+# The variants it runs: ccbench's, and "torch" (torch.distributed's own collectives).
 VARIANTS = variants.GRADIENT_VARIANTS
 COMPRESS = ("both", "grads", "params")
 
 
 @dataclass
-class TransportSpec:
+class GradientCommSpec:
     variant: str = "baseline"
-    algorithm: str = "ring"           # baseline: mpi or ring
-    codec: str = "none"
+    algorithm: str = "ring"           # baseline: mpi, library or ring
+    codec: str = "none"               # a compressed variant's (the others': none)
     compress: str = "both"            # which collectives of a compressed variant compress
     error_feedback: bool = False
     chunk_bytes: int | None = None    # coll_compressed pipeline chunk
@@ -44,7 +47,7 @@ class TransportSpec:
     window: int = 4
 
 
-class Transport:
+class GradientCommunicator:
     """A ccbench variant and codec on torch tensors; also counts what it put on the wire.
 
     ``allgather(send, recv)``: recv = every rank's send (send may be a view inside recv,
@@ -54,26 +57,20 @@ class Transport:
 
     CACHE = 512  # bound collectives kept (MG-WFBP's per-layer plans have many groups)
 
-    def __init__(self, comm, spec: TransportSpec):
-        if spec.variant not in VARIANTS:
-            raise UsageError(f"unknown variant {spec.variant!r}; choose from {', '.join(VARIANTS)}")
-        if spec.compress not in COMPRESS:
-            raise UsageError(f"--compress must be one of {', '.join(COMPRESS)}")
+    def __init__(self, comm, spec: GradientCommSpec):
         self.comm, self.spec = comm, spec
+        self.kind = variants.schedule(spec.variant)  # the compressed schedule, or None
         self.codec = None
-        self.kind = variants.schedule(spec.variant)
-        if self.kind is None and spec.variant != variants.TORCH:
-            if spec.codec != "none":
-                raise UsageError(f"the {spec.variant} variant sends uncompressed data: use "
-                                 "--codec none")
-            if spec.variant == "baseline" and spec.algorithm not in ("mpi", "library", "ring"):
-                raise UsageError("the baseline variant's --algorithm is mpi or ring")
-        elif self.kind is not None:
+        if self.kind is not None:
             from ccbench.kernels.codecs import parse_codec
 
-            if spec.codec == "none":
-                raise UsageError(f"--variant {spec.variant} needs a codec, e.g. --codec fp16")
             self.codec = parse_codec(spec.codec)
+        # the uncompressed calls: torch.distributed's, the library's, OmniReduce or the ring
+        algorithm = variants.gradient_algorithm(spec.variant, spec.algorithm)
+        self.torch_calls = algorithm == variants.TORCH
+        self.library = algorithm in ("mpi", "library")
+        self.sparse = algorithm == "omnireduce"
+        # needs the parsed codec (lossy or not): no option parser has it
         if spec.error_feedback and not self.lossy_gradients:
             raise UsageError("--error-feedback needs a lossy ccbench codec on the gradients "
                              "(a compressed variant with --compress both or grads)")
@@ -135,7 +132,7 @@ class Transport:
         communicator binds the call once per buffer (staging device tensors, if need be)."""
         comm = self.comm
         host = not arrays.is_device_array(recv)
-        if comm.transport == "mpi" and host:
+        if comm.mpi is not None and host:  # MPI carries the bytes: its in-place calls
             from mpi4py import MPI
 
             from ccbench.collectives.comm import sum_op
@@ -157,23 +154,21 @@ class Transport:
         self._cached(key, lambda: comm.library_call(collective, send, recv))()
 
     def allgather(self, send, recv) -> None:
-        v = self.spec.variant
-        if v == "torch":
+        if self.torch_calls:
             _torch_all_gather(recv, send)
         elif self.compresses("allgather"):
             self._compressed("allgather", send, recv)()
-        elif v == "baseline" and self.spec.algorithm in ("mpi", "library"):
+        elif self.library:
             self._library("allgather", send, recv)
         else:  # the ring (also the uncompressed side of a compressed variant)
             bind_collective(self.comm, "ring", "allgather", send, recv)()
 
     def reduce_scatter(self, send, recv) -> None:
-        v = self.spec.variant
-        if v == "torch":
+        if self.torch_calls:
             _torch_reduce_scatter(recv, send)
         elif self.compresses("reduce_scatter"):
             self._compressed("reduce_scatter", send, recv)()
-        elif v == "baseline" and self.spec.algorithm in ("mpi", "library"):
+        elif self.library:
             self._library("reduce_scatter", send, recv)
         else:
             from ccbench.collectives.ring import ring_reduce_scatter
@@ -183,14 +178,13 @@ class Transport:
 
     def allreduce(self, buf) -> None:
         """buf = sum over ranks, in place."""
-        v = self.spec.variant
-        if v == "torch":
+        if self.torch_calls:
             dist.all_reduce(buf)
-        elif v == "sparse_streaming":
+        elif self.sparse:
             self._omnireduce(buf)
         elif self.compresses("allreduce"):
             self._compressed("allreduce", buf, buf)()
-        elif v == "baseline" and self.spec.algorithm in ("mpi", "library"):
+        elif self.library:
             self._library("allreduce", buf, buf)
         else:
             from ccbench.collectives.ring import ring_allreduce
@@ -251,7 +245,7 @@ def _torch_reduce_scatter(out, inp) -> None:
 class ErrorFeedback:
     """Residual memory per buffer: g += r before sending; r = g - decode(encode(g))."""
 
-    def __init__(self, transport: Transport):
+    def __init__(self, transport: GradientCommunicator):
         self.transport = transport
         self.residuals: dict = {}
 
