@@ -75,7 +75,7 @@ PIECES_GATHERED, PIECES_ELEMENTWISE, PIECES_WHOLE = "gathered", "elementwise", "
 
 
 # What a rank holds afterwards, from every rank's inputs, computed in float64 (or in
-# `dtype`: summed in the order of the ranks, rounding as a sum in that dtype does).
+# `dtype`, rounding as numpy's sum in that dtype does).
 
 
 def _concatenation(inputs: Sequence[np.ndarray], rank: int, dtype=np.float64) -> np.ndarray:
