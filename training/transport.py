@@ -144,9 +144,9 @@ class Transport:
 
             r = arrays.host_view(recv)
             in_place = described.mpi_in_place and _aliases(send, recv)
-            call = getattr(comm.mpi, described.mpi_call)
             first = MPI.IN_PLACE if in_place else arrays.host_view(send)
-            call(first, r, sum_op(r)) if described.reduces else call(first, r)
+            args = (first, r, sum_op(r)) if described.reduces else (first, r)
+            getattr(comm.mpi, described.mpi_call)(*args)
             return
         if described.in_place:  # one buffer: the library's call reads a copy
             key = ("library-in", send.data_ptr(), send.numel(), send.dtype)
