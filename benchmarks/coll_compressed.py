@@ -49,7 +49,7 @@ from ccbench.collectives.pipeline import (
     WAIT_MODES,
     async_progress,
 )
-from ccbench.collectives.spec import spec
+from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE, spec
 from ccbench.kernels import arrays, inputs
 from ccbench.kernels.codec_base import empty_payload
 from ccbench.kernels.codecs import describe_codecs
@@ -303,13 +303,15 @@ class CollCompressed(CompressedVariant):
                 "transport_gbps": rates.transport_gbps, "auto_link_gbps": rates.link_gbps}
 
     def columns(self, opts) -> dict:
+        phases = spec(opts.collective).phases  # fusing joins a reduce phase to a gather phase
+        fuses = REDUCE_PHASE in phases and GATHER_PHASE in phases
         columns = {**super().columns(opts), "chunk_bytes": opts.chunk_bytes,
                    "chunk_used_bytes": None, "auto_codec_gbps": None,
                    "transport_message_us": None, "pipeline_chunk_us": None,
                    "transport_gbps": None,
                    "auto_link_gbps": None, "progress": opts.progress,
                    "codec_threads": opts.codec_threads, "wait": opts.wait,
-                   "fused": opts.fused if opts.collective == "allreduce" else None,
+                   "fused": opts.fused if fuses else None,
                    "async_progress": async_progress()}
         if opts.algorithm == "library":  # no pipeline: its options are left empty
             columns.update(dict.fromkeys(name for name, _ in RING_OPTIONS))

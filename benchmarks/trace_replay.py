@@ -157,9 +157,11 @@ def merged_steps(comm, opts, router, steps):
     from ccbench.benchmarks.timing import measure
     from ccbench.collectives.costmodel import fit_cost_model, fit_sizes
     from ccbench.collectives.mgwfbp import Profile, plan
+    from ccbench.collectives.spec import spec
     from ccbench.training.replay import merge_allreduces
 
-    total = max(sum(e.nbytes for e in s.calls if e.collective == "allreduce") for s in steps)
+    total = max(sum(e.nbytes for e in s.calls if spec(e.collective).elementwise)
+                for s in steps)
     if total == 0:
         raise UsageError("--merge regroups allreduces: the trace has none")
     count = total // 4
@@ -186,9 +188,10 @@ def validate(comm, router, steps, seed: int) -> bool:
     """Every distinct call once, on exact inputs, against the sum over every rank's."""
     import torch
 
+    from ccbench.collectives.spec import spec
     from ccbench.kernels.inputs import values
     from ccbench.kernels.vocabulary import exact_amplitude
-    from ccbench.training.replay import TORCH_DTYPES, padded
+    from ccbench.training.replay import TORCH_DTYPES, call_counts, transport_call
 
     size, rank, ok, seen = comm.size, comm.rank, True, set()
     for e in (e for s in steps for e in s.calls):
@@ -196,24 +199,20 @@ def validate(comm, router, steps, seed: int) -> bool:
         if key in seen:
             continue
         seen.add(key)
-        n = padded(e.count, size) if e.collective != "allreduce" else e.count
-        each = n // size if e.collective == "allgather" else n
+        described = spec(e.collective)
+        _, each, received = call_counts(e, size)
         kind = f"sparse:{e.density or 1.0}" if e.sparse else "exact"
         inputs = [values(kind, each, r, size, seed) for r in range(size)]
         mine = torch.from_numpy(inputs[rank]).to(TORCH_DTYPES[e.dtype])
         transport = router.transport(e)
-        if e.collective == "allgather":
-            out = torch.empty(n, dtype=mine.dtype)
-            transport.allgather(mine, out)
-            expected = np.concatenate(inputs)
-        elif e.collective == "reduce_scatter":
-            out = torch.empty(n // size, dtype=mine.dtype)
-            transport.reduce_scatter(mine, out)
-            expected = np.sum(inputs, axis=0)[rank * (n // size):(rank + 1) * (n // size)]
-        else:
+        run = transport_call(transport, e.collective)
+        if described.in_place:
             out = mine.clone()
-            transport.allreduce(out)
-            expected = np.sum(inputs, axis=0)
+            run(out)
+        else:
+            out = torch.empty(received, dtype=mine.dtype)
+            run(mine, out)
+        expected = described.reference(inputs, rank, inputs[rank].dtype)
         amplitude = 4.0 if e.sparse else exact_amplitude(size)
         bound = transport.error_bound(e.collective, [amplitude] * size, e.dtype)
         err = np.abs(out.to(torch.float64).numpy() - expected)

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from ccbench.collectives.ring import (
-    RingScratch,
-    block_bounds,
-    ring_allgather,
-    ring_allreduce,
-    ring_reduce_scatter,
-)
+from ccbench.collectives.ring import ring_collective, ring_scratch
+from ccbench.collectives.spec import spec
 
 # mpi and library both name the transport's own collective (mpi: as MPI runs spell it)
 ALGORITHMS = ("mpi", "library", "ring")
@@ -22,13 +17,6 @@ def bind_collective(comm, algorithm: str, collective: str, sendbuf, recvbuf):
         return comm.library_call(collective, sendbuf, recvbuf)
     if algorithm != "ring":
         raise ValueError(f"unknown algorithm {algorithm!r}")
-    if collective == "allgather":
-        return partial(ring_allgather, comm, sendbuf, recvbuf)
-    if collective == "reduce_scatter":
-        scratch = RingScratch(sendbuf, recvbuf.shape[0])
-        return partial(ring_reduce_scatter, comm, sendbuf, recvbuf, scratch)
-    if collective == "allreduce":
-        longest = max(stop - start for start, stop in block_bounds(sendbuf.shape[0], comm.size))
-        scratch = RingScratch(sendbuf, longest)
-        return partial(ring_allreduce, comm, sendbuf, recvbuf, scratch)
-    raise ValueError(f"unknown collective {collective!r}")
+    described = spec(collective)
+    return partial(ring_collective, comm, described, sendbuf, recvbuf,
+                   ring_scratch(described, sendbuf, comm.size))

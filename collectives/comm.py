@@ -25,6 +25,7 @@ from mpi4py import MPI
 
 from ccbench.collectives.communicator import BaseCommunicator
 from ccbench.collectives.mpi_staging import Mirror, StagedRecv, StagedSend, Stager
+from ccbench.collectives.spec import PIECES_ELEMENTWISE, PIECES_GATHERED, spec
 from ccbench.kernels import arrays
 from ccbench.kernels.arrays import host_view
 from ccbench.kernels.errors import UsageError
@@ -308,7 +309,7 @@ class Communicator(BaseCommunicator):
         memory unless MPI is GPU-aware."""
         device = arrays.is_device_array(sendbuf) or arrays.is_device_array(recvbuf)
         if device and self.gpu_aware:
-            if dtype_name(recvbuf) == "bfloat16" and collective != "allgather":
+            if dtype_name(recvbuf) == "bfloat16" and spec(collective).reduces:
                 raise UsageError(
                     "bfloat16 in device memory: MPI has no bfloat16 datatype to reduce "
                     "(ccbench's user op reduces it on the host only); unset "
@@ -346,22 +347,23 @@ class Communicator(BaseCommunicator):
         op = sum_op(typed_recv)
         item = typed_recv.itemsize
         n = nbytes(sendbuf)
+        split = spec(collective).staged_pieces
         pieces = []  # (D2H byte range of the send mirror, MPI call, H2D byte ranges)
-        if collective == "allgather":
+        if split == PIECES_GATHERED:
             # piece k of every rank lands side by side in the mirror (piece-major), so
-            # each piece is one plain contiguous MPI_Allgather
+            # each piece is one plain contiguous call (MPI_Allgather)
             for a, z in _pieces(n, self.stage_chunk_bytes, 1):
                 landing = host_recv[a * self.size: z * self.size]
-                call = partial(self.mpi.Allgather, host_send[a:z], landing)
+                call = self._bind(collective, host_send[a:z], landing, op)
                 copies = [(a * self.size + r * (z - a), r * n + a, z - a)
                           for r in range(self.size)]
                 pieces.append(((a, z), call, copies))
-        elif collective == "allreduce":
+        elif split == PIECES_ELEMENTWISE:
             for a, z in _pieces(n, self.stage_chunk_bytes, item):
-                call = partial(self.mpi.Allreduce, typed_send[a // item: z // item],
-                               typed_recv[a // item: z // item], op)
+                call = self._bind(collective, typed_send[a // item: z // item],
+                                  typed_recv[a // item: z // item], op)
                 pieces.append(((a, z), call, [(a, a, z - a)]))
-        else:  # reduce_scatter: every piece of the send feeds every rank's result
+        else:  # whole (reduce_scatter): every piece of the send feeds every rank's result
             call = self._bind(collective, typed_send[:n // item],
                               typed_recv[:nbytes(recvbuf) // item], op)
             pieces.append(((0, n), call, [(0, 0, nbytes(recvbuf))]))
@@ -389,14 +391,11 @@ class Communicator(BaseCommunicator):
         return staged_call
 
     def _bind(self, collective: str, send, recv, op):
-        mpi = self.mpi
-        if collective == "allgather":
-            return partial(mpi.Allgather, send, recv)
-        if collective == "reduce_scatter":
-            return partial(mpi.Reduce_scatter_block, send, recv, op)
-        if collective == "allreduce":
-            return partial(mpi.Allreduce, send, recv, op)
-        raise ValueError(f"unknown collective {collective!r}")
+        """The collective's MPI call on these buffers (collectives/spec.py names it), with
+        the reduction op where it reduces."""
+        described = spec(collective)
+        call = getattr(self.mpi, described.mpi_call)
+        return partial(call, send, recv, op) if described.reduces else partial(call, send, recv)
 
     def allgather_bytes(self, sendbuf, recvbuf) -> None:
         self.wire_bytes += (self.size - 1) * nbytes(sendbuf)

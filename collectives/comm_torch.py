@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 from ccbench.collectives.communicator import BaseCommunicator
+from ccbench.collectives.spec import spec
 from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.vocabulary import nbytes
@@ -318,30 +319,24 @@ class TorchCommunicator(BaseCommunicator):
 
     # the library's collectives ----------------------------------------------------------
     def library_call(self, collective: str, sendbuf, recvbuf):
-        """torch's all-gather, reduce-scatter and all-reduce, bound to these buffers.
-        all_reduce works in place: the call copies the input into the output first."""
+        """torch.distributed's own collective (collectives/spec.py names its function),
+        bound to these buffers. An in-place one (all_reduce) copies the input into the
+        output first."""
         dist, group = self.dist, self.group
         send_t = arrays.backend_of(sendbuf).tensor(sendbuf)
         recv_t = arrays.backend_of(recvbuf).tensor(recvbuf)
         s = send_t if self._reachable(send_t) else self._mirror(sendbuf, send_t)
         r = recv_t if self._reachable(recv_t) else self._mirror(recvbuf, recv_t)
-        if collective == "allgather":
-            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-
-            def call():
-                gather(r, s, group=group)
-        elif collective == "reduce_scatter":
-            # reduce_scatter_tensor is deprecated in favour of reduce_scatter_single
-            scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-            def call():
-                scatter(r, s, group=group)
-        elif collective == "allreduce":
+        described = spec(collective)
+        function = next(getattr(dist, name) for name in described.torch_calls
+                        if hasattr(dist, name))
+        if described.in_place:
             def call():
                 r.copy_(s)
-                dist.all_reduce(r, group=group)
+                function(r, group=group)
         else:
-            raise ValueError(f"unknown collective {collective!r}")
+            def call():
+                function(r, s, group=group)
         if s is send_t and r is recv_t:
             return call
 

@@ -49,11 +49,11 @@ from ccbench.collectives.pipeline import (
 from ccbench.collectives.ring import (
     RingScratch,
     allgather_schedule,
-    block_bounds,
     reduce_scatter_schedule,
+    ring_blocks,
     ring_neighbors,
 )
-from ccbench.collectives.spec import spec
+from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE, spec
 from ccbench.kernels import arrays
 from ccbench.kernels.codec_base import Codec, dtype_name, empty_payload, rounding_error
 from ccbench.kernels.errors import UsageError
@@ -88,35 +88,30 @@ def _wait(comm, requests, mode: str = DEFAULT_WAIT) -> None:
         idle_wait(since, mode)
 
 
-def collective_bounds(collective: str, count: int, size: int) -> list[tuple[int, int]]:
-    """The ring's blocks: of recvbuf for allgather, of sendbuf for the others."""
-    if collective == "allreduce":
-        return block_bounds(count, size)
-    return [(b * count, (b + 1) * count) for b in range(size)]
+_SCHEDULES = {REDUCE_PHASE: reduce_scatter_schedule, GATHER_PHASE: allgather_schedule}
 
 
-def ring_raw_bytes(collective: str, bounds, rank: int, size: int, itemsize: int) -> int:
+def ring_raw_bytes(phases, bounds, rank: int, size: int, itemsize: int) -> int:
     """Bytes this rank's uncompressed ring sends per call (the schedules' blocks)."""
-    total = 0
-    if collective in ("reduce_scatter", "allreduce"):
-        total += sum(bounds[sb][1] - bounds[sb][0]
-                     for _, sb, _ in reduce_scatter_schedule(rank, size))
-    if collective in ("allgather", "allreduce"):
-        total += sum(bounds[sb][1] - bounds[sb][0]
-                     for _, sb, _ in allgather_schedule(rank, size))
+    total = sum(bounds[sb][1] - bounds[sb][0]
+                for phase in phases for _, sb, _ in _SCHEDULES[phase](rank, size))
     return total * itemsize
+
+
+def _round_trips(variant: str, phase: str, size: int) -> int:
+    """Encode/decode round trips one phase puts on the worst element's path: the library
+    encodes each contribution once; the collective-level ring's gather phase encodes a
+    block once and forwards it; every other phase re-encodes at each of the P-1 hops."""
+    if size == 1:
+        return 0
+    if variant == "library" or (variant == "coll" and phase == GATHER_PHASE):
+        return 1
+    return size - 1
 
 
 def compressions_on_path(variant: str, collective: str, size: int) -> int:
     """How many encode/decode round trips the worst element of the result went through."""
-    hops = size - 1
-    if variant == "library":  # each contribution once; allreduce: then its sum once
-        return 0 if size == 1 else (2 if collective == "allreduce" else 1)
-    if collective == "allgather":
-        return 1 if variant == "coll" and size > 1 else hops
-    if collective == "reduce_scatter":
-        return hops
-    return hops + (1 if variant == "coll" and size > 1 else hops)
+    return sum(_round_trips(variant, phase, size) for phase in spec(collective).phases)
 
 
 def error_bound(codec: Codec, variant: str, collective: str, amaxes: list[float],
@@ -150,9 +145,10 @@ def error_bound(codec: Codec, variant: str, collective: str, amaxes: list[float]
                 err += rounding_error(dtype, magnitude + err)
         return err
 
+    phases = spec(collective).phases
     big = max(amaxes) if amaxes else 0.0
-    if collective == "allgather":
-        return chain(big, compressions_on_path(variant, "allgather", size), False)
+    if REDUCE_PHASE not in phases:
+        return chain(big, compressions_on_path(variant, collective, size), False)
     total = sum(amaxes)
     inputs = sum(rounding_error(dtype, a) for a in amaxes) + rounding_error(dtype, total)
     if variant == "library":
@@ -163,13 +159,10 @@ def error_bound(codec: Codec, variant: str, collective: str, amaxes: list[float]
         rs = decoded + (size - 1) * rounding_error(dtype, total + decoded) + inputs
     else:
         rs = chain(total, size - 1, True) + inputs
-    if collective == "reduce_scatter":
+    if GATHER_PHASE not in phases:
         return rs
-    if variant == "library":  # the reduced block, encoded once
-        ag_hops = 1 if size > 1 else 0
-    else:
-        ag_hops = compressions_on_path(variant, "allreduce", size) - (size - 1)
-    return chain(total, ag_hops, False, rs)
+    # then the reduced block, gathered
+    return chain(total, _round_trips(variant, GATHER_PHASE, size), False, rs)
 
 
 class _Bound:
@@ -183,13 +176,14 @@ class _Bound:
         self.left, self.right = ring_neighbors(self.rank, self.size)
         self.dtype = dtype_name(sendbuf)
         n_send, n_recv = sendbuf.shape[0], recvbuf.shape[0]
-        expected = described.recv_count(n_send, self.size)
-        if n_recv != expected or (collective == "reduce_scatter" and n_send % self.size):
+        if not described.fits(n_send, n_recv, self.size):
             raise ValueError(f"{collective} on {self.size} ranks: {n_send} values in, "
                              f"{n_recv} out do not fit")
-        block = n_recv if collective == "reduce_scatter" else n_send
-        self.bounds = collective_bounds(collective, block, self.size)
-        self.raw_bytes = ring_raw_bytes(collective, self.bounds, self.rank, self.size,
+        self.phases = described.phases
+        self.bounds = ring_blocks(described, n_send, self.size)
+        start, stop = self.bounds[self.rank]
+        self.own_input = described.own_block(sendbuf, start, stop)
+        self.raw_bytes = ring_raw_bytes(self.phases, self.bounds, self.rank, self.size,
                                         itemsize(self.dtype))
 
     def _slot_nbytes(self, count: int) -> int:
@@ -220,16 +214,15 @@ class P2PCompressed(_Bound):
         started = self.breakdown.start()
         if self.size == 1:
             copy_into(self.recvbuf, self.sendbuf)
-        elif self.collective == "allgather":
+        else:  # ring.ring_collective's phases, each hop compressed
             start, stop = self.bounds[self.rank]
-            copy_into(self.recvbuf[start:stop], self.sendbuf)
-            self._allgather(self.recvbuf)
-        elif self.collective == "reduce_scatter":
-            self._reduce_scatter(self.recvbuf)
-        else:
-            start, stop = self.bounds[self.rank]
-            self._reduce_scatter(self.recvbuf[start:stop])
-            self._allgather(self.recvbuf)
+            own = self.recvbuf[start:stop] if GATHER_PHASE in self.phases else self.recvbuf
+            if REDUCE_PHASE in self.phases:
+                self._reduce_scatter(own)
+            else:
+                copy_into(own, self.own_input)
+            if GATHER_PHASE in self.phases:
+                self._allgather(self.recvbuf)
         self.breakdown.finish(started)
 
     def _hop(self, data, out) -> None:
@@ -294,7 +287,7 @@ def auto_chunk_bytes(codec: Codec, dtype: str, block_bytes: int, ranks: int,
     ratio = codec.nominal_ratio(dtype) if codec.fixed_size else 1.0
     return pipeline_chunk_bytes(block_bytes, ranks, chunk_s, codec_bps,
                                 ratio * link_gbps * 1e9 / 8, AUTO_CHUNK_LOW,
-                                share=share, reduces=collective != "allgather")
+                                share=share, reduces=spec(collective).reduces)
 
 
 def chunk_count_for(codec: Codec, dtype: str, chunk_bytes: int) -> int:
@@ -366,7 +359,7 @@ class CollCompressed(_Bound):
         self.chunk_count = chunk_count_for(codec, self.dtype, chunk_bytes)
         self.chunks = [split_chunks(start, stop, self.chunk_count) for start, stop in self.bounds]
         sizes = {}
-        if collective in ("reduce_scatter", "allreduce"):
+        if REDUCE_PHASE in self.phases:
             # partial sums: one receive and one send slot per (step, chunk)
             for step, send_block, recv_block in reduce_scatter_schedule(self.rank, self.size):
                 for c, (c0, c1) in enumerate(self.chunks[recv_block]):
@@ -375,7 +368,7 @@ class CollCompressed(_Bound):
                     sizes["rs-out", step, c] = self._slot_nbytes(c1 - c0)
             longest = max(stop - start for start, stop in self.bounds)
             self.scratch = RingScratch(sendbuf, min(longest, self.chunk_count or longest))
-        if collective in ("allgather", "allreduce"):
+        if GATHER_PHASE in self.phases:
             # every block's compressed chunks, own block included
             for b, chunks in enumerate(self.chunks):
                 for c, (c0, c1) in enumerate(chunks):
@@ -399,10 +392,10 @@ class CollCompressed(_Bound):
             copy_into(self.recvbuf, self.sendbuf)
         elif not self.comm.any_completion:  # torch.distributed: in posting order
             compressed_ordered.run(self)
-        elif self.collective == "allgather":
+        elif REDUCE_PHASE not in self.phases:
             start, _ = self.bounds[self.rank]
-            self._run(lambda e: self._allgather(e, self.sendbuf, self.recvbuf, start))
-        elif self.collective == "reduce_scatter":
+            self._run(lambda e: self._allgather(e, self.own_input, self.recvbuf, start))
+        elif GATHER_PHASE not in self.phases:
             self._run(lambda e: self._reduce_scatter(e, self.recvbuf, self.bounds[self.rank][0]))
         elif self.fused:
             start, stop = self.bounds[self.rank]

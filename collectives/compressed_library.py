@@ -40,23 +40,14 @@ from itertools import accumulate
 import numpy as np
 
 from ccbench.collectives.pipeline import DECODE, ENCODE, REDUCE, WAIT, Breakdown, timed
-from ccbench.collectives.ring import block_bounds
-from ccbench.collectives.spec import spec
+from ccbench.collectives.ring import ring_blocks
+from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE, spec
 from ccbench.kernels import arrays
 from ccbench.kernels.codec_base import Codec, dtype_name, empty_payload, host_numpy
 from ccbench.kernels.reduce import copy_into
 from ccbench.kernels.vocabulary import itemsize
 
 LENGTH_NBYTES = 8  # a variable-size payload's length, as its own header holds it
-
-
-def library_bounds(collective: str, n_send: int, n_recv: int, size: int):
-    """The blocks: of recvbuf for allgather, of sendbuf for the others (allreduce: blocks
-    that differ by one element where the ranks do not divide the count)."""
-    if collective == "allreduce":
-        return block_bounds(n_send, size)
-    block = n_send if collective == "allgather" else n_recv
-    return [(b * block, (b + 1) * block) for b in range(size)]
 
 
 class LibraryCompressed:
@@ -75,25 +66,30 @@ class LibraryCompressed:
         self.rank, self.size = comm.rank, comm.size
         self.dtype = dtype_name(sendbuf)
         n_send, n_recv = sendbuf.shape[0], recvbuf.shape[0]
-        if n_recv != described.recv_count(n_send, self.size) or (
-                collective == "reduce_scatter" and n_send % self.size):
+        if not described.fits(n_send, n_recv, self.size):
             raise ValueError(f"{collective} on {self.size} ranks: {n_send} values in, "
                              f"{n_recv} out do not fit")
-        self.bounds = library_bounds(collective, n_send, n_recv, self.size)
+        # the ring's blocks: of recvbuf where a block is a rank's send buffer, else of
+        # sendbuf (allreduce: blocks that differ by one element where the ranks do not
+        # divide the count)
+        self.phases = described.phases
+        self.bounds = ring_blocks(described, n_send, self.size)
+        start, stop = self.bounds[self.rank]
+        self.own_input = described.own_block(sendbuf, start, stop)
         self.lengths = [stop - start for start, stop in self.bounds]
         self.fixed = codec.fixed_size
         others = [d for d in range(self.size) if d != self.rank]
         raw = 0
-        if collective in ("reduce_scatter", "allreduce"):
+        if REDUCE_PHASE in self.phases:
             raw += sum(self.lengths[d] for d in others)
-        if collective in ("allgather", "allreduce"):
+        if GATHER_PHASE in self.phases:
             raw += (self.size - 1) * self.lengths[self.rank]
         self.raw_bytes = raw * itemsize(self.dtype)
         self.breakdown = Breakdown(comm, sendbuf)
         if self.size == 1:
             return
         capacity = self.capacity = [self._capacity(n) for n in self.lengths]
-        if collective in ("reduce_scatter", "allreduce"):
+        if REDUCE_PHASE in self.phases:
             own = self.lengths[self.rank]
             self.send_capacity = [0 if d == self.rank else capacity[d]
                                   for d in range(self.size)]
@@ -102,7 +98,7 @@ class LibraryCompressed:
             self.a2a_send = empty_payload(sendbuf, max(sum(self.send_capacity), 1))
             self.a2a_recv = empty_payload(sendbuf, max(sum(self.recv_capacity), 1))
             self.scratch = arrays.empty_like(sendbuf, max(own, 1))
-        if collective in ("allgather", "allreduce"):
+        if GATHER_PHASE in self.phases:
             self.slot = max(capacity)  # every rank's block padded to the longest payload
             self.ag_send = empty_payload(sendbuf, max(self.slot, 1))
             self.ag_recv = empty_payload(sendbuf, max(self.size * self.slot, 1))
@@ -121,14 +117,14 @@ class LibraryCompressed:
         started = self.breakdown.start()
         if self.size == 1:
             copy_into(self.recvbuf, self.sendbuf)
-        elif self.collective == "allgather":
-            self._allgather(self.sendbuf)
-        elif self.collective == "reduce_scatter":
-            self._reduce_scatter(self.recvbuf)
-        else:
-            start, stop = self.bounds[self.rank]
-            self._reduce_scatter(self.recvbuf[start:stop])
-            self._allgather(self.recvbuf[start:stop])
+        else:  # the reduce phase's block of the sum is what the gather phase sends
+            own = self.own_input
+            if REDUCE_PHASE in self.phases:
+                start, stop = self.bounds[self.rank]
+                own = self.recvbuf[start:stop] if GATHER_PHASE in self.phases else self.recvbuf
+                self._reduce_scatter(own)
+            if GATHER_PHASE in self.phases:
+                self._allgather(own)
         self.breakdown.finish(started)
 
     # allgather: encode once, the library's allgather, decode every block ---------------

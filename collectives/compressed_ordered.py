@@ -21,14 +21,15 @@ from __future__ import annotations
 
 from ccbench.collectives.pipeline import WAIT, timed
 from ccbench.collectives.ring import allgather_schedule, reduce_scatter_schedule
+from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE
 
 
 def run(bound) -> None:
     """One call of `bound`, a CollCompressed, in posting order."""
     start_stop = bound.bounds[bound.rank]
-    if bound.collective == "allgather":
-        _allgather(bound, bound.sendbuf, bound.recvbuf, start_stop[0])
-    elif bound.collective == "reduce_scatter":
+    if REDUCE_PHASE not in bound.phases:
+        _allgather(bound, bound.own_input, bound.recvbuf, start_stop[0])
+    elif GATHER_PHASE not in bound.phases:
         _reduce_scatter(bound, bound.recvbuf, start_stop[0])
     else:
         start, stop = start_stop

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ccbench.collectives.spec import spec
+
 
 @dataclass(frozen=True)
 class AlphaBeta:
@@ -200,7 +202,7 @@ def floor_steps(collective: str, ranks: int, algorithm: str = "ring") -> int:
     if ranks < 2:
         return 0
     if algorithm == "ring":
-        return (ranks - 1) * (2 if collective == "allreduce" else 1)
+        return spec(collective).ring_hops(ranks)
     return int(ranks - 1).bit_length()
 
 

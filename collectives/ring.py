@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE, CollectiveSpec
 from ccbench.kernels import arrays
 from ccbench.kernels.reduce import add_into, copy_into
 
@@ -31,6 +32,14 @@ def block_bounds(count: int, size: int) -> list[tuple[int, int]]:
         bounds.append((start, stop))
         start = stop
     return bounds
+
+
+def ring_blocks(described: CollectiveSpec, send_count: int, size: int) -> list[tuple[int, int]]:
+    """The ring's blocks of a call: of the receive buffer, one send buffer each, where a
+    block is a rank's whole send buffer; else of the send buffer, split in `size`."""
+    if described.ring_block_is_send:
+        return [(b * send_count, (b + 1) * send_count) for b in range(size)]
+    return block_bounds(send_count, size)
 
 
 def allgather_schedule(rank: int, size: int) -> Iterator[tuple[int, int, int]]:
@@ -112,3 +121,29 @@ def ring_allreduce(comm, sendbuf, recvbuf, scratch: RingScratch | None = None) -
     start, stop = bounds[comm.rank]
     ring_reduce_scatter_blocks(comm, sendbuf, bounds, recvbuf[start:stop], scratch)
     ring_allgather_inplace(comm, recvbuf, bounds)
+
+
+def ring_collective(comm, described: CollectiveSpec, sendbuf, recvbuf,
+                    scratch: RingScratch | None = None) -> None:
+    """One call of the collective `described` by its ring phases: the reduce phase leaves
+    this rank's block of the sum (the whole result where no gather phase follows); without
+    it the rank's own block is its send buffer; the gather phase then forwards every
+    rank's block around the ring."""
+    bounds = ring_blocks(described, sendbuf.shape[0], comm.size)
+    start, stop = bounds[comm.rank]
+    own = recvbuf[start:stop] if GATHER_PHASE in described.phases else recvbuf
+    if REDUCE_PHASE in described.phases:
+        ring_reduce_scatter_blocks(comm, sendbuf, bounds, own, scratch)
+    else:
+        copy_into(own, described.own_block(sendbuf, start, stop))
+    if GATHER_PHASE in described.phases:
+        ring_allgather_inplace(comm, recvbuf, bounds)
+
+
+def ring_scratch(described: CollectiveSpec, sendbuf, size: int) -> RingScratch | None:
+    """The work buffers of `ring_collective`, as long as its longest block (none where
+    nothing is reduced)."""
+    if REDUCE_PHASE not in described.phases:
+        return None
+    bounds = ring_blocks(described, sendbuf.shape[0], size)
+    return RingScratch(sendbuf, max(stop - start for start, stop in bounds))

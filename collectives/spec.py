@@ -4,7 +4,10 @@ bytes a ring puts on the wire, and the reference result that validation compares
 Each is a field or a function of the collective's entry in SPECS, never a branch on its
 name: adding a collective adds one entry.
 
-The harness, the OSU printer, the variants and the plots all read these facts here.
+The harness, the OSU printer, the variants, the algorithms, the transports' library calls,
+trace replay and the plots all read these facts here; what an algorithm does per
+collective is named by the entry (the ring's phases, the library's call, how a staged call
+splits) and resolved where the algorithm or the library lives.
 
 Sizes follow OSU: Allgather's size is what each rank sends (the gathered buffer is P
 times that), Reduce-Scatter's and Allreduce's the whole send buffer. nccl-tests' size is
@@ -58,19 +61,33 @@ def _whole(count: int, item: int, ranks: int, dtype: str) -> Shape:
     return Shape(count, count, count, size, size)
 
 
-# What a rank holds afterwards, in float64, from every rank's inputs.
+# The ring's phases, in the order a call runs them: the reduce phase (reduce-scatter's P-1
+# hops, ending with this rank's block of the sum) and the gather phase (allgather's P-1
+# hops, forwarding each rank's block). collectives/ring.py, compressed.py,
+# compressed_library.py and compressed_ordered.py each write every phase once.
+REDUCE_PHASE, GATHER_PHASE = "reduce", "gather"
+
+# How a library call on device buffers staged through host memory splits into pieces
+# (collectives/comm.py): each rank's piece k gathered side by side, the same element
+# range of send and receive buffer, or no split (every piece of the input feeds every
+# rank's result).
+PIECES_GATHERED, PIECES_ELEMENTWISE, PIECES_WHOLE = "gathered", "elementwise", "whole"
 
 
-def _concatenation(inputs: Sequence[np.ndarray], rank: int) -> np.ndarray:
-    return np.concatenate(inputs).astype(np.float64)
+# What a rank holds afterwards, from every rank's inputs, computed in float64 (or in
+# `dtype`, rounding as numpy's sum in that dtype does).
 
 
-def _sum(inputs: Sequence[np.ndarray], rank: int) -> np.ndarray:
-    return np.sum(np.asarray(inputs, dtype=np.float64), axis=0)
+def _concatenation(inputs: Sequence[np.ndarray], rank: int, dtype=np.float64) -> np.ndarray:
+    return np.concatenate(inputs).astype(dtype)
 
 
-def _share_of_sum(inputs: Sequence[np.ndarray], rank: int) -> np.ndarray:
-    total = _sum(inputs, rank)
+def _sum(inputs: Sequence[np.ndarray], rank: int, dtype=np.float64) -> np.ndarray:
+    return np.sum(np.asarray(inputs, dtype=dtype), axis=0)
+
+
+def _share_of_sum(inputs: Sequence[np.ndarray], rank: int, dtype=np.float64) -> np.ndarray:
+    total = _sum(inputs, rank, dtype)
     block = total.shape[0] // len(inputs)
     return total[rank * block:(rank + 1) * block]
 
@@ -90,9 +107,9 @@ class CollectiveSpec:
     counts: Callable[[int, int, int, str], Shape]
     # elements a rank receives for send_count sent on P ranks: recv_count(send_count, P)
     recv_count: Callable[[int, int], int]
-    # what `rank` holds after the collective of every rank's inputs, in float64:
-    # reference(inputs, rank)
-    reference: Callable[[Sequence[np.ndarray], int], np.ndarray]
+    # what `rank` holds after the collective of every rank's inputs, in float64 unless a
+    # dtype is given: reference(inputs, rank[, dtype])
+    reference: Callable[..., np.ndarray]
     # the fewest elements a size may hold on P ranks (too small: the size is skipped)
     min_count: Callable[[int], int]
     # a ring block is a rank's whole send buffer (gathering) or a 1/P share of it
@@ -100,6 +117,30 @@ class CollectiveSpec:
     # the collective-level compressed ring's codec work on one rank, in ring blocks:
     # (encodes, decodes, hops: decode-add-encode) on P ranks
     coll_codec_blocks: Callable[[int], tuple[int, int, int]]
+    # the ring's phases, in order (REDUCE_PHASE, GATHER_PHASE)
+    phases: tuple[str, ...]
+    # send and receive counts of a call whose whole buffer (nccl-tests' count: the
+    # gathered or reduced buffer) holds n elements on P ranks: counts_of_whole(n, P)
+    counts_of_whole: Callable[[int, int], tuple[int, int]]
+    # the send count must be a multiple of this on P ranks (equal blocks of the input)
+    send_multiple: Callable[[int], int]
+    # the transports' own call: the MPI communicator's method (given send, recv and, where
+    # it reduces, the op), torch.distributed's functions (the first one the installed
+    # torch has: given (recv, send), or (recv) where it works in place)
+    mpi_call: str
+    torch_calls: tuple[str, ...]
+    # the result lands on the input buffer: torch.distributed's call and the training
+    # transport's take one buffer (the input copied into the output first where they differ)
+    in_place: bool
+    # MPI_IN_PLACE applies where the send buffer lies in the receive buffer (the rank's
+    # block of a gathered output, or the output itself)
+    mpi_in_place: bool
+    # how a staged library call splits into pieces (PIECES_*)
+    staged_pieces: str
+    # OmniReduce (sparse_streaming) streams this collective's nonzero blocks
+    streams_sparse: bool
+    # PARAM's comms-trace names for it (collectives/trace.py); the first is written
+    param_names: tuple[str, ...]
 
     def shape(self, size_bytes: int, ranks: int, dtype: str) -> Shape | None:
         """The counts of one call; None when the size holds too few elements to split.
@@ -129,6 +170,27 @@ class CollectiveSpec:
         every rank's send buffer; the others' output is the OSU size)."""
         return output_bytes / ranks if self.ring_block_is_send else output_bytes
 
+    @property
+    def elementwise(self) -> bool:
+        """Element i of the result depends on element i of every rank's input only: calls
+        concatenate into one (MG-WFBP merges them) and split into element ranges."""
+        return self.staged_pieces == PIECES_ELEMENTWISE
+
+    def fits(self, send_count: int, recv_count: int, ranks: int) -> bool:
+        """Whether buffers of these counts make one call of this collective on P ranks."""
+        return (recv_count == self.recv_count(send_count, ranks)
+                and send_count % self.send_multiple(ranks) == 0)
+
+    def whole_count(self, send_count: int, recv_count: int) -> int:
+        """Elements of the whole gathered or reduced buffer of a call with these counts
+        (nccl-tests' count): a gathering collective's output, the others' input."""
+        return recv_count if self.ring_block_is_send else send_count
+
+    def own_block(self, sendbuf, start: int, stop: int):
+        """This rank's ring block [start, stop) of its input: the whole send buffer where a
+        block is one, else that part of it."""
+        return sendbuf if self.ring_block_is_send else sendbuf[start:stop]
+
     def ring_wire_bytes(self, size_bytes: float, ranks: int) -> float:
         """Bytes each rank sends in the ring algorithm for an OSU size."""
         return self.ring_hops(ranks) * self.ring_block(size_bytes, ranks)
@@ -140,19 +202,35 @@ SPECS = {spec.name: spec for spec in (
                    reduces=False, busbw=lambda n: (n - 1) / n, ring_hops=lambda n: n - 1,
                    counts=_gathered, recv_count=lambda sent, n: sent * n,
                    reference=_concatenation, min_count=lambda n: 0, ring_block_is_send=True,
-                   coll_codec_blocks=lambda n: (1, n - 1, 0)),
+                   coll_codec_blocks=lambda n: (1, n - 1, 0), phases=(GATHER_PHASE,),
+                   counts_of_whole=lambda n, p: (n // p, n), send_multiple=lambda n: 1,
+                   mpi_call="Allgather",
+                   torch_calls=("all_gather_single", "all_gather_into_tensor"),
+                   in_place=False, mpi_in_place=True, staged_pieces=PIECES_GATHERED,
+                   streams_sparse=False, param_names=("all_gather", "all_gather_base")),
     CollectiveSpec("reduce_scatter", "Reduce_scatter", "Reduce-Scatter",
                    "Size = the whole send buffer (OSU); each rank receives Size / ranks",
                    reduces=True, busbw=lambda n: (n - 1) / n, ring_hops=lambda n: n - 1,
                    counts=_scattered, recv_count=lambda sent, n: sent // n,
                    reference=_share_of_sum, min_count=lambda n: n, ring_block_is_send=False,
-                   coll_codec_blocks=lambda n: (1, 1, n - 2)),
+                   coll_codec_blocks=lambda n: (1, 1, n - 2), phases=(REDUCE_PHASE,),
+                   counts_of_whole=lambda n, p: (n, n // p), send_multiple=lambda n: n,
+                   mpi_call="Reduce_scatter_block",
+                   # reduce_scatter_tensor is deprecated in favour of reduce_scatter_single
+                   torch_calls=("reduce_scatter_single", "reduce_scatter_tensor"),
+                   in_place=False, mpi_in_place=False, staged_pieces=PIECES_WHOLE,
+                   streams_sparse=False,
+                   param_names=("reduce_scatter", "reduce_scatter_base")),
     CollectiveSpec("allreduce", "Allreduce", "Allreduce",
                    "Size = the whole buffer (OSU and nccl-tests agree)",
                    reduces=True, busbw=lambda n: 2 * (n - 1) / n,
                    ring_hops=lambda n: 2 * (n - 1), counts=_whole,
                    recv_count=lambda sent, n: sent, reference=_sum, min_count=lambda n: 0,
-                   ring_block_is_send=False, coll_codec_blocks=lambda n: (2, n, n - 2)),
+                   ring_block_is_send=False, coll_codec_blocks=lambda n: (2, n, n - 2),
+                   phases=(REDUCE_PHASE, GATHER_PHASE), counts_of_whole=lambda n, p: (n, n),
+                   send_multiple=lambda n: 1, mpi_call="Allreduce", torch_calls=("all_reduce",),
+                   in_place=True, mpi_in_place=True, staged_pieces=PIECES_ELEMENTWISE,
+                   streams_sparse=True, param_names=("all_reduce",)),
 )}
 assert tuple(SPECS) == COLLECTIVES
 

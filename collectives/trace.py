@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ccbench.collectives.spec import SPECS, spec
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.vocabulary import COLLECTIVES, DTYPES, itemsize
 
@@ -37,12 +38,9 @@ OPS = ("call", "wait", "drain")
 WORLD = 0  # the group of every rank
 
 # PARAM's names of the collectives replayed here (its paramToCommName folds spellings to
-# these), and of its dtypes.
-PARAM_COLLECTIVES = {"all_gather": "allgather", "all_gather_base": "allgather",
-                     "reduce_scatter": "reduce_scatter", "reduce_scatter_base":
-                     "reduce_scatter", "all_reduce": "allreduce"}
-PARAM_NAME = {"allgather": "all_gather", "reduce_scatter": "reduce_scatter",
-              "allreduce": "all_reduce"}
+# these; collectives/spec.py lists them), and of its dtypes.
+PARAM_COLLECTIVES = {param: s.name for s in SPECS.values() for param in s.param_names}
+PARAM_NAME = {s.name: s.param_names[0] for s in SPECS.values()}
 PARAM_DTYPES = {"float": "float32", "float32": "float32", "half": "float16",
                 "float16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16",
                 "double": "float64", "float64": "float64", "byte": "int8", "char": "int8",
@@ -363,7 +361,7 @@ def from_param(records, where: str, ranks: int | None = None) -> Trace:
             "step ")]
         event = Event(op="call", gap_us=gap, gap_cpu_us=own.get("gap_cpu_us"),
                       id=len(step.calls), collective=collective,
-                      count=sizes[1] if collective == "allgather" else sizes[0],
+                      count=spec(collective).whole_count(*sizes),
                       dtype=dtype, group=pg, label=" / ".join(markers),
                       sparse=bool(own.get("sparse", False)), density=own.get("density"),
                       run_us=own.get("run_us"))
@@ -412,10 +410,7 @@ def to_param(trace: Trace) -> list[dict]:
             base = {"startTime_ns": int(round(clock * 1e3)), "ccbench": own,
                     "markers": [f"step {number}"] + ([e.label] if e.label else [])}
             if e.op == "call":
-                per_rank = e.count // trace.ranks
-                size_in, size_out = {"allgather": (per_rank, e.count),
-                                     "reduce_scatter": (e.count, per_rank)}.get(
-                    e.collective, (e.count, e.count))
+                size_in, size_out = spec(e.collective).counts_of_whole(e.count, trace.ranks)
                 out.append({**base, "comms": PARAM_NAME[e.collective], "req": req,
                             "pg_id": e.group, "world_size": trace.ranks,
                             "global_ranks": world if trace.groups.get(e.group) is None

@@ -61,7 +61,7 @@ def oriented_ratio(row, claim: str, codec: str, collective: str = ""):
 def claim_of(a: dict, b: dict, collective: str) -> tuple[str, bool] | None:
     """(claim key, whether A and B are swapped relative to the claim) or None."""
     pairs = []
-    if collective in ("allgather", "reduce_scatter"):
+    if f"{collective}_vs_baseline" in papers.CLAIMS:  # the collectives the papers measured
         pairs += [(("baseline", None), ("coll_compressed", None), f"{collective}_vs_baseline"),
                   (("p2p_compressed", None), ("coll_compressed", None),
                    f"{collective}_vs_p2p")]

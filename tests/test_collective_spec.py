@@ -3,10 +3,17 @@ values: counts of an OSU size, bus-bandwidth factors, the ring's wire bytes, ref
 
 from __future__ import annotations
 
+import queue
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from ccbench.collectives.spec import SPECS, spec
+from ccbench.collectives import spec as spec_module
+from ccbench.collectives.compressed import compressions_on_path, ring_raw_bytes
+from ccbench.collectives.ring import block_bounds, ring_blocks, ring_collective, ring_scratch
+from ccbench.collectives.spec import PIECES_WHOLE, SPECS, spec
 from ccbench.kernels.errors import UsageError
 
 
@@ -50,3 +57,96 @@ def test_references_by_hand():
     assert spec("allreduce").reference([a, b], 0).tolist() == [11, 22, 33, 44]
     assert spec("reduce_scatter").reference([a, b], 0).tolist() == [11, 22]
     assert spec("reduce_scatter").reference([a, b], 1).tolist() == [33, 44]
+
+
+# A made-up fourth collective, described by one entry added to a copy of SPECS: every
+# rank holds a whole buffer and contributes its own block of it; every rank ends with the
+# blocks assembled (an allgather whose input is already laid out as the output, as FSDP's
+# in-place all-gather). It reuses the gather phase on blocks of the send buffer.
+
+
+def _own_blocks(inputs, rank):
+    blocks = block_bounds(inputs[0].shape[0], len(inputs))
+    return np.concatenate([x[a:b] for x, (a, b) in zip(inputs, blocks, strict=True)]
+                          ).astype(np.float64)
+
+
+GATHER_BLOCKS = replace(
+    SPECS["allgather"], name="gather_blocks", osu_title="Gather_blocks", label="Gather blocks",
+    size_convention="Size = the whole buffer", counts=SPECS["allreduce"].counts,
+    recv_count=lambda sent, n: sent, reference=_own_blocks, ring_block_is_send=False,
+    counts_of_whole=lambda n, p: (n, n), mpi_call="Allgather", torch_calls=(),
+    staged_pieces=PIECES_WHOLE)
+
+
+@pytest.fixture
+def with_gather_blocks(monkeypatch):
+    monkeypatch.setattr(spec_module, "SPECS", {**SPECS, "gather_blocks": GATHER_BLOCKS})
+    return spec("gather_blocks")
+
+
+class _RingOfThreads:
+    """One rank of a ring of threads: sendrecv through queues, bytes sent counted."""
+
+    def __init__(self, rank, size, queues):
+        self.rank, self.size, self.queues, self.wire_bytes = rank, size, queues, 0
+
+    def sendrecv(self, sendbuf, dest, recvbuf, source):
+        self.queues[self.rank, dest].put(sendbuf.copy())
+        self.wire_bytes += sendbuf.nbytes
+        recvbuf[:] = self.queues[source, self.rank].get(timeout=10)
+
+
+def _run_ring(described, inputs, recv_count):
+    """ring.ring_collective on len(inputs) threads: (results, wire bytes) per rank."""
+    size = len(inputs)
+    queues = {(a, b): queue.Queue() for a in range(size) for b in range(size)}
+    comms = [_RingOfThreads(r, size, queues) for r in range(size)]
+    outs = [np.zeros(recv_count, dtype=np.float32) for _ in range(size)]
+
+    def rank_main(r):
+        ring_collective(comms[r], described, inputs[r], outs[r],
+                        ring_scratch(described, inputs[r], size))
+
+    with ThreadPoolExecutor(size) as pool:
+        list(pool.map(rank_main, range(size)))
+    return outs, [c.wire_bytes for c in comms]
+
+
+def test_a_new_collective_is_one_entry(with_gather_blocks):
+    described = with_gather_blocks
+    # 7 float32 values on 3 ranks: blocks of 3, 2, 2 values
+    shape = described.shape(28, 3, "float32")
+    assert (shape.send_count, shape.recv_count, shape.total_bytes) == (7, 7, 28)
+    assert described.fits(7, 7, 3) and not described.fits(7, 6, 3)
+    assert described.counts_of_whole(7, 3) == (7, 7) and described.whole_count(7, 7) == 7
+    # the ring forwards P-1 blocks of Size / P
+    assert described.ring_wire_bytes(28, 3) == pytest.approx(2 * 28 / 3)
+    assert ring_blocks(described, 7, 3) == [(0, 3), (3, 5), (5, 7)]
+    inputs = [np.arange(7, dtype=np.float32) + 10 * r for r in range(3)]
+    by_hand = [0, 1, 2, 13, 14, 25, 26]  # rank 0's block 0, rank 1's block 1, rank 2's 2
+    assert described.reference(inputs, 1).tolist() == by_hand
+    outs, wire = _run_ring(described, inputs, 7)
+    for out in outs:
+        assert out.tolist() == by_hand
+    # rank r sends its own block, then the one it received: 3 + 2, 2 + 3, 2 + 2 values
+    assert wire == [20, 20, 16]
+    assert [ring_raw_bytes(described.phases, ring_blocks(described, 7, 3), r, 3, 4)
+            for r in range(3)] == wire
+    # a gather phase: the collective-level ring encodes each block once, point-to-point
+    # compression at each of the P-1 hops, the library once
+    assert [compressions_on_path(v, "gather_blocks", 3) for v in ("coll", "p2p", "library")
+            ] == [1, 2, 1]
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_the_ring_runs_each_collective_by_its_phases(name):
+    described, ranks = spec(name), 3
+    shape = described.shape(12 * 4, ranks, "float32")
+    inputs = [np.arange(shape.send_count, dtype=np.float32) * (r + 1) - r for r in range(ranks)]
+    outs, wire = _run_ring(described, inputs, shape.recv_count)
+    for r, out in enumerate(outs):
+        assert out.tolist() == described.reference(inputs, r).tolist()
+    # each rank sends the ring's hops of one block (allgather: a send buffer, 12 values;
+    # the others: 12 values in blocks of 4)
+    assert wire == [described.ring_wire_bytes(48, ranks)] * ranks

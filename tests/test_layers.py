@@ -283,42 +283,60 @@ def test_the_registry_says_which_variants_the_harness_drives():
 
 
 # Collectives: what differs between them is a field or a function of their entry in
-# collectives/spec.py. These modules still compare a collective's name (issue 37's
-# deliverable 2 moves them onto spec.py); the list may only shrink.
+# collectives/spec.py; only it and the vocabulary may name one to branch on it.
 COLLECTIVE_OWNERS = {"ccbench.collectives.spec", "ccbench.kernels.vocabulary"}
-STILL_BRANCHING_ON_A_COLLECTIVE = {
-    "ccbench.benchmarks.coll_compressed", "ccbench.benchmarks.trace_replay",
-    "ccbench.collectives.baseline", "ccbench.collectives.comm",
-    "ccbench.collectives.comm_torch", "ccbench.collectives.compressed",
-    "ccbench.collectives.compressed_library", "ccbench.collectives.compressed_ordered",
-    "ccbench.collectives.costmodel", "ccbench.collectives.trace",
-    "ccbench.training.replay", "ccbench.training.gradient_comm",
-}
+
+
+def _names_a_collective(node: ast.AST) -> bool:
+    """A collective's name as a literal, or a tuple, list or set literal holding one."""
+    from ccbench.kernels.vocabulary import COLLECTIVES
+
+    if isinstance(node, ast.Constant):
+        return node.value in COLLECTIVES
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(isinstance(e, ast.Constant) and e.value in COLLECTIVES for e in node.elts)
+    return False
 
 
 def collective_comparisons(path: Path) -> list[int]:
-    """Lines of the file that compare something with a collective's name (== or !=)."""
-    from ccbench.kernels.vocabulary import COLLECTIVES
-
+    """Lines of the file that compare something with a collective's name: == or != a
+    name, `in` or `not in` a literal collection of names (or a name `in` something), and
+    a `match` with a case on a name."""
     lines = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Compare) and any(
-                isinstance(op, ast.Eq | ast.NotEq) for op in node.ops):
+        if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
-            if any(isinstance(s, ast.Constant) and s.value in COLLECTIVES for s in sides):
-                lines.append(node.lineno)
-    return lines
+            for op, left, right in zip(node.ops, sides[:-1], sides[1:], strict=True):
+                if isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) and (
+                        _names_a_collective(left) or _names_a_collective(right)):
+                    lines.append(node.lineno)
+                    break
+        elif isinstance(node, ast.match_case):
+            if any(isinstance(p, ast.MatchValue) and _names_a_collective(p.value)
+                   for p in ast.walk(node.pattern)):
+                lines.append(node.pattern.lineno)
+    return sorted(set(lines))
 
 
 def test_only_the_collectives_description_branches_on_a_collective():
-    branching = {m for m, p in MODULES.items()
-                 if m not in COLLECTIVE_OWNERS and collective_comparisons(p)}
-    new = branching - STILL_BRANCHING_ON_A_COLLECTIVE
-    assert not new, (f"{sorted(new)} compare a collective's name: make it a field or a "
-                     "function of collectives/spec.py's entries")
-    done = STILL_BRANCHING_ON_A_COLLECTIVE - branching
-    assert not done, f"{sorted(done)} no longer branch: take them off the list"
+    branching = {m: collective_comparisons(p) for m, p in MODULES.items()
+                 if m not in COLLECTIVE_OWNERS}
+    branching = {m: lines for m, lines in branching.items() if lines}
+    assert not branching, (f"{branching} (module: lines) compare a collective's name: make "
+                           "it a field or a function of collectives/spec.py's entries")
 
 
 def test_the_collectives_description_has_no_branch_on_a_name():
     assert collective_comparisons(MODULES["ccbench.collectives.spec"]) == []
+
+
+def test_the_collective_check_sees_every_spelling(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text('if c == "allgather":\n    pass\n'
+                    'if "allreduce" != c:\n    pass\n'
+                    'if c in ("reduce_scatter", "allreduce"):\n    pass\n'
+                    'if c not in {"allgather"}:\n    pass\n'
+                    'match c:\n    case "x" | "allgather":\n        pass\n'
+                    'if c == "broadcast" or c in ("a", "b") or c is None:\n    pass\n'
+                    'f(c, "allgather")\n')
+    assert collective_comparisons(path) == [1, 3, 5, 7, 10]

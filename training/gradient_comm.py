@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from ccbench.collectives.baseline import bind_collective
 from ccbench.collectives.ring import RingScratch, block_bounds
+from ccbench.collectives.spec import spec
 from ccbench.kernels import arrays, variants
 from ccbench.kernels.errors import UsageError
 
@@ -86,8 +87,9 @@ class GradientCommunicator:
     def compresses(self, collective: str) -> bool:
         if self.codec is None:
             return False
+        # a reduction sums gradients; what is gathered is parameters
         return self.spec.compress == "both" or (
-            self.spec.compress == ("params" if collective == "allgather" else "grads"))
+            self.spec.compress == ("grads" if spec(collective).reduces else "params"))
 
     def error_bound(self, collective: str, amaxes: list[float], dtype: str = "float32"):
         """Max abs error of one collective's result (None: exact up to summation order)."""
@@ -130,7 +132,7 @@ class GradientCommunicator:
         """The transport library's own collective (MPI's, NCCL's, gloo's). MPI on host
         tensors runs in place where FSDP's input lies inside its output; elsewhere the
         communicator binds the call once per buffer (staging device tensors, if need be)."""
-        comm = self.comm
+        comm, described = self.comm, spec(collective)
         host = not arrays.is_device_array(recv)
         if comm.mpi is not None and host:  # MPI carries the bytes: its in-place calls
             from mpi4py import MPI
@@ -138,15 +140,12 @@ class GradientCommunicator:
             from ccbench.collectives.comm import sum_op
 
             r = arrays.host_view(recv)
-            if collective == "allgather":
-                first = MPI.IN_PLACE if _aliases(send, recv) else arrays.host_view(send)
-                comm.mpi.Allgather(first, r)
-            elif collective == "reduce_scatter":
-                comm.mpi.Reduce_scatter_block(arrays.host_view(send), r, sum_op(r))
-            else:
-                comm.mpi.Allreduce(MPI.IN_PLACE, r, sum_op(r))
+            in_place = described.mpi_in_place and _aliases(send, recv)
+            first = MPI.IN_PLACE if in_place else arrays.host_view(send)
+            args = (first, r, sum_op(r)) if described.reduces else (first, r)
+            getattr(comm.mpi, described.mpi_call)(*args)
             return
-        if collective == "allreduce":  # in place: the library's call reads a copy
+        if described.in_place:  # one buffer: the library's call reads a copy
             key = ("library-in", send.data_ptr(), send.numel(), send.dtype)
             send = self._cached(key, lambda: torch.empty_like(send)).copy_(send)
         key = ("library", collective, send.data_ptr(), recv.data_ptr(), send.numel(),

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from ccbench.collectives.spec import spec
 from ccbench.collectives.trace import Event, Step, Trace
 from ccbench.kernels.errors import UsageError
 
@@ -113,7 +114,7 @@ class Router:
             init_torch_distributed(comm)
 
     def transport(self, event: Event):
-        if self.main is self.dense or (event.sparse and event.collective == "allreduce"):
+        if self.main is self.dense or (event.sparse and spec(event.collective).streams_sparse):
             return self.main
         return self.dense
 
@@ -136,6 +137,17 @@ def padded(count: int, ranks: int) -> int:
     return -(-count // ranks) * ranks
 
 
+def call_counts(e: Event, ranks: int) -> tuple[int, int, int]:
+    """(whole, send, receive) counts of a traced call on `ranks` ranks: its whole buffer
+    padded to a multiple of the ranks where the collective needs equal blocks (FSDP's
+    all-gather and reduce-scatter), as traced otherwise (an allreduce)."""
+    described = spec(e.collective)
+    n = e.count
+    if not described.fits(*described.counts_of_whole(n, ranks), ranks):
+        n = padded(n, ranks)
+    return (n, *described.counts_of_whole(n, ranks))
+
+
 class Buffers:
     """One buffer per collective and dtype, as long as its longest call; each call works
     on a view of it (FSDP's all-gather in place, its input this rank's block). Calls the
@@ -156,11 +168,13 @@ class Buffers:
             pool = torch.empty(n, dtype=TORCH_DTYPES[dtype])
             _tile_into(pool, tile)
             self.pools[(collective, dtype)] = pool
-            if collective == "reduce_scatter":
-                self.pools[("out", dtype)] = torch.empty(n // self.ranks,
-                                                         dtype=TORCH_DTYPES[dtype])
+            _, out = spec(collective).counts_of_whole(n, self.ranks)
+            if out != n:  # the output is a share of the whole: a buffer of its own
+                self.pools[("out", collective, dtype)] = torch.empty(
+                    out, dtype=TORCH_DTYPES[dtype])
         self.sparse: dict = {}  # (count, dtype, density) -> (buffer, its sparse input)
-        for e in (e for s in steps for e in s.calls if e.sparse and e.collective == "allreduce"):
+        for e in (e for s in steps for e in s.calls
+                  if e.sparse and spec(e.collective).streams_sparse):
             key = (e.count, e.dtype, e.density)
             if key not in self.sparse:
                 kind = f"sparse:{e.density if e.density is not None else 1.0}"
@@ -169,19 +183,18 @@ class Buffers:
                 self.sparse[key] = (fresh.clone(), fresh)
 
     def views(self, e: Event):
-        """(send, recv) of one call."""
-        n = padded(e.count, self.ranks)
-        if e.collective == "allgather":
-            recv = self.pools[("allgather", e.dtype)][:n]
-            block = n // self.ranks
-            return recv[self.rank * block:(self.rank + 1) * block], recv
-        if e.collective == "reduce_scatter":
-            return (self.pools[("reduce_scatter", e.dtype)][:n],
-                    self.pools[("out", e.dtype)][:n // self.ranks])
-        if e.sparse:
+        """(send, recv) of one call: one buffer where the result lands on the input; the
+        input this rank's block of the output where the output is the whole buffer (FSDP's
+        all-gather in place); else the input whole and the output a buffer of its own."""
+        n, send, recv = call_counts(e, self.ranks)
+        if e.sparse and spec(e.collective).streams_sparse:
             return self.sparse[(e.count, e.dtype, e.density)]
-        buf = self.pools[("allreduce", e.dtype)][:e.count]
-        return buf, buf
+        whole = self.pools[(e.collective, e.dtype)][:n]
+        if send == recv == n:
+            return whole, whole
+        if recv == n:
+            return whole[self.rank * send:(self.rank + 1) * send], whole
+        return whole, self.pools[("out", e.collective, e.dtype)][:recv]
 
 
 def _tile_into(out: torch.Tensor, tile: torch.Tensor) -> None:
@@ -196,14 +209,22 @@ def collective_call(e: Event, router: Router, buffers: Buffers):
     transport = router.transport(e)
     send, recv = buffers.views(e)
     size = router.comm.size
-    if e.collective == "allgather":
-        return lambda: transport.allgather(send, recv)
-    if e.collective == "reduce_scatter":
-        return lambda: (transport.reduce_scatter(send, recv), recv.div_(size))
-    if e.sparse:  # the sum lands on the input: the next call gets the sparse gradient
-        # again, as a step of training would (a copy, inside the call's time)
-        return lambda: (transport.allreduce(send), send.copy_(recv))
-    return lambda: (transport.allreduce(recv), recv.div_(size))
+    described = spec(e.collective)
+    run = transport_call(transport, e.collective)
+    if e.sparse and described.streams_sparse:  # the sum lands on the input: the next call
+        # gets the sparse gradient again, as a step of training would (a copy, inside the
+        # call's time)
+        return lambda: (run(send), send.copy_(recv))
+    call = (lambda: run(recv)) if described.in_place else (lambda: run(send, recv))
+    if not described.reduces:
+        return call
+    return lambda: (call(), recv.div_(size))
+
+
+def transport_call(transport, collective: str):
+    """A Transport's call of a collective: its methods are named by the collectives and
+    take (send, recv), or the one buffer of an in-place collective (spec.in_place)."""
+    return getattr(transport, collective)
 
 
 @dataclass
@@ -273,7 +294,8 @@ def merge_allreduces(step: Step, plan_groups) -> Step:
     position: dict[int, int] = {}  # a call's id in the step -> its place in `out`
     while i < len(events):
         j = i
-        while j < len(events) and _mergeable(events[j]) and events[j].dtype == events[i].dtype:
+        while (j < len(events) and _mergeable(events[j]) and events[j].dtype == events[i].dtype
+               and events[j].collective == events[i].collective):
             j += 1
         if j - i < 2:
             if events[i].op == "call":
@@ -319,4 +341,4 @@ def merge_allreduces(step: Step, plan_groups) -> Step:
 
 
 def _mergeable(e: Event) -> bool:
-    return e.op == "call" and e.collective == "allreduce" and not e.blocking
+    return e.op == "call" and spec(e.collective).elementwise and not e.blocking
