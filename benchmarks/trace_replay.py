@@ -167,10 +167,10 @@ def merged_steps(comm, opts, router, steps):
     count = total // 4
     send = torch.randn(count, generator=torch.Generator().manual_seed(comm.rank))
     recv = send.clone()
-    transport = router.main
+    gcomm = router.main
 
     def bind(_, r):
-        return lambda: (transport.allreduce(r), r.div_(comm.size))
+        return lambda: (gcomm.allreduce(r), r.div_(comm.size))
 
     sizes = fit_sizes(total, opts.fit_min, comm.size)
     fit, _ = fit_cost_model(comm, bind, send, recv, sizes, opts.fit_seconds,
@@ -191,7 +191,7 @@ def validate(comm, router, steps, seed: int) -> bool:
     from ccbench.collectives.spec import spec
     from ccbench.kernels.inputs import values
     from ccbench.kernels.vocabulary import exact_amplitude
-    from ccbench.training.replay import TORCH_DTYPES, call_counts, transport_call
+    from ccbench.training.replay import TORCH_DTYPES, call_counts, collective_method
 
     size, rank, ok, seen = comm.size, comm.rank, True, set()
     for e in (e for s in steps for e in s.calls):
@@ -204,8 +204,8 @@ def validate(comm, router, steps, seed: int) -> bool:
         kind = f"sparse:{e.density or 1.0}" if e.sparse else "exact"
         inputs = [values(kind, each, r, size, seed) for r in range(size)]
         mine = torch.from_numpy(inputs[rank]).to(TORCH_DTYPES[e.dtype])
-        transport = router.transport(e)
-        run = transport_call(transport, e.collective)
+        gcomm = router.gradient_comm(e)
+        run = collective_method(gcomm, e.collective)
         if described.in_place:
             out = mine.clone()
             run(out)
@@ -214,7 +214,7 @@ def validate(comm, router, steps, seed: int) -> bool:
             run(mine, out)
         expected = described.reference(inputs, rank, inputs[rank].dtype)
         amplitude = 4.0 if e.sparse else exact_amplitude(size)
-        bound = transport.error_bound(e.collective, [amplitude] * size, e.dtype)
+        bound = gcomm.error_bound(e.collective, [amplitude] * size, e.dtype)
         err = np.abs(out.to(torch.float64).numpy() - expected)
         ok &= bool(np.all(err == 0) if bound is None else np.all(err <= bound))
     return bool(comm.allreduce_value(int(ok), op="min"))

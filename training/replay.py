@@ -113,7 +113,7 @@ class Router:
 
             init_torch_distributed(comm)
 
-    def transport(self, event: Event):
+    def gradient_comm(self, event: Event):
         if self.main is self.dense or (event.sparse and spec(event.collective).streams_sparse):
             return self.main
         return self.dense
@@ -122,13 +122,13 @@ class Router:
         """Seconds the codecs have worked inside the collectives so far (encode, decode,
         and the collective-level reduce-scatter's fused decode-add-encode hop)."""
         total = 0.0
-        for transport in {id(self.main): self.main, id(self.dense): self.dense}.values():
-            for bound in list(transport._bound.values()):
+        for gcomm in {id(self.main): self.main, id(self.dense): self.dense}.values():
+            for bound in list(gcomm._bound.values()):
                 rows = getattr(bound, "breakdown", None)
                 if rows is None or not rows.rows:
                     continue
                 parts = np.sum(rows.rows, axis=0)
-                total += parts[1] + parts[2] + (parts[3] if transport.kind == "coll" else 0)
+                total += parts[1] + parts[2] + (parts[3] if gcomm.kind == "coll" else 0)
         return float(total)
 
 
@@ -206,11 +206,11 @@ def _tile_into(out: torch.Tensor, tile: torch.Tensor) -> None:
 def collective_call(e: Event, router: Router, buffers: Buffers):
     """The call a stream runs for event ``e``: the collective, then the division by the
     ranks FSDP (AVG) and DDP do, which also keeps the values from growing step by step."""
-    transport = router.transport(e)
+    gcomm = router.gradient_comm(e)
     send, recv = buffers.views(e)
     size = router.comm.size
     described = spec(e.collective)
-    run = transport_call(transport, e.collective)
+    run = collective_method(gcomm, e.collective)
     if e.sparse and described.streams_sparse:  # the sum lands on the input: the next call
         # gets the sparse gradient again, as a step of training would (a copy, inside the
         # call's time)
@@ -221,10 +221,10 @@ def collective_call(e: Event, router: Router, buffers: Buffers):
     return lambda: (call(), recv.div_(size))
 
 
-def transport_call(transport, collective: str):
-    """A Transport's call of a collective: its methods are named by the collectives and
+def collective_method(gcomm, collective: str):
+    """A gradient communicator's call of a collective: its methods are named by the collectives and
     take (send, recv), or the one buffer of an in-place collective (spec.in_place)."""
-    return getattr(transport, collective)
+    return getattr(gcomm, collective)
 
 
 @dataclass

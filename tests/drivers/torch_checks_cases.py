@@ -277,8 +277,8 @@ def replay_validation(comm) -> dict:
     router = Router(comm, ReplaySpec("baseline", "ring"))
     honest = validate(comm, router, steps, seed=0)
     if comm.rank == 1:
-        plain = router.transport
-        router.transport = lambda e: SpoiledAllreduce(plain(e)) \
+        plain = router.gradient_comm
+        router.gradient_comm = lambda e: SpoiledAllreduce(plain(e)) \
             if e.collective == "allreduce" else plain(e)
     spoiled = validate(comm, router, steps, seed=0)
     return {"honest": comm.allgather_obj(honest), "spoiled": comm.allgather_obj(spoiled)}
