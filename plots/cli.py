@@ -20,13 +20,13 @@ from pathlib import Path
 from ccbench.kernels.errors import UsageError
 from ccbench.plots import (
     breakdown,
+    compression,
     general,
+    gradient_merging,
     headlines,
-    seed000,
-    seed000_training,
-    seed001,
-    seed002,
+    sparse_allreduce,
     traces,
+    training_runs,
 )
 from ccbench.plots.advice import read_advice
 from ccbench.plots.base import Skip
@@ -42,7 +42,8 @@ from ccbench.plots.style import PNG_DPI, Style, close_all, note_texts, save
 
 REGIME_HEADINGS = dict(REGIMES)
 
-MODULES = (seed000, seed000_training, seed001, seed002, general, breakdown, traces)
+MODULES = (compression, training_runs, sparse_allreduce, gradient_merging, general, breakdown,
+           traces)
 DEFAULT_OUTDIR = "results/figures"
 FORMATS = ("png", "pdf")
 

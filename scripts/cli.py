@@ -23,24 +23,26 @@ VARIANTS = {name: (variants.BY_NAME[name].needs_mpi, variants.BY_NAME[name].desc
 # Tools: name -> (module:function taking argv and returning an exit status, help)
 SUBCOMMANDS = {
     "list": ("ccbench.scripts.cli:list_variants", "list the benchmark variants"),
-    "cluster": ("ccbench.scripts.cluster:main", "emulated bandwidth-limited cluster on this host"),
-    "sweep": ("ccbench.scripts.sweep:main", "run a sweep spec on local ranks or SLURM"),
-    "merge": ("ccbench.scripts.merge:main", "combine result CSVs of one schema"),
-    "regress": ("ccbench.scripts.regress:main", "compare exact metrics against a reference"),
+    "cluster": ("ccbench.scripts.cluster.command:main",
+                "emulated bandwidth-limited cluster on this host"),
+    "sweep": ("ccbench.scripts.sweeps.sweep:main", "run a sweep spec on local ranks or SLURM"),
+    "merge": ("ccbench.scripts.sweeps.merge:main", "combine result CSVs of one schema"),
+    "regress": ("ccbench.scripts.sweeps.regress:main", "compare exact metrics against a reference"),
     "plot": ("ccbench.plots.cli:main", "draw the comparison figures from result CSVs"),
-    "compare": ("ccbench.scripts.compare:main", "two benchmarks in interleaved rounds: ratio, "
-                                                "interval, verdict"),
-    "osu-check": ("ccbench.scripts.osu_check:main", "the MPI baseline against OSU's own "
-                  "binaries, interleaved"),
-    "gate": ("ccbench.scripts.gate:main", "fail when this tree makes a gated benchmark slower"),
+    "compare": ("ccbench.scripts.comparisons.compare:main",
+                "two benchmarks in interleaved rounds: ratio, interval, verdict"),
+    "osu-check": ("ccbench.scripts.comparisons.osu_check:main",
+                  "the MPI baseline against OSU's own binaries, interleaved"),
+    "gate": ("ccbench.scripts.comparisons.gate:main",
+             "fail when this tree makes a gated benchmark slower"),
     "profile": ("ccbench.scripts.profile_layers:main", "profile MG-WFBP's models layer by layer"),
     "simulate": ("ccbench.scripts.simulate:main", "MG-WFBP trace-based simulation to 2048 ranks"),
     "corpus": ("ccbench.scripts.corpus:main", "capture real gradients, weights, activations"),
-    "gpu-check": ("ccbench.scripts.gpu_check:main", "the GPU acceptance run: every variant on "
+    "gpu-check": ("ccbench.scripts.gpu.check:main", "the GPU acceptance run: every variant on "
                                                      "device buffers, MPI and NCCL, a report"),
-    "trace": ("ccbench.scripts.trace:main", "capture, build, show, convert and replay "
+    "trace": ("ccbench.scripts.tracing.command:main", "capture, build, show, convert and replay "
                                             "training steps' collective traces"),
-    "advise": ("ccbench.scripts.advise:main", "should you compress? options ranked by "
+    "advise": ("ccbench.scripts.advise.command:main", "should you compress? options ranked by "
                                               "predicted step time, checked by replays"),
 }
 

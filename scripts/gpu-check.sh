@@ -53,8 +53,8 @@ if [ "$install" = 0 ] && [ "$PYTHON" != .venv/bin/python ] && [ -z "${CCBENCH_MP
     CCBENCH_MPIEXEC=$(command -v mpiexec)
     export CCBENCH_MPIEXEC
 fi
-if ! "$PYTHON" -c 'import ccbench.scripts.gpu_check' 2>/dev/null; then
+if ! "$PYTHON" -c 'import ccbench.scripts.gpu.check' 2>/dev/null; then
     echo "gpu-check: $PYTHON cannot import ccbench (install it, or put it on PYTHONPATH)" >&2
     exit 2
 fi
-exec "$PYTHON" -m ccbench.scripts.gpu_check ${args[@]+"${args[@]}"}
+exec "$PYTHON" -m ccbench.scripts.gpu.check ${args[@]+"${args[@]}"}

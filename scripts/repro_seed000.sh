@@ -75,7 +75,7 @@ link_up() {
     # the shape of the cluster that is up ("" when none) and the one this link wants
     have=$(cluster status --name "$name" --json 2>/dev/null | "$python" -c '
 import json, sys
-from ccbench.scripts.cluster_layout import format_rate
+from ccbench.scripts.cluster.layout import format_rate
 d = json.load(sys.stdin)
 r = d.get("regime")
 if d.get("up") and r:
@@ -85,7 +85,7 @@ elif d.get("up"):
 ' 2>/dev/null || true)
     want=$("$python" -c '
 import sys
-from ccbench.scripts.cluster_layout import format_rate, parse_rate
+from ccbench.scripts.cluster.layout import format_rate, parse_rate
 ranks, kind, value, codec = sys.argv[1:]
 if kind == "ratio":
     print(ranks, "regime", codec, "%g" % float(value))

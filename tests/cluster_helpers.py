@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ccbench.scripts import cluster_layout, cluster_netns
+from ccbench.scripts.cluster import layout as cluster_layout
+from ccbench.scripts.cluster import netns as cluster_netns
 from tests.mpirun import hydra_skip
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ccbench.scripts.launch import binding_enabled, mpiexec_command
+from ccbench.scripts.launchers import binding_enabled, mpiexec_command
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,7 +41,7 @@ def without_launcher_notices(stderr: str) -> str:
 def hydra_skip() -> str | None:
     """Why ranks cannot be started inside an emulated cluster here, or None: `ccbench
     cluster run` drives MPICH's Hydra launcher (the Open MPI equivalent is by hand)."""
-    from ccbench.scripts.launch import MPICH, find_mpiexec, mpi_family
+    from ccbench.scripts.launchers import MPICH, find_mpiexec, mpi_family
 
     if mpi_family(find_mpiexec()) != MPICH:
         return ("`ccbench cluster run` drives MPICH's Hydra; this environment's MPI is "

@@ -17,7 +17,7 @@ from ccbench.benchmarks.results import MGWFBP_COLUMNS as SIMULATE_COLUMNS
 from ccbench.benchmarks.training import COLUMNS as TRAINING_COLUMNS
 from ccbench.collectives.mgwfbp import PROFILE_COLUMNS
 from ccbench.plots import cli
-from ccbench.scripts.comparison import COLUMNS as COMPARE_COLUMNS
+from ccbench.scripts.comparisons.rounds import COLUMNS as COMPARE_COLUMNS
 
 SWEEP = "fixture-20250101T000000-abcdef"
 US_PER_BYTE_1G = 8e-3  # 1 Gbit/s

@@ -1,4 +1,4 @@
-"""`ccbench advise` (scripts/advise.py): a hand-worked step through the command, the
+"""`ccbench advise` (scripts/advise/command.py): a hand-worked step through the command, the
 provenance of every input (measured rows named, missing ones assumed), the files it
 writes, and bad input as one line and status 2. No MPI, no cluster: --check is measured
 on the emulated cluster (docs/advise.md)."""
@@ -15,7 +15,8 @@ from ccbench.benchmarks.results import CODEC, HARNESS, SCHEMA, write_csv_atomic
 from ccbench.collectives import trace as tracefile
 from ccbench.collectives.trace import Event, Step, Trace
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts import advise, advise_check
+from ccbench.scripts.advise import check as advise_check
+from ccbench.scripts.advise import command as advise
 
 MIB = 1 << 20
 

@@ -41,7 +41,7 @@ class PairedRecordingLauncher(RecordingLauncher):
 
 
 def test_rounds_alternate_the_first_side_and_interleave_comparisons(tmp_path):
-    from ccbench.scripts.comparison import Comparison, Side, run_rounds
+    from ccbench.scripts.comparisons.rounds import Comparison, Side, run_rounds
 
     RecordingLauncher.log = []
     jobs = [(Comparison(Side("A", ["baseline"]), Side("B", ["baseline"]), "avg", 0.03), [job])
@@ -58,7 +58,7 @@ def test_rounds_alternate_the_first_side_and_interleave_comparisons(tmp_path):
 
 
 def test_compare_with_separate_launches_alternates_across_rounds(tmp_path, monkeypatch, capsys):
-    from ccbench.scripts import compare
+    from ccbench.scripts.comparisons import compare
 
     RecordingLauncher.log = []
     monkeypatch.setattr(compare, "Launcher", RecordingLauncher)
@@ -120,7 +120,7 @@ def test_turns_inside_a_launch_alternate_and_keep_each_sides_times(tmp_path, mon
 def test_in_launch_rounds_alternate_which_side_starts(tmp_path, monkeypatch):
     """With an odd number of turns A would start more turns than B; the rounds alternate
     which side starts the launch, so across rounds each side starts as often."""
-    from ccbench.scripts import compare
+    from ccbench.scripts.comparisons import compare
 
     RecordingLauncher.log = []
     monkeypatch.setattr(compare, "Launcher", PairedRecordingLauncher)

@@ -76,7 +76,7 @@ def _row(ratio, low, high=None) -> dict:
 
 
 def test_the_gate_threshold_is_inclusive_and_the_interval_must_clear_1():
-    from ccbench.scripts.gate import DEFAULT_SPEC, failed, load_spec
+    from ccbench.scripts.comparisons.gate import DEFAULT_SPEC, failed, load_spec
 
     threshold = load_spec(DEFAULT_SPEC).threshold
     assert threshold == 1.3  # "fail at B/A >= 1.3 with the 95% interval above 1"
@@ -97,8 +97,8 @@ def test_the_gate_threshold_is_inclusive_and_the_interval_must_clear_1():
 
 
 def test_a_comparison_exactly_at_the_threshold_fails_the_gate():
-    from ccbench.scripts.comparison import LAUNCHES, Comparison, Side, result_rows
-    from ccbench.scripts.gate import failed
+    from ccbench.scripts.comparisons.gate import failed
+    from ccbench.scripts.comparisons.rounds import LAUNCHES, Comparison, Side, result_rows
 
     def gate_rows(a_us, b_us):
         comparison = Comparison(Side("A", ["baseline"]), Side("B", ["baseline"]), "p50", 0.03,

@@ -17,14 +17,12 @@ import sys
 import pytest
 
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts import cluster as cl
-from ccbench.scripts import (
-    cluster_layout,
-    cluster_netns,
-    cluster_regime,
-    cluster_run,
-    cluster_selfcheck,
-)
+from ccbench.scripts.cluster import command as cl
+from ccbench.scripts.cluster import jobs as cluster_run
+from ccbench.scripts.cluster import layout as cluster_layout
+from ccbench.scripts.cluster import netns as cluster_netns
+from ccbench.scripts.cluster import regime as cluster_regime
+from ccbench.scripts.cluster import selfcheck as cluster_selfcheck
 from tests.cluster_helpers import (
     NAME,
     RANKS,

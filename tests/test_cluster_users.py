@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ccbench.scripts import cluster as cl
-from ccbench.scripts import (
-    cluster_keeper,
-    cluster_layout,
-    cluster_netns,
-)
+from ccbench.scripts.cluster import command as cl
+from ccbench.scripts.cluster import keeper as cluster_keeper
+from ccbench.scripts.cluster import layout as cluster_layout
+from ccbench.scripts.cluster import netns as cluster_netns
 from tests.cluster_helpers import (
     REPO,
     can_build,

@@ -33,7 +33,7 @@ def record(a_turns, b_turns, size=4096) -> dict:
 
 
 def test_a_round_is_the_geometric_mean_of_its_turns_and_the_interval_spans_rounds():
-    from ccbench.scripts.comparison import IN_LAUNCH, Comparison, Side
+    from ccbench.scripts.comparisons.rounds import IN_LAUNCH, Comparison, Side
 
     comparison = Comparison(Side("A", ["baseline"]), Side("B", ["baseline"]), "avg", 0.03,
                             IN_LAUNCH)
@@ -151,7 +151,7 @@ def test_paired_bad_input_is_one_line_from_rank_0(tmp_path, a, b, needle):
 
 
 def test_widest_interval_is_the_largest_half_width_in_log_terms():
-    from ccbench.scripts.comparison import IN_LAUNCH, Comparison, Side
+    from ccbench.scripts.comparisons.rounds import IN_LAUNCH, Comparison, Side
 
     comparison = Comparison(Side("A", ["baseline"]), Side("B", ["baseline"]), "avg", 0.03,
                             IN_LAUNCH)

@@ -167,7 +167,7 @@ def test_merge_only_names_the_tasks_that_did_not_finish(tmp_path):
 
 def test_merge_refuses_a_malformed_sidecar(tmp_path, capsys):
     from ccbench.benchmarks.results import COMMON_COLUMNS, write_csv_atomic
-    from ccbench.scripts import merge
+    from ccbench.scripts.sweeps import merge
 
     good = tmp_path / "in" / "a.csv"
     write_csv_atomic(good, [{"schema": "harness/3", "run_id": "r1", "variant": "baseline",

@@ -154,8 +154,8 @@ def test_loss_notes_of_runs_of_different_lengths_cover_the_same_steps():
     run is not shown as further trained."""
     import pandas as pd
 
-    from ccbench.plots.seed000_training import loss_notes
     from ccbench.plots.steps import Launch
+    from ccbench.plots.training_runs import loss_notes
 
     def launch(steps: int, loss) -> Launch:
         frame = pd.DataFrame({"step": range(1, steps + 1),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ccbench.scripts.revisions import kernel_path, link_rooms
+from ccbench.scripts.comparisons.revisions import kernel_path, link_rooms
 from tests.mpirun import REPO
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
@@ -212,7 +212,7 @@ def test_this_checkout_records_an_accepted_revision_in_its_history():
     """CI's gate has a base that is not the commit under test, found in this history."""
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
-    from ccbench.scripts.gate import read_accepted
+    from ccbench.scripts.comparisons.gate import read_accepted
 
     accepted = read_accepted(REPO)
     assert accepted is not None
@@ -225,7 +225,7 @@ def test_this_checkout_records_an_accepted_revision_in_its_history():
 
 def tree_of(clone: Path, tmp_path: Path) -> dict:
     """The environment that runs ccbench from the clone's working tree."""
-    from ccbench.scripts.revisions import link_rooms
+    from ccbench.scripts.comparisons.revisions import link_rooms
 
     root = link_rooms(clone, tmp_path / "import")
     return {"PYTHONPATH": str(root), "CCBENCH_STATE": str(tmp_path / "state")}
@@ -326,7 +326,7 @@ def test_compare_bad_input_exits_2(args, words):
 
 def test_compare_reads_unsized_benchmarks_from_their_own_rows():
     """Training compares on its summary row's mean step time, MG-WFBP per strategy."""
-    from ccbench.scripts.comparison import Comparison, Side
+    from ccbench.scripts.comparisons.rounds import Comparison, Side
 
     a, b = Side("A", ["training"]), Side("B", ["training", "--variant", "coll_compressed"])
     comparison = Comparison(a, b, "avg", 0.03)
@@ -349,8 +349,8 @@ def test_compare_reads_unsized_benchmarks_from_their_own_rows():
 def test_compare_reads_codec_throughput_as_time_per_call_of_each_step():
     """A rate becomes a time per call: 4 MB at 8 GB/s is 500 us, at 4 GB/s 1000 us; a
     doubled encode reads B/A = 2 on its own point, and a missing rate is no point."""
-    from ccbench.scripts.comparison import Comparison, Side
-    from ccbench.scripts.launch import Launcher
+    from ccbench.scripts.comparisons.rounds import Comparison, Side
+    from ccbench.scripts.launchers import Launcher
 
     a, b = Side("A", ["codec_throughput"]), Side("B", ["codec_throughput"])
     comparison = Comparison(a, b, "p50", 0.03)

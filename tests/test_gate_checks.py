@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts import gate, revisions
+from ccbench.scripts.comparisons import gate, revisions
 from tests.mpirun import REPO
 
 SPEC = """

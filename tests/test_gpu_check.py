@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ccbench.scripts import gpu_check
-from ccbench.scripts.gpu_check import Machine, cells, skip_reason
+from ccbench.scripts.gpu import check as gpu_check
+from ccbench.scripts.gpu.check import Machine, cells, skip_reason
 from tests.mpirun import REPO
 
 pytestmark = pytest.mark.mpi  # a cell that runs launches ranks (mpiexec_command)

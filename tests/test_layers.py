@@ -24,7 +24,7 @@ FOUNDATION = {"ccbench.kernels.errors", "ccbench.kernels.vocabulary", "ccbench.k
 
 def modules() -> dict[str, Path]:
     """ccbench module name -> file, by the folders pyproject.toml maps to `ccbench.*`."""
-    from ccbench.scripts.revisions import rooms
+    from ccbench.scripts.comparisons.revisions import rooms
 
     found = {}
     for room, folder in rooms(REPO).items():
@@ -37,7 +37,7 @@ def modules() -> dict[str, Path]:
 
 
 def test_every_room_pyproject_maps_has_a_floor():
-    from ccbench.scripts.revisions import rooms
+    from ccbench.scripts.comparisons.revisions import rooms
 
     assert set(rooms(REPO)) == set(FLOORS)
 
@@ -177,8 +177,8 @@ LIBRARY_IMPORTERS = {
     "ccbench.training.comm_stream": "a dist.Work for FSDP to wait on",
     "ccbench.training.gradient_comm": "the torch variant (torch.distributed's own "
                                       "collectives); MPI's in-place calls on host tensors",
-    "ccbench.scripts.cluster_selfcheck": "the emulated cluster's self-check times plain MPI",
-    "ccbench.scripts.gpu_survey": "reports the MPI library and torch's NCCL",
+    "ccbench.scripts.cluster.selfcheck": "the emulated cluster's self-check times plain MPI",
+    "ccbench.scripts.gpu.survey": "reports the MPI library and torch's NCCL",
 }
 
 

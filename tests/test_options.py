@@ -63,7 +63,9 @@ def entry_point_parsers() -> dict:
         training,
     )
     from ccbench.benchmarks.options import build_parser
-    from ccbench.scripts import compare, corpus, gate, profile_layers, simulate, sweep
+    from ccbench.scripts import corpus, profile_layers, simulate
+    from ccbench.scripts.comparisons import compare, gate
+    from ccbench.scripts.sweeps import sweep
 
     return {
         "variant": build_parser("ccbench baseline", "", ("allgather",), quiet=True),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ccbench.scripts.osu_check import Point, osu_latency, table
+from ccbench.scripts.comparisons.osu_check import Point, osu_latency, table
 from tests.mpirun import REPO
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too

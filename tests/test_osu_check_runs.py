@@ -11,7 +11,7 @@ import pytest
 
 from ccbench.benchmarks.results import COMMON_COLUMNS, write_csv_atomic
 from ccbench.benchmarks.statistics import median_ratio_interval
-from ccbench.scripts import osu_check
+from ccbench.scripts.comparisons import osu_check
 from tests.test_osu_check import fake_osu
 
 # ccbench/OSU per round (OSU 10 us in every round), 6 rounds

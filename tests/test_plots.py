@@ -19,7 +19,7 @@ import pytest
 
 from ccbench.benchmarks.results import MGWFBP_COLUMNS as SIMULATE_COLUMNS
 from ccbench.benchmarks.training import COLUMNS as TRAINING_COLUMNS
-from ccbench.plots import cli, seed000
+from ccbench.plots import cli, compression
 from ccbench.plots.data import load
 from ccbench.plots.style import Style, place_notes
 from tests.plot_fixtures import (
@@ -255,7 +255,7 @@ def test_notes_sit_outside_the_axes(data, style):
 def test_reduction_numbers_match_the_fixture_model(data):
     frame = data.get("harness").query(
         "collective == 'allgather' and ranks == 4 and variant != 'sparse_streaming'")
-    entries = seed000.reductions(seed000.drawn_points(frame))
+    entries = compression.reductions(compression.drawn_points(frame))
     fp16 = next(e for e in entries if e["codec"] == "fp16")
     size, upb = 1 << 24, US_PER_BYTE_1G
     base = 20 + 3 * size * upb

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ccbench.benchmarks.results import COMMON_COLUMNS, write_csv_atomic
-from ccbench.scripts import merge, regress
+from ccbench.scripts.sweeps import merge, regress
 
 REPO = Path(__file__).resolve().parent.parent
 SIZES = (4096, 16384, 65536, 262144)

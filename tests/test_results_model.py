@@ -44,7 +44,7 @@ def test_merge_and_plots_keep_apart_rows_that_differ_in_one_setting(tmp_path, co
     """Two rows of one run that differ in one setting measured two points; two that differ
     only in what was measured are one point. Merge and the plots must agree on both."""
     from ccbench.plots.data import load
-    from ccbench.scripts.merge import merge_rows
+    from ccbench.scripts.sweeps.merge import merge_rows
 
     rows = [harness_row(), harness_row(**{column: other}),
             # the first point again, later and slower: one point, the newest kept
@@ -197,14 +197,14 @@ def test_a_newer_version_is_refused_in_one_line(tmp_path):
 
 # JSON files that are no sidecar of a results CSV: the emulated cluster's state, the
 # checkpoints of interrupted comparisons
-NOT_SIDECARS = ("scripts/cluster_layout.py", "scripts/checkpoint.py")
+NOT_SIDECARS = ("scripts/cluster/layout.py", "scripts/comparisons/checkpoint.py")
 
 
 def test_sidecar_files_are_read_and_written_in_one_module():
     """No other module builds `<csv>.json` or parses it: they all go through Sidecar."""
     offenders = []
     for folder in ("kernels", "collectives", "training", "benchmarks", "plots", "scripts"):
-        for path in (REPO / folder).glob("*.py"):
+        for path in (REPO / folder).rglob("*.py"):
             name = str(path.relative_to(REPO))
             if name == "benchmarks/results.py" or name in NOT_SIDECARS:
                 continue

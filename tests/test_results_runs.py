@@ -12,7 +12,7 @@ import pytest
 from ccbench.benchmarks import results
 from ccbench.benchmarks.results import COMMON_COLUMNS, HARNESS, Sidecar, write_csv_atomic
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts import merge
+from ccbench.scripts.sweeps import merge
 from tests.test_regress import edit, gate, is_zfp, result_rows
 
 # ---------------------------------------------------------------- the sidecar

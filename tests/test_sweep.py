@@ -19,7 +19,8 @@ from ccbench.benchmarks.results import (
     write_csv_atomic,
 )
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts import merge, slurm, sweep, sweep_spec
+from ccbench.scripts.sweeps import merge, slurm, sweep
+from ccbench.scripts.sweeps import tasks as sweep_spec
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 

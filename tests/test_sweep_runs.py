@@ -20,7 +20,7 @@ from ccbench.benchmarks.results import (
     write_csv_atomic,
 )
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts import sweep_spec
+from ccbench.scripts.sweeps import tasks as sweep_spec
 from tests.mpirun import hydra_skip
 from tests.test_sweep import REPO, SPEC, write_spec
 
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 
 
 def run_sweep(spec: Path, *args, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ccbench.scripts.sweep", str(spec), *args],
+    return subprocess.run([sys.executable, "-m", "ccbench.scripts.sweeps.sweep", str(spec), *args],
                           capture_output=True, text=True, timeout=timeout, cwd=REPO,
                           stdin=subprocess.DEVNULL)  # fmt: skip
 
@@ -71,7 +71,7 @@ time.sleep(120)
 def test_kill_group_returns_once_no_rank_of_the_launch_runs(tmp_path, rank):
     """A launcher that dies at once on SIGTERM while its rank takes a second to end, or
     never ends on SIGTERM: kill_group returns only once the rank is gone too."""
-    from ccbench.scripts.launch import kill_group
+    from ccbench.scripts.launchers import kill_group
 
     ready = tmp_path / f"rank-{rank}-ready"
     proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, _RANK, rank, str(ready)],
@@ -100,8 +100,8 @@ def data_rows(path: Path) -> list[dict]:
 def test_sweep_killed_half_way_resumes_and_merges(tmp_path):
     out = tmp_path / "out"
     spec = write_spec(tmp_path / "t.toml", SPEC.format(out=out))
-    proc = subprocess.Popen([sys.executable, "-m", "ccbench.scripts.sweep", str(spec)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "ccbench.scripts.sweeps.sweep", str(spec)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)  # fmt: skip
     # kill it once the second task has started: the first is finished
     second_log = out / "logs" / "baseline_allgather_ring_r2.log"
@@ -296,7 +296,7 @@ def test_time_left_comes_from_the_tasks_costs():
     else what the spec declares, else the mean of every finished task."""
     import io
 
-    from ccbench.scripts.sweep_progress import Progress
+    from ccbench.scripts.sweeps.progress_report import Progress
 
     progress = Progress(4, 4, io.StringIO(), plan=[(("a",), 100.0), (("b",), 50.0)])
     assert progress.seconds_left() == 150.0  # declared only, nothing measured yet

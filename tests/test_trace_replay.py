@@ -147,7 +147,7 @@ def test_a_process_group_of_some_ranks_is_refused_in_one_line(run):
 
 
 def test_check_options_follow_the_training():
-    from ccbench.scripts.trace_check import replay_options, without_variant
+    from ccbench.scripts.tracing.check import replay_options, without_variant
 
     training = ["--model", "lm-tiny", "--framework", "fsdp", "--variant", "baseline",
                 "--algorithm", "ring", "--steps", "12", "--warmup", "3"]

@@ -246,7 +246,7 @@ def test_merging_regroups_consecutive_allreduces_and_keeps_the_waits():
 
 
 def test_replay_rows_are_their_own_kind_and_compare_reads_their_summary():
-    from ccbench.scripts.comparison import unsized_points
+    from ccbench.scripts.comparisons.rounds import unsized_points
     from tests.plot_fixtures import replay_rows
 
     rows = replay_rows()
@@ -260,7 +260,7 @@ def test_replay_rows_are_their_own_kind_and_compare_reads_their_summary():
 
 
 def test_the_local_sweep_replays_the_gpt2_trace():
-    from ccbench.scripts.sweep_spec import load_spec
+    from ccbench.scripts.sweeps.tasks import load_spec
 
     spec = load_spec("sweeps/local.toml")
     replays = [t for t in spec.tasks if t.variant == "trace_replay"]

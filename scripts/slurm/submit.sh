@@ -7,4 +7,4 @@
 # CCBENCH_PYTHON selects the Python (default python3 on PATH).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-exec "${CCBENCH_PYTHON:-python3}" -m ccbench.scripts.sweep --submit "$@"
+exec "${CCBENCH_PYTHON:-python3}" -m ccbench.scripts.sweeps.sweep --submit "$@"

@@ -38,8 +38,9 @@ from ccbench.benchmarks.options import add_no_bind, add_rounds, add_sizes, split
 from ccbench.benchmarks.results import Sidecar, append_rows, check_header
 from ccbench.benchmarks.statistics import DEFAULT_MARGIN
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts import checkpoint
-from ccbench.scripts.comparison import (
+from ccbench.scripts.comparisons import checkpoint
+from ccbench.scripts.comparisons.revisions import REPO, materialize, resolve_rev
+from ccbench.scripts.comparisons.rounds import (
     COLUMNS,
     IN_LAUNCH,
     LAUNCHES,
@@ -54,8 +55,7 @@ from ccbench.scripts.comparison import (
     run_meta,
     run_round,
 )
-from ccbench.scripts.launch import Launcher, binding_enabled, refuse_inside_mpi_launch
-from ccbench.scripts.revisions import REPO, materialize, resolve_rev
+from ccbench.scripts.launchers import Launcher, binding_enabled, refuse_inside_mpi_launch
 
 TIMERS = ("auto", "python")  # --timer: auto pairs like with like, python forces Python's loop
 

@@ -36,8 +36,8 @@ from ccbench.benchmarks.options import add_no_bind, add_rounds, split_common
 from ccbench.benchmarks.results import Sidecar, append_rows, check_header
 from ccbench.benchmarks.statistics import ratio_interval
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.comparison import COLUMNS, LAUNCHES, Side, run_meta
-from ccbench.scripts.launch import Launcher, binding_enabled, refuse_inside_mpi_launch
+from ccbench.scripts.comparisons.rounds import COLUMNS, LAUNCHES, Side, run_meta
+from ccbench.scripts.launchers import Launcher, binding_enabled, refuse_inside_mpi_launch
 
 REPLAYED = ("--variant", "--algorithm", "--codec", "--compress", "--chunk-bytes")
 
@@ -149,7 +149,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="ccbench-trace-check-") as tmp:
         root = None
         if opts.rev:
-            from ccbench.scripts.revisions import materialize
+            from ccbench.scripts.comparisons.revisions import materialize
 
             root = materialize(opts.rev, Path(tmp) / "rev")
         for k in range(opts.rounds):

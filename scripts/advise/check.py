@@ -15,7 +15,7 @@ from ccbench.benchmarks.statistics import mean_interval
 from ccbench.collectives import compression_model as cm
 from ccbench.collectives import trace as tracefile
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.launch import refuse_inside_mpi_launch
+from ccbench.scripts.launchers import refuse_inside_mpi_launch
 
 GOAL = 0.15  # a prediction within 15% of the measured step
 

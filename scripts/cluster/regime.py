@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 
-from ccbench.scripts.cluster_layout import format_rate
+from ccbench.scripts.cluster.layout import format_rate
 
 
 def codec_rates(spec: str, nbytes: int = 16 << 20, repeats: int = 5) -> dict:

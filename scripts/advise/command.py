@@ -22,7 +22,7 @@ from ccbench.collectives import compression_model as cm
 from ccbench.collectives import trace as tracefile
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts import advise_inputs as parts
+from ccbench.scripts.advise import parts
 
 DEFAULT_CODECS = "fp16,bf16,bfp:rate=16,bfp:rate=8,bfp:rate=4"
 DEFAULT_RESULTS = "results/main"
@@ -91,8 +91,8 @@ def load_step(model: str, ranks: int | None) -> tuple:
 def network_of(opts, tables) -> tuple[cm.Network, list, float, str, float]:
     """(network, its inputs, default ranks per core, cluster name or '', the link's
     nominal rate in Gbit/s: the one the efficiency rows are matched on)."""
-    from ccbench.scripts.cluster import DEFAULT_NAME
-    from ccbench.scripts.cluster_layout import load_state, parse_delay, parse_rate
+    from ccbench.scripts.cluster.command import DEFAULT_NAME
+    from ccbench.scripts.cluster.layout import load_state, parse_delay, parse_rate
 
     if opts.link:
         rate = parse_rate(opts.link)
@@ -331,7 +331,7 @@ def main(argv: list[str]) -> int:
     compressed = order[0] not in cm.UNCOMPRESSED
     print(f"# advice: {order[0]} ({'compression pays' if compressed else 'do not compress'})")
     if opts.check:
-        from ccbench.scripts.advise_check import run_check
+        from ccbench.scripts.advise.check import run_check
 
         return run_check(opts, cluster, trace, ranks, order, predictions, out)
     return 0

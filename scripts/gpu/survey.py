@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.launch import OPEN_MPI, find_mpiexec, mpi_family
+from ccbench.scripts.launchers import OPEN_MPI, find_mpiexec, mpi_family
 
 
 @dataclass

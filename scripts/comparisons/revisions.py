@@ -21,7 +21,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from ccbench.kernels.errors import UsageError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def rooms(source: Path = REPO) -> dict[str, str]:

@@ -2,16 +2,16 @@
 
 The command line and its actions; the cluster itself lives in modules of one job each:
 
-- ``cluster_layout``: names, addresses and shaping, parsed from the options' units and
+- ``layout``: names, addresses and shaping, parsed from the options' units and
   kept in a state file;
-- ``cluster_netns``: what this host allows, and the namespaces, veth links and tc shaping
+- ``netns``: what this host allows, and the namespaces, veth links and tc shaping
   (built on the host as root, or by the keeper);
-- ``cluster_keeper``: the keeper that holds a cluster built without root in a user
+- ``keeper``: the keeper that holds a cluster built without root in a user
   namespace;
-- ``cluster_run``: MPI jobs with one rank per namespace, MPICH over TCP;
-- ``cluster_selfcheck``: TCP streams and an MPI_Allgather measured against the rate, and
+- ``jobs``: MPI jobs with one rank per namespace, MPICH over TCP;
+- ``selfcheck``: TCP streams and an MPI_Allgather measured against the rate, and
   the fixed cost of a ring step;
-- ``cluster_regime``: a link rate matched to a codec's throughput on this host.
+- ``regime``: a link rate matched to a codec's throughput on this host.
 
 The hidden actions ``_keeper``, ``_tcp-flow``, ``_mpi-allgather`` and ``_mpi-ring-step``
 are the processes the cluster starts of itself (``python -m ccbench.scripts.cluster
@@ -32,8 +32,9 @@ from dataclasses import asdict
 
 from ccbench.benchmarks.options import add_no_bind
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.cluster_keeper import keeper_alive, keeper_main, start_keeper, stop_keeper
-from ccbench.scripts.cluster_layout import (
+from ccbench.scripts.cluster.jobs import check_hydra, launch, mpiexec_command
+from ccbench.scripts.cluster.keeper import keeper_alive, keeper_main, start_keeper, stop_keeper
+from ccbench.scripts.cluster.layout import (
     MAX_RANKS,
     ROOT,
     USERNS,
@@ -51,7 +52,7 @@ from ccbench.scripts.cluster_layout import (
     state_lock,
     state_path,
 )
-from ccbench.scripts.cluster_netns import (
+from ccbench.scripts.cluster.netns import (
     build,
     entered,
     leftover_namespaces,
@@ -61,15 +62,14 @@ from ccbench.scripts.cluster_netns import (
     sh,
     tsq_bytes,
 )
-from ccbench.scripts.cluster_regime import describe_regime, regime_rate
-from ccbench.scripts.cluster_run import check_hydra, launch, mpiexec_command
-from ccbench.scripts.cluster_selfcheck import (
+from ccbench.scripts.cluster.regime import describe_regime, regime_rate
+from ccbench.scripts.cluster.selfcheck import (
     mpi_allgather_main,
     mpi_ring_step_main,
     selfcheck,
     tcp_flow_main,
 )
-from ccbench.scripts.launch import find_mpiexec, refuse_inside_mpi_launch
+from ccbench.scripts.launchers import find_mpiexec, refuse_inside_mpi_launch
 
 DEFAULT_NAME = "ccb"
 DEFAULT_RATE = "1gbit"

@@ -10,7 +10,7 @@
 ``capture`` is the training benchmark (its options) recording the steps after --warmup;
 ``replay`` is the trace_replay benchmark (its options). Both run under mpiexec, srun or
 ``ccbench cluster run``; ``build``, ``show``, ``convert`` and ``check`` (which launches
-its own ranks, scripts/trace_check.py) run alone. docs/traces.md.
+its own ranks, scripts/tracing/check.py) run alone. docs/traces.md.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def convert(argv: list[str]) -> int:
 
 
 def check(argv: list[str]) -> int:
-    from ccbench.scripts import trace_check
+    from ccbench.scripts.tracing import check as trace_check
 
     return trace_check.main(argv)
 

@@ -48,8 +48,9 @@ from ccbench.benchmarks.options import add_no_bind, add_rounds
 from ccbench.benchmarks.progress import progress_bar
 from ccbench.benchmarks.results import append_rows, check_header
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts import checkpoint
-from ccbench.scripts.comparison import (
+from ccbench.scripts.comparisons import checkpoint
+from ccbench.scripts.comparisons.revisions import REPO, kernel_path, link_rooms, materialize
+from ccbench.scripts.comparisons.rounds import (
     COLUMNS,
     STATISTICS,
     Comparison,
@@ -59,8 +60,7 @@ from ccbench.scripts.comparison import (
     run_meta,
     run_rounds,
 )
-from ccbench.scripts.launch import Launcher, binding_enabled, refuse_inside_mpi_launch
-from ccbench.scripts.revisions import REPO, kernel_path, link_rooms, materialize
+from ccbench.scripts.launchers import Launcher, binding_enabled, refuse_inside_mpi_launch
 
 DEFAULT_SPEC = REPO / "sweeps" / "gate.toml"
 ACCEPTED = Path("results") / "reference" / "gate-base"  # under the gated checkout

@@ -119,7 +119,7 @@ def _slug(variant: str, axes, ranks: int, link: float | None) -> str:
 def _expand_compare(table: dict, defaults: dict, where: str) -> list[dict]:
     """A `variant = "compare"` table: `ccbench compare A B` as one unsized task per value
     of its lists (collective, link rate, ranks); see docs/sweeps-slurm-regression.md."""
-    from ccbench.scripts.comparison import parse_side
+    from ccbench.scripts.comparisons.rounds import parse_side
 
     sides = []
     for key in ("a", "b"):

@@ -2,7 +2,7 @@
 
 Latency against message size for the uncompressed baseline, point-to-point compression
 and collective-level compression; sensitivity to the fixed rate. The training run's
-figures are in seed000_training.
+figures are in training_runs.
 Every note beside a panel is computed from the points drawn in that panel.
 """
 

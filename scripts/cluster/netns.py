@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.cluster_layout import ROOT, USERNS, Cluster, ClusterError
+from ccbench.scripts.cluster.layout import ROOT, USERNS, Cluster, ClusterError
 
 # CAP_NET_ADMIN for links and qdiscs, CAP_SYS_ADMIN for `ip netns add/exec` (mounts).
 CAP_NET_ADMIN = 12

@@ -21,8 +21,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from ccbench.scripts.cluster_layout import Cluster, ClusterError, state_path
-from ccbench.scripts.cluster_netns import build, sh
+from ccbench.scripts.cluster.layout import Cluster, ClusterError, state_path
+from ccbench.scripts.cluster.netns import build, sh
 
 
 def keeper_alive(cluster: Cluster) -> bool:

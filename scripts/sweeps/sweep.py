@@ -29,17 +29,17 @@ from pathlib import Path
 from ccbench.benchmarks.options import add_no_bind
 from ccbench.benchmarks.results import HARNESS, csv_files, read_rows, remove
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.launch import (
+from ccbench.scripts.launchers import (
     binding_enabled,
     kill_group,
     mpiexec_command,
     refuse_inside_mpi_launch,
     srun_placement_args,
 )
-from ccbench.scripts.merge import merge_files, schema_groups
-from ccbench.scripts.slurm import BIND_GPU, srun_mpi, submit
-from ccbench.scripts.sweep_progress import Progress, RowCounter
-from ccbench.scripts.sweep_spec import (
+from ccbench.scripts.sweeps.merge import merge_files, schema_groups
+from ccbench.scripts.sweeps.progress_report import Progress, RowCounter
+from ccbench.scripts.sweeps.slurm import BIND_GPU, srun_mpi, submit
+from ccbench.scripts.sweeps.tasks import (
     COMPARE,
     Spec,
     Task,
@@ -80,7 +80,7 @@ def compare_command(task: Task, csv: Path, launcher: str) -> list[str]:
     i = task.args.index("--")
     where = ["--cluster", CLUSTER_NAME] if task.link_gbps is not None else []
     unbound = [] if binding_enabled() else ["--no-bind"]
-    return [sys.executable, "-m", "ccbench.scripts.compare", *task.args[:i], "-n",
+    return [sys.executable, "-m", "ccbench.scripts.comparisons.compare", *task.args[:i], "-n",
             str(task.ranks), *where, *unbound, "--csv", str(csv), *task.args[i:]]
 
 

@@ -43,7 +43,7 @@ from ccbench.benchmarks.statistics import Ratio, median_ratio_interval
 from ccbench.collectives.spec import spec
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.vocabulary import COLLECTIVES
-from ccbench.scripts.launch import (
+from ccbench.scripts.launchers import (
     binding_enabled,
     mpiexec_command,
     refuse_inside_mpi_launch,

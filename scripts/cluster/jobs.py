@@ -15,9 +15,9 @@ import subprocess
 import sys
 
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.cluster_layout import Cluster
-from ccbench.scripts.cluster_netns import enter_command
-from ccbench.scripts.launch import MPICH, placement_args
+from ccbench.scripts.cluster.layout import Cluster
+from ccbench.scripts.cluster.netns import enter_command
+from ccbench.scripts.launchers import MPICH, placement_args
 
 # Checked with the mpich wheel (MPICH 5, ch4:ucx,ofi): without NOLOCAL the ranks, all on
 # one host as far as MPICH knows, talk through shared memory; without the ofi/tcp

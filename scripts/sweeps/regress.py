@@ -29,7 +29,7 @@ import pandas as pd
 
 from ccbench.benchmarks.results import HARNESS, csv_files, point_identity
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.merge import merge_rows, schema_groups
+from ccbench.scripts.sweeps.merge import merge_rows, schema_groups
 
 # settings always named in a point's description; a variant's own only where they vary
 SHOWN_COLUMNS = ("variant", "algorithm", "collective", "codec", "dtype", "buffer", "ranks",

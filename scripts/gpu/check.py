@@ -5,7 +5,7 @@ bound and goal; a report with pass, fail or skip (and why) per cell and per goal
 
     scripts/gpu-check.sh                       # installs what is missing, then this
     scripts/gpu-check.sh --no-install          # a machine without a package index
-    python -m ccbench.scripts.gpu_check --out results/gpu-check
+    python -m ccbench.scripts.gpu.check --out results/gpu-check
 
 Each collective cell is one launch of `--ranks` ranks (default: the GPUs of this node,
 at least 2). Where ranks outnumber GPUs they share them: the MPI cells stage through
@@ -40,8 +40,8 @@ from pathlib import Path
 
 from ccbench.benchmarks.results import write_csv_atomic
 from ccbench.kernels.vocabulary import COLLECTIVES
-from ccbench.scripts.gpu_survey import Machine, describe, survey
-from ccbench.scripts.launch import mpiexec_command
+from ccbench.scripts.gpu.survey import Machine, describe, survey
+from ccbench.scripts.launchers import mpiexec_command
 
 BUFFERS = ("cupy", "torch-cuda")
 # how the bytes move: (name, --transport options, environment)
@@ -68,7 +68,7 @@ COLUMNS = ("cell", "kind", "command", "buffer", "transport", "ranks", "sharing",
            "reason", "size_bytes", "avg_us", "algbw_gbps", "busbw_gbps", "codec",
            "encode_gbps", "decode_gbps", "hop_gbps", "copy_gbps", "figure", "measured",
            "bound", "goal")
-REPO = Path(__file__).resolve().parents[1]  # the checkout (tests/ beside scripts/)
+REPO = Path(__file__).resolve().parents[2]  # the checkout (tests/ beside scripts/)
 TIMEOUT_S = float(os.environ.get("CCBENCH_GPU_CHECK_TIMEOUT", "900"))
 
 

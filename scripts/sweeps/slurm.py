@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.sweep_spec import Spec, Task, remaining_sizes
+from ccbench.scripts.sweeps.tasks import Spec, Task, remaining_sizes
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SBATCH_SCRIPT = REPO / "scripts" / "slurm" / "ccbench-array.sbatch"
 BIND_GPU = REPO / "scripts" / "slurm" / "bind-gpu.sh"
 
@@ -108,8 +108,8 @@ def sbatch_commands(spec: Spec, tasks: list[Task], extra: list[str]) -> list[lis
 def merge_command(spec: Spec, job_ids: list[str], extra: list[str]) -> list[str]:
     out = spec.output.resolve()
     wrap = f"cd {shlex.quote(str(REPO))} && " + shlex.join(
-        [sys.executable, "-m", "ccbench.scripts.sweep", str(spec.path.resolve()), "--output-dir",
-         str(out), "--merged", str(spec.merged.resolve()), "--merge-only"]
+        [sys.executable, "-m", "ccbench.scripts.sweeps.sweep", str(spec.path.resolve()),
+         "--output-dir", str(out), "--merged", str(spec.merged.resolve()), "--merge-only"]
     )
     cmd = ["sbatch", "--parsable", f"--job-name=ccbench-{spec.name}-merge", "--ntasks=1",
            f"--output={out}/slurm/%x-%j.out"]  # fmt: skip

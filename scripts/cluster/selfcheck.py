@@ -17,16 +17,16 @@ import threading
 import time
 
 from ccbench.collectives.costmodel import wire_floor_s
-from ccbench.scripts.cluster_layout import (
+from ccbench.scripts.cluster.jobs import mpiexec_command
+from ccbench.scripts.cluster.layout import (
     Cluster,
     ClusterError,
     load_state,
     save_state,
     state_lock,
 )
-from ccbench.scripts.cluster_netns import enter_command
-from ccbench.scripts.cluster_run import mpiexec_command
-from ccbench.scripts.launch import find_mpiexec
+from ccbench.scripts.cluster.netns import enter_command
+from ccbench.scripts.launchers import find_mpiexec
 
 SELFCHECK_PORT = 18515  # inside the cluster's namespaces only, so it never clashes
 # message sizes of the ring step: below, near and past the default burst (1 ms at the rate)

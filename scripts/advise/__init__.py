@@ -1,0 +1,1 @@
+"""`ccbench advise`: options ranked from measured parts, and the replays that check them."""

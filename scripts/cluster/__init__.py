@@ -1,0 +1,1 @@
+"""The emulated cluster: `ccbench cluster`, its layout, namespaces, keeper, jobs, self-check."""

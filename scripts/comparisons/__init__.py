@@ -1,0 +1,1 @@
+"""Interleaved comparisons: `ccbench compare`, `gate` and `osu-check`, and what they share."""

@@ -1,0 +1,1 @@
+"""Sweeps (`ccbench sweep`, locally or under SLURM) and their results: merge, regress."""

@@ -1,0 +1,1 @@
+"""`ccbench trace`: capture, build, show, convert, replay and check collective traces."""
