@@ -30,7 +30,11 @@ def request_thread_level(level: str) -> None:
 
 def _async_progress() -> bool:
     return os.environ.get("MPIR_CVAR_ASYNC_PROGRESS", "0").strip().lower() in (
-        "1", "yes", "true", "on")
+        "1",
+        "yes",
+        "true",
+        "on",
+    )
 
 
 def _without_mpi() -> None:

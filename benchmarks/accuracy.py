@@ -33,12 +33,18 @@ def partial_sums(result: np.ndarray, reference: np.ndarray) -> np.ndarray:
     x = np.asarray(reference, dtype=np.float64)
     finite = bool(np.isfinite(y).all())
     err = y - x if finite else np.zeros_like(x)
-    return np.array([
-        float(err @ err), float(x @ x), float(y @ x) if finite else 0.0,
-        float(y @ y) if finite else 0.0, float(x.size),
-        float(np.abs(err).max()) if err.size else 0.0,
-        float(np.abs(x).max()) if x.size else 0.0, 0.0 if finite else 1.0,
-    ])
+    return np.array(
+        [
+            float(err @ err),
+            float(x @ x),
+            float(y @ x) if finite else 0.0,
+            float(y @ y) if finite else 0.0,
+            float(x.size),
+            float(np.abs(err).max()) if err.size else 0.0,
+            float(np.abs(x).max()) if x.size else 0.0,
+            0.0 if finite else 1.0,
+        ]
+    )
 
 
 def combine(sums: np.ndarray, maxima: np.ndarray, gradient: bool) -> dict:
@@ -47,20 +53,24 @@ def combine(sums: np.ndarray, maxima: np.ndarray, gradient: bool) -> dict:
     sq_err, sq_ref, dot, sq_got, count = (float(v) for v in sums)
     max_err, max_ref, nonfinite = (float(v) for v in maxima)
     if nonfinite:
-        return dict.fromkeys(ACCURACY_COLUMNS, math.inf) | {"cosine": None if not gradient
-                                                              else math.nan}
+        return dict.fromkeys(ACCURACY_COLUMNS, math.inf) | {
+            "cosine": None if not gradient else math.nan
+        }
     rel_l2 = math.sqrt(sq_err / sq_ref) if sq_ref > 0 else (0.0 if sq_err == 0 else math.inf)
     rms = math.sqrt(sq_err / count) if count else 0.0
-    psnr = math.inf if rms == 0 else (20 * math.log10(max_ref / rms) if max_ref > 0
-                                      else -math.inf)
+    psnr = math.inf if rms == 0 else (20 * math.log10(max_ref / rms) if max_ref > 0 else -math.inf)
     cosine = None
     if gradient:
         norm = math.sqrt(sq_got * sq_ref)
         cosine = dot / norm if norm > 0 else (1.0 if sq_got == sq_ref == 0 else 0.0)
-    return {"rel_l2_err": rel_l2, "max_abs_err": max_err,
-            "max_rel_err": max_err / max_ref if max_ref > 0 else max_err,
-            "psnr_db": psnr, "cosine": cosine}
+    return {
+        "rel_l2_err": rel_l2,
+        "max_abs_err": max_err,
+        "max_rel_err": max_err / max_ref if max_ref > 0 else max_err,
+        "psnr_db": psnr,
+        "cosine": cosine,
+    }
 
 
 def split(partial: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return partial[:_SUMS], partial[_SUMS:_SUMS + _MAXES]
+    return partial[:_SUMS], partial[_SUMS : _SUMS + _MAXES]

@@ -49,9 +49,11 @@ def agreed(comm: BaseCommunicator, phase: Callable):
     return result
 
 
-
-def run_main(body: Callable[[list[str], BaseCommunicator], int],
-             argv: list[str] | None = None, comm: BaseCommunicator | None = None) -> int:
+def run_main(
+    body: Callable[[list[str], BaseCommunicator], int],
+    argv: list[str] | None = None,
+    comm: BaseCommunicator | None = None,
+) -> int:
     """Run `body(argv, comm)` on every rank with ccbench's error handling; `comm` is the
     launch's communicator (collectives/launch.py), made here when not given.
 

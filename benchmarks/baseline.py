@@ -21,10 +21,14 @@ class Baseline(Variant):
     description = __doc__
 
     def add_options(self, parser) -> None:
-        parser.add_argument("--algorithm", choices=ALGORITHMS, default=None,
-                            help="mpi: MPI's own collective (the default over MPI); library: "
-                                 "the transport library's own (the default with --transport "
-                                 "torch); ring: the textbook ring over point-to-point calls")
+        parser.add_argument(
+            "--algorithm",
+            choices=ALGORITHMS,
+            default=None,
+            help="mpi: MPI's own collective (the default over MPI); library: "
+            "the transport library's own (the default with --transport "
+            "torch); ring: the textbook ring over point-to-point calls",
+        )
 
     def check_options(self, opts, ranks: int) -> None:
         opts.algorithm = resolve_algorithm(opts.algorithm, opts.transport)

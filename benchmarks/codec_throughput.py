@@ -48,8 +48,17 @@ from ccbench.kernels.reduce import copy_into
 from ccbench.kernels.stopwatch import Stopwatch
 from ccbench.kernels.vocabulary import itemsize
 
-DEFAULT_CODECS = ("fp16", "bf16", "bfp:rate=16", "bfp:rate=8", "bfp:rate=4", "zfp:rate=16",
-                  "zfp:rate=8", "zfp:tol=1e-3", "zstd")
+DEFAULT_CODECS = (
+    "fp16",
+    "bf16",
+    "bfp:rate=16",
+    "bfp:rate=8",
+    "bfp:rate=4",
+    "zfp:rate=16",
+    "zfp:rate=8",
+    "zfp:tol=1e-3",
+    "zstd",
+)
 DEFAULT_DATA = ("gradient", "weights")
 KERNEL_CHOICES = ("fused", "reference")  # `auto` (fused or device) and the array-API path
 COLUMNS = CODEC.names
@@ -71,9 +80,17 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 DEVICE_BATCH = 10  # calls per timed batch on a device buffer
 
 
-def measure_codec(spec: str, kind: DataKind | str, buffer: str, dtype: str, count: int,
-                  repeats: int, seed: int = 0, clock: str = "wall",
-                  kernels: str = "fused") -> dict:
+def measure_codec(
+    spec: str,
+    kind: DataKind | str,
+    buffer: str,
+    dtype: str,
+    count: int,
+    repeats: int,
+    seed: int = 0,
+    clock: str = "wall",
+    kernels: str = "fused",
+) -> dict:
     """One row: best-of-`repeats` encode, decode, hop and copy rates, ratio and error.
 
     clock 'cpu' times this thread's CPU time instead of wall time: on a loaded host it
@@ -141,42 +158,66 @@ def measure_codec(spec: str, kind: DataKind | str, buffer: str, dtype: str, coun
     ref = arrays.to_numpy(x).astype(np.float64)  # the input as the dtype holds it
     rate = {name: nbytes / t / 1e9 for name, t in best.items()}
     return {
-        "codec": codec.spec, "kernels": codec.kernel_path(x), "lossless": not codec.lossy,
-        "data": kind.spec, "dtype": dtype, "buffer": buffer,
-        "size_bytes": nbytes, "repeats": repeats, "clock": clock,
-        "encode_gbps": rate["encode"], "decode_gbps": rate["decode"],
-        "hop_gbps": rate["hop"], "copy_gbps": rate["copy"],
+        "codec": codec.spec,
+        "kernels": codec.kernel_path(x),
+        "lossless": not codec.lossy,
+        "data": kind.spec,
+        "dtype": dtype,
+        "buffer": buffer,
+        "size_bytes": nbytes,
+        "repeats": repeats,
+        "clock": clock,
+        "encode_gbps": rate["encode"],
+        "decode_gbps": rate["decode"],
+        "hop_gbps": rate["hop"],
+        "copy_gbps": rate["copy"],
         "encode_vs_copy": rate["encode"] / rate["copy"],
         "decode_vs_copy": rate["decode"] / rate["copy"],
         "hop_vs_copy": rate["hop"] / rate["copy"],
         "ratio": nbytes / state["payload"].shape[0],
         **round_trip_accuracy(got, ref, kind.is_gradient),
         "error_bound": codec.error_bound(float(np.abs(ref).max()) if count else 0.0, dtype),
-    }  # fmt: skip
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = RankAwareParser(prog="ccbench codec_throughput",
-                             description=__doc__ + "\nCodecs:\n" + describe_codecs(),
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--codec", action="append", metavar="SPEC",
-                        help="codec to measure (repeat for several; default: "
-                             + ", ".join(DEFAULT_CODECS) + ")")
+    parser = RankAwareParser(
+        prog="ccbench codec_throughput",
+        description=__doc__ + "\nCodecs:\n" + describe_codecs(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--codec",
+        action="append",
+        metavar="SPEC",
+        help="codec to measure (repeat for several; default: " + ", ".join(DEFAULT_CODECS) + ")",
+    )
     add_sizes(parser, "16M:16M", note="; each size is one buffer encoded whole")
     add_buffer(parser)
-    parser.add_argument("--data", default=",".join(DEFAULT_DATA),
-                        help="data kinds, comma-separated (default "
-                             f"{','.join(DEFAULT_DATA)}: real data, see ccbench corpus): "
-                             + DATA_KINDS)
-    add_repetitions(parser, 20, "rounds of encode, decode and copy, the best kept",
-                    warmup_default=False)
-    parser.add_argument("--kernels", default=",".join(KERNEL_CHOICES), metavar="PATHS",
-                        help="kernel paths, comma-separated: fused (the codec's fastest: "
-                             "fused host or device kernels), reference (array-API); "
-                             "default both. Codecs with one implementation run once")
-    parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
-                        help="wall: elapsed time (default); cpu: this thread's CPU time, "
-                             "for hosts where other jobs compete for the cores")
+    parser.add_argument(
+        "--data",
+        default=",".join(DEFAULT_DATA),
+        help="data kinds, comma-separated (default "
+        f"{','.join(DEFAULT_DATA)}: real data, see ccbench corpus): " + DATA_KINDS,
+    )
+    add_repetitions(
+        parser, 20, "rounds of encode, decode and copy, the best kept", warmup_default=False
+    )
+    parser.add_argument(
+        "--kernels",
+        default=",".join(KERNEL_CHOICES),
+        metavar="PATHS",
+        help="kernel paths, comma-separated: fused (the codec's fastest: "
+        "fused host or device kernels), reference (array-API); "
+        "default both. Codecs with one implementation run once",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=tuple(CLOCKS),
+        default="wall",
+        help="wall: elapsed time (default); cpu: this thread's CPU time, "
+        "for hosts where other jobs compete for the cores",
+    )
     add_seed(parser, "the synthetic data kinds")
     add_output(parser, "one row per codec, kernel path, data kind and size")
     return parser
@@ -191,19 +232,24 @@ def set_one_thread() -> None:
     torch.set_num_threads(1)
 
 
-HEADER = (f"{'# codec':<24}{'kernels':>10}{'data':>22}{'encode GB/s':>13}{'decode GB/s':>13}"
-          f"{'hop GB/s':>10}{'copy GB/s':>11}{'enc/copy':>10}{'dec/copy':>10}{'hop/copy':>10}"
-          f"{'ratio':>9}{'max rel err':>13}{'rel L2 err':>12}{'PSNR dB':>9}{'cosine':>12}")
+HEADER = (
+    f"{'# codec':<24}{'kernels':>10}{'data':>22}{'encode GB/s':>13}{'decode GB/s':>13}"
+    f"{'hop GB/s':>10}{'copy GB/s':>11}{'enc/copy':>10}{'dec/copy':>10}{'hop/copy':>10}"
+    f"{'ratio':>9}{'max rel err':>13}{'rel L2 err':>12}{'PSNR dB':>9}{'cosine':>12}"
+)
 
 
 def _print_row(r: dict) -> None:
     label = r["codec"] + (" (lossless)" if r["lossless"] else "")
     cosine = "" if r["cosine"] is None else f"{r['cosine']:.9f}"
-    print(f"{label:<24}{r['kernels']:>10}{r['data']:>22}{r['encode_gbps']:>13.3f}"
-          f"{r['decode_gbps']:>13.3f}{r['hop_gbps']:>10.3f}{r['copy_gbps']:>11.3f}"
-          f"{r['encode_vs_copy']:>10.3f}{r['decode_vs_copy']:>10.3f}{r['hop_vs_copy']:>10.3f}"
-          f"{r['ratio']:>9.3f}{r['max_rel_err']:>13.3e}{r['rel_l2_err']:>12.3e}"
-          f"{r['psnr_db']:>9.1f}{cosine:>12}", flush=True)
+    print(
+        f"{label:<24}{r['kernels']:>10}{r['data']:>22}{r['encode_gbps']:>13.3f}"
+        f"{r['decode_gbps']:>13.3f}{r['hop_gbps']:>10.3f}{r['copy_gbps']:>11.3f}"
+        f"{r['encode_vs_copy']:>10.3f}{r['decode_vs_copy']:>10.3f}{r['hop_vs_copy']:>10.3f}"
+        f"{r['ratio']:>9.3f}{r['max_rel_err']:>13.3e}{r['rel_l2_err']:>12.3e}"
+        f"{r['psnr_db']:>9.1f}{cosine:>12}",
+        flush=True,
+    )
 
 
 def kernel_paths(codec, buffer: str, dtype: str, wanted: list[str]) -> list[str]:
@@ -242,17 +288,21 @@ def run(argv: list[str]) -> int:
         codec.check_supported(opts.buffer, opts.dtype)
     wanted = [k.strip() for k in opts.kernels.split(",") if k.strip()]
     if not wanted or any(k not in KERNEL_CHOICES for k in wanted):
-        raise UsageError(f"--kernels {opts.kernels!r}: comma-separated, of "
-                         f"{', '.join(KERNEL_CHOICES)}")
+        raise UsageError(
+            f"--kernels {opts.kernels!r}: comma-separated, of {', '.join(KERNEL_CHOICES)}"
+        )
     set_one_thread()
     info = _run_info() if opts.csv else {}
     shown = ", ".join(f"{size} B" for size in sizes)
-    print(f"# ccbench codec throughput: {opts.dtype} buffers of {shown}, buffer "
-          f"{opts.buffer}, best of {opts.iterations} rounds, {opts.clock} clock, one thread",
-          flush=True)
+    print(
+        f"# ccbench codec throughput: {opts.dtype} buffers of {shown}, buffer "
+        f"{opts.buffer}, best of {opts.iterations} rounds, {opts.clock} clock, one thread",
+        flush=True,
+    )
     if skipped:
-        print(f"# Skipped sizes too small for one element: {', '.join(map(str, skipped))}",
-              flush=True)
+        print(
+            f"# Skipped sizes too small for one element: {', '.join(map(str, skipped))}", flush=True
+        )
     for kind in kinds:
         note = kind.fill_note(max(counts), 0, 1)
         if note:
@@ -261,16 +311,24 @@ def run(argv: list[str]) -> int:
         print(f"# note: {codec_fused.note()}", flush=True)
     print(HEADER, flush=True)
     rows = []
-    paths = {codec.spec: kernel_paths(codec, opts.buffer, opts.dtype, wanted)
-             for codec in codecs}
+    paths = {codec.spec: kernel_paths(codec, opts.buffer, opts.dtype, wanted) for codec in codecs}
     if codec_fused.device_note():
         print(f"# note: {codec_fused.device_note()}", flush=True)
     for count in counts:
         for codec in codecs:
             for kernels in paths[codec.spec]:
                 for kind in kinds:
-                    row = measure_codec(codec.spec, kind, opts.buffer, opts.dtype, count,
-                                        opts.iterations, opts.seed, opts.clock, kernels)
+                    row = measure_codec(
+                        codec.spec,
+                        kind,
+                        opts.buffer,
+                        opts.dtype,
+                        count,
+                        opts.iterations,
+                        opts.seed,
+                        opts.clock,
+                        kernels,
+                    )
                     rows.append(build_row(CODEC, info, row, {"hugepages": hugepages}))
                     _print_row(row)
     if opts.csv:

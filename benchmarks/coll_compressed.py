@@ -60,8 +60,13 @@ AUTO = "auto"
 # --algorithm: the pipelined ring (seed 000), or one library call per phase
 ALGORITHMS = ("ring", "library")
 # the ring's pipeline options, which a library call has no use for: (option, default)
-RING_OPTIONS = (("chunk_bytes", DEFAULT_CHUNK_BYTES), ("progress", DEFAULT_PROGRESS),
-                ("codec_threads", 0), ("wait", DEFAULT_WAIT), ("fused", True))
+RING_OPTIONS = (
+    ("chunk_bytes", DEFAULT_CHUNK_BYTES),
+    ("progress", DEFAULT_PROGRESS),
+    ("codec_threads", 0),
+    ("wait", DEFAULT_WAIT),
+    ("fused", True),
+)
 RATE_SAMPLE_BYTES = 1 << 20  # data the codec's rate is measured on
 # the ring exchanges that measure the transport: the smallest for its per-message cost,
 # the two others (both past an emulated shaper's burst) for its rate
@@ -162,11 +167,11 @@ def pipeline_call_s(comm, codec, buffer: str, dtype: str, chunk_bytes: int) -> f
     chunk per block), through the run's codec, transport and buffers: the best of
     EXCHANGE_REPEATS on each rank, the slowest rank's. Collective."""
     count = CHUNK_PROBE_CHUNKS * max(codec.granularity, CHUNK_PROBE_BYTES // itemsize(dtype))
-    send = arrays.from_numpy(buffer, inputs.values("gradient-like", count, comm.rank,
-                                                   comm.size, 0), dtype)
+    send = arrays.from_numpy(
+        buffer, inputs.values("gradient-like", count, comm.rank, comm.size, 0), dtype
+    )
     recv = arrays.empty(buffer, count * comm.size, dtype)
-    run = bind_compressed(comm, "coll", "allgather", codec, send, recv,
-                          chunk_bytes=chunk_bytes)
+    run = bind_compressed(comm, "coll", "allgather", codec, send, recv, chunk_bytes=chunk_bytes)
     run()  # connects and warms: not timed
     times = []
     for _ in range(EXCHANGE_REPEATS):
@@ -201,16 +206,23 @@ def measure_rates(comm, codec, buffer: str, dtype: str) -> MeasuredRates:
     # a chunk costs at least the message it is sent in
     chunk_s = max(pipeline_chunk_s(comm, codec, buffer, dtype), message_s)
     link = floor_link_gbps()
-    return MeasuredRates(rate, message_s, chunk_s, codec_sharing(comm, buffer), transport_gbps,
-                         link if link else transport_gbps)
+    return MeasuredRates(
+        rate,
+        message_s,
+        chunk_s,
+        codec_sharing(comm, buffer),
+        transport_gbps,
+        link if link else transport_gbps,
+    )
 
 
 def codec_sharing(comm, buffer: str) -> float:
     """The most ranks that share one core (device buffers: one device), over every rank
     (compressed_base.codec_share, as the floor counts them). Collective."""
     on_device = arrays.is_gpu(buffer)
-    places = comm.allgather_obj((comm.processor_name(), sorted(os.sched_getaffinity(0)),
-                                 rank_device(buffer)))
+    places = comm.allgather_obj(
+        (comm.processor_name(), sorted(os.sched_getaffinity(0)), rank_device(buffer))
+    )
     shares = [codec_share(places, r, on_device) for r in range(len(places))]
     return max(device if on_device else core for core, device in shares)
 
@@ -231,34 +243,54 @@ class CollCompressed(CompressedVariant):
 
     def add_variant_options(self, group) -> None:
         group.add_argument(
-            "--algorithm", choices=ALGORITHMS, default=None,
+            "--algorithm",
+            choices=ALGORITHMS,
+            default=None,
             help="ring: compress once, forward compressed chunks around a ring, pipelining "
-                 "codec work with the transfers (seed 000; the default over MPI); library: "
-                 "encode once, one library allgather / all-to-all of the payloads, decode, "
-                 "not pipelined; its reduce-scatter decodes each contribution once instead "
-                 "of re-encoding partial sums (the default with --transport torch, where "
-                 "each call has a large fixed cost)")
+            "codec work with the transfers (seed 000; the default over MPI); library: "
+            "encode once, one library allgather / all-to-all of the payloads, decode, "
+            "not pipelined; its reduce-scatter decodes each contribution once instead "
+            "of re-encoding partial sums (the default with --transport torch, where "
+            "each call has a large fixed cost)",
+        )
         group.add_argument(
-            "--chunk-bytes", type=chunk_option, default=DEFAULT_CHUNK_BYTES, metavar="BYTES",
+            "--chunk-bytes",
+            type=chunk_option,
+            default=DEFAULT_CHUNK_BYTES,
+            metavar="BYTES",
             help=f"uncompressed bytes per pipelined chunk (default "
-                 f"{DEFAULT_CHUNK_BYTES // 1024}K; 0: one chunk per block; auto: chosen per "
-                 "size from the block, the codec's rate and ratio and the transport's "
-                 "per-message cost and rate, measured at start-up)")
+            f"{DEFAULT_CHUNK_BYTES // 1024}K; 0: one chunk per block; auto: chosen per "
+            "size from the block, the codec's rate and ratio and the transport's "
+            "per-message cost and rate, measured at start-up)",
+        )
         group.add_argument(
-            "--progress", choices=PROGRESS_MODES, default=DEFAULT_PROGRESS,
+            "--progress",
+            choices=PROGRESS_MODES,
+            default=DEFAULT_PROGRESS,
             help="how MPI progresses while the codec works: chunk (between chunks only) "
-                 f"or testall (Testall between sub-chunks); default {DEFAULT_PROGRESS}")
+            f"or testall (Testall between sub-chunks); default {DEFAULT_PROGRESS}",
+        )
         group.add_argument(
-            "--codec-threads", type=int, choices=(0, 1), default=0,
-            help="1: run the codec in a thread while this one polls MPI (default 0)")
+            "--codec-threads",
+            type=int,
+            choices=(0, 1),
+            default=0,
+            help="1: run the codec in a thread while this one polls MPI (default 0)",
+        )
         group.add_argument(
-            "--wait", choices=WAIT_MODES, default=DEFAULT_WAIT,
+            "--wait",
+            choices=WAIT_MODES,
+            default=DEFAULT_WAIT,
             help="a rank with nothing to do: yield (poll, giving the core away) or sleep "
-                 f"(after 200 us, poll every 50 us); default {DEFAULT_WAIT}")
+            f"(after 200 us, poll every 50 us); default {DEFAULT_WAIT}",
+        )
         group.add_argument(
-            "--no-fuse", dest="fused", action="store_false",
+            "--no-fuse",
+            dest="fused",
+            action="store_false",
             help="allreduce: run the reduce-scatter, then the allgather, instead of one "
-                 "pipeline of both")
+            "pipeline of both",
+        )
 
     def check_options(self, opts, ranks: int) -> None:
         super().check_options(opts, ranks)
@@ -269,10 +301,13 @@ class CollCompressed(CompressedVariant):
         if opts.algorithm == "library":
             given = [name for name, default in RING_OPTIONS if getattr(opts, name) != default]
             if given:
-                names = ", ".join("--no-fuse" if n == "fused" else "--" + n.replace("_", "-")
-                                  for n in given)
-                raise UsageError(f"{names}: the ring's pipeline options; --algorithm library "
-                                 f"makes one library call per phase (use --algorithm ring)")
+                names = ", ".join(
+                    "--no-fuse" if n == "fused" else "--" + n.replace("_", "-") for n in given
+                )
+                raise UsageError(
+                    f"{names}: the ring's pipeline options; --algorithm library "
+                    f"makes one library call per phase (use --algorithm ring)"
+                )
         if opts.chunk_bytes != AUTO and opts.chunk_bytes < 0:
             raise UsageError("--chunk-bytes must not be negative")
 
@@ -282,11 +317,24 @@ class CollCompressed(CompressedVariant):
         chunk = opts.chunk_bytes
         if chunk == AUTO:
             rates = self.rates[case.dtype]
-            chunk = auto_chunk_bytes(self.codec, case.dtype, block_bytes(case), case.ranks,
-                                     rates.link_gbps, rates.codec_bps, rates.chunk_s,
-                                     case.collective, rates.codec_share)
-        return {"chunk_bytes": chunk, "progress": opts.progress,
-                "codec_threads": opts.codec_threads, "fused": opts.fused, "wait": opts.wait}
+            chunk = auto_chunk_bytes(
+                self.codec,
+                case.dtype,
+                block_bytes(case),
+                case.ranks,
+                rates.link_gbps,
+                rates.codec_bps,
+                rates.chunk_s,
+                case.collective,
+                rates.codec_share,
+            )
+        return {
+            "chunk_bytes": chunk,
+            "progress": opts.progress,
+            "codec_threads": opts.codec_threads,
+            "fused": opts.fused,
+            "wait": opts.wait,
+        }
 
     def prepare(self, comm, opts) -> None:
         self.rates = {}
@@ -297,22 +345,32 @@ class CollCompressed(CompressedVariant):
         rates = self.rates.get(opts.dtype)
         if rates is None:
             return {}
-        return {"auto_codec_gbps": rates.codec_bps * 8 / 1e9,
-                "transport_message_us": rates.message_s * 1e6,
-                "pipeline_chunk_us": rates.chunk_s * 1e6,
-                "transport_gbps": rates.transport_gbps, "auto_link_gbps": rates.link_gbps}
+        return {
+            "auto_codec_gbps": rates.codec_bps * 8 / 1e9,
+            "transport_message_us": rates.message_s * 1e6,
+            "pipeline_chunk_us": rates.chunk_s * 1e6,
+            "transport_gbps": rates.transport_gbps,
+            "auto_link_gbps": rates.link_gbps,
+        }
 
     def columns(self, opts) -> dict:
         phases = spec(opts.collective).phases  # fusing joins a reduce phase to a gather phase
         fuses = REDUCE_PHASE in phases and GATHER_PHASE in phases
-        columns = {**super().columns(opts), "chunk_bytes": opts.chunk_bytes,
-                   "chunk_used_bytes": None, "auto_codec_gbps": None,
-                   "transport_message_us": None, "pipeline_chunk_us": None,
-                   "transport_gbps": None,
-                   "auto_link_gbps": None, "progress": opts.progress,
-                   "codec_threads": opts.codec_threads, "wait": opts.wait,
-                   "fused": opts.fused if fuses else None,
-                   "async_progress": async_progress()}
+        columns = {
+            **super().columns(opts),
+            "chunk_bytes": opts.chunk_bytes,
+            "chunk_used_bytes": None,
+            "auto_codec_gbps": None,
+            "transport_message_us": None,
+            "pipeline_chunk_us": None,
+            "transport_gbps": None,
+            "auto_link_gbps": None,
+            "progress": opts.progress,
+            "codec_threads": opts.codec_threads,
+            "wait": opts.wait,
+            "fused": opts.fused if fuses else None,
+            "async_progress": async_progress(),
+        }
         if opts.algorithm == "library":  # no pipeline: its options are left empty
             columns.update(dict.fromkeys(name for name, _ in RING_OPTIONS))
         return columns

@@ -42,8 +42,12 @@ class CompressedVariant(Variant):
 
     def add_options(self, parser) -> None:
         group = parser.add_argument_group("compression")
-        group.add_argument("--codec", default=DEFAULT_CODEC, metavar="SPEC",
-                           help=f"codec spec (default {DEFAULT_CODEC}); see above")
+        group.add_argument(
+            "--codec",
+            default=DEFAULT_CODEC,
+            metavar="SPEC",
+            help=f"codec spec (default {DEFAULT_CODEC}); see above",
+        )
         self.add_variant_options(group)
 
     def add_variant_options(self, group) -> None:
@@ -63,9 +67,12 @@ class CompressedVariant(Variant):
 
     def columns(self, opts) -> dict:
         # compressions: encode/decode round trips on the worst element's path
-        return {"algorithm": self.algorithm, "codec": self.codec.spec,
-                "compressions": compressions_on_path(self.kind, opts.collective, self.ranks),
-                **dict.fromkeys(BREAKDOWN_COLUMNS)}  # each row's values come from `stats`
+        return {
+            "algorithm": self.algorithm,
+            "codec": self.codec.spec,
+            "compressions": compressions_on_path(self.kind, opts.collective, self.ranks),
+            **dict.fromkeys(BREAKDOWN_COLUMNS),
+        }  # each row's values come from `stats`
 
     def stdout_columns(self, opts) -> list[tuple[str, str, str]]:
         columns = [("Ratio", "compression_ratio", ".3f")]
@@ -78,8 +85,7 @@ class CompressedVariant(Variant):
         send = arrays.empty(case.buffer, case.send_count, case.dtype)
         recv = arrays.empty(case.buffer, case.recv_count, case.dtype)
         options = self.options(ctx.opts, case)
-        run = bind_compressed(comm, self.kind, case.collective, self.codec, send, recv,
-                              **options)
+        run = bind_compressed(comm, self.kind, case.collective, self.codec, send, recv, **options)
         warmup = iterations_for(case.size_bytes, ctx.opts)[1]
 
         def stats() -> dict:
@@ -89,9 +95,16 @@ class CompressedVariant(Variant):
             row = {"compression_ratio": raw / wire if wire else float("nan")}
             # the timed calls: after the warm-up, before the harness's untimed last call
             timed = (warmup, -1)
-            row.update(breakdown_columns(comm, run.breakdown.mean(*timed),
-                                         comm.wire_bytes, case.collective, case.buffer,
-                                         run.breakdown.fastest(*timed)[CODEC_CPU]))
+            row.update(
+                breakdown_columns(
+                    comm,
+                    run.breakdown.mean(*timed),
+                    comm.wire_bytes,
+                    case.collective,
+                    case.buffer,
+                    run.breakdown.fastest(*timed)[CODEC_CPU],
+                )
+            )
             if "chunk_bytes" in options:  # what --chunk-bytes auto chose for this size
                 row["chunk_used_bytes"] = options["chunk_bytes"]
             return row
@@ -155,12 +168,17 @@ def sharing_ranks(places: list, critical: int, on_device: bool) -> list[int]:
     """The ranks whose codec work shares the critical rank's cores (the same host) or,
     on a device, its device."""
     host, _, device = places[critical]
-    return [r for r, (h, _, d) in enumerate(places)
-            if h == host and (not on_device or d == device)]
+    return [r for r, (h, _, d) in enumerate(places) if h == host and (not on_device or d == device)]
 
 
-def breakdown_columns(comm, mean, wire_bytes: int, collective: str, buffer: str = "numpy",
-                      fastest_codec_s: float | None = None) -> dict:
+def breakdown_columns(
+    comm,
+    mean,
+    wire_bytes: int,
+    collective: str,
+    buffer: str = "numpy",
+    fastest_codec_s: float | None = None,
+) -> dict:
     """The breakdown on the critical rank (the one whose calls took longest), its floor
     (costmodel.pipeline_floor) and the overlap efficiency (call time over floor). `mean`
     is this rank's per-call mean of pipeline.FIELDS in seconds (device time on a device:
@@ -181,18 +199,30 @@ def breakdown_columns(comm, mean, wire_bytes: int, collective: str, buffer: str 
     link = floor_link_gbps()
     bound = link_bound()
     floor = pipeline_floor(
-        sent, link * 1e9 if link else None, sharing,
-        per_device if on_device else per_core, bound["link_burst_bytes"] or 0.0,
-        floor_steps(collective, len(everyone)), (bound["link_step_us"] or 0.0) * 1e-6)
+        sent,
+        link * 1e9 if link else None,
+        sharing,
+        per_device if on_device else per_core,
+        bound["link_burst_bytes"] or 0.0,
+        floor_steps(collective, len(everyone)),
+        (bound["link_step_us"] or 0.0) * 1e-6,
+    )
     busy = got["encode"] + got["decode"] + got["reduce"] + got["wait"] + got["stage"]
     us = 1e6
     return {
-        "call_us": got["call"] * us, "encode_us": got["encode"] * us,
-        "decode_us": got["decode"] * us, "reduce_us": got["reduce"] * us,
-        "wait_us": got["wait"] * us, "idle_us": max(0.0, got["call"] - busy) * us,
-        "codec_cpu_us": got["codec_cpu"] * us, "stage_us": got["stage"] * us,
+        "call_us": got["call"] * us,
+        "encode_us": got["encode"] * us,
+        "decode_us": got["decode"] * us,
+        "reduce_us": got["reduce"] * us,
+        "wait_us": got["wait"] * us,
+        "idle_us": max(0.0, got["call"] - busy) * us,
+        "codec_cpu_us": got["codec_cpu"] * us,
+        "stage_us": got["stage"] * us,
         "wire_floor_us": floor["wire"] * us if floor["wire"] is not None else None,
-        "codec_floor_us": floor["codec"] * us, "floor_us": floor["floor"] * us,
+        "codec_floor_us": floor["codec"] * us,
+        "floor_us": floor["floor"] * us,
         "overlap_efficiency": got["call"] / floor["floor"] if floor["floor"] > 0 else None,
-        "floor_link_gbps": link, "ranks_per_core": per_core, "ranks_per_device": per_device,
+        "floor_link_gbps": link,
+        "ranks_per_core": per_core,
+        "ranks_per_device": per_device,
     }

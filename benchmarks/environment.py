@@ -18,7 +18,8 @@ from ccbench.kernels.host_memory import transparent_hugepages
 
 _ENV_PREFIXES = re.compile(
     r"^(CCBENCH_|MPIR_|MPICH_|FI_|UCX_|OMPI_|PMIX_|SLURM_|CUDA_VISIBLE|NCCL_|GLOO_|TORCHELASTIC_|"
-    r"MASTER_ADDR|MASTER_PORT|LOCAL_RANK|WORLD_SIZE)")
+    r"MASTER_ADDR|MASTER_PORT|LOCAL_RANK|WORLD_SIZE)"
+)
 _REPO = Path(__file__).resolve().parent.parent
 
 
@@ -27,8 +28,12 @@ def git_sha() -> str:
     if os.environ.get("CCBENCH_GIT_SHA"):
         return os.environ["CCBENCH_GIT_SHA"]
     try:
-        out = subprocess.run(["git", "-C", str(_REPO), "rev-parse", "--short=12", "HEAD"],
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "-C", str(_REPO), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return out.stdout.strip() if out.returncode == 0 else ""
@@ -60,9 +65,11 @@ def link_bound() -> dict:
     ceiling = os.environ.get("CCBENCH_LINK_CEILING_GBPS", "")
     burst = os.environ.get("CCBENCH_LINK_BURST_BYTES", "")
     step = os.environ.get("CCBENCH_LINK_STEP_US", "")
-    return {"link_ceiling_gbps": float(ceiling) if ceiling else None,
-            "link_burst_bytes": int(burst) if burst else None,
-            "link_step_us": float(step) if step else None}
+    return {
+        "link_ceiling_gbps": float(ceiling) if ceiling else None,
+        "link_burst_bytes": int(burst) if burst else None,
+        "link_step_us": float(step) if step else None,
+    }
 
 
 def _cpus_allowed() -> list[int]:
@@ -76,22 +83,31 @@ def placement(comm, buffer: str | None = None) -> dict:
     """Where each rank runs: its host, CPU affinity and device, each host's cores and load
     average at the start, and whether ranks outnumber a host's cores. Collective."""
     device = arrays.backend(buffer).describe() if buffer else {"device": "cpu"}
-    mine = {"host": comm.processor_name(), "affinity": _cpus_allowed(),
-            "cores": os.cpu_count() or 1, "load_average": list(os.getloadavg()),
-            "local_rank": comm.local_rank, **device}
+    mine = {
+        "host": comm.processor_name(),
+        "affinity": _cpus_allowed(),
+        "cores": os.cpu_count() or 1,
+        "load_average": list(os.getloadavg()),
+        "local_rank": comm.local_rank,
+        **device,
+    }
     ranks = comm.allgather_obj(mine)
     hosts: dict[str, dict] = {}
     for r in ranks:
-        host = hosts.setdefault(r["host"], {"cores": r["cores"], "ranks": 0,
-                                            "load_average": r["load_average"]})
+        host = hosts.setdefault(
+            r["host"], {"cores": r["cores"], "ranks": 0, "load_average": r["load_average"]}
+        )
         host["ranks"] += 1
     oversubscribed = sorted(h for h, v in hosts.items() if v["ranks"] > v["cores"])
     shared = len({tuple(r["affinity"]) for r in ranks if len(r["affinity"]) == 1}) < len(
-        [r for r in ranks if len(r["affinity"]) == 1])
+        [r for r in ranks if len(r["affinity"]) == 1]
+    )
     return {
         "affinity": {str(i): r["affinity"] for i, r in enumerate(ranks)},
-        "devices": {str(i): {k: v for k, v in r.items() if k not in (
-            "affinity", "cores", "load_average")} for i, r in enumerate(ranks)},
+        "devices": {
+            str(i): {k: v for k, v in r.items() if k not in ("affinity", "cores", "load_average")}
+            for i, r in enumerate(ranks)
+        },
         "device": ",".join(r["device"] for r in ranks),
         "bound": all(len(r["affinity"]) == 1 for r in ranks),
         "hosts": hosts,
@@ -130,9 +146,12 @@ def run_info(comm, variant: str, buffer: str | None = None) -> dict:
         }
         for host in (h for h, v in where["hosts"].items() if v["ranks"] > v["cores"]):
             v = where["hosts"][host]
-            print(f"ccbench: warning: {v['ranks']} ranks on the {v['cores']} cores of {host}: "
-                  "ranks share cores, so timings measure the sharing too", file=sys.stderr,
-                  flush=True)
+            print(
+                f"ccbench: warning: {v['ranks']} ranks on the {v['cores']} cores of {host}: "
+                "ranks share cores, so timings measure the sharing too",
+                file=sys.stderr,
+                flush=True,
+            )
     info = comm.bcast_obj(info, root=0)
     info["placement"] = where
     return info
@@ -161,8 +180,12 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
-THREAD_LEVELS = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
-                 MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+THREAD_LEVELS = {
+    MPI.THREAD_SINGLE: "single",
+    MPI.THREAD_FUNNELED: "funneled",
+    MPI.THREAD_SERIALIZED: "serialized",
+    MPI.THREAD_MULTIPLE: "multiple",
+}
 
 
 def describe(info: dict, argv, ranks: int) -> dict:
@@ -172,11 +195,11 @@ def describe(info: dict, argv, ranks: int) -> dict:
         **{k: v for k, v in info.items() if k != "placement"},
         "argv": list(argv),
         "ranks": ranks,
-        "mpi_library_full": MPI.Get_library_version().replace("\0", "").strip()
-        if started else "",
+        "mpi_library_full": MPI.Get_library_version().replace("\0", "").strip() if started else "",
         "mpi_version": "{}.{}".format(*MPI.Get_version()) if started else "",
         "mpi_thread_level": THREAD_LEVELS.get(MPI.Query_thread(), str(MPI.Query_thread()))
-        if started else "",
+        if started
+        else "",
         "versions": _versions(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),

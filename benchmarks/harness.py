@@ -132,8 +132,9 @@ class Variant:
     def reference(self, case: Case, inputs: list[np.ndarray]) -> np.ndarray:
         return dense_reference(case, inputs)
 
-    def error_bound(self, case: Case, reference: np.ndarray,
-                    inputs: list[np.ndarray]) -> float | None:
+    def error_bound(
+        self, case: Case, reference: np.ndarray, inputs: list[np.ndarray]
+    ) -> float | None:
         """The absolute error the result of these inputs may have; None: it must be exact."""
         return None
 
@@ -196,8 +197,13 @@ def check_result(variant: Variant, case: Case, got, inputs: list[np.ndarray]) ->
     result = arrays.to_numpy(got).astype(np.float64)
     bound = variant.error_bound(case, reference, inputs)
     if result.shape != reference.shape:
-        return {"max_abs_err": float("inf"), "max_rel_err": float("inf"), "wrong": 1,
-                "error_bound": bound, "passed": False}
+        return {
+            "max_abs_err": float("inf"),
+            "max_rel_err": float("inf"),
+            "wrong": 1,
+            "error_bound": bound,
+            "passed": False,
+        }
     err = np.abs(result - expected.astype(np.float64))
     finite = bool(np.isfinite(result).all())
     max_abs = float(err.max()) if err.size else 0.0
@@ -209,8 +215,13 @@ def check_result(variant: Variant, case: Case, got, inputs: list[np.ndarray]) ->
     else:
         wrong = int(np.count_nonzero(err > bound)) + (0 if finite else 1)
         passed = wrong == 0
-    return {"max_abs_err": max_abs, "max_rel_err": max_rel, "wrong": wrong,
-            "error_bound": bound, "passed": passed}  # fmt: skip
+    return {
+        "max_abs_err": max_abs,
+        "max_rel_err": max_rel,
+        "wrong": wrong,
+        "error_bound": bound,
+        "passed": passed,
+    }
 
 
 # The driver ---------------------------------------------------------------------------------
@@ -244,8 +255,9 @@ def resolve_data(variant: Variant, opts) -> tuple[DataKind, str | None]:
     own = variant.own_data(opts)
     if own is not None:
         if opts.data is not None:
-            raise UsageError(f"{variant.name} times its own inputs ({own.spec}); --data does "
-                             "not apply")
+            raise UsageError(
+                f"{variant.name} times its own inputs ({own.spec}); --data does not apply"
+            )
         return own, None
     if opts.data is not None:
         return parse_data_kind(opts.data), None
@@ -254,11 +266,13 @@ def resolve_data(variant: Variant, opts) -> tuple[DataKind, str | None]:
             raise UsageError(
                 f"--data {DEFAULT_DATA} (the default) needs the real-data corpus, not built "
                 f"here yet: run `{inputs.BUILD_COMMAND}` once (about a minute; it writes "
-                f"{inputs.corpus_root()}), or time synthetic data with --data {FALLBACK_DATA}")
+                f"{inputs.corpus_root()}), or time synthetic data with --data {FALLBACK_DATA}"
+            )
         return parse_data_kind(DEFAULT_DATA), None
     return parse_data_kind(FALLBACK_DATA), (
         f"{FALLBACK_DATA}: no real-data corpus here (`{inputs.BUILD_COMMAND}` builds it); an "
-        "uncompressed collective's time does not depend on the values")
+        "uncompressed collective's time does not depend on the values"
+    )
 
 
 def open_transport(launch: BaseCommunicator, opts) -> BaseCommunicator:
@@ -278,9 +292,24 @@ def plan_cases(variant: Variant, opts, comm: BaseCommunicator) -> list[tuple[Cas
         count, send_count, recv_count = shape.count, shape.send_count, shape.recv_count
         per_rank, total = shape.bytes_per_rank, shape.total_bytes
         for config in variant.configurations(opts):
-            cases.append(Case(opts.collective, opts.dtype, opts.buffer, comm.size, comm.rank,
-                              size, count, send_count, recv_count, per_rank, total,
-                              opts.seed, dict(config), opts.data_kind))  # fmt: skip
+            cases.append(
+                Case(
+                    opts.collective,
+                    opts.dtype,
+                    opts.buffer,
+                    comm.size,
+                    comm.rank,
+                    size,
+                    count,
+                    send_count,
+                    recv_count,
+                    per_rank,
+                    total,
+                    opts.seed,
+                    dict(config),
+                    opts.data_kind,
+                )
+            )
     if not cases:
         raise UsageError(
             f"no size in -m {opts.message_size} holds one {opts.dtype} element per rank "
@@ -289,23 +318,45 @@ def plan_cases(variant: Variant, opts, comm: BaseCommunicator) -> list[tuple[Cas
     return cases, skipped
 
 
-def _row(run_info: dict, variant_columns: dict, case: Case, iters: int, warmup: int,
-         timing: dict, check: dict | None, stats: dict, opts) -> dict:
+def _row(
+    run_info: dict,
+    variant_columns: dict,
+    case: Case,
+    iters: int,
+    warmup: int,
+    timing: dict,
+    check: dict | None,
+    stats: dict,
+    opts,
+) -> dict:
     seconds = timing["avg_us"] * 1e-6
     algbw = case.total_bytes / seconds / 1e9 if seconds > 0 else 0.0
-    row = build_row(HARNESS, run_info, {
-        "collective": case.collective, "dtype": case.dtype, "buffer": case.buffer,
-        "transport": opts.transport, "backend": opts.backend, "ranks": case.ranks,
-        "size_bytes": case.size_bytes,
-        "bytes_per_rank": case.bytes_per_rank, "total_bytes": case.total_bytes,
-        "count": case.count, "iterations": iters, "warmup": warmup, "timing": opts.timing,
-        "hugepages": opts.hugepages,
-        "ci_target_pct": opts.ci_target, "time_budget_s": opts.time_budget,
-        **timing,
-        "algbw_gbps": algbw,
-        "busbw_gbps": algbw * spec(case.collective).busbw(case.ranks),
-        "validation": "",
-    })  # fmt: skip
+    row = build_row(
+        HARNESS,
+        run_info,
+        {
+            "collective": case.collective,
+            "dtype": case.dtype,
+            "buffer": case.buffer,
+            "transport": opts.transport,
+            "backend": opts.backend,
+            "ranks": case.ranks,
+            "size_bytes": case.size_bytes,
+            "bytes_per_rank": case.bytes_per_rank,
+            "total_bytes": case.total_bytes,
+            "count": case.count,
+            "iterations": iters,
+            "warmup": warmup,
+            "timing": opts.timing,
+            "hugepages": opts.hugepages,
+            "ci_target_pct": opts.ci_target,
+            "time_budget_s": opts.time_budget,
+            **timing,
+            "algbw_gbps": algbw,
+            "busbw_gbps": algbw * spec(case.collective).busbw(case.ranks),
+            "validation": "",
+        },
+    )
     row.setdefault("codec", "none")
     row.update(variant_columns)
     row["data"] = case.data.spec
@@ -334,8 +385,9 @@ def prepare_case(variant: Variant, ctx: Context, case: Case) -> Prepared:
     comm, opts = ctx.comm, ctx.opts
     op = agreed(comm, lambda: variant.make_op(ctx, case))
     # every rank's timed data: the exact result of the accuracy pass needs them all
-    timed = agreed(comm, lambda: [held(variant.make_input(case, r), case.dtype)
-                                  for r in range(case.ranks)])
+    timed = agreed(
+        comm, lambda: [held(variant.make_input(case, r), case.dtype) for r in range(case.ranks)]
+    )
     agreed(comm, lambda: fill(op.send, timed[case.rank], case))
     iters, warmup = iterations_for(case.size_bytes, opts)
     # device calls return once queued: the timing waits for the device outside the call
@@ -351,24 +403,29 @@ def check_deferred(comm: BaseCommunicator, op: Op) -> None:
 def validate_case(variant: Variant, ctx: Context, case: Case, op: Op) -> dict:
     """The -c pass: one call on integers whose sums are exact, checked on every rank."""
     comm = ctx.comm
-    exact = agreed(comm, lambda: [variant.validation_input(case, r)
-                                  for r in range(case.ranks)])
+    exact = agreed(comm, lambda: [variant.validation_input(case, r) for r in range(case.ranks)])
     agreed(comm, lambda: fill(op.send, exact[case.rank], case))
     op.run()
     arrays.synchronize(case.buffer)
     check_deferred(comm, op)
-    return _combine_checks(comm, agreed(comm, lambda: check_result(variant, case,
-                                                                   op.recv, exact)))
+    return _combine_checks(comm, agreed(comm, lambda: check_result(variant, case, op.recv, exact)))
 
 
 def _run_case(variant: Variant, ctx: Context, case: Case):
     comm, opts = ctx.comm, ctx.opts
     prepared = prepare_case(variant, ctx, case)
     op, run, timed = prepared.op, prepared.run, prepared.timed
-    timing = measure(comm, run, prepared.iterations, prepared.warmup, opts.timing,
-                     ci_target=opts.ci_target / 100 if opts.ci_target else None,
-                     budget_s=opts.time_budget, timer=getattr(opts, "timer", None),
-                     buffer=case.buffer)
+    timing = measure(
+        comm,
+        run,
+        prepared.iterations,
+        prepared.warmup,
+        opts.timing,
+        ci_target=opts.ci_target / 100 if opts.ci_target else None,
+        budget_s=opts.time_budget,
+        timer=getattr(opts, "timer", None),
+        buffer=case.buffer,
+    )
     check_deferred(comm, op)
     iters = timing.pop("iterations")
     # one more call on the timed data: the wire volume, the ratio and the accuracy
@@ -389,8 +446,9 @@ def _run_case(variant: Variant, ctx: Context, case: Case):
 
 def _accuracy(comm: BaseCommunicator, variant: Variant, case: Case, got, timed) -> dict:
     """The accuracy columns of this call's result on the timed data (every rank's)."""
-    mine = agreed(comm, lambda: accuracy.partial_sums(arrays.to_numpy(got),
-                                                      variant.reference(case, timed)))
+    mine = agreed(
+        comm, lambda: accuracy.partial_sums(arrays.to_numpy(got), variant.reference(case, timed))
+    )
     sums, maxima = accuracy.split(mine)
     total = comm.allreduce_array(sums, "sum")
     largest = comm.allreduce_array(maxima, "max")
@@ -422,9 +480,12 @@ def _run(variant: Variant, argv, launch: BaseCommunicator) -> int:
     printer = osu_format.Printer(opts, variant, run_info) if root else None
     if printer:
         if comm.size == 1:
-            print("ccbench: warning: 1 rank: a collective on one rank moves no data; start "
-                  f"it under a launcher, e.g. mpiexec -n 2 ccbench {variant.name}",
-                  file=sys.stderr, flush=True)
+            print(
+                "ccbench: warning: 1 rank: a collective on one rank moves no data; start "
+                f"it under a launcher, e.g. mpiexec -n 2 ccbench {variant.name}",
+                file=sys.stderr,
+                flush=True,
+            )
         printer.header(skipped, comm.size, timer_note)
     rows, failures = [], 0
     samples = {}
@@ -451,7 +512,8 @@ def _run(variant: Variant, argv, launch: BaseCommunicator) -> int:
     return 1 if failures else 0
 
 
-def run_variant(variant: Variant, argv: list[str] | None = None,
-                comm: BaseCommunicator | None = None) -> int:
+def run_variant(
+    variant: Variant, argv: list[str] | None = None, comm: BaseCommunicator | None = None
+) -> int:
     """Entry point of every variant script; returns the process exit status (run_main)."""
     return run_main(lambda args, c: _run(variant, args, c), argv, comm)

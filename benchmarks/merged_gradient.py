@@ -70,11 +70,10 @@ ALLREDUCES = {
     "mpi": "the MPI library's MPI_Allreduce (default)",
     "ring": "the ring allreduce of collectives.ring, by hand over point-to-point calls",
     "coll:CODEC": "collective-level compressed ring allreduce (collectives.compressed), "
-                  "e.g. coll:fp16, coll:zfp:rate=8",
+    "e.g. coll:fp16, coll:zfp:rate=8",
     "p2p:CODEC": "point-to-point compressed ring allreduce, e.g. p2p:bfp:rate=8",
     "torch": "torch.distributed's all_reduce (gloo; --backend)",
-    "torch:ALLREDUCE": "ring, coll:CODEC or p2p:CODEC over torch.distributed, e.g. "
-                       "torch:coll:fp16",
+    "torch:ALLREDUCE": "ring, coll:CODEC or p2p:CODEC over torch.distributed, e.g. torch:coll:fp16",
 }
 
 
@@ -112,32 +111,46 @@ class GroupAllreduce:
 def make_group_allreduce(name: str, comm: Communicator) -> GroupAllreduce:
     _, allreduce = split_transport(name)
     if allreduce in ("mpi", "library", "ring"):
-        return GroupAllreduce(name, lambda s, r: bind_collective(comm, allreduce, "allreduce",
-                                                                 s, r))
+        return GroupAllreduce(
+            name, lambda s, r: bind_collective(comm, allreduce, "allreduce", s, r)
+        )
     variant, sep, spec = allreduce.partition(":")
     if variant in ("coll", "p2p") and sep:
         from ccbench.collectives.compressed import bind_compressed
         from ccbench.kernels.codecs import parse_codec
 
         codec = parse_codec(spec)
-        return GroupAllreduce(name, lambda s, r: bind_compressed(
-            comm, variant, "allreduce", codec, s, r), codec, variant)
+        return GroupAllreduce(
+            name,
+            lambda s, r: bind_compressed(comm, variant, "allreduce", codec, s, r),
+            codec,
+            variant,
+        )
     raise UsageError(f"unknown --allreduce {name!r}; choose from {', '.join(ALLREDUCES)}")
 
 
 # ---------------------------------------------------------------- cost model
 
 
-def measure_cost_model(comm: Communicator, bind, send, recv, sizes: list[int],
-                       seconds_per_size: float) -> tuple[Fit, list[dict]]:
+def measure_cost_model(
+    comm: Communicator, bind, send, recv, sizes: list[int], seconds_per_size: float
+) -> tuple[Fit, list[dict]]:
     """Time one allreduce per size, OSU style (the slowest rank's mean, OSU's "Max
     Latency": an iteration ends with its slowest rank), and fit alpha + beta * s."""
-    return fit_cost_model(comm, bind, send, recv, sizes, seconds_per_size,
-                          lambda run, iters: measure(comm, run, iters, 1, "per-call")["max_us"])
+    return fit_cost_model(
+        comm,
+        bind,
+        send,
+        recv,
+        sizes,
+        seconds_per_size,
+        lambda run, iters: measure(comm, run, iters, 1, "per-call")["max_us"],
+    )
 
 
-def run_strategies(comm: Communicator, schedules: list[Schedule], stream: CommThread,
-                   iterations: int, warmup: int) -> np.ndarray:
+def run_strategies(
+    comm: Communicator, schedules: list[Schedule], stream: CommThread, iterations: int, warmup: int
+) -> np.ndarray:
     """Round-robin iterations; returns [strategy, iteration, (forward end, backward end,
     iteration end, time in allreduces)] of the slowest rank, in microseconds."""
     n = len(schedules)
@@ -152,8 +165,15 @@ def run_strategies(comm: Communicator, schedules: list[Schedule], stream: CommTh
     return comm.allreduce_array(times, "max") * 1e6
 
 
-def validate(comm: Communicator, schedules: list[Schedule], stream: CommThread,
-             send: np.ndarray, recv: np.ndarray, seed: int, bound: float | None) -> list[bool]:
+def validate(
+    comm: Communicator,
+    schedules: list[Schedule],
+    stream: CommThread,
+    send: np.ndarray,
+    recv: np.ndarray,
+    seed: int,
+    bound: float | None,
+) -> list[bool]:
     """Check every strategy on integer inputs: each group reduced once, all covered.
 
     Exact for lossless allreduces; within ``bound`` (absolute) for lossy ones.
@@ -186,39 +206,67 @@ def validate(comm: Communicator, schedules: list[Schedule], stream: CommThread,
 
 def build_parser(quiet: bool) -> argparse.ArgumentParser:
     parser = RankAwareParser(
-        prog="python -m ccbench.benchmarks.merged_gradient", quiet=quiet,
-        description=__doc__.split("\n\n")[0] + "\n\nprofiled models: "
+        prog="python -m ccbench.benchmarks.merged_gradient",
+        quiet=quiet,
+        description=__doc__.split("\n\n")[0]
+        + "\n\nprofiled models: "
         + ", ".join(profile_names())
-        + "\nallreduces:\n" + "\n".join(f"  {k:15s} {v}" for k, v in ALLREDUCES.items()),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="resnet50",
-                        help=f"a model profiled in {PROFILE_DIR} (default resnet50)")
-    parser.add_argument("--profile", metavar="CSV",
-                        help=f"profile CSV (default {PROFILE_DIR}/<model>.csv)")
-    parser.add_argument("--strategy", default="all",
-                        help="comma-separated wfbp, single, fixed:BYTES, ddp:BYTES, mgwfbp, "
-                             "optimal, or all (default)")
-    parser.add_argument("--allreduce", default="mpi", metavar="NAME",
-                        help="allreduce of every group: mpi (default), ring, coll:CODEC, "
-                             "p2p:CODEC, over MPI; torch, or torch: before the others, over "
-                             "torch.distributed (see above)")
+        + "\nallreduces:\n"
+        + "\n".join(f"  {k:15s} {v}" for k, v in ALLREDUCES.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--model", default="resnet50", help=f"a model profiled in {PROFILE_DIR} (default resnet50)"
+    )
+    parser.add_argument(
+        "--profile", metavar="CSV", help=f"profile CSV (default {PROFILE_DIR}/<model>.csv)"
+    )
+    parser.add_argument(
+        "--strategy",
+        default="all",
+        help="comma-separated wfbp, single, fixed:BYTES, ddp:BYTES, mgwfbp, "
+        "optimal, or all (default)",
+    )
+    parser.add_argument(
+        "--allreduce",
+        default="mpi",
+        metavar="NAME",
+        help="allreduce of every group: mpi (default), ring, coll:CODEC, "
+        "p2p:CODEC, over MPI; torch, or torch: before the others, over "
+        "torch.distributed (see above)",
+    )
     # its former name, which the CSV's transport column still holds
     parser.add_argument("--transport", dest="allreduce", help=argparse.SUPPRESS)
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
-                        help="torch: the torch.distributed backend (default gloo: the "
-                             "gradients are host buffers)")
+    parser.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default=None,
+        help="torch: the torch.distributed backend (default gloo: the gradients are host buffers)",
+    )
     add_repetitions(parser, 10, "training iterations per strategy", warmup_default=2)
-    parser.add_argument("--compute-speedup", type=float, default=1.0,
-                        help="replay the profile's compute this many times faster")
-    parser.add_argument("--fit-min", default="4K",
-                        help="smallest size of the cost-model sweep (default 4K; the sweep "
-                             "doubles up to the whole gradient)")
-    parser.add_argument("--fit-seconds", type=float, default=0.2,
-                        help="time spent per size of the sweep (default 0.2)")
+    parser.add_argument(
+        "--compute-speedup",
+        type=float,
+        default=1.0,
+        help="replay the profile's compute this many times faster",
+    )
+    parser.add_argument(
+        "--fit-min",
+        default="4K",
+        help="smallest size of the cost-model sweep (default 4K; the sweep "
+        "doubles up to the whole gradient)",
+    )
+    parser.add_argument(
+        "--fit-seconds",
+        type=float,
+        default=0.2,
+        help="time spent per size of the sweep (default 0.2)",
+    )
     add_validate(parser, "every strategy's result, exactly, on integer inputs")
     add_output(parser, "one row per strategy")
-    parser.add_argument("--fit-csv", metavar="PATH",
-                        help="write the cost-model sweep (size, measured, fitted)")
+    parser.add_argument(
+        "--fit-csv", metavar="PATH", help="write the cost-model sweep (size, measured, fitted)"
+    )
     add_seed(parser, "the gradients")
     return parser
 
@@ -252,21 +300,28 @@ def _report_fit(fit: Fit, points: list[dict], ranks: int, allreduce: str) -> Non
     print(f"# allreduce cost model on {ranks} ranks ({allreduce}): {fit.describe()}")
     print(f"# {'size_bytes':>12} {'measured_us':>12} {'fitted_us':>12} {'iters':>6}")
     for p in points:
-        print(f"  {p['size_bytes']:>12} {p['measured_us']:>12.1f} {p['fitted_us']:>12.1f} "
-              f"{p['iterations']:>6}")
+        print(
+            f"  {p['size_bytes']:>12} {p['measured_us']:>12.1f} {p['fitted_us']:>12.1f} "
+            f"{p['iterations']:>6}"
+        )
 
 
 def _report(rows: list[dict]) -> None:
-    print(f"# {'strategy':<12} {'groups':>6} {'predicted_ms':>12} {'measured_ms':>12} "
-          f"{'+-std':>7} {'err%':>6} {'nonovl_pred':>11} {'nonovl_meas':>11} "
-          f"{'comm_pred':>9} {'comm_meas':>9} {'check':>5}")
+    print(
+        f"# {'strategy':<12} {'groups':>6} {'predicted_ms':>12} {'measured_ms':>12} "
+        f"{'+-std':>7} {'err%':>6} {'nonovl_pred':>11} {'nonovl_meas':>11} "
+        f"{'comm_pred':>9} {'comm_meas':>9} {'check':>5}"
+    )
     for r in rows:
         err = 100 * (r["predicted_us"] - r["measured_us"]) / r["measured_us"]
-        print(f"  {r['strategy']:<12} {r['groups']:>6} {r['predicted_us'] / 1e3:>12.2f} "
-              f"{r['measured_us'] / 1e3:>12.2f} {r['measured_std_us'] / 1e3:>7.2f} {err:>6.1f} "
-              f"{r['nonoverlapped_us'] / 1e3:>11.2f} {r['measured_nonoverlapped_us'] / 1e3:>11.2f}"
-              f" {r['comm_us'] / 1e3:>9.2f} {r['measured_comm_us'] / 1e3:>9.2f}"
-              f" {r.get('validation', ''):>5}", flush=True)
+        print(
+            f"  {r['strategy']:<12} {r['groups']:>6} {r['predicted_us'] / 1e3:>12.2f} "
+            f"{r['measured_us'] / 1e3:>12.2f} {r['measured_std_us'] / 1e3:>7.2f} {err:>6.1f} "
+            f"{r['nonoverlapped_us'] / 1e3:>11.2f} {r['measured_nonoverlapped_us'] / 1e3:>11.2f}"
+            f" {r['comm_us'] / 1e3:>9.2f} {r['measured_comm_us'] / 1e3:>9.2f}"
+            f" {r.get('validation', ''):>5}",
+            flush=True,
+        )
 
 
 def _run(argv, launch: Communicator) -> int:
@@ -289,16 +344,25 @@ def _run(argv, launch: Communicator) -> int:
     fit, points = measure_cost_model(comm, bind, send, recv, sizes, opts.fit_seconds)
     cost: AlphaBeta = fit.model
     if root:
-        print(f"# MG-WFBP execution: {profile.model}, {profile.ntensors} tensors, "
-              f"{profile.total_bytes / 2**20:.2f} MiB, forward {profile.forward_us / 1e3:.2f} ms,"
-              f" backward {profile.total_backward_us / 1e3:.2f} ms, {comm.size} ranks")
+        print(
+            f"# MG-WFBP execution: {profile.model}, {profile.ntensors} tensors, "
+            f"{profile.total_bytes / 2**20:.2f} MiB, forward {profile.forward_us / 1e3:.2f} ms,"
+            f" backward {profile.total_backward_us / 1e3:.2f} ms, {comm.size} ranks"
+        )
         _report_fit(fit, points, comm.size, opts.allreduce)
         if opts.fit_csv:
             run = {"run_id": info["run_id"], "sweep_id": info["sweep_id"]}
-            fit_columns = {"model": profile.model, "ranks": comm.size,
-                           "transport": opts.allreduce, "link_gbps": info["link_gbps"]}
-            write_csv_atomic(opts.fit_csv, [build_row(COSTFIT, run, fit_columns, p)
-                                            for p in points], COSTFIT.names)
+            fit_columns = {
+                "model": profile.model,
+                "ranks": comm.size,
+                "transport": opts.allreduce,
+                "link_gbps": info["link_gbps"],
+            }
+            write_csv_atomic(
+                opts.fit_csv,
+                [build_row(COSTFIT, run, fit_columns, p) for p in points],
+                COSTFIT.names,
+            )
 
     plans = [plan(s, profile, cost) for s in opts.strategies]
     elements = profile.nbytes // ITEM
@@ -316,19 +380,28 @@ def _run(argv, launch: Communicator) -> int:
     rows = []
     for p, t, ok in zip(plans, times, checks, strict=True):
         forward, backward, total, busy = t.T
-        rows.append(build_row(MGWFBP, info, {
-            "model": profile.model, "ranks": comm.size,
-            "transport": opts.allreduce,  # the column's former name of --allreduce
-            **plan_columns(p, cost), "fit_r2": round(fit.r2, 6),
-            "measured_us": round(float(total.mean()), 3),
-            "measured_std_us": round(float(total.std()), 3),
-            "measured_backward_us": round(float((backward - forward).mean()), 3),
-            "measured_nonoverlapped_us": round(float((total - backward).mean()), 3),
-            "measured_comm_us": round(float(busy.mean()), 3),
-            "scaling_efficiency": None, "iterations": opts.iterations,
-            "compute_speedup": opts.compute_speedup,
-            "validation": "" if ok is None else ("Pass" if ok else "Fail"),
-        }))  # fmt: skip
+        rows.append(
+            build_row(
+                MGWFBP,
+                info,
+                {
+                    "model": profile.model,
+                    "ranks": comm.size,
+                    "transport": opts.allreduce,  # the column's former name of --allreduce
+                    **plan_columns(p, cost),
+                    "fit_r2": round(fit.r2, 6),
+                    "measured_us": round(float(total.mean()), 3),
+                    "measured_std_us": round(float(total.std()), 3),
+                    "measured_backward_us": round(float((backward - forward).mean()), 3),
+                    "measured_nonoverlapped_us": round(float((total - backward).mean()), 3),
+                    "measured_comm_us": round(float(busy.mean()), 3),
+                    "scaling_efficiency": None,
+                    "iterations": opts.iterations,
+                    "compute_speedup": opts.compute_speedup,
+                    "validation": "" if ok is None else ("Pass" if ok else "Fail"),
+                },
+            )
+        )
     if root:
         _report(rows)
         if opts.csv:

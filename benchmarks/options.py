@@ -73,8 +73,10 @@ def format_sizes(sizes: list[int]) -> str:
 def iterations_for(size: int, opts) -> tuple[int, int]:
     """(iterations, warm-ups) for one message size: the user's, or OSU's defaults."""
     large = size > LARGE_MESSAGE_SIZE
-    iters = opts.iterations if opts.iterations is not None else (
-        ITERATIONS_LARGE if large else ITERATIONS
+    iters = (
+        opts.iterations
+        if opts.iterations is not None
+        else (ITERATIONS_LARGE if large else ITERATIONS)
     )
     warmup = opts.warmup if opts.warmup is not None else (WARMUP_LARGE if large else WARMUP)
     return iters, warmup
@@ -133,24 +135,43 @@ class RankAwareParser(argparse.ArgumentParser):
 
 
 def add_sizes(parser, default: str, note: str = "") -> None:
-    parser.add_argument("-m", "--message-size", default=default, metavar="[MIN:]MAX",
-                        help=f"message sizes: MIN, 2 MIN, ... MAX, or a list 4K,1M (K, M, G "
-                             f"suffixes; default {default}){note}")
+    parser.add_argument(
+        "-m",
+        "--message-size",
+        default=default,
+        metavar="[MIN:]MAX",
+        help=f"message sizes: MIN, 2 MIN, ... MAX, or a list 4K,1M (K, M, G "
+        f"suffixes; default {default}){note}",
+    )
 
 
 def add_repetitions(parser, default, repetition: str, warmup_default=None) -> None:
     """-i (and -x, when `warmup_default` is given) with `repetition` saying what one is."""
-    shown = default if default is not None else (
-        f"{ITERATIONS}, {ITERATIONS_LARGE} above {LARGE_MESSAGE_SIZE} B")
-    parser.add_argument("-i", "--iterations", type=positive_int, default=default,
-                        help=f"timed repetitions of each point: {repetition} "
-                             f"(default {shown})")
+    shown = (
+        default
+        if default is not None
+        else (f"{ITERATIONS}, {ITERATIONS_LARGE} above {LARGE_MESSAGE_SIZE} B")
+    )
+    parser.add_argument(
+        "-i",
+        "--iterations",
+        type=positive_int,
+        default=default,
+        help=f"timed repetitions of each point: {repetition} (default {shown})",
+    )
     if warmup_default is not False:
-        shown = warmup_default if warmup_default is not None else (
-            f"{WARMUP}, {WARMUP_LARGE} above {LARGE_MESSAGE_SIZE} B")
-        parser.add_argument("-x", "--warmup", type=non_negative_int, default=warmup_default,
-                            help=f"untimed warm-up repetitions of each point (default "
-                                 f"{shown})")
+        shown = (
+            warmup_default
+            if warmup_default is not None
+            else (f"{WARMUP}, {WARMUP_LARGE} above {LARGE_MESSAGE_SIZE} B")
+        )
+        parser.add_argument(
+            "-x",
+            "--warmup",
+            type=non_negative_int,
+            default=warmup_default,
+            help=f"untimed warm-up repetitions of each point (default {shown})",
+        )
 
 
 def add_rounds(parser, default: int | None, what: str = "rounds") -> None:
@@ -158,32 +179,51 @@ def add_rounds(parser, default: int | None, what: str = "rounds") -> None:
     its statistics' (a median of order statistics wants more rounds than a mean); None
     leaves it to the tool's spec."""
     shown = "the spec's" if default is None else default
-    parser.add_argument("--rounds", type=positive_int, default=default,
-                        help=f"{what} (default {shown})")
+    parser.add_argument(
+        "--rounds", type=positive_int, default=default, help=f"{what} (default {shown})"
+    )
 
 
 def add_no_bind(parser) -> None:
     """--no-bind: leave ranks unbound (by default each rank is bound to one core)."""
-    parser.add_argument("--no-bind", action="store_true",
-                        help="leave ranks unbound (default: each bound to a core, "
-                             "-bind-to core / --cpu-bind=cores; also CCBENCH_BIND=0)")
+    parser.add_argument(
+        "--no-bind",
+        action="store_true",
+        help="leave ranks unbound (default: each bound to a core, "
+        "-bind-to core / --cpu-bind=cores; also CCBENCH_BIND=0)",
+    )
 
 
 def add_validate(parser, what: str = "check results against a reference") -> None:
-    parser.add_argument("-c", "--validate", action="store_true",
-                        help=f"validate: {what}; exit 1 on any failure")
+    parser.add_argument(
+        "-c", "--validate", action="store_true", help=f"validate: {what}; exit 1 on any failure"
+    )
 
 
 def add_buffer(parser, default_dtype: str = "float32") -> None:
-    parser.add_argument("-d", "--buffer", choices=buffer_choices(), default="numpy",
-                        help=f"buffer backend: {', '.join(BUFFERS)} (default numpy); each "
-                             "rank takes the device of its node-local rank")
-    parser.add_argument("--hugepages", choices=HUGEPAGE_POLICIES, default=DEFAULT_HUGEPAGES,
-                        help="numpy buffers: off (default) allocates as OSU's C benchmarks "
-                             "do; madvise asks for transparent huge pages, numpy's own "
-                             "default (faster large copies on some hosts)")
-    parser.add_argument("-T", "--dtype", choices=DTYPES, default=default_dtype,
-                        help=f"element type (default {default_dtype})")
+    parser.add_argument(
+        "-d",
+        "--buffer",
+        choices=buffer_choices(),
+        default="numpy",
+        help=f"buffer backend: {', '.join(BUFFERS)} (default numpy); each "
+        "rank takes the device of its node-local rank",
+    )
+    parser.add_argument(
+        "--hugepages",
+        choices=HUGEPAGE_POLICIES,
+        default=DEFAULT_HUGEPAGES,
+        help="numpy buffers: off (default) allocates as OSU's C benchmarks "
+        "do; madvise asks for transparent huge pages, numpy's own "
+        "default (faster large copies on some hosts)",
+    )
+    parser.add_argument(
+        "-T",
+        "--dtype",
+        choices=DTYPES,
+        default=default_dtype,
+        help=f"element type (default {default_dtype})",
+    )
 
 
 TRANSPORTS = ("mpi", "torch")
@@ -191,12 +231,20 @@ TRANSPORTS = ("mpi", "torch")
 
 def add_transport(parser) -> None:
     """--transport and --backend: which library moves the bytes (collectives/comm.py)."""
-    parser.add_argument("--transport", choices=TRANSPORTS, default="mpi",
-                        help="mpi: mpi4py (default); torch: torch.distributed, the same "
-                             "algorithms over its collectives and point-to-point calls")
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
-                        help="--transport torch: nccl (default for -d torch-cuda and cupy) "
-                             "or gloo (default for host buffers)")
+    parser.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default="mpi",
+        help="mpi: mpi4py (default); torch: torch.distributed, the same "
+        "algorithms over its collectives and point-to-point calls",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default=None,
+        help="--transport torch: nccl (default for -d torch-cuda and cupy) "
+        "or gloo (default for host buffers)",
+    )
 
 
 def resolve_transport(opts) -> None:
@@ -218,8 +266,10 @@ def resolve_algorithm(algorithm: str | None, transport: str) -> str:
     if algorithm is None:
         return own
     if algorithm in ("mpi", "library") and algorithm != own:
-        raise UsageError(f"--algorithm {algorithm} with --transport {transport}: the "
-                         f"library's own collective is --algorithm {own} there")
+        raise UsageError(
+            f"--algorithm {algorithm} with --transport {transport}: the "
+            f"library's own collective is --algorithm {own} there"
+        )
     return algorithm
 
 
@@ -231,8 +281,10 @@ def check_gradient_codec(variant: str, codec: str) -> str:
 
     if variants.schedule(variant) is None:
         if codec != "none":
-            raise UsageError(f"the {variant} variant sends uncompressed data: use a "
-                             f"compressed variant for --codec {codec}")
+            raise UsageError(
+                f"the {variant} variant sends uncompressed data: use a "
+                f"compressed variant for --codec {codec}"
+            )
         return codec
     if codec == "none":
         raise UsageError(f"--variant {variant} needs a codec, e.g. --codec fp16")
@@ -242,16 +294,23 @@ def check_gradient_codec(variant: str, codec: str) -> str:
 
 
 def add_output(parser, rows: str, json: bool = False) -> None:
-    parser.add_argument("--csv", metavar="PATH", help=f"append {rows} to this CSV (its run's "
-                                                      "environment goes to PATH.json)")
+    parser.add_argument(
+        "--csv",
+        metavar="PATH",
+        help=f"append {rows} to this CSV (its run's environment goes to PATH.json)",
+    )
     if json:
-        parser.add_argument("--json", metavar="PATH",
-                            help="write this run's rows and environment as one JSON document")
+        parser.add_argument(
+            "--json",
+            metavar="PATH",
+            help="write this run's rows and environment as one JSON document",
+        )
 
 
 def add_seed(parser, what: str = "the generated inputs") -> None:
-    parser.add_argument("--seed", type=non_negative_int, default=0,
-                        help=f"seed of {what} (default 0)")
+    parser.add_argument(
+        "--seed", type=non_negative_int, default=0, help=f"seed of {what} (default 0)"
+    )
 
 
 def build_parser(prog: str, description: str, collectives, quiet: bool) -> RankAwareParser:
@@ -264,32 +323,54 @@ def build_parser(prog: str, description: str, collectives, quiet: bool) -> RankA
     osu = parser.add_argument_group("OSU options")
     add_sizes(osu, "1:1M", note="; OSU's convention per collective (README)")
     add_repetitions(osu, None, "calls per size", warmup_default=None)
-    osu.add_argument("-f", "--full", action="store_true",
-                     help="print min, max, iterations, p50 and p99 too")
+    osu.add_argument(
+        "-f", "--full", action="store_true", help="print min, max, iterations, p50 and p99 too"
+    )
     add_validate(osu)
     add_buffer(osu)
     common = parser.add_argument_group("ccbench options")
-    common.add_argument("--collective", choices=collectives, default=collectives[0],
-                        help=f"collective to run (default {collectives[0]})")
-    common.add_argument("--timing", choices=TIMINGS, default="per-call",
-                        help="per-call: barrier, then Wtime around each call (OSU's C "
-                             "benchmarks); batch: Wtime around the back-to-back loop "
-                             "(OMB-Py), for small messages")
+    common.add_argument(
+        "--collective",
+        choices=collectives,
+        default=collectives[0],
+        help=f"collective to run (default {collectives[0]})",
+    )
+    common.add_argument(
+        "--timing",
+        choices=TIMINGS,
+        default="per-call",
+        help="per-call: barrier, then Wtime around each call (OSU's C "
+        "benchmarks); batch: Wtime around the back-to-back loop "
+        "(OMB-Py), for small messages",
+    )
     add_transport(common)
     add_output(common, "one row per size", json=True)
     add_seed(common)
-    common.add_argument("--data", default=None, metavar="KIND",
-                        help=f"what the timed calls carry (default {DEFAULT_DATA}: real "
-                             f"gradients from the corpus; where values cannot change the "
-                             f"time, as uncompressed, {FALLBACK_DATA} until the corpus is "
-                             f"built); -c validates on exact integers in a pass of its own. "
-                             f"Kinds: {DATA_KINDS}")
-    common.add_argument("--ci-target", type=positive_float, default=None, metavar="PCT",
-                        help="time each size in rounds of -i calls until the 95%% interval "
-                             "of the mean is within +-PCT%% (or --time-budget is spent)")
-    common.add_argument("--time-budget", type=positive_float, default=None, metavar="SEC",
-                        help="with --ci-target: stop a size after SEC seconds of timing "
-                             "(default 10)")
+    common.add_argument(
+        "--data",
+        default=None,
+        metavar="KIND",
+        help=f"what the timed calls carry (default {DEFAULT_DATA}: real "
+        f"gradients from the corpus; where values cannot change the "
+        f"time, as uncompressed, {FALLBACK_DATA} until the corpus is "
+        f"built); -c validates on exact integers in a pass of its own. "
+        f"Kinds: {DATA_KINDS}",
+    )
+    common.add_argument(
+        "--ci-target",
+        type=positive_float,
+        default=None,
+        metavar="PCT",
+        help="time each size in rounds of -i calls until the 95%% interval "
+        "of the mean is within +-PCT%% (or --time-budget is spent)",
+    )
+    common.add_argument(
+        "--time-budget",
+        type=positive_float,
+        default=None,
+        metavar="SEC",
+        help="with --ci-target: stop a size after SEC seconds of timing (default 10)",
+    )
     return parser
 
 
@@ -297,7 +378,7 @@ def split_common(argv: list[str]) -> tuple[list[str], list[str]]:
     """(a tool's own arguments, the options after -- that both sides of a comparison get)."""
     if "--" in argv:
         i = argv.index("--")
-        return argv[:i], argv[i + 1:]
+        return argv[:i], argv[i + 1 :]
     return argv, []
 
 

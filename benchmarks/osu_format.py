@@ -37,12 +37,15 @@ class Printer:
         self.opts, self.variant, self.info = opts, variant, info
         self.extra = list(variant.stdout_columns(opts))
         if opts.full:
-            self.extra = [("P50 Latency(us)", "p50_us", ".2f"),
-                          ("P99 Latency(us)", "p99_us", ".2f"),
-                          ("Fastest(us)", "fastest_us", ".2f"),
-                          ("CI95 Low(us)", "ci_low_us", ".2f"),
-                          ("CI95 High(us)", "ci_high_us", ".2f"),
-                          ("Busbw(GB/s)", "busbw_gbps", ".3f"), *self.extra]  # fmt: skip
+            self.extra = [
+                ("P50 Latency(us)", "p50_us", ".2f"),
+                ("P99 Latency(us)", "p99_us", ".2f"),
+                ("Fastest(us)", "fastest_us", ".2f"),
+                ("CI95 Low(us)", "ci_low_us", ".2f"),
+                ("CI95 High(us)", "ci_high_us", ".2f"),
+                ("Busbw(GB/s)", "busbw_gbps", ".3f"),
+                *self.extra,
+            ]
 
     def header(self, skipped: list[int], ranks: int, timer_note: str = "") -> None:
         opts, columns = self.opts, self.variant.columns(self.opts)
@@ -55,8 +58,10 @@ class Printer:
         library = self.info["mpi_library"] or "MPI not started"
         devices = self.info.get("device", "")
         where = f" on {devices}" if devices and set(devices.split(",")) != {"cpu"} else ""
-        lines.append(f"# {library}{over}; {ranks} rank{'s' * (ranks != 1)}{alone}; "
-                     f"buffer {opts.buffer}{where}; timing {opts.timing}")
+        lines.append(
+            f"# {library}{over}; {ranks} rank{'s' * (ranks != 1)}{alone}; "
+            f"buffer {opts.buffer}{where}; timing {opts.timing}"
+        )
         timer = getattr(opts, "timer", "")
         if timer:
             lines.append(f"# Timer: {timer}, {timer_note}")
@@ -64,8 +69,10 @@ class Printer:
             lines.append(f"# Data: {opts.data_note}")
         lines.append(f"# Convention: {spec(opts.collective).size_convention}")
         if skipped:
-            lines.append(f"# Skipped sizes too small for one element per rank: "
-                         f"{', '.join(map(str, skipped))}")
+            lines.append(
+                f"# Skipped sizes too small for one element per rank: "
+                f"{', '.join(map(str, skipped))}"
+            )
         head = f"{'# Size':<{SIZE_WIDTH}}{'Avg Latency(us)':>{FIELD_WIDTH}}"
         if opts.full:
             head += f"{'Min Latency(us)':>{FIELD_WIDTH}}{'Max Latency(us)':>{FIELD_WIDTH}}"

@@ -42,13 +42,18 @@ METHODS = ("bare", "harness", "c", "bare_batch", "batch", "c_batch")
 
 
 def build_parser(quiet: bool = False) -> RankAwareParser:
-    parser = RankAwareParser(prog="ccbench overhead", description=__doc__, quiet=quiet,
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = RankAwareParser(
+        prog="ccbench overhead",
+        description=__doc__,
+        quiet=quiet,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_sizes(parser, "1:4K")
     add_repetitions(parser, 20000, "calls per method, size and round", warmup_default=False)
     add_rounds(parser, 5)
-    parser.add_argument("--json", metavar="PATH",
-                        help="write this run's rows and environment as one JSON document")
+    parser.add_argument(
+        "--json", metavar="PATH", help="write this run's rows and environment as one JSON document"
+    )
     return parser
 
 
@@ -107,7 +112,7 @@ def time_size(comm, size: int, iterations: int, rounds: int) -> dict:
     best = {name: [] for name in methods}
     names = list(methods)
     for k in range(rounds):
-        for name in names[k % len(names):] + names[:k % len(names)]:
+        for name in names[k % len(names) :] + names[: k % len(names)]:
             best[name].append(methods[name]())
     result = {"size": size, **{name: min(v) for name, v in best.items()}}
     if compiled is None:
@@ -120,9 +125,11 @@ def table_line(row: dict) -> str:
         return f"{row[key]:{width}.2f}" if key in row else f"{'-':>{width}}"
 
     c_minus = f"{row['c'] - row['bare']:9.2f}" if "c" in row else f"{'-':>9}"
-    return (f"{row['size']:<8}{cell('bare')}{cell('harness')}{cell('c')}"
-            f"{row['harness'] - row['bare']:11.2f}{c_minus}{cell('bare_batch', 12)}"
-            f"{cell('batch')}{cell('c_batch')}")
+    return (
+        f"{row['size']:<8}{cell('bare')}{cell('harness')}{cell('c')}"
+        f"{row['harness'] - row['bare']:11.2f}{c_minus}{cell('bare_batch', 12)}"
+        f"{cell('batch')}{cell('c_batch')}"
+    )
 
 
 def parse(argv: list[str], quiet: bool):
@@ -143,11 +150,16 @@ def body(argv: list[str], comm) -> int:
     root = comm.rank == 0
     rows = []
     if root:
-        print(f"# ccbench overhead: allgather of int8 on {comm.size} ranks, best of "
-              f"{opts.rounds} rounds x {opts.iterations} calls per method (us per call)",
-              flush=True)
-        print(f"{'# Size':<8}{'bare':>9}{'harness':>9}{'C':>9}{'harn-bare':>11}{'C-bare':>9}"
-              f"{'bare batch':>12}{'batch':>9}{'C batch':>9}", flush=True)
+        print(
+            f"# ccbench overhead: allgather of int8 on {comm.size} ranks, best of "
+            f"{opts.rounds} rounds x {opts.iterations} calls per method (us per call)",
+            flush=True,
+        )
+        print(
+            f"{'# Size':<8}{'bare':>9}{'harness':>9}{'C':>9}{'harn-bare':>11}{'C-bare':>9}"
+            f"{'bare batch':>12}{'batch':>9}{'C batch':>9}",
+            flush=True,
+        )
     for size in sizes:
         row = time_size(comm, size, opts.iterations, opts.rounds)
         rows.append(row)
@@ -158,8 +170,16 @@ def body(argv: list[str], comm) -> int:
             print(f"# no C loop: {rows[0]['no_c']}", flush=True)
         if opts.json:
             with open(opts.json, "w") as f:
-                json.dump({"ranks": comm.size, "iterations": opts.iterations,
-                           "rounds": opts.rounds, "rows": rows}, f, indent=1)
+                json.dump(
+                    {
+                        "ranks": comm.size,
+                        "iterations": opts.iterations,
+                        "rounds": opts.rounds,
+                        "rows": rows,
+                    },
+                    f,
+                    indent=1,
+                )
     return 0
 
 

@@ -27,9 +27,13 @@ class P2PCompressed(CompressedVariant):
 
     def add_variant_options(self, group) -> None:
         group.add_argument(
-            "--threshold", type=size_option, default=0, metavar="BYTES",
+            "--threshold",
+            type=size_option,
+            default=0,
+            metavar="BYTES",
             help="send messages smaller than this uncompressed (the product's default "
-                 "is 1M; default here 0: compress everything)")
+            "is 1M; default here 0: compress everything)",
+        )
 
     def check_options(self, opts, ranks: int) -> None:
         super().check_options(opts, ranks)

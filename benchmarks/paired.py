@@ -55,21 +55,29 @@ def variant_named(name: str) -> Variant:
     for value in vars(module).values():
         if isinstance(value, type) and issubclass(value, Variant) and value.name == name:
             return value()
-    raise UsageError(f"{name} has no message sizes to pair (paired runs take baseline, "
-                     "p2p_compressed, coll_compressed or sparse_streaming)")
+    raise UsageError(
+        f"{name} has no message sizes to pair (paired runs take baseline, "
+        "p2p_compressed, coll_compressed or sparse_streaming)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ccbench paired", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="ccbench paired",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--a", required=True, metavar="COMMAND", help='"VARIANT [OPTIONS]"')
     p.add_argument("--b", required=True, metavar="COMMAND", help='"VARIANT [OPTIONS]"')
-    p.add_argument("--turns", type=positive_int, default=8,
-                   help="turns of A and B (default 8)")
+    p.add_argument("--turns", type=positive_int, default=8, help="turns of A and B (default 8)")
     p.add_argument("--json", required=True, metavar="PATH", help="every turn's times of both sides")
-    p.add_argument("--first", choices=("A", "B"), default="A",
-                   help="the side that starts the first turn (default A); ccbench compare "
-                        "alternates it from round to round")
+    p.add_argument(
+        "--first",
+        choices=("A", "B"),
+        default="A",
+        help="the side that starts the first turn (default A); ccbench compare "
+        "alternates it from round to round",
+    )
     p.epilog = "Options after -- go to both sides."
     return p
 
@@ -88,8 +96,7 @@ class Side:
         words = agreed(comm, lambda: _words(label, text))
         self.label, self.text = label, text
         self.variant = agreed(comm, lambda: variant_named(words[0]))
-        self.opts = agreed(comm, lambda: parse_options(self.variant, [*words[1:], *common],
-                                                       comm))
+        self.opts = agreed(comm, lambda: parse_options(self.variant, [*words[1:], *common], comm))
         # each side's own transport (A over MPI, B over torch.distributed, say)
         self.comm = open_transport(comm, self.opts)
         agreed(comm, lambda: self.variant.prepare(self.comm, self.opts))
@@ -120,8 +127,9 @@ def common_timer(asked: str, prepared: list) -> str:
     if all(able):
         return asked
     if asked == "c":
-        raise UsageError("CCBENCH_TIMER=c, but only the MPI library's own collectives can be "
-                         "timed by the C loop")
+        raise UsageError(
+            "CCBENCH_TIMER=c, but only the MPI library's own collectives can be timed by the C loop"
+        )
     return "python"
 
 
@@ -134,8 +142,9 @@ def run_pairs(argv: list[str], comm) -> int:
     asked = agreed(comm, timing_c.requested_timer)
     points, failures = {}, 0
     for case_a, case_b in pairs:
-        prepared = [prepare_case(s.variant, s.ctx, c)
-                    for s, c in zip(sides, (case_a, case_b), strict=True)]
+        prepared = [
+            prepare_case(s.variant, s.ctx, c) for s, c in zip(sides, (case_a, case_b), strict=True)
+        ]
         kept = {s.label: {k: [] for k in KEPT} for s in sides}
         iterations, timers, checks = {}, {}, {}
         timer = agreed(comm, functools.partial(common_timer, asked, prepared))
@@ -144,8 +153,15 @@ def run_pairs(argv: list[str], comm) -> int:
             order = (0, 1) if (k + start) % 2 == 0 else (1, 0)
             for i in order:
                 side, p = sides[i], prepared[i]
-                timing = measure(side.comm, p.run, p.iterations, p.warmup,
-                                 side.opts.timing, timer=timer, buffer=side.opts.buffer)
+                timing = measure(
+                    side.comm,
+                    p.run,
+                    p.iterations,
+                    p.warmup,
+                    side.opts.timing,
+                    timer=timer,
+                    buffer=side.opts.buffer,
+                )
                 check_deferred(side.comm, p.op)
                 iterations[side.label] = timing["iterations"]
                 timers[side.label] = timing["timer"]
@@ -160,20 +176,36 @@ def run_pairs(argv: list[str], comm) -> int:
             if not passed:
                 failures += 1
                 if comm.rank == 0:
-                    print(f"# {side.label} ({side.text}): validation failed at "
-                          f"{case.size_bytes} bytes", flush=True)
-        points[case_key(case_a)] = {"size_bytes": case_a.size_bytes,
-                                     "config": dict(case_a.config), "times": kept,
-                                     "iterations": iterations, "timers": timers,
-                                     "validation": checks}
+                    print(
+                        f"# {side.label} ({side.text}): validation failed at "
+                        f"{case.size_bytes} bytes",
+                        flush=True,
+                    )
+        points[case_key(case_a)] = {
+            "size_bytes": case_a.size_bytes,
+            "config": dict(case_a.config),
+            "times": kept,
+            "iterations": iterations,
+            "timers": timers,
+            "validation": checks,
+        }
         del prepared
     if comm.rank == 0:
-        write_json_atomic(opts.json, {
-            "a": opts.a, "b": opts.b, "common": common, "turns": opts.turns,
-            "collective": sides[0].opts.collective, "ranks": comm.size,
-            "link_gbps": info.get("link_gbps"), "run_id": info.get("run_id"),
-            "placement": info.get("placement"), "points": points,
-        })
+        write_json_atomic(
+            opts.json,
+            {
+                "a": opts.a,
+                "b": opts.b,
+                "common": common,
+                "turns": opts.turns,
+                "collective": sides[0].opts.collective,
+                "ranks": comm.size,
+                "link_gbps": info.get("link_gbps"),
+                "run_id": info.get("run_id"),
+                "placement": info.get("placement"),
+                "points": points,
+            },
+        )
     return 1 if failures else 0
 
 

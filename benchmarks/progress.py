@@ -13,5 +13,13 @@ def progress_bar(total: int, desc: str, unit: str = "it", rank: int = 0, **optio
     """
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True,
-                disable=True if rank != 0 else None, leave=False, **options)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        disable=True if rank != 0 else None,
+        leave=False,
+        **options,
+    )

@@ -80,8 +80,7 @@ def build_row(schema: Schema, *parts: Mapping) -> dict:
 # ------------------------------------------------------------------------- telling kinds
 
 
-def schema_of(header: Sequence[str], first: Mapping | None = None
-              ) -> tuple[Schema, int] | None:
+def schema_of(header: Sequence[str], first: Mapping | None = None) -> tuple[Schema, int] | None:
     """(schema, version) of a table with this header, or None when it is no ccbench
     result. A table names its own (`schema` column); older tables are told by columns."""
     if header and header[0] == SCHEMA and first is not None:
@@ -89,8 +88,10 @@ def schema_of(header: Sequence[str], first: Mapping | None = None
         if kind in BY_KIND and version.isdigit():
             schema = BY_KIND[kind]
             if int(version) > schema.version:
-                raise UsageError(f"rows of {kind} version {version}: this ccbench reads up "
-                                 f"to version {schema.version}; upgrade ccbench")
+                raise UsageError(
+                    f"rows of {kind} version {version}: this ccbench reads up "
+                    f"to version {schema.version}; upgrade ccbench"
+                )
             return schema, int(version)
     present = set(header)
     for schema in SCHEMAS:
@@ -239,8 +240,10 @@ def read_rows(path) -> tuple[list[str], list[dict]]:
         rows = []
         for values in reader:
             if len(values) > len(header):
-                raise UsageError(f"{path}: line {reader.line_num} has {len(values)} fields, "
-                                 f"its header {len(header)}")
+                raise UsageError(
+                    f"{path}: line {reader.line_num} has {len(values)} fields, "
+                    f"its header {len(header)}"
+                )
             rows.append(dict(zip(header, values, strict=False)))
         return header, rows
 
@@ -340,15 +343,22 @@ class Sidecar:
 
     def read(self) -> dict:
         """The whole document, at the current version ({} when there is no file)."""
-        document = read_json_document(
-            self.path, str(self.path),
-            "repair or delete it (it records the runs of the CSV beside it)") or {}
+        document = (
+            read_json_document(
+                self.path,
+                str(self.path),
+                "repair or delete it (it records the runs of the CSV beside it)",
+            )
+            or {}
+        )
         if not isinstance(document.get("runs", {}), dict):
             raise UsageError(f"{self.path} is not a ccbench sidecar (no 'runs' object)")
         version = document.get("sidecar", 1 if document else SIDECAR_VERSION)
         if not isinstance(version, int) or version > SIDECAR_VERSION:
-            raise UsageError(f"{self.path}: sidecar version {version!r} is newer than this "
-                             f"ccbench reads ({SIDECAR_VERSION}); upgrade ccbench")
+            raise UsageError(
+                f"{self.path}: sidecar version {version!r} is newer than this "
+                f"ccbench reads ({SIDECAR_VERSION}); upgrade ccbench"
+            )
         return {**document, "sidecar": SIDECAR_VERSION} if document else document
 
     def runs(self) -> dict:

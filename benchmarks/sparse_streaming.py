@@ -71,53 +71,100 @@ class SparseStreaming(Variant):
 
     def add_options(self, parser) -> None:
         group = parser.add_argument_group("sparse streaming options")
-        group.add_argument("--algorithm", choices=ALGORITHMS, default="omnireduce",
-                           help="default omnireduce")
-        group.add_argument("--density", nargs="+", default=["0.1"], metavar="D",
-                           help="fractions of non-zero blocks per rank, a sweep axis: "
-                                "'0.1', '1,0.1,0.01' or 'paper' (OmniReduce's nine; "
-                                "default 0.1)")
-        group.add_argument("--block-size", type=positive_int, default=256,
-                           help="elements per block (default 256, as the paper)")
-        group.add_argument("--fusion", type=positive_int, default=1024,
-                           help="blocks per message (default 1024; 1 = no fusion)")
-        group.add_argument("--protocol", choices=PROTOCOLS, default="request-driven",
-                           help="omnireduce: request-driven (default; the paper's: a worker "
-                                "sends a block only when the aggregator asks for it) or "
-                                "stream-ahead (workers stream --window messages ahead)")
-        group.add_argument("--slots", type=positive_int, default=None,
-                           help="request-driven: slots per aggregator, each aggregating one "
-                                f"fused packet at a time (default {DEFAULT_SLOTS})")
-        group.add_argument("--window", type=positive_int, default=None,
-                           help="stream-ahead: messages in flight per stream and worker "
-                                f"(default {DEFAULT_WINDOW})")
-        group.add_argument("--streams", type=positive_int, default=None,
-                           help=f"stream-ahead: streams per aggregator (default "
-                                f"{DEFAULT_STREAMS})")
-        group.add_argument("--overlap", choices=OVERLAP_MODES, default="random",
-                           help="which blocks are non-zero: random per rank (default), "
-                                "all the same, or none shared")
-        group.add_argument("--threshold", type=float, default=0.0,
-                           help="a block travels only if some |x| > T (default 0: lossless)")
-        group.add_argument("--aggregators", type=non_negative_int, default=0,
-                           help="omnireduce: the last K ranks only aggregate (default 0: "
-                                "every rank aggregates a share of the streams)")
+        group.add_argument(
+            "--algorithm", choices=ALGORITHMS, default="omnireduce", help="default omnireduce"
+        )
+        group.add_argument(
+            "--density",
+            nargs="+",
+            default=["0.1"],
+            metavar="D",
+            help="fractions of non-zero blocks per rank, a sweep axis: "
+            "'0.1', '1,0.1,0.01' or 'paper' (OmniReduce's nine; "
+            "default 0.1)",
+        )
+        group.add_argument(
+            "--block-size",
+            type=positive_int,
+            default=256,
+            help="elements per block (default 256, as the paper)",
+        )
+        group.add_argument(
+            "--fusion",
+            type=positive_int,
+            default=1024,
+            help="blocks per message (default 1024; 1 = no fusion)",
+        )
+        group.add_argument(
+            "--protocol",
+            choices=PROTOCOLS,
+            default="request-driven",
+            help="omnireduce: request-driven (default; the paper's: a worker "
+            "sends a block only when the aggregator asks for it) or "
+            "stream-ahead (workers stream --window messages ahead)",
+        )
+        group.add_argument(
+            "--slots",
+            type=positive_int,
+            default=None,
+            help="request-driven: slots per aggregator, each aggregating one "
+            f"fused packet at a time (default {DEFAULT_SLOTS})",
+        )
+        group.add_argument(
+            "--window",
+            type=positive_int,
+            default=None,
+            help="stream-ahead: messages in flight per stream and worker "
+            f"(default {DEFAULT_WINDOW})",
+        )
+        group.add_argument(
+            "--streams",
+            type=positive_int,
+            default=None,
+            help=f"stream-ahead: streams per aggregator (default {DEFAULT_STREAMS})",
+        )
+        group.add_argument(
+            "--overlap",
+            choices=OVERLAP_MODES,
+            default="random",
+            help="which blocks are non-zero: random per rank (default), "
+            "all the same, or none shared",
+        )
+        group.add_argument(
+            "--threshold",
+            type=float,
+            default=0.0,
+            help="a block travels only if some |x| > T (default 0: lossless)",
+        )
+        group.add_argument(
+            "--aggregators",
+            type=non_negative_int,
+            default=0,
+            help="omnireduce: the last K ranks only aggregate (default 0: "
+            "every rank aggregates a share of the streams)",
+        )
 
     def check_options(self, opts, ranks: int) -> None:
         opts.densities = parse_densities(opts.density)
         if opts.dtype not in FLOAT_DTYPES:
-            raise UsageError(f"sparse_streaming sums floating-point gradients: -T one of "
-                             f"{', '.join(FLOAT_DTYPES)}")
+            raise UsageError(
+                f"sparse_streaming sums floating-point gradients: -T one of "
+                f"{', '.join(FLOAT_DTYPES)}"
+            )
         if not opts.threshold >= 0:
             raise UsageError(f"--threshold must be >= 0, got {opts.threshold}")
         driven = opts.protocol == "request-driven"
-        for name, value, applies in (("--slots", opts.slots, driven),
-                                     ("--window", opts.window, not driven),
-                                     ("--streams", opts.streams, not driven)):
+        for name, value, applies in (
+            ("--slots", opts.slots, driven),
+            ("--window", opts.window, not driven),
+            ("--streams", opts.streams, not driven),
+        ):
             if value is not None and not applies:
-                raise UsageError(f"{name} applies to --protocol "
-                                 f"{'request-driven' if name == '--slots' else 'stream-ahead'} "
-                                 f"only (this run: {opts.protocol})")
+                raise UsageError(
+                    f"{name} applies to --protocol "
+                    f"{'request-driven' if name == '--slots' else 'stream-ahead'} "
+                    f"only (this run: {opts.protocol})"
+                )
         if driven:
             opts.slots = opts.slots or DEFAULT_SLOTS
         else:
@@ -127,19 +174,26 @@ class SparseStreaming(Variant):
             if opts.algorithm != "omnireduce":
                 raise UsageError("--aggregators applies to --algorithm omnireduce only")
             if opts.aggregators >= ranks:
-                raise UsageError(f"--aggregators {opts.aggregators} leaves no worker among "
-                                 f"{ranks} ranks")
+                raise UsageError(
+                    f"--aggregators {opts.aggregators} leaves no worker among {ranks} ranks"
+                )
         self.opts, self.ranks = opts, ranks
 
     def columns(self, opts) -> dict:
         omni = opts.algorithm == "omnireduce"  # the protocol columns are omnireduce's only
-        constant = {"algorithm": opts.algorithm, "codec": "none", "block_size": opts.block_size,
-                    "fusion": opts.fusion, "protocol": opts.protocol if omni else None,
-                    "slots": opts.slots if omni else None,
-                    "window": opts.window if omni else None,
-                    "streams": opts.streams if omni else None,
-                    "overlap": opts.overlap, "threshold": opts.threshold,
-                    "aggregators": opts.aggregators}  # fmt: skip
+        constant = {
+            "algorithm": opts.algorithm,
+            "codec": "none",
+            "block_size": opts.block_size,
+            "fusion": opts.fusion,
+            "protocol": opts.protocol if omni else None,
+            "slots": opts.slots if omni else None,
+            "window": opts.window if omni else None,
+            "streams": opts.streams if omni else None,
+            "overlap": opts.overlap,
+            "threshold": opts.threshold,
+            "aggregators": opts.aggregators,
+        }
         # declared here so the CSV has them; each row's values come from `stats`
         return {**constant, **dict.fromkeys(STATS_COLUMNS)}
 
@@ -154,9 +208,12 @@ class SparseStreaming(Variant):
         return True
 
     def stdout_columns(self, opts) -> list[tuple[str, str, str]]:
-        extra = [("Density", "density", ".4f"), ("Union density", "union_density", ".4f"),
-                 ("Wire B/rank", "wire_bytes_per_rank", ".0f"),
-                 ("Wire/minimum", "wire_vs_min", ".4f")]  # fmt: skip
+        extra = [
+            ("Density", "density", ".4f"),
+            ("Union density", "union_density", ".4f"),
+            ("Wire B/rank", "wire_bytes_per_rank", ".0f"),
+            ("Wire/minimum", "wire_vs_min", ".4f"),
+        ]
         if opts.threshold > 0:
             extra.append(("Dropped mass", "dropped_mass_rel", ".3e"))
         return extra
@@ -169,16 +226,30 @@ class SparseStreaming(Variant):
     def layout(self, case):
         opts = self.opts
         driven = opts.protocol == "request-driven"
-        return make_layout(case.count, opts.block_size, case.ranks, opts.aggregators,
-                           opts.slots if driven else opts.streams, opts.fusion,
-                           opts.window or DEFAULT_WINDOW, opts.protocol)
+        return make_layout(
+            case.count,
+            opts.block_size,
+            case.ranks,
+            opts.aggregators,
+            opts.slots if driven else opts.streams,
+            opts.fusion,
+            opts.window or DEFAULT_WINDOW,
+            opts.protocol,
+        )
 
     def make_input(self, case, rank: int) -> np.ndarray:
         opts = self.opts
         if rank >= self.workers(case.ranks):  # a dedicated aggregator holds no data
             return np.zeros(case.send_count, dtype=np.float32)
-        return sparse_input(case.send_count, opts.block_size, case.config["density"],
-                            opts.overlap, rank, self.workers(case.ranks), case.seed)
+        return sparse_input(
+            case.send_count,
+            opts.block_size,
+            case.config["density"],
+            opts.overlap,
+            rank,
+            self.workers(case.ranks),
+            case.seed,
+        )
 
     def validation_input(self, case, rank: int) -> np.ndarray:
         # the sparse inputs are exactly summable: -c checks the protocol on them, sparsity
@@ -218,14 +289,19 @@ class SparseStreaming(Variant):
         last = {"wire": 0}
         run = call
         if measured:
+
             def run():
                 before = comm.wire_bytes
                 call()
                 last["wire"] = comm.wire_bytes - before
 
-        return Op(run=run, send=send, recv=recv, measures_wire=measured,
-                  stats=lambda: self.stats(comm, case, send, layout,
-                                           last["wire"] if measured else None))
+        return Op(
+            run=run,
+            send=send,
+            recv=recv,
+            measures_wire=measured,
+            stats=lambda: self.stats(comm, case, send, layout, last["wire"] if measured else None),
+        )
 
     def stats(self, comm, case, send, layout, wire: int | None) -> dict:
         """Density, union density, the minimum wire volume and the dropped mass.
@@ -244,8 +320,9 @@ class SparseStreaming(Variant):
         # bytes one block puts on the wire: its elements (a partial tail block only its
         # own) and its int32 position; request-driven omnireduce also its column's next
         # position (the next index each block of the paper's packets carries)
-        index = SPARSE_INDEX_BYTES * (2 if opts.algorithm == "omnireduce"
-                                      and opts.protocol == "request-driven" else 1)
+        index = SPARSE_INDEX_BYTES * (
+            2 if opts.algorithm == "omnireduce" and opts.protocol == "request-driven" else 1
+        )
         per_block = np.full(nblocks, block_bytes + index, dtype=np.int64)
         if case.count % opts.block_size:
             per_block[-1] = (case.count % opts.block_size) * itemsize(case.dtype) + index
@@ -262,8 +339,7 @@ class SparseStreaming(Variant):
         if threshold > 0:
             dropped = dropped_abs_sum(send, mask_xp, opts.block_size)
             total_abs = float(np.abs(arrays.to_numpy(send).astype(np.float64)).sum())
-        sums = np.array([nnz, nnz_bytes, mine_min, dropped, total_abs, wire or 0],
-                        dtype=np.float64)
+        sums = np.array([nnz, nnz_bytes, mine_min, dropped, total_abs, wire or 0], dtype=np.float64)
         sums = comm.allreduce_array(sums, "sum")
         total_nnz, total_nnz_bytes, total_min, dropped, total_abs, total_wire = sums.tolist()
         ranks = case.ranks
@@ -279,12 +355,14 @@ class SparseStreaming(Variant):
             "nonzero_density": total_nnz / (data_ranks * nblocks) if nblocks else 0.0,
             "union_density": float(np.count_nonzero(union)) / nblocks if nblocks else 0.0,
             "wire_min_bytes_per_rank": int(round(min_per_rank)),
-            "wire_vs_min": (total_wire / ranks / min_per_rank
-                            if wire is not None and min_per_rank > 0 else None),
+            "wire_vs_min": (
+                total_wire / ranks / min_per_rank if wire is not None and min_per_rank > 0 else None
+            ),
             "dropped_mass": dropped if threshold > 0 else None,
             "dropped_mass_rel": (dropped / total_abs if total_abs > 0 else 0.0)
-                                if threshold > 0 else None,
-        }  # fmt: skip
+            if threshold > 0
+            else None,
+        }
 
 
 def main(argv: list[str] | None = None) -> int:

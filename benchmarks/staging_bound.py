@@ -45,18 +45,33 @@ PARTS = ("d2h_pinned_us", "host_allgather_us", "h2d_pinned_us")
 
 
 def build_parser(quiet: bool) -> RankAwareParser:
-    parser = RankAwareParser(prog="staging_bound", quiet=quiet, description=__doc__.split(
-        "\n\n")[0])
-    parser.add_argument("-d", "--buffer", required=True, choices=arrays.buffer_choices(),
-                        help="buffer backend: a device's (cupy, torch-cuda)")
-    parser.add_argument("-m", "--message-size", default="16M", metavar="SIZE",
-                        help="message sizes, the bytes each rank sends: one size (16M), a "
-                             "list (4M,16M) or a doubling range (1M:16M); default 16M")
+    parser = RankAwareParser(
+        prog="staging_bound", quiet=quiet, description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "-d",
+        "--buffer",
+        required=True,
+        choices=arrays.buffer_choices(),
+        help="buffer backend: a device's (cupy, torch-cuda)",
+    )
+    parser.add_argument(
+        "-m",
+        "--message-size",
+        default="16M",
+        metavar="SIZE",
+        help="message sizes, the bytes each rank sends: one size (16M), a "
+        "list (4M,16M) or a doubling range (1M:16M); default 16M",
+    )
     add_rounds(parser, 12, "interleaved rounds; each column is their median")
-    parser.add_argument("--stage-chunk-bytes", type=parse_size, metavar="BYTES",
-                        default=Communicator.STAGE_CHUNK_BYTES,
-                        help=f"pieces of the staged call (default "
-                             f"{Communicator.STAGE_CHUNK_BYTES // 1024}K; 0: whole)")
+    parser.add_argument(
+        "--stage-chunk-bytes",
+        type=parse_size,
+        metavar="BYTES",
+        default=Communicator.STAGE_CHUNK_BYTES,
+        help=f"pieces of the staged call (default "
+        f"{Communicator.STAGE_CHUNK_BYTES // 1024}K; 0: whole)",
+    )
     parser.add_argument("--csv", help="append one row per size to this CSV")
     return parser
 
@@ -64,8 +79,10 @@ def build_parser(quiet: bool) -> RankAwareParser:
 def parse(argv: list[str], quiet: bool):
     opts = build_parser(quiet).parse_args(argv)
     if not arrays.is_gpu(opts.buffer):
-        raise UsageError(f"-d {opts.buffer}: staging_bound times device buffers staged "
-                         f"through host memory; use -d cupy or -d torch-cuda")
+        raise UsageError(
+            f"-d {opts.buffer}: staging_bound times device buffers staged "
+            f"through host memory; use -d cupy or -d torch-cuda"
+        )
     arrays.check_supported(opts.buffer, "int8")
     text = opts.message_size
     return opts, size_list(text) if "," in text or ":" in text else [parse_size(text)]
@@ -118,9 +135,13 @@ class Setup:
         arrays.synchronize(self.buffer)
 
     def methods(self) -> dict:
-        return {"d2h_pinned_us": self.d2h_pinned, "host_allgather_us": self.host_allgather,
-                "h2d_pinned_us": self.h2d_pinned, "staged_us": self.staged_allgather,
-                "staged_whole_us": self.staged_whole}
+        return {
+            "d2h_pinned_us": self.d2h_pinned,
+            "host_allgather_us": self.host_allgather,
+            "h2d_pinned_us": self.h2d_pinned,
+            "staged_us": self.staged_allgather,
+            "staged_whole_us": self.staged_whole,
+        }
 
     def check(self) -> bool:
         """The staged allgathers' results, against the inputs gathered on the host."""
@@ -149,7 +170,7 @@ def measure(comm, setup: Setup, rounds: int) -> dict:
         methods[name]()
     samples: dict = {name: [] for name in names}
     for k in range(rounds):
-        for name in names[k % len(names):] + names[:k % len(names)]:
+        for name in names[k % len(names) :] + names[: k % len(names)]:
             samples[name].append(timed(comm, methods[name]))
     return {name: statistics.median(values) for name, values in samples.items()}
 
@@ -158,50 +179,71 @@ def row_of(opts, comm, staged_comm, size: int, medians: dict) -> dict:
     parts = {name: round(medians[name], 3) for name in PARTS}
     bound = round(sum(parts.values()), 3)
     staged = round(medians["staged_us"], 3)
-    return build_row(STAGING, {
-        "buffer": opts.buffer, "size_bytes": size, "ranks": comm.size, **parts,
-        "bound_us": bound, "staged_us": staged,
-        "staged_vs_bound": float(f"{staged / bound:.6g}") if bound > 0 else "",
-        "staged_whole_us": round(medians["staged_whole_us"], 3),
-        "rounds": opts.rounds, "stage_chunk_bytes": staged_comm.stage_chunk_bytes,
-        "device": arrays.device_label(opts.buffer)})
+    return build_row(
+        STAGING,
+        {
+            "buffer": opts.buffer,
+            "size_bytes": size,
+            "ranks": comm.size,
+            **parts,
+            "bound_us": bound,
+            "staged_us": staged,
+            "staged_vs_bound": float(f"{staged / bound:.6g}") if bound > 0 else "",
+            "staged_whole_us": round(medians["staged_whole_us"], 3),
+            "rounds": opts.rounds,
+            "stage_chunk_bytes": staged_comm.stage_chunk_bytes,
+            "device": arrays.device_label(opts.buffer),
+        },
+    )
 
 
 def table_line(row: dict) -> str:
     ratio = row["staged_vs_bound"] if row["staged_vs_bound"] != "" else float("nan")
-    return (f"{row['size_bytes']:<10}{row['d2h_pinned_us']:>12.1f}"
-            f"{row['host_allgather_us']:>12.1f}{row['h2d_pinned_us']:>12.1f}"
-            f"{row['bound_us']:>12.1f}{row['staged_us']:>12.1f}{ratio:>10.4g}"
-            f"{row['staged_whole_us']:>12.1f}")
+    return (
+        f"{row['size_bytes']:<10}{row['d2h_pinned_us']:>12.1f}"
+        f"{row['host_allgather_us']:>12.1f}{row['h2d_pinned_us']:>12.1f}"
+        f"{row['bound_us']:>12.1f}{row['staged_us']:>12.1f}{ratio:>10.4g}"
+        f"{row['staged_whole_us']:>12.1f}"
+    )
 
 
 def body(argv: list[str], comm) -> int:
     opts, sizes = agreed(comm, lambda: parse(argv, comm.rank != 0))
     agreed(comm, lambda: _require_mpi(comm))
     # a file of other columns (one written before rows named their schema) is refused now
-    agreed(comm, lambda: check_header(opts.csv, COLUMNS) if opts.csv and comm.rank == 0
-           else None)
+    agreed(comm, lambda: check_header(opts.csv, COLUMNS) if opts.csv and comm.rank == 0 else None)
     arrays.select_device(opts.buffer, comm.local_rank)
-    staged_comm = Communicator(comm.mpi.Dup(), gpu_aware=False,
-                               stage_chunk_bytes=opts.stage_chunk_bytes)
+    staged_comm = Communicator(
+        comm.mpi.Dup(), gpu_aware=False, stage_chunk_bytes=opts.stage_chunk_bytes
+    )
     whole_comm = Communicator(comm.mpi.Dup(), gpu_aware=False, stage_chunk_bytes=0)
     root = comm.rank == 0
     if root:
-        print(f"# ccbench staging_bound: allgather of int8 on {comm.size} ranks, "
-              f"buffer {opts.buffer}, staged through pinned host memory in pieces of "
-              f"{staged_comm.stage_chunk_bytes} B; medians of {opts.rounds} interleaved "
-              f"rounds, slowest rank (us)", flush=True)
-        print(f"{'# Size':<10}{'D2H pinned':>12}{'MPI host':>12}{'H2D pinned':>12}"
-              f"{'bound':>12}{'staged':>12}{'staged/bd':>10}{'whole':>12}", flush=True)
+        print(
+            f"# ccbench staging_bound: allgather of int8 on {comm.size} ranks, "
+            f"buffer {opts.buffer}, staged through pinned host memory in pieces of "
+            f"{staged_comm.stage_chunk_bytes} B; medians of {opts.rounds} interleaved "
+            f"rounds, slowest rank (us)",
+            flush=True,
+        )
+        print(
+            f"{'# Size':<10}{'D2H pinned':>12}{'MPI host':>12}{'H2D pinned':>12}"
+            f"{'bound':>12}{'staged':>12}{'staged/bd':>10}{'whole':>12}",
+            flush=True,
+        )
     rows, status = [], 0
     for size in sizes:
-        setup = agreed(comm, lambda size=size: Setup(comm, staged_comm, whole_comm,
-                                                            opts.buffer, size))
+        setup = agreed(
+            comm, lambda size=size: Setup(comm, staged_comm, whole_comm, opts.buffer, size)
+        )
         wrong = [r for r, ok in enumerate(comm.allgather_obj(setup.check())) if not ok]
         if wrong:
             if root:
-                print(f"# {size} B: the staged allgather gave a wrong result on ranks "
-                      f"{wrong}: not timed", flush=True)
+                print(
+                    f"# {size} B: the staged allgather gave a wrong result on ranks "
+                    f"{wrong}: not timed",
+                    flush=True,
+                )
             status = 1
             continue
         row = row_of(opts, comm, staged_comm, size, measure(comm, setup, opts.rounds))

@@ -54,8 +54,9 @@ def mean_interval(values, confidence: float = CONFIDENCE) -> tuple[float, float,
 BOOTSTRAP_RESAMPLES = 4000
 
 
-def time_interval(values, confidence: float = CONFIDENCE,
-                  seed: int = 0) -> tuple[float, float, float]:
+def time_interval(
+    values, confidence: float = CONFIDENCE, seed: int = 0
+) -> tuple[float, float, float]:
     """(mean, low, high) for the mean of positive, skewed times: the t interval where it
     stays above zero, else (few calls, one of them long) a percentile bootstrap of the
     mean, which never leaves the range of the times themselves. Seeded: a row's interval
@@ -66,8 +67,12 @@ def time_interval(values, confidence: float = CONFIDENCE,
         return mean, low, high
     rng = np.random.default_rng(seed)
     # resampled means in batches: memory stays small for long runs
-    means = np.concatenate([rng.choice(x, size=(min(500, BOOTSTRAP_RESAMPLES - i), x.size))
-                            .mean(axis=1) for i in range(0, BOOTSTRAP_RESAMPLES, 500)])
+    means = np.concatenate(
+        [
+            rng.choice(x, size=(min(500, BOOTSTRAP_RESAMPLES - i), x.size)).mean(axis=1)
+            for i in range(0, BOOTSTRAP_RESAMPLES, 500)
+        ]
+    )
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail])
     return mean, float(low), float(high)
@@ -125,8 +130,12 @@ def ratio_interval(a, b, confidence: float = CONFIDENCE) -> Ratio:
     if np.any(a <= 0) or np.any(b <= 0):
         raise ValueError("times must be positive")
     mean, low, high = mean_interval(np.log(b / a), confidence)
-    return Ratio(math.exp(mean), math.exp(low) if math.isfinite(low) else math.nan,
-                 math.exp(high) if math.isfinite(high) else math.nan, int(a.size))
+    return Ratio(
+        math.exp(mean),
+        math.exp(low) if math.isfinite(low) else math.nan,
+        math.exp(high) if math.isfinite(high) else math.nan,
+        int(a.size),
+    )
 
 
 def median_ratio_interval(a, b, confidence: float = CONFIDENCE) -> Ratio:

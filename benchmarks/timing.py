@@ -67,9 +67,18 @@ def _timed_batch(run, barrier, iterations: int, watch: Stopwatch) -> np.ndarray:
     return watch.seconds(len(blocks)) / np.array([block.size for block in blocks])
 
 
-def measure(comm: BaseCommunicator, run, iterations: int, warmup: int, timing: str,
-            ci_target: float | None = None, budget_s: float | None = None,
-            clock=None, timer: str | None = None, buffer: str | None = None) -> dict:
+def measure(
+    comm: BaseCommunicator,
+    run,
+    iterations: int,
+    warmup: int,
+    timing: str,
+    ci_target: float | None = None,
+    budget_s: float | None = None,
+    clock=None,
+    timer: str | None = None,
+    buffer: str | None = None,
+) -> dict:
     """Time `run` on every rank; the statistics across ranks (the same on every rank).
 
     Without `ci_target`, `iterations` calls are timed. With it, calls are timed in rounds
@@ -90,6 +99,7 @@ def measure(comm: BaseCommunicator, run, iterations: int, warmup: int, timing: s
         asked = timer or agreed(comm, timing_c.requested_timer)
         compiled, _ = agreed(comm, lambda: timing_c.compiled_loop(comm.mpi, run, asked))
     if compiled is not None:
+
         def timer_loop(run, barrier, calls, watch):
             return compiled.timed(calls, timing)
     else:
@@ -133,9 +143,12 @@ def measure(comm: BaseCommunicator, run, iterations: int, warmup: int, timing: s
     calls = sum(r.size for r in rounds) if timing == "per-call" else iterations * len(rounds)
     # the timed calls' declared host synchronisations, the most of any rank
     syncs = comm.allreduce_value(watch.syncs, op="max") if watch.on_device else 0
-    stats.update(iterations=calls, stopped_by=stopped_by,
-                 timer="c" if compiled is not None else "python",
-                 host_syncs=syncs / calls if watch.on_device else None)
+    stats.update(
+        iterations=calls,
+        stopped_by=stopped_by,
+        timer="c" if compiled is not None else "python",
+        host_syncs=syncs / calls if watch.on_device else None,
+    )
     if timing == "batch":  # no single calls to rank: blocks are not calls
         stats.update(p50_us=None, p99_us=None)
     del stats["samples"]
@@ -157,13 +170,17 @@ def planned_timer(variant, opts, comm: BaseCommunicator) -> tuple[str, str]:
         return "python", "CCBENCH_TIMER=python"
     if comm.mpi is None:
         if asked == "c":
-            raise UsageError("CCBENCH_TIMER=c times MPI's own collectives only (this run's "
-                             f"transport is {comm.transport})")
+            raise UsageError(
+                "CCBENCH_TIMER=c times MPI's own collectives only (this run's "
+                f"transport is {comm.transport})"
+            )
         return "python", "the Python loop (the torch transport)"
     if not variant.library_collectives(opts):
         if asked == "c":
-            raise UsageError("CCBENCH_TIMER=c, but only the MPI library's own collectives on "
-                             "numpy buffers can be timed by the C loop")
+            raise UsageError(
+                "CCBENCH_TIMER=c, but only the MPI library's own collectives on "
+                "numpy buffers can be timed by the C loop"
+            )
         return "python", "the Python loop (not the library's own collectives)"
     lib, why = timing_c.prepare(comm.mpi)
     if lib is None:

@@ -86,8 +86,12 @@ def library_version() -> str:
 def library_path(mpicc: str, source: Path = SOURCE, cache: Path | None = None) -> Path:
     """Where the library for this source, MPI and compiler lives (built or not)."""
     key = hashlib.sha256()
-    for part in (source.read_bytes(), library_version().encode(), mpicc.encode(),
-                 str(MPI._sizeof(MPI.Comm)).encode()):
+    for part in (
+        source.read_bytes(),
+        library_version().encode(),
+        mpicc.encode(),
+        str(MPI._sizeof(MPI.Comm)).encode(),
+    ):
         key.update(part)
         key.update(b"\0")
     return (cache or cache_dir()) / f"timing_c-{key.hexdigest()[:16]}.so"
@@ -99,9 +103,13 @@ def build(mpicc: str, target: Path, source: Path = SOURCE) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     os.close(fd)
     try:
-        proc = subprocess.run([mpicc, "-O2", "-shared", "-fPIC", "-o", tmp, str(source)],
-                              capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [mpicc, "-O2", "-shared", "-fPIC", "-o", tmp, str(source)],
+            capture_output=True,
+            text=True,
+            timeout=_BUILD_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
         if proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip().splitlines()
             raise Unavailable(f"{mpicc} failed: {detail[-1] if detail else proc.returncode}")
@@ -173,8 +181,17 @@ def prepare(comm: MPI.Comm) -> tuple[ctypes.CDLL | None, str]:
 class CompiledLoop:
     """The harness's warm-up and timed loops, in C, for one bound library collective."""
 
-    def __init__(self, lib: ctypes.CDLL, comm: MPI.Comm, collective: int, send: np.ndarray,
-                 recv: np.ndarray, count: int, datatype: MPI.Datatype, op: MPI.Op):
+    def __init__(
+        self,
+        lib: ctypes.CDLL,
+        comm: MPI.Comm,
+        collective: int,
+        send: np.ndarray,
+        recv: np.ndarray,
+        count: int,
+        datatype: MPI.Datatype,
+        op: MPI.Op,
+    ):
         self.lib, self.collective, self.count = lib, collective, count
         # keep every object whose handle address is passed alive as long as this loop
         self._keep = (comm, send, recv, datatype, op)
@@ -196,12 +213,12 @@ class CompiledLoop:
     def timed(self, iterations: int, timing: str) -> np.ndarray:
         if timing == "batch":
             times = np.empty(min(10, iterations))
-            self._check(self.lib.ccbench_timed_batch(*self._args(), iterations,
-                                                     times.ctypes.data))
+            self._check(self.lib.ccbench_timed_batch(*self._args(), iterations, times.ctypes.data))
         else:
             times = np.empty(iterations)
-            self._check(self.lib.ccbench_timed_per_call(*self._args(), iterations,
-                                                        times.ctypes.data))
+            self._check(
+                self.lib.ccbench_timed_per_call(*self._args(), iterations, times.ctypes.data)
+            )
         return times
 
 

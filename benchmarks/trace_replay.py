@@ -50,58 +50,118 @@ from ccbench.kernels.errors import UsageError
 
 COLUMNS = REPLAY.names
 COMPUTE = ("auto", "busy", "busy-cpu", "sleep")
-FIELDS = ("step_us", "comm_us", "emulated_us", "allgather_us", "reduce_scatter_us",
-          "allreduce_us", "codec_us", "wire_bytes")
+FIELDS = (
+    "step_us",
+    "comm_us",
+    "emulated_us",
+    "allgather_us",
+    "reduce_scatter_us",
+    "allreduce_us",
+    "codec_us",
+    "wire_bytes",
+)
 
 
 def build_parser(quiet: bool) -> RankAwareParser:
     from ccbench.training.gradient_comm import COMPRESS, VARIANTS
 
     parser = RankAwareParser(
-        prog="python -m ccbench.benchmarks.trace_replay", quiet=quiet,
+        prog="python -m ccbench.benchmarks.trace_replay",
+        quiet=quiet,
         description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("trace", help="a trace file (ccbench's or PARAM's comms trace), or "
-                                      "model:NAME[:FRAMEWORK] to build one (ccbench trace "
-                                      "build's defaults, for this launch's ranks)")
-    parser.add_argument("--variant", choices=VARIANTS, default="baseline",
-                        help="what carries the collectives (default baseline); "
-                             "sparse_streaming sends the calls the trace marks sparse "
-                             "through OmniReduce, the others through the ring")
-    parser.add_argument("--algorithm", choices=("mpi", "ring"), default="mpi",
-                        help="baseline only: the MPI library's collectives (default) or "
-                             "ccbench's ring")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "trace",
+        help="a trace file (ccbench's or PARAM's comms trace), or "
+        "model:NAME[:FRAMEWORK] to build one (ccbench trace "
+        "build's defaults, for this launch's ranks)",
+    )
+    parser.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        default="baseline",
+        help="what carries the collectives (default baseline); "
+        "sparse_streaming sends the calls the trace marks sparse "
+        "through OmniReduce, the others through the ring",
+    )
+    parser.add_argument(
+        "--algorithm",
+        choices=("mpi", "ring"),
+        default="mpi",
+        help="baseline only: the MPI library's collectives (default) or ccbench's ring",
+    )
     parser.add_argument("--codec", default="none", help="codec of the compressed variants")
-    parser.add_argument("--compress", choices=COMPRESS, default="both",
-                        help="what the compressed variants compress: parameters "
-                             "(allgather), gradients (reduce-scatter, allreduce) or both")
-    parser.add_argument("--chunk-bytes", type=parse_size, default=None, metavar="BYTES",
-                        help="coll_compressed: uncompressed bytes per pipelined chunk")
-    parser.add_argument("--merge", metavar="STRATEGY",
-                        help="regroup each run of gradient allreduces: wfbp, single, "
-                             "fixed:BYTES, ddp:BYTES, mgwfbp or optimal (MG-WFBP's "
-                             "planner, under a cost model measured through the variant)")
-    parser.add_argument("--fit-min", type=parse_size, default=4096, metavar="BYTES",
-                        help="--merge: smallest allreduce of the cost-model sweep (4K)")
-    parser.add_argument("--fit-seconds", type=positive_float, default=0.1,
-                        help="--merge: seconds per size of the cost-model sweep (0.1)")
-    parser.add_argument("--compute", choices=COMPUTE, default="auto",
-                        help="how compute gaps are emulated: busy (spin for the gap's "
-                             "wall time), busy-cpu (spin for its CPU time on the thread's "
-                             "clock), sleep; auto (default): busy for captured traces (CPU "
-                             "training), sleep for built and PARAM ones (an accelerator "
-                             "computes; the host core is free)")
-    parser.add_argument("--compute-scale", type=positive_float, default=1.0,
-                        help="multiply every compute gap (0.5: compute twice as fast)")
-    parser.add_argument("--steps", type=positive_int, default=10,
-                        help="timed steps (default 10), cycling through the trace's steps")
-    parser.add_argument("--warmup", type=non_negative_int, default=2,
-                        help="untimed steps first (default 2)")
-    parser.add_argument("--data", default=FALLBACK_DATA, metavar="KIND",
-                        help=f"values in the buffers (default {FALLBACK_DATA}; "
-                             "kernels/inputs.py)")
-    add_validate(parser, "every distinct call of the trace once more, on exact inputs, "
-                         "against the sum (within the codec's bound)")
+    parser.add_argument(
+        "--compress",
+        choices=COMPRESS,
+        default="both",
+        help="what the compressed variants compress: parameters "
+        "(allgather), gradients (reduce-scatter, allreduce) or both",
+    )
+    parser.add_argument(
+        "--chunk-bytes",
+        type=parse_size,
+        default=None,
+        metavar="BYTES",
+        help="coll_compressed: uncompressed bytes per pipelined chunk",
+    )
+    parser.add_argument(
+        "--merge",
+        metavar="STRATEGY",
+        help="regroup each run of gradient allreduces: wfbp, single, "
+        "fixed:BYTES, ddp:BYTES, mgwfbp or optimal (MG-WFBP's "
+        "planner, under a cost model measured through the variant)",
+    )
+    parser.add_argument(
+        "--fit-min",
+        type=parse_size,
+        default=4096,
+        metavar="BYTES",
+        help="--merge: smallest allreduce of the cost-model sweep (4K)",
+    )
+    parser.add_argument(
+        "--fit-seconds",
+        type=positive_float,
+        default=0.1,
+        help="--merge: seconds per size of the cost-model sweep (0.1)",
+    )
+    parser.add_argument(
+        "--compute",
+        choices=COMPUTE,
+        default="auto",
+        help="how compute gaps are emulated: busy (spin for the gap's "
+        "wall time), busy-cpu (spin for its CPU time on the thread's "
+        "clock), sleep; auto (default): busy for captured traces (CPU "
+        "training), sleep for built and PARAM ones (an accelerator "
+        "computes; the host core is free)",
+    )
+    parser.add_argument(
+        "--compute-scale",
+        type=positive_float,
+        default=1.0,
+        help="multiply every compute gap (0.5: compute twice as fast)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=positive_int,
+        default=10,
+        help="timed steps (default 10), cycling through the trace's steps",
+    )
+    parser.add_argument(
+        "--warmup", type=non_negative_int, default=2, help="untimed steps first (default 2)"
+    )
+    parser.add_argument(
+        "--data",
+        default=FALLBACK_DATA,
+        metavar="KIND",
+        help=f"values in the buffers (default {FALLBACK_DATA}; kernels/inputs.py)",
+    )
+    add_validate(
+        parser,
+        "every distinct call of the trace once more, on exact inputs, "
+        "against the sum (within the codec's bound)",
+    )
     add_seed(parser, "the buffers' values")
     add_output(parser, "one row per step and a summary row", json=True)
     return parser
@@ -133,7 +193,7 @@ def load_trace(spec: str, ranks: int):
     if spec.startswith("model:"):
         from ccbench.training.trace_build import build_named
 
-        return build_named(spec[len("model:"):], ranks), spec
+        return build_named(spec[len("model:") :], ranks), spec
     return read(spec), Path(spec).stem
 
 
@@ -160,8 +220,7 @@ def merged_steps(comm, opts, router, steps):
     from ccbench.collectives.spec import spec
     from ccbench.training.replay import merge_allreduces
 
-    total = max(sum(e.nbytes for e in s.calls if spec(e.collective).elementwise)
-                for s in steps)
+    total = max(sum(e.nbytes for e in s.calls if spec(e.collective).elementwise) for s in steps)
     if total == 0:
         raise UsageError("--merge regroups allreduces: the trace has none")
     count = total // 4
@@ -173,9 +232,15 @@ def merged_steps(comm, opts, router, steps):
         return lambda: (gcomm.allreduce(r), r.div_(comm.size))
 
     sizes = fit_sizes(total, opts.fit_min, comm.size)
-    fit, _ = fit_cost_model(comm, bind, send, recv, sizes, opts.fit_seconds,
-                            lambda run, iters: measure(comm, run, iters, 1,
-                                                       "per-call")["max_us"])
+    fit, _ = fit_cost_model(
+        comm,
+        bind,
+        send,
+        recv,
+        sizes,
+        opts.fit_seconds,
+        lambda run, iters: measure(comm, run, iters, 1, "per-call")["max_us"],
+    )
 
     def groups(nbytes, gaps):
         profile = Profile.from_arrays("trace", nbytes.astype(np.int64), gaps, 0.0)
@@ -224,42 +289,88 @@ def _rows(opts, trace, name, tid, mode, steps, local, info, comm, checks) -> lis
     mean = comm.allreduce_array(local, "sum") / comm.size
     slowest = comm.allreduce_array(np.ascontiguousarray(local[:, 0]), "max")
     source = trace.source
-    constant = build_row(REPLAY, info, {
-        "trace": name, "trace_id": tid,
-        "source": source.get("kind", ""), "framework": source.get("framework", ""),
-        "model": source.get("model", ""), "variant": opts.variant,
-        "algorithm": _algorithm(opts), "codec": opts.codec,
-        "compress": opts.compress if opts.codec != "none" else "", "merge": opts.merge or "",
-        "compute_wait": mode, "compute_scale": opts.compute_scale, "data": opts.data,
-        "ranks": comm.size, "traced_ranks": trace.ranks, "steps": opts.steps,
-        "warmup_steps": opts.warmup})
+    constant = build_row(
+        REPLAY,
+        info,
+        {
+            "trace": name,
+            "trace_id": tid,
+            "source": source.get("kind", ""),
+            "framework": source.get("framework", ""),
+            "model": source.get("model", ""),
+            "variant": opts.variant,
+            "algorithm": _algorithm(opts),
+            "codec": opts.codec,
+            "compress": opts.compress if opts.codec != "none" else "",
+            "merge": opts.merge or "",
+            "compute_wait": mode,
+            "compute_scale": opts.compute_scale,
+            "data": opts.data,
+            "ranks": comm.size,
+            "traced_ranks": trace.ranks,
+            "steps": opts.steps,
+            "warmup_steps": opts.warmup,
+        },
+    )
     rows = []
     for i, values in enumerate(mean):
         step = steps[i % len(steps)]
         t = dict(zip(FIELDS, (float(v) for v in values), strict=True))
         busy = t["allgather_us"] + t["reduce_scatter_us"] + t["allreduce_us"]
-        rows.append({
-            **constant, "row": "step", "step": i + 1, "trace_step": step.number,
-            "calls": len(step.calls), "step_bytes": step.nbytes,
-            "traced_compute_us": step.compute_us,
-            "traced_step_us": step.measured.get("step_us"), **t,
-            "compute_us": t["step_us"] - t["comm_us"], "comm_busy_us": busy,
-            "exposed_codec_us": t["comm_us"] * t["codec_us"] / busy if busy else 0.0,
-            "max_step_us": float(slowest[i]),
-            "wire_bytes_per_rank": t["wire_bytes"] or None})
-    timed = rows[opts.warmup:]
-    summary = {k: float(np.mean([r[k] for r in timed])) for k in (
-        "step_us", "compute_us", "comm_us", "codec_us", "exposed_codec_us", "allgather_us",
-        "reduce_scatter_us", "allreduce_us", "comm_busy_us", "emulated_us", "max_step_us",
-        "traced_compute_us", "calls", "step_bytes")}
+        rows.append(
+            {
+                **constant,
+                "row": "step",
+                "step": i + 1,
+                "trace_step": step.number,
+                "calls": len(step.calls),
+                "step_bytes": step.nbytes,
+                "traced_compute_us": step.compute_us,
+                "traced_step_us": step.measured.get("step_us"),
+                **t,
+                "compute_us": t["step_us"] - t["comm_us"],
+                "comm_busy_us": busy,
+                "exposed_codec_us": t["comm_us"] * t["codec_us"] / busy if busy else 0.0,
+                "max_step_us": float(slowest[i]),
+                "wire_bytes_per_rank": t["wire_bytes"] or None,
+            }
+        )
+    timed = rows[opts.warmup :]
+    summary = {
+        k: float(np.mean([r[k] for r in timed]))
+        for k in (
+            "step_us",
+            "compute_us",
+            "comm_us",
+            "codec_us",
+            "exposed_codec_us",
+            "allgather_us",
+            "reduce_scatter_us",
+            "allreduce_us",
+            "comm_busy_us",
+            "emulated_us",
+            "max_step_us",
+            "traced_compute_us",
+            "calls",
+            "step_bytes",
+        )
+    }
     _, low, high = mean_interval([r["step_us"] for r in timed])
     traced = [r["traced_step_us"] for r in timed if r["traced_step_us"] is not None]
     wire = [r["wire_bytes_per_rank"] or 0 for r in timed]
-    rows.append({**constant, "row": "summary", "step": None, **summary,
-                 "step_ci_low_us": low, "step_ci_high_us": high,
-                 "traced_step_us": float(np.mean(traced)) if traced else None,
-                 "wire_bytes_per_rank": float(np.mean(wire)) or None,
-                 "validation": "" if checks is None else ("Pass" if checks else "Fail")})
+    rows.append(
+        {
+            **constant,
+            "row": "summary",
+            "step": None,
+            **summary,
+            "step_ci_low_us": low,
+            "step_ci_high_us": high,
+            "traced_step_us": float(np.mean(traced)) if traced else None,
+            "wire_bytes_per_rank": float(np.mean(wire)) or None,
+            "validation": "" if checks is None else ("Pass" if checks else "Fail"),
+        }
+    )
     for r in rows:
         r.pop("wire_bytes", None)
     return rows
@@ -271,21 +382,27 @@ def _algorithm(opts) -> str:
 
 def _report(rows: list[dict], trace, mode: str, compute) -> None:
     s = rows[-1]
-    print(f"# {'step':>5} {'step_ms':>9} {'compute':>9} {'exposed':>9} {'codec':>8} "
-          f"{'in_comm':>9} {'traced':>9} {'MB_sent':>8}")
+    print(
+        f"# {'step':>5} {'step_ms':>9} {'compute':>9} {'exposed':>9} {'codec':>8} "
+        f"{'in_comm':>9} {'traced':>9} {'MB_sent':>8}"
+    )
     for r in rows[:-1]:
         traced = r["traced_step_us"]
-        print(f"  {r['step']:>5} {r['step_us'] / 1e3:>9.2f} {r['compute_us'] / 1e3:>9.2f} "
-              f"{r['comm_us'] / 1e3:>9.2f} {r['codec_us'] / 1e3:>8.2f} "
-              f"{r['comm_busy_us'] / 1e3:>9.2f} "
-              f"{traced / 1e3 if traced is not None else float('nan'):>9.2f} "
-              f"{(r['wire_bytes_per_rank'] or 0) / 1e6:>8.2f}")
+        print(
+            f"  {r['step']:>5} {r['step_us'] / 1e3:>9.2f} {r['compute_us'] / 1e3:>9.2f} "
+            f"{r['comm_us'] / 1e3:>9.2f} {r['codec_us'] / 1e3:>8.2f} "
+            f"{r['comm_busy_us'] / 1e3:>9.2f} "
+            f"{traced / 1e3 if traced is not None else float('nan'):>9.2f} "
+            f"{(r['wire_bytes_per_rank'] or 0) / 1e6:>8.2f}"
+        )
     note = f" (traced step {s['traced_step_us'] / 1e3:.2f} ms)" if s["traced_step_us"] else ""
-    print(f"# step {s['step_us'] / 1e3:.2f} ms (95% interval {s['step_ci_low_us'] / 1e3:.2f}"
-          f" .. {s['step_ci_high_us'] / 1e3:.2f}){note}: compute {s['compute_us'] / 1e3:.2f}"
-          f" ms, exposed communication {s['comm_us'] / 1e3:.2f} ms (codec "
-          f"{s['exposed_codec_us'] / 1e3:.2f}) of {s['comm_busy_us'] / 1e3:.2f} ms in "
-          f"collectives; compute emulated by {mode} (spin op {compute.spin_op_us:.1f} us)")
+    print(
+        f"# step {s['step_us'] / 1e3:.2f} ms (95% interval {s['step_ci_low_us'] / 1e3:.2f}"
+        f" .. {s['step_ci_high_us'] / 1e3:.2f}){note}: compute {s['compute_us'] / 1e3:.2f}"
+        f" ms, exposed communication {s['comm_us'] / 1e3:.2f} ms (codec "
+        f"{s['exposed_codec_us'] / 1e3:.2f}) of {s['comm_busy_us'] / 1e3:.2f} ms in "
+        f"collectives; compute emulated by {mode} (spin op {compute.spin_op_us:.1f} us)"
+    )
     if s["validation"]:
         print(f"# validation: {s['validation']}")
 
@@ -308,8 +425,7 @@ def _run(argv, comm: Communicator) -> int:
     loaded = agreed(comm, lambda: load_trace(opts.trace, comm.size) if root else None)
     trace, name = comm.bcast_obj(loaded, root=0)
     agreed(comm, lambda: check_replayable(trace))
-    spec = ReplaySpec(opts.variant, opts.algorithm, opts.codec, opts.compress,
-                      opts.chunk_bytes)
+    spec = ReplaySpec(opts.variant, opts.algorithm, opts.codec, opts.compress, opts.chunk_bytes)
     router = agreed(comm, lambda: Router(comm, spec))
     steps, fit = trace.steps, None
     if opts.merge:
@@ -320,13 +436,19 @@ def _run(argv, comm: Communicator) -> int:
     info = environment.run_info(comm, "trace_replay")
     tid = trace_id(trace)
     if root:
-        print(f"# ccbench trace replay: {name} ({trace.describe()}), {comm.size} ranks, "
-              f"variant {opts.variant} ({_algorithm(opts)}), codec {opts.codec}"
-              + (f", merged by {opts.merge} ({fit.describe()})" if fit else "")
-              + f", {opts.steps} steps after {opts.warmup}", flush=True)
+        print(
+            f"# ccbench trace replay: {name} ({trace.describe()}), {comm.size} ranks, "
+            f"variant {opts.variant} ({_algorithm(opts)}), codec {opts.codec}"
+            + (f", merged by {opts.merge} ({fit.describe()})" if fit else "")
+            + f", {opts.steps} steps after {opts.warmup}",
+            flush=True,
+        )
         if trace.ranks != comm.size:
-            print(f"# note: traced on {trace.ranks} ranks, replayed on {comm.size}: each "
-                  "rank keeps the traced compute (weak scaling)", flush=True)
+            print(
+                f"# note: traced on {trace.ranks} ranks, replayed on {comm.size}: each "
+                "rank keeps the traced compute (weak scaling)",
+                flush=True,
+            )
     stream = CommStream(overlap=trace.overlap)
     total = opts.warmup + opts.steps
     local = np.zeros((total, len(FIELDS)))
@@ -336,9 +458,16 @@ def _run(argv, comm: Communicator) -> int:
         with progress_bar(total, "replay", unit="step", rank=comm.rank) as bar:
             for i in range(total):
                 t = run_step(steps[i % len(steps)], stream, router, buffers, compute)
-                local[i] = (t.step_us, t.comm_us, t.emulated_us,
-                            t.busy.get("allgather", 0.0), t.busy.get("reduce_scatter", 0.0),
-                            t.busy.get("allreduce", 0.0), t.codec_us, t.wire_bytes)
+                local[i] = (
+                    t.step_us,
+                    t.comm_us,
+                    t.emulated_us,
+                    t.busy.get("allgather", 0.0),
+                    t.busy.get("reduce_scatter", 0.0),
+                    t.busy.get("allreduce", 0.0),
+                    t.codec_us,
+                    t.wire_bytes,
+                )
                 bar.update(1)
         if opts.validate:
             checks = validate(comm, router, steps, opts.seed)
@@ -349,14 +478,21 @@ def _run(argv, comm: Communicator) -> int:
         _report(rows, trace, mode, compute)
         if opts.csv:
             append_rows(opts.csv, rows, COLUMNS)
-            environment.write_sidecar(opts.csv, {**info, "compute_spin_op_us":
-                                                 compute.spin_op_us}, argv, comm.size)
+            environment.write_sidecar(
+                opts.csv, {**info, "compute_spin_op_us": compute.spin_op_us}, argv, comm.size
+            )
         if opts.json:
             from ccbench.benchmarks.results import write_json_atomic
 
-            write_json_atomic(opts.json, {
-                "environment": environment.describe(info, argv, comm.size),
-                "trace": trace.source, "summary": rows[-1], "steps": rows[:-1]})
+            write_json_atomic(
+                opts.json,
+                {
+                    "environment": environment.describe(info, argv, comm.size),
+                    "trace": trace.source,
+                    "summary": rows[-1],
+                    "steps": rows[:-1],
+                },
+            )
     return 1 if checks is False else 0
 
 

@@ -18,5 +18,11 @@ def bind_collective(comm, algorithm: str, collective: str, sendbuf, recvbuf):
     if algorithm != "ring":
         raise ValueError(f"unknown algorithm {algorithm!r}")
     described = spec(collective)
-    return partial(ring_collective, comm, described, sendbuf, recvbuf,
-                   ring_scratch(described, sendbuf, comm.size))
+    return partial(
+        ring_collective,
+        comm,
+        described,
+        sendbuf,
+        recvbuf,
+        ring_scratch(described, sendbuf, comm.size),
+    )

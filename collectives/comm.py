@@ -56,12 +56,16 @@ class Communicator(BaseCommunicator):
     # Chosen, not tuned: 8 pieces at 16 MiB; each piece's copy is ~40 us at 54 GB/s.
     STAGE_CHUNK_BYTES = 2 << 20
 
-    def __init__(self, mpi_comm: MPI.Comm = MPI.COMM_WORLD, gpu_aware: bool | None = None,
-                 stage_chunk_bytes: int | None = None):
-        local = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED) if mpi_comm.Get_size() > 1 \
-            else None
-        super().__init__(mpi_comm.Get_rank(), mpi_comm.Get_size(),
-                         local.Get_rank() if local is not None else 0)
+    def __init__(
+        self,
+        mpi_comm: MPI.Comm = MPI.COMM_WORLD,
+        gpu_aware: bool | None = None,
+        stage_chunk_bytes: int | None = None,
+    ):
+        local = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED) if mpi_comm.Get_size() > 1 else None
+        super().__init__(
+            mpi_comm.Get_rank(), mpi_comm.Get_size(), local.Get_rank() if local is not None else 0
+        )
         if local is not None:
             local.Free()
         self.mpi = mpi_comm
@@ -69,8 +73,9 @@ class Communicator(BaseCommunicator):
         if gpu_aware is None:
             gpu_aware = os.environ.get("CCBENCH_GPU_AWARE", "0") == "1"
         self.gpu_aware = gpu_aware
-        self.stage_chunk_bytes = self.STAGE_CHUNK_BYTES if stage_chunk_bytes is None \
-            else stage_chunk_bytes
+        self.stage_chunk_bytes = (
+            self.STAGE_CHUNK_BYTES if stage_chunk_bytes is None else stage_chunk_bytes
+        )
         self._staging: OrderedDict = OrderedDict()  # device buffer -> its mirrors
         self._stagers: dict = {}
         self._pending: deque[StagedSend] = deque()  # sends waiting for their D2H copy
@@ -116,7 +121,8 @@ class Communicator(BaseCommunicator):
         mirrors = self._mirrors(x)
         for mirror in mirrors:
             if mirror.host.nbytes >= nbytes(x) and (
-                    mirror.in_event is None or b.event_done(mirror.in_event)):
+                mirror.in_event is None or b.event_done(mirror.in_event)
+            ):
                 return mirror
         mirror = self._new_mirror(x, nbytes(x))
         mirrors.append(mirror)
@@ -126,7 +132,7 @@ class Communicator(BaseCommunicator):
         """x's bytes into its mirror; the host waits for them (MPI reads them next)."""
         t0 = time.perf_counter()
         stager, mirror = self._stager(x), self._send_mirror(x)
-        stager.copy_out(stager.backend.byte_view(x), mirror.host[:nbytes(x)], mirror.out_event)
+        stager.copy_out(stager.backend.byte_view(x), mirror.host[: nbytes(x)], mirror.out_event)
         arrays.wait_copy(x, mirror.out_event)
         self.stage_s += time.perf_counter() - t0
         return mirror
@@ -178,8 +184,7 @@ class Communicator(BaseCommunicator):
     def _send_buffer(self, x):
         if not arrays.is_device_array(x):
             return host_view(x)
-        return self._device_direct(x) if self.gpu_aware else \
-            self._copy_out(x).host[:nbytes(x)]
+        return self._device_direct(x) if self.gpu_aware else self._copy_out(x).host[: nbytes(x)]
 
     def _recv_buffer(self, out):
         if not arrays.is_device_array(out):
@@ -248,14 +253,14 @@ class Communicator(BaseCommunicator):
         self.wire_bytes += nbytes(sendbuf)
         if self.stages(recvbuf):
             mirror = self._recv_mirror(recvbuf)
-            host = mirror.host[:nbytes(recvbuf)]
+            host = mirror.host[: nbytes(recvbuf)]
             status = MPI.Status()
-            self.mpi.Sendrecv(self._send_buffer(sendbuf), dest, tag, host, source, tag,
-                              status)
+            self.mpi.Sendrecv(self._send_buffer(sendbuf), dest, tag, host, source, tag, status)
             self._copy_in(mirror, recvbuf, status.Get_count(MPI.BYTE))
             return
-        self.mpi.Sendrecv(self._send_buffer(sendbuf), dest, tag, self._recv_buffer(recvbuf),
-                          source, tag)
+        self.mpi.Sendrecv(
+            self._send_buffer(sendbuf), dest, tag, self._recv_buffer(recvbuf), source, tag
+        )
 
     def wait(self, request) -> None:
         if self._pending and not isinstance(request, StagedSend | StagedRecv):
@@ -313,10 +318,15 @@ class Communicator(BaseCommunicator):
                 raise UsageError(
                     "bfloat16 in device memory: MPI has no bfloat16 datatype to reduce "
                     "(ccbench's user op reduces it on the host only); unset "
-                    "CCBENCH_GPU_AWARE to stage it, or use --transport torch (NCCL)")
+                    "CCBENCH_GPU_AWARE to stage it, or use --transport torch (NCCL)"
+                )
             send, recv = _as_bytes_if_bf16(sendbuf), _as_bytes_if_bf16(recvbuf)
-            call = self._bind(collective, arrays.backend_of(send).direct(send),
-                              arrays.backend_of(recv).direct(recv), MPI.SUM)
+            call = self._bind(
+                collective,
+                arrays.backend_of(send).direct(send),
+                arrays.backend_of(recv).direct(recv),
+                MPI.SUM,
+            )
 
             def direct_call():
                 t0 = time.perf_counter()
@@ -353,19 +363,23 @@ class Communicator(BaseCommunicator):
             # piece k of every rank lands side by side in the mirror (piece-major), so
             # each piece is one plain contiguous call (MPI_Allgather)
             for a, z in _pieces(n, self.stage_chunk_bytes, 1):
-                landing = host_recv[a * self.size: z * self.size]
+                landing = host_recv[a * self.size : z * self.size]
                 call = self._bind(collective, host_send[a:z], landing, op)
-                copies = [(a * self.size + r * (z - a), r * n + a, z - a)
-                          for r in range(self.size)]
+                copies = [(a * self.size + r * (z - a), r * n + a, z - a) for r in range(self.size)]
                 pieces.append(((a, z), call, copies))
         elif split == PIECES_ELEMENTWISE:
             for a, z in _pieces(n, self.stage_chunk_bytes, item):
-                call = self._bind(collective, typed_send[a // item: z // item],
-                                  typed_recv[a // item: z // item], op)
+                call = self._bind(
+                    collective,
+                    typed_send[a // item : z // item],
+                    typed_recv[a // item : z // item],
+                    op,
+                )
                 pieces.append(((a, z), call, [(a, a, z - a)]))
         else:  # whole (reduce_scatter): every piece of the send feeds every rank's result
-            call = self._bind(collective, typed_send[:n // item],
-                              typed_recv[:nbytes(recvbuf) // item], op)
+            call = self._bind(
+                collective, typed_send[: n // item], typed_recv[: nbytes(recvbuf) // item], op
+            )
             pieces.append(((0, n), call, [(0, 0, nbytes(recvbuf))]))
         events = [b.copy_event() for _ in pieces]
         # MPI writes into host_recv while the last call's H2D copies may read it only if
@@ -383,7 +397,7 @@ class Communicator(BaseCommunicator):
                 call()
                 t2 = time.perf_counter()
                 for src, dst, length in copies:
-                    stager.copy_in(host_recv[src: src + length], recv_bytes[dst: dst + length])
+                    stager.copy_in(host_recv[src : src + length], recv_bytes[dst : dst + length])
                 t0 += t2 - t1  # MPI's time is not staging
             stager.after_copies_in(recv_mirror.in_event)
             self.stage_s += time.perf_counter() - t0
@@ -402,20 +416,19 @@ class Communicator(BaseCommunicator):
         send = self._send_buffer(sendbuf)  # staged: in its mirror, the host waited
         if self.stages(recvbuf):
             mirror = self._recv_mirror(recvbuf)
-            self.mpi.Allgather([send, MPI.BYTE], [mirror.host[:nbytes(recvbuf)], MPI.BYTE])
+            self.mpi.Allgather([send, MPI.BYTE], [mirror.host[: nbytes(recvbuf)], MPI.BYTE])
             self._copy_in(mirror, recvbuf)
         else:
             self.mpi.Allgather([send, MPI.BYTE], [self._recv_buffer(recvbuf), MPI.BYTE])
 
     def alltoall_bytes(self, sendbuf, send_splits, recvbuf, recv_splits) -> None:
         self.wire_bytes += sum(send_splits) - send_splits[self.rank]
-        sendbuf, recvbuf = sendbuf[:sum(send_splits)], recvbuf[:sum(recv_splits)]
-        send = [self._send_buffer(sendbuf), (send_splits, _displacements(send_splits)),
-                MPI.BYTE]
+        sendbuf, recvbuf = sendbuf[: sum(send_splits)], recvbuf[: sum(recv_splits)]
+        send = [self._send_buffer(sendbuf), (send_splits, _displacements(send_splits)), MPI.BYTE]
         recv_layout = (recv_splits, _displacements(recv_splits))
         if self.stages(recvbuf):
             mirror = self._recv_mirror(recvbuf)
-            self.mpi.Alltoallv(send, [mirror.host[:nbytes(recvbuf)], recv_layout, MPI.BYTE])
+            self.mpi.Alltoallv(send, [mirror.host[: nbytes(recvbuf)], recv_layout, MPI.BYTE])
             self._copy_in(mirror, recvbuf)
         else:
             self.mpi.Alltoallv(send, [self._recv_buffer(recvbuf), recv_layout, MPI.BYTE])
@@ -459,8 +472,12 @@ class Communicator(BaseCommunicator):
 
     def describe(self) -> dict:
         library = MPI.Get_library_version().replace("\0", "").strip()
-        return {"transport": "mpi", "backend": "mpi", "gpu_aware": self.gpu_aware,
-                "mpi_library": library.splitlines()[0].strip() if library else ""}
+        return {
+            "transport": "mpi",
+            "backend": "mpi",
+            "gpu_aware": self.gpu_aware,
+            "mpi_library": library.splitlines()[0].strip() if library else "",
+        }
 
 
 _MPI_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}

@@ -64,14 +64,15 @@ def check_backend(backend: str, buffer: str) -> None:
         import torch
         import torch.distributed as dist
     except ImportError:
-        raise UsageError("--transport torch needs torch (pip install 'ccbench[torch]')"
-                         ) from None
+        raise UsageError("--transport torch needs torch (pip install 'ccbench[torch]')") from None
     if not dist.is_available():
         raise UsageError("--transport torch: this torch was built without torch.distributed")
     if backend == "nccl":
         if buffer not in CUDA_BUFFERS:
-            raise UsageError(f"--backend nccl moves device buffers only: use -d torch-cuda "
-                             f"or -d cupy, or --backend gloo for -d {buffer}")
+            raise UsageError(
+                f"--backend nccl moves device buffers only: use -d torch-cuda "
+                f"or -d cupy, or --backend gloo for -d {buffer}"
+            )
         if not dist.is_nccl_available():
             raise UsageError("--backend nccl: this torch has no NCCL (a CPU build?)")
         if not torch.cuda.is_available():
@@ -136,19 +137,28 @@ def refuse_shared_gpu(identities: list) -> None:
     if not shared:
         return
     (host, _), together = shared[0]
-    raise UsageError(_shared_gpu_message(
-        f"ranks {', '.join(map(str, together))} share one GPU on {host}"))
+    raise UsageError(
+        _shared_gpu_message(f"ranks {', '.join(map(str, together))} share one GPU on {host}")
+    )
 
 
 def _shared_gpu_message(who: str) -> str:
-    return (f"--backend nccl: {who}, which NCCL refuses (Duplicate GPU detected); run one "
-            "rank per GPU, or --transport mpi (staged through host memory), or give each "
-            "rank its own NCCL_HOSTID (NCCL then runs its socket transport: functional "
-            "coverage only)")
+    return (
+        f"--backend nccl: {who}, which NCCL refuses (Duplicate GPU detected); run one "
+        "rank per GPU, or --transport mpi (staged through host memory), or give each "
+        "rank its own NCCL_HOSTID (NCCL then runs its socket transport: functional "
+        "coverage only)"
+    )
 
 
-def init_default_group(backend: str, rank: int, size: int, local_rank: int,
-                       mpi_comm=None, master: tuple[str, int] | None = None) -> None:
+def init_default_group(
+    backend: str,
+    rank: int,
+    size: int,
+    local_rank: int,
+    mpi_comm=None,
+    master: tuple[str, int] | None = None,
+) -> None:
     """The default process group, from an MPI launch (`mpi_comm`: rank 0's TCPStore
     address broadcast over MPI) or from torchrun / srun (`master`: MASTER_ADDR/PORT)."""
     import torch
@@ -162,8 +172,9 @@ def init_default_group(backend: str, rank: int, size: int, local_rank: int,
         address = mpi_comm.bcast(rendezvous_address(hosts) if rank == 0 else None, root=0)
         store = None
         if rank == 0:
-            store = dist.TCPStore(address, 0, size, is_master=True, wait_for_workers=False,
-                                  timeout=_timeout())
+            store = dist.TCPStore(
+                address, 0, size, is_master=True, wait_for_workers=False, timeout=_timeout()
+            )
         port = mpi_comm.bcast(store.port if store is not None else None, root=0)
         if store is None:
             store = dist.TCPStore(address, port, size, is_master=False, timeout=_timeout())
@@ -179,13 +190,16 @@ def init_default_group(backend: str, rank: int, size: int, local_rank: int,
         # NCCL ends the job with its own abort on ranks that share a GPU: say it first
         if mpi_comm is not None:
             refuse_shared_gpu(mpi_comm.allgather(nccl_identity(torch.cuda.current_device())))
-        elif int(os.environ.get("LOCAL_WORLD_SIZE") or 0) > torch.cuda.device_count() \
-                and not os.environ.get("NCCL_HOSTID"):
-            raise UsageError(_shared_gpu_message(
-                f"{os.environ['LOCAL_WORLD_SIZE']} ranks on {socket.gethostname()} share "
-                f"{torch.cuda.device_count()} GPU(s)"))
-    dist.init_process_group(backend, rank=rank, world_size=size, timeout=_timeout(),
-                            **kwargs)
+        elif int(
+            os.environ.get("LOCAL_WORLD_SIZE") or 0
+        ) > torch.cuda.device_count() and not os.environ.get("NCCL_HOSTID"):
+            raise UsageError(
+                _shared_gpu_message(
+                    f"{os.environ['LOCAL_WORLD_SIZE']} ranks on {socket.gethostname()} share "
+                    f"{torch.cuda.device_count()} GPU(s)"
+                )
+            )
+    dist.init_process_group(backend, rank=rank, world_size=size, timeout=_timeout(), **kwargs)
     atexit.register(_destroy)
 
 
@@ -196,8 +210,9 @@ def _destroy() -> None:
         dist.destroy_process_group()
 
 
-def torch_communicator(backend: str, rank: int, size: int, local_rank: int, mpi_comm=None,
-                       master=None) -> TorchCommunicator:
+def torch_communicator(
+    backend: str, rank: int, size: int, local_rank: int, mpi_comm=None, master=None
+) -> TorchCommunicator:
     """The communicator of `backend` (one per backend and process). Collective."""
     comm = _COMMS.get(backend)
     if comm is None:
@@ -328,15 +343,19 @@ class TorchCommunicator(BaseCommunicator):
         s = send_t if self._reachable(send_t) else self._mirror(sendbuf, send_t)
         r = recv_t if self._reachable(recv_t) else self._mirror(recvbuf, recv_t)
         described = spec(collective)
-        function = next(getattr(dist, name) for name in described.torch_calls
-                        if hasattr(dist, name))
+        function = next(
+            getattr(dist, name) for name in described.torch_calls if hasattr(dist, name)
+        )
         if described.in_place:
+
             def call():
                 r.copy_(s)
                 function(r, group=group)
         else:
+
             def call():
                 function(r, s, group=group)
+
         if s is send_t and r is recv_t:
             return call
 
@@ -352,17 +371,21 @@ class TorchCommunicator(BaseCommunicator):
     def allgather_bytes(self, sendbuf, recvbuf) -> None:
         self.wire_bytes += (self.size - 1) * nbytes(sendbuf)
         out, after = self._incoming(recvbuf)
-        gather = getattr(self.dist, "all_gather_single", None) or \
-            self.dist.all_gather_into_tensor
+        gather = getattr(self.dist, "all_gather_single", None) or self.dist.all_gather_into_tensor
         gather(out, self._outgoing(sendbuf), group=self.group)
         if after is not None:
             after()
 
     def alltoall_bytes(self, sendbuf, send_splits, recvbuf, recv_splits) -> None:
         self.wire_bytes += sum(send_splits) - send_splits[self.rank]
-        out, after = self._incoming(recvbuf[:sum(recv_splits)])
-        self.dist.all_to_all_single(out, self._outgoing(sendbuf[:sum(send_splits)]),
-                                    list(recv_splits), list(send_splits), group=self.group)
+        out, after = self._incoming(recvbuf[: sum(recv_splits)])
+        self.dist.all_to_all_single(
+            out,
+            self._outgoing(sendbuf[: sum(send_splits)]),
+            list(recv_splits),
+            list(send_splits),
+            group=self.group,
+        )
         if after is not None:
             after()
 
@@ -386,8 +409,11 @@ class TorchCommunicator(BaseCommunicator):
         return box[0]
 
     def allreduce_array(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
-        ops = {"sum": self.dist.ReduceOp.SUM, "max": self.dist.ReduceOp.MAX,
-               "min": self.dist.ReduceOp.MIN}
+        ops = {
+            "sum": self.dist.ReduceOp.SUM,
+            "max": self.dist.ReduceOp.MAX,
+            "min": self.dist.ReduceOp.MIN,
+        }
         t = self.torch.from_numpy(np.array(array, copy=True))
         self.dist.all_reduce(t, op=ops[op], group=self.control)
         return t.numpy()
@@ -395,8 +421,7 @@ class TorchCommunicator(BaseCommunicator):
     def allgather_array(self, array: np.ndarray) -> np.ndarray:
         t = self.torch.from_numpy(np.ascontiguousarray(array).reshape(-1))
         out = self.torch.empty(self.size * t.numel(), dtype=t.dtype)
-        gather = getattr(self.dist, "all_gather_single", None) or \
-            self.dist.all_gather_into_tensor
+        gather = getattr(self.dist, "all_gather_single", None) or self.dist.all_gather_into_tensor
         gather(out, t, group=self.control)
         return out.numpy().reshape((self.size, *np.shape(array)))
 
@@ -409,8 +434,12 @@ class TorchCommunicator(BaseCommunicator):
 
     def describe(self) -> dict:
         torch = self.torch
-        out = {"transport": "torch", "backend": self.backend, "torch": torch.__version__,
-               "launch": "mpiexec" if self.mpi_launched else "torchrun/srun"}
+        out = {
+            "transport": "torch",
+            "backend": self.backend,
+            "torch": torch.__version__,
+            "launch": "mpiexec" if self.mpi_launched else "torchrun/srun",
+        }
         if self.cuda:
             out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
             out["cuda"] = torch.version.cuda

@@ -60,13 +60,14 @@ from ccbench.kernels.errors import UsageError
 from ccbench.kernels.reduce import add_into, copy_into
 from ccbench.kernels.vocabulary import itemsize, nbytes
 
-DEFAULT_CHUNK_BYTES = 1 << 20     # uncompressed bytes per pipelined chunk
-SLOT_ALIGN = 64                    # payload slots start on cache-line boundaries
+DEFAULT_CHUNK_BYTES = 1 << 20  # uncompressed bytes per pipelined chunk
+SLOT_ALIGN = 64  # payload slots start on cache-line boundaries
 _TAG_P2P = 7100
-_TAG_BASE = 7200                   # collective-level: one tag per (phase, step)
+_TAG_BASE = 7200  # collective-level: one tag per (phase, step)
 
 
 # ------------------------------------------------------------------------------- helpers
+
 
 def _round_up(n: int, align: int = SLOT_ALIGN) -> int:
     return -(-n // align) * align
@@ -93,8 +94,11 @@ _SCHEDULES = {REDUCE_PHASE: reduce_scatter_schedule, GATHER_PHASE: allgather_sch
 
 def ring_raw_bytes(phases, bounds, rank: int, size: int, itemsize: int) -> int:
     """Bytes this rank's uncompressed ring sends per call (the schedules' blocks)."""
-    total = sum(bounds[sb][1] - bounds[sb][0]
-                for phase in phases for _, sb, _ in _SCHEDULES[phase](rank, size))
+    total = sum(
+        bounds[sb][1] - bounds[sb][0]
+        for phase in phases
+        for _, sb, _ in _SCHEDULES[phase](rank, size)
+    )
     return total * itemsize
 
 
@@ -114,8 +118,9 @@ def compressions_on_path(variant: str, collective: str, size: int) -> int:
     return sum(_round_trips(variant, phase, size) for phase in spec(collective).phases)
 
 
-def error_bound(codec: Codec, variant: str, collective: str, amaxes: list[float],
-                dtype: str) -> float | None:
+def error_bound(
+    codec: Codec, variant: str, collective: str, amaxes: list[float], dtype: str
+) -> float | None:
     """Max abs error of the result against the exact one (None: must be exact).
 
     `amaxes` are max|x| of every rank's input. One round trip adds at most
@@ -154,8 +159,9 @@ def error_bound(codec: Codec, variant: str, collective: str, amaxes: list[float]
     if variant == "library":
         decoded = 0.0
         if size > 1:
-            decoded = sum(codec.error_bound(a, dtype) for a in amaxes) - \
-                codec.error_bound(min(amaxes), dtype)
+            decoded = sum(codec.error_bound(a, dtype) for a in amaxes) - codec.error_bound(
+                min(amaxes), dtype
+            )
         rs = decoded + (size - 1) * rounding_error(dtype, total + decoded) + inputs
     else:
         rs = chain(total, size - 1, True) + inputs
@@ -177,14 +183,16 @@ class _Bound:
         self.dtype = dtype_name(sendbuf)
         n_send, n_recv = sendbuf.shape[0], recvbuf.shape[0]
         if not described.fits(n_send, n_recv, self.size):
-            raise ValueError(f"{collective} on {self.size} ranks: {n_send} values in, "
-                             f"{n_recv} out do not fit")
+            raise ValueError(
+                f"{collective} on {self.size} ranks: {n_send} values in, {n_recv} out do not fit"
+            )
         self.phases = described.phases
         self.bounds = ring_blocks(described, n_send, self.size)
         start, stop = self.bounds[self.rank]
         self.own_input = described.own_block(sendbuf, start, stop)
-        self.raw_bytes = ring_raw_bytes(self.phases, self.bounds, self.rank, self.size,
-                                        itemsize(self.dtype))
+        self.raw_bytes = ring_raw_bytes(
+            self.phases, self.bounds, self.rank, self.size, itemsize(self.dtype)
+        )
 
     def _slot_nbytes(self, count: int) -> int:
         return _round_up(self.codec.max_encoded_nbytes(count, self.dtype))
@@ -195,13 +203,13 @@ class _Bound:
 
 # ------------------------------------------------------------------ point-to-point
 
+
 class P2PCompressed(_Bound):
     """Ring collective in which every message above `threshold` bytes is compressed."""
 
     variant = "p2p"
 
-    def __init__(self, comm, codec: Codec, collective: str, sendbuf, recvbuf,
-                 threshold: int = 0):
+    def __init__(self, comm, codec: Codec, collective: str, sendbuf, recvbuf, threshold: int = 0):
         super().__init__(comm, codec, collective, sendbuf, recvbuf)
         self.threshold = threshold
         longest = max(stop - start for start, stop in self.bounds)
@@ -257,9 +265,9 @@ class P2PCompressed(_Bound):
             r0, r1 = self.bounds[recv_block]
             if outgoing is None:  # the first hop sends this rank's own contribution
                 outgoing = self.sendbuf[s0:s1]
-            incoming = self.scratch.incoming[:r1 - r0]
+            incoming = self.scratch.incoming[: r1 - r0]
             self._hop(outgoing, incoming)
-            target = out if step == self.size - 2 else self.scratch.partial[:r1 - r0]
+            target = out if step == self.size - 2 else self.scratch.partial[: r1 - r0]
             timed(self.breakdown, REDUCE, add_into, target, incoming, self.sendbuf[r0:r1])
             outgoing = target
 
@@ -272,9 +280,17 @@ class P2PCompressed(_Bound):
 AUTO_CHUNK_LOW = 64 << 10
 
 
-def auto_chunk_bytes(codec: Codec, dtype: str, block_bytes: int, ranks: int,
-                     link_gbps: float | None, codec_bps: float, chunk_s: float,
-                     collective: str = "allgather", share: float = 1.0) -> int:
+def auto_chunk_bytes(
+    codec: Codec,
+    dtype: str,
+    block_bytes: int,
+    ranks: int,
+    link_gbps: float | None,
+    codec_bps: float,
+    chunk_s: float,
+    collective: str = "allgather",
+    share: float = 1.0,
+) -> int:
     """Chunk size (uncompressed bytes) for blocks of `block_bytes` on `ranks` ranks, from
     the link's payload rate `link_gbps`, the codec's rate `codec_bps` (data bytes/s
     through one encode and one decode), the pipeline's own cost of a chunk in a step
@@ -285,9 +301,16 @@ def auto_chunk_bytes(codec: Codec, dtype: str, block_bytes: int, ranks: int,
     if not link_gbps or block_bytes <= 0 or not codec_bps > 0:
         return DEFAULT_CHUNK_BYTES
     ratio = codec.nominal_ratio(dtype) if codec.fixed_size else 1.0
-    return pipeline_chunk_bytes(block_bytes, ranks, chunk_s, codec_bps,
-                                ratio * link_gbps * 1e9 / 8, AUTO_CHUNK_LOW,
-                                share=share, reduces=spec(collective).reduces)
+    return pipeline_chunk_bytes(
+        block_bytes,
+        ranks,
+        chunk_s,
+        codec_bps,
+        ratio * link_gbps * 1e9 / 8,
+        AUTO_CHUNK_LOW,
+        share=share,
+        reduces=spec(collective).reduces,
+    )
 
 
 def chunk_count_for(codec: Codec, dtype: str, chunk_bytes: int) -> int:
@@ -317,7 +340,7 @@ class _Slots:
             offsets[key] = (total, size)
             total += _round_up(size)
         self.buffer = empty_payload(like, max(total, 1))
-        self.views = {key: self.buffer[start:start + n] for key, (start, n) in offsets.items()}
+        self.views = {key: self.buffer[start : start + n] for key, (start, n) in offsets.items()}
 
     def __getitem__(self, key):
         return self.views[key]
@@ -336,10 +359,20 @@ class CollCompressed(_Bound):
 
     variant = "coll"
 
-    def __init__(self, comm, codec: Codec, collective: str, sendbuf, recvbuf,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: str = DEFAULT_PROGRESS,
-                 codec_threads: int = 0, fused: bool = True,
-                 sub_chunk_bytes: int = SUB_CHUNK_BYTES, wait: str = DEFAULT_WAIT):
+    def __init__(
+        self,
+        comm,
+        codec: Codec,
+        collective: str,
+        sendbuf,
+        recvbuf,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        progress: str = DEFAULT_PROGRESS,
+        codec_threads: int = 0,
+        fused: bool = True,
+        sub_chunk_bytes: int = SUB_CHUNK_BYTES,
+        wait: str = DEFAULT_WAIT,
+    ):
         super().__init__(comm, codec, collective, sendbuf, recvbuf)
         if progress not in PROGRESS_MODES:
             raise UsageError(f"progress {progress!r}: choose one of {', '.join(PROGRESS_MODES)}")
@@ -348,12 +381,16 @@ class CollCompressed(_Bound):
         if wait not in WAIT_MODES:
             raise UsageError(f"wait {wait!r}: choose one of {', '.join(WAIT_MODES)}")
         if codec_threads and arrays.is_device_array(sendbuf):
-            raise UsageError("--codec-threads 1 runs the codec on a host thread; a device's "
-                             "codec kernels run beside the transfers already")
+            raise UsageError(
+                "--codec-threads 1 runs the codec on a host thread; a device's "
+                "codec kernels run beside the transfers already"
+            )
         if not comm.any_completion and (codec_threads or progress != DEFAULT_PROGRESS):
-            raise UsageError(f"--progress testall and --codec-threads 1 drive MPI's progress "
-                             f"engine; the {comm.transport} transport's pipeline runs in "
-                             f"posting order")
+            raise UsageError(
+                f"--progress testall and --codec-threads 1 drive MPI's progress "
+                f"engine; the {comm.transport} transport's pipeline runs in "
+                f"posting order"
+            )
         self.progress, self.codec_threads, self.fused = progress, codec_threads, fused
         self.wait = wait
         self.chunk_count = chunk_count_for(codec, self.dtype, chunk_bytes)
@@ -404,6 +441,7 @@ class CollCompressed(_Bound):
             def both(engine):
                 self._reduce_scatter(engine, out, start, fuse_into=self.recvbuf)
                 self._allgather(engine, None, self.recvbuf, start)
+
             self._run(both)
         else:
             start, stop = self.bounds[self.rank]
@@ -438,9 +476,9 @@ class CollCompressed(_Bound):
         if len(pieces) == 1:
             return timed(self.breakdown, ENCODE, self.codec.encode, x, slot)
         for a, b in pieces:
-            timed(self.breakdown, ENCODE, self.codec.encode, x[a:b], slot[self._offset(a):])
+            timed(self.breakdown, ENCODE, self.codec.encode, x[a:b], slot[self._offset(a) :])
             self.engine.poke()
-        return slot[:self._offset(x.shape[0])]
+        return slot[: self._offset(x.shape[0])]
 
     def _decode(self, payload, out) -> None:
         pieces = self._pieces(out.shape[0])
@@ -448,8 +486,13 @@ class CollCompressed(_Bound):
             timed(self.breakdown, DECODE, self.codec.decode, payload, out)
             return
         for a, b in pieces:
-            timed(self.breakdown, DECODE, self.codec.decode,
-                  payload[self._offset(a):self._offset(b)], out[a:b])
+            timed(
+                self.breakdown,
+                DECODE,
+                self.codec.decode,
+                payload[self._offset(a) : self._offset(b)],
+                out[a:b],
+            )
             self.engine.poke()
 
     def _decode_add(self, payload, own, target, slot=None):
@@ -464,11 +507,18 @@ class CollCompressed(_Bound):
         if len(pieces) == 1:
             return timed(self.breakdown, REDUCE, hop, payload, own, target, slot, incoming)
         for a, b in pieces:
-            timed(self.breakdown, REDUCE, hop, payload[self._offset(a):self._offset(b)],
-                  own[a:b], target[a:b], None if slot is None else slot[self._offset(a):],
-                  incoming[a:b])
+            timed(
+                self.breakdown,
+                REDUCE,
+                hop,
+                payload[self._offset(a) : self._offset(b)],
+                own[a:b],
+                target[a:b],
+                None if slot is None else slot[self._offset(a) :],
+                incoming[a:b],
+            )
             self.engine.poke()
-        return None if slot is None else slot[:self._offset(n)]
+        return None if slot is None else slot[: self._offset(n)]
 
     # allgather: compress once, forward compressed bytes, decompress off the critical path
     def _allgather(self, engine, own, buf, own_start: int) -> None:
@@ -485,15 +535,19 @@ class CollCompressed(_Bound):
             c0, c1 = self.chunks[block][c]
             slot = self.slots["ag", block, c]
             if step < last:  # forward the compressed bytes untouched, then decode
-                engine.send(self._send, slot[:self._payload_len(slot, c1 - c0)],
-                            self._tag(1, step + 1))
+                engine.send(
+                    self._send, slot[: self._payload_len(slot, c1 - c0)], self._tag(1, step + 1)
+                )
             engine.local.append(lambda: self._decode(slot, buf[c0:c1]))
 
         if own is None:
             return
         for c, (c0, c1) in enumerate(self.chunks[rank]):
-            engine.first.append(lambda c=c, c0=c0, c1=c1: self._own_chunk(
-                engine, own[c0 - own_start:c1 - own_start], buf[c0:c1], c))
+            engine.first.append(
+                lambda c=c, c0=c0, c1=c1: self._own_chunk(
+                    engine, own[c0 - own_start : c1 - own_start], buf[c0:c1], c
+                )
+            )
 
     def _own_chunk(self, engine, data, result, c) -> None:
         """Encode one chunk of this rank's block once, send it, and decode it back later
@@ -513,39 +567,43 @@ class CollCompressed(_Bound):
             for c in range(len(self.chunks[recv_block])):
                 slot = self.slots["rs-in", step, c]
                 request = self.comm.irecv(slot, self.left, self._tag(0, step))
-                engine.post(request, lambda s=step, b=recv_block, c=c:
-                            engine.wire.append(lambda: reduce(s, b, c)))
+                engine.post(
+                    request,
+                    lambda s=step, b=recv_block, c=c: engine.wire.append(lambda: reduce(s, b, c)),
+                )
 
         def reduce(step, block, c):
             c0, c1 = self.chunks[block][c]
             incoming = self.slots["rs-in", step, c]
             if step == last:
-                target = out[c0 - out_start:c1 - out_start]
+                target = out[c0 - out_start : c1 - out_start]
                 self._decode_add(incoming, send[c0:c1], target)
                 if fuse_into is not None:
                     self._own_chunk(engine, target, target, c)
                 return
-            partial = self.scratch.partial[:c1 - c0]
-            payload = self._decode_add(incoming, send[c0:c1], partial,
-                                       self.slots["rs-out", step + 1, c])
+            partial = self.scratch.partial[: c1 - c0]
+            payload = self._decode_add(
+                incoming, send[c0:c1], partial, self.slots["rs-out", step + 1, c]
+            )
             engine.send(self._send, payload, self._tag(0, step + 1))
 
         first_block = schedule[0][1]
         for c, (c0, c1) in enumerate(self.chunks[first_block]):
-            engine.first.append(lambda c=c, c0=c0, c1=c1: engine.send(
-                self._send, self._encode(send[c0:c1], self.slots["rs-out", 0, c]),
-                self._tag(0, 0)))
+            engine.first.append(
+                lambda c=c, c0=c0, c1=c1: engine.send(
+                    self._send,
+                    self._encode(send[c0:c1], self.slots["rs-out", 0, c]),
+                    self._tag(0, 0),
+                )
+            )
 
 
 VARIANTS = {"p2p": P2PCompressed, "coll": CollCompressed, "library": LibraryCompressed}
 
 
-def bind_compressed(comm, variant: str, collective: str, codec: Codec, sendbuf, recvbuf,
-                    **options):
+def bind_compressed(comm, variant: str, collective: str, codec: Codec, sendbuf, recvbuf, **options):
     """A bound compressed collective (callable) for `variant` 'p2p', 'coll' (the ring) or
     'library' (collectives/compressed_library.py)."""
     if variant not in VARIANTS:
-        raise UsageError(f"unknown compressed variant {variant!r}; choose "
-                         f"{', '.join(VARIANTS)}")
+        raise UsageError(f"unknown compressed variant {variant!r}; choose {', '.join(VARIANTS)}")
     return VARIANTS[variant](comm, codec, collective, sendbuf, recvbuf, **options)
-

@@ -67,8 +67,9 @@ class LibraryCompressed:
         self.dtype = dtype_name(sendbuf)
         n_send, n_recv = sendbuf.shape[0], recvbuf.shape[0]
         if not described.fits(n_send, n_recv, self.size):
-            raise ValueError(f"{collective} on {self.size} ranks: {n_send} values in, "
-                             f"{n_recv} out do not fit")
+            raise ValueError(
+                f"{collective} on {self.size} ranks: {n_send} values in, {n_recv} out do not fit"
+            )
         # the ring's blocks: of recvbuf where a block is a rank's send buffer, else of
         # sendbuf (allreduce: blocks that differ by one element where the ranks do not
         # divide the count)
@@ -91,10 +92,10 @@ class LibraryCompressed:
         capacity = self.capacity = [self._capacity(n) for n in self.lengths]
         if REDUCE_PHASE in self.phases:
             own = self.lengths[self.rank]
-            self.send_capacity = [0 if d == self.rank else capacity[d]
-                                  for d in range(self.size)]
-            self.recv_capacity = [0 if s == self.rank else capacity[self.rank]
-                                  for s in range(self.size)]
+            self.send_capacity = [0 if d == self.rank else capacity[d] for d in range(self.size)]
+            self.recv_capacity = [
+                0 if s == self.rank else capacity[self.rank] for s in range(self.size)
+            ]
             self.a2a_send = empty_payload(sendbuf, max(sum(self.send_capacity), 1))
             self.a2a_recv = empty_payload(sendbuf, max(sum(self.recv_capacity), 1))
             self.scratch = arrays.empty_like(sendbuf, max(own, 1))
@@ -141,11 +142,16 @@ class LibraryCompressed:
         else:  # the payloads' lengths first, then blocks of the longest
             lengths = self._exchange_lengths([length] * size, allgather=True)
             slot = max(lengths)
-        timed(timing, WAIT, self.comm.allgather_bytes, self.ag_send[:slot],
-              self.ag_recv[:size * slot])
+        timed(
+            timing,
+            WAIT,
+            self.comm.allgather_bytes,
+            self.ag_send[:slot],
+            self.ag_recv[: size * slot],
+        )
         for b, (start, stop) in enumerate(self.bounds):
             if stop > start:
-                payload = self.ag_recv[b * slot:b * slot + lengths[b]]
+                payload = self.ag_recv[b * slot : b * slot + lengths[b]]
                 timed(timing, DECODE, codec.decode, payload, self.recvbuf[start:stop])
 
     # reduce-scatter: encode each destination's block, the library's all-to-all, reduce
@@ -157,16 +163,28 @@ class LibraryCompressed:
         for d, (start, stop) in enumerate(self.bounds):
             if d == rank or stop == start:
                 continue
-            payload = timed(timing, ENCODE, codec.encode, self.sendbuf[start:stop],
-                            self.a2a_send[offset:offset + self.send_capacity[d]])
+            payload = timed(
+                timing,
+                ENCODE,
+                codec.encode,
+                self.sendbuf[start:stop],
+                self.a2a_send[offset : offset + self.send_capacity[d]],
+            )
             send_splits[d] = payload.shape[0]
             offset += send_splits[d]
         if self.fixed:
             recv_splits = self.recv_capacity
         else:
             recv_splits = self._exchange_lengths(send_splits, allgather=False)
-        timed(timing, WAIT, self.comm.alltoall_bytes, self.a2a_send, send_splits,
-              self.a2a_recv, recv_splits)
+        timed(
+            timing,
+            WAIT,
+            self.comm.alltoall_bytes,
+            self.a2a_send,
+            send_splits,
+            self.a2a_recv,
+            recv_splits,
+        )
         start, stop = self.bounds[rank]
         if stop == start:
             return
@@ -175,10 +193,9 @@ class LibraryCompressed:
         hop = codec.decode_add_encode
         for k in range(1, size):
             s = (rank + k) % size
-            payload = self.a2a_recv[offsets[s]:offsets[s] + recv_splits[s]]
+            payload = self.a2a_recv[offsets[s] : offsets[s] + recv_splits[s]]
             # out = decode(payload) + (own, then the running sum)
-            timed(timing, REDUCE, hop, payload, own if k == 1 else out, out, None,
-                  self.scratch)
+            timed(timing, REDUCE, hop, payload, own if k == 1 else out, out, None, self.scratch)
 
     def _exchange_lengths(self, lengths: list[int], allgather: bool) -> list[int]:
         """Variable-size codecs (host buffers): this rank's payload lengths to the others
@@ -190,10 +207,10 @@ class LibraryCompressed:
             self.comm.allgather_bytes(self.lengths_send[:LENGTH_NBYTES], self.lengths_recv)
             return host_numpy(self.lengths_recv).view(np.int64).tolist()
         others = [d for d in range(self.size) if d != self.rank]
-        sent[:len(others)] = [lengths[d] for d in others]  # packed in rank order
+        sent[: len(others)] = [lengths[d] for d in others]  # packed in rank order
         splits = [0 if d == self.rank else LENGTH_NBYTES for d in range(self.size)]
         self.comm.alltoall_bytes(self.lengths_send, splits, self.lengths_recv, splits)
-        got = host_numpy(self.lengths_recv).view(np.int64)[:len(others)].tolist()
+        got = host_numpy(self.lengths_recv).view(np.int64)[: len(others)].tolist()
         got.insert(self.rank, 0)
         return got
 

@@ -46,7 +46,7 @@ def _receive_view(bound, slot, count: int):
     """The bytes a receive posts: the payload's exact size where the codec's is fixed."""
     codec = bound.codec
     if codec.fixed_size:
-        return slot[:codec.encoded_nbytes(count, bound.dtype)]
+        return slot[: codec.encoded_nbytes(count, bound.dtype)]
     return slot
 
 
@@ -74,26 +74,37 @@ def _reduce_scatter(bound, out, out_start: int, encode_into: str | None = None) 
     rank, last, send = bound.rank, bound.size - 2, bound.sendbuf
     schedule = list(reduce_scatter_schedule(rank, bound.size))
     first = schedule[0][1]
-    outgoing = [bound._encode(send[c0:c1], bound.slots["rs-out", 0, c])
-                for c, (c0, c1) in enumerate(bound.chunks[first])]
+    outgoing = [
+        bound._encode(send[c0:c1], bound.slots["rs-out", 0, c])
+        for c, (c0, c1) in enumerate(bound.chunks[first])
+    ]
     payloads = []
     for step, _, recv_block in schedule:
         chunks = bound.chunks[recv_block]
         slots = [bound.slots["rs-in", step, c] for c in range(len(chunks))]
-        posted = _post(bound, outgoing, [_receive_view(bound, slot, c1 - c0)
-                                         for slot, (c0, c1) in zip(slots, chunks, strict=True)])
+        posted = _post(
+            bound,
+            outgoing,
+            [
+                _receive_view(bound, slot, c1 - c0)
+                for slot, (c0, c1) in zip(slots, chunks, strict=True)
+            ],
+        )
         outgoing = []
         for c, (c0, c1) in enumerate(chunks):
             _wait(bound, posted[c])
             if step == last:
-                target = out[c0 - out_start:c1 - out_start]
+                target = out[c0 - out_start : c1 - out_start]
                 bound._decode_add(slots[c], send[c0:c1], target)
                 if encode_into is not None:
                     payloads.append(bound._encode(target, bound.slots[encode_into, rank, c]))
             else:
-                partial = bound.scratch.partial[:c1 - c0]
-                outgoing.append(bound._decode_add(slots[c], send[c0:c1], partial,
-                                                  bound.slots["rs-out", step + 1, c]))
+                partial = bound.scratch.partial[: c1 - c0]
+                outgoing.append(
+                    bound._decode_add(
+                        slots[c], send[c0:c1], partial, bound.slots["rs-out", step + 1, c]
+                    )
+                )
         for k in range(len(chunks), len(posted)):  # sends without a receive beside them
             _wait(bound, posted[k])
     return payloads
@@ -105,23 +116,30 @@ def _allgather(bound, own, buf, own_start: int, payloads: list | None = None) ->
     rank, last = bound.rank, bound.size - 2
     mine = bound.chunks[rank]
     if own is not None:
-        payloads = [bound._encode(own[c0 - own_start:c1 - own_start],
-                                  bound.slots["ag", rank, c])
-                    for c, (c0, c1) in enumerate(mine)]
+        payloads = [
+            bound._encode(own[c0 - own_start : c1 - own_start], bound.slots["ag", rank, c])
+            for c, (c0, c1) in enumerate(mine)
+        ]
     # every rank, the owner included, ends with the decoded values
     decodes = [(payload, buf[c0:c1]) for payload, (c0, c1) in zip(payloads, mine, strict=True)]
     outgoing = payloads
     for step, _, recv_block in allgather_schedule(rank, bound.size):
         chunks = bound.chunks[recv_block]
         slots = [bound.slots["ag", recv_block, c] for c in range(len(chunks))]
-        posted = _post(bound, outgoing, [_receive_view(bound, slot, c1 - c0)
-                                         for slot, (c0, c1) in zip(slots, chunks, strict=True)])
+        posted = _post(
+            bound,
+            outgoing,
+            [
+                _receive_view(bound, slot, c1 - c0)
+                for slot, (c0, c1) in zip(slots, chunks, strict=True)
+            ],
+        )
         for payload, target in decodes:  # off the wire's path: while the chunks travel
             bound._decode(payload, target)
         decodes, outgoing = [], []
         for c, (c0, c1) in enumerate(chunks):
             _wait(bound, posted[c])
-            payload = slots[c][:bound._payload_len(slots[c], c1 - c0)]
+            payload = slots[c][: bound._payload_len(slots[c], c1 - c0)]
             if step < last:  # forwarded untouched at the next step
                 outgoing.append(payload)
             decodes.append((payload, buf[c0:c1]))

@@ -78,8 +78,9 @@ class Option:
         if self.variant not in VARIANTS:
             raise ValueError(f"unknown variant {self.variant!r}")
         if (self.codec is None) != (self.variant in UNCOMPRESSED):
-            raise ValueError(f"{self.variant} {'needs' if self.codec is None else 'takes no'} "
-                             "codec")
+            raise ValueError(
+                f"{self.variant} {'needs' if self.codec is None else 'takes no'} codec"
+            )
 
     @property
     def label(self) -> str:
@@ -129,37 +130,47 @@ def codec_work_bytes(variant: str, collective: str, size: float, ranks: int) -> 
     return {"encode": encodes * block, "decode": decodes * block, "hop": hops * block}
 
 
-def codec_seconds(option: Option, collective: str, size: float, ranks: int,
-                  codec_share: float = 1.0) -> float:
+def codec_seconds(
+    option: Option, collective: str, size: float, ranks: int, codec_share: float = 1.0
+) -> float:
     """The codec's time of one call on one rank, times the ranks sharing its core."""
     if option.codec is None:
         return 0.0
     work = codec_work_bytes(option.variant, collective, size, ranks)
     c = option.codec
-    cpu = work["encode"] / c.encode_bps + work["decode"] / c.decode_bps + \
-        work["hop"] / c.hop_bps
+    cpu = work["encode"] / c.encode_bps + work["decode"] / c.decode_bps + work["hop"] / c.hop_bps
     return cpu * max(1.0, codec_share)
 
 
-def call_seconds(option: Option, network: Network, collective: str, size, ranks: int,
-                 codec_share: float = 1.0) -> dict:
+def call_seconds(
+    option: Option, network: Network, collective: str, size, ranks: int, codec_share: float = 1.0
+) -> dict:
     """One call's predicted time and its parts: wire (its floor), codec, floor and time
     (the floor times the option's efficiency). Sizes may be a numpy array."""
     size = np.asarray(size, dtype=np.float64)
-    wire = wire_floor_s(wire_bytes(option, collective, size, ranks), network.rate_bps,
-                        network.burst_bytes, algorithm_steps(option.variant, collective,
-                                                             ranks), network.step_s)
+    wire = wire_floor_s(
+        wire_bytes(option, collective, size, ranks),
+        network.rate_bps,
+        network.burst_bytes,
+        algorithm_steps(option.variant, collective, ranks),
+        network.step_s,
+    )
     codec = codec_seconds(option, collective, size, ranks, codec_share)
     if option.variant == P2P:
         floor = wire + codec  # a hop encodes, sends, receives, decodes: nothing overlaps
     else:
         floor = call_floor_s(wire, codec)
-    return {"wire": wire, "codec": codec * np.ones_like(size), "floor": floor,
-            "time": option.efficiency_for(collective) * floor}
+    return {
+        "wire": wire,
+        "codec": codec * np.ones_like(size),
+        "floor": floor,
+        "time": option.efficiency_for(collective) * floor,
+    }
 
 
-def uncompressed_alpha_beta(network: Network, collective: str, ranks: int,
-                            algorithm: str = "ring") -> AlphaBeta:
+def uncompressed_alpha_beta(
+    network: Network, collective: str, ranks: int, algorithm: str = "ring"
+) -> AlphaBeta:
     """The uncompressed call as ``alpha + beta x size`` in microseconds (no burst): the
     form costmodel.LinkModel and the MG-WFBP planner use. ``rabenseifner``: recursive
     halving and doubling, 2 lg P steps of the ring's volume (Thakur et al., 2005)."""
@@ -226,8 +237,14 @@ def step_timeline(step: Step, durations_s: list[float], overlap: bool = True) ->
     return now + step.tail_us * 1e-6
 
 
-def predict_step(option: Option, network: Network, step: Step, ranks: int,
-                 codec_share: float = 1.0, overlap: bool = True) -> StepPrediction:
+def predict_step(
+    option: Option,
+    network: Network,
+    step: Step,
+    ranks: int,
+    codec_share: float = 1.0,
+    overlap: bool = True,
+) -> StepPrediction:
     """One step of a trace, every call run the option's way."""
     durations, codec_total = [], 0.0
     buckets = dict.fromkeys(BUCKET_NAMES, 0.0)
@@ -238,8 +255,9 @@ def predict_step(option: Option, network: Network, step: Step, ranks: int,
         codec_total += float(t["codec"]) * option.efficiency_for(call.collective)
         buckets[bucket_of(call.nbytes)] += float(t["time"])
     step_s = step_timeline(step, durations, overlap)
-    return StepPrediction(step_s, step.compute_us * 1e-6, float(sum(durations)),
-                          codec_total, buckets)
+    return StepPrediction(
+        step_s, step.compute_us * 1e-6, float(sum(durations)), codec_total, buckets
+    )
 
 
 def step_error(option: Option, step: Step, ranks: int) -> float:
@@ -249,18 +267,23 @@ def step_error(option: Option, step: Step, ranks: int) -> float:
     if option.codec is None:
         return 0.0
     kind = "coll" if option.variant == COLL else "p2p"
-    trips = max((compressions_on_path(kind, c.collective, ranks) for c in step.calls),
-                default=0)
+    trips = max((compressions_on_path(kind, c.collective, ranks) for c in step.calls), default=0)
     return option.codec.rel_l2 * math.sqrt(trips)
 
 
-def break_even_bytes(option: Option, baseline: Option, network: Network, collective: str,
-                     ranks: int, codec_share: float = 1.0,
-                     sizes=None) -> float | None:
+def break_even_bytes(
+    option: Option,
+    baseline: Option,
+    network: Network,
+    collective: str,
+    ranks: int,
+    codec_share: float = 1.0,
+    sizes=None,
+) -> float | None:
     """The smallest OSU size from which the option is faster than the baseline at every
     larger size of the grid (powers of two, 1 KiB to 4 GiB); None if it never is; 0 if
     it is at every size."""
-    sizes = np.asarray(sizes if sizes is not None else [2.0 ** k for k in range(10, 33)])
+    sizes = np.asarray(sizes if sizes is not None else [2.0**k for k in range(10, 33)])
     mine = call_seconds(option, network, collective, sizes, ranks, codec_share)["time"]
     theirs = call_seconds(baseline, network, collective, sizes, ranks, codec_share)["time"]
     faster = mine < theirs
@@ -270,22 +293,31 @@ def break_even_bytes(option: Option, baseline: Option, network: Network, collect
     return 0.0 if slower.size == 0 else float(sizes[slower[-1] + 1])
 
 
-def rank_options(predictions: dict[str, StepPrediction], errors: dict[str, float],
-                 max_error: float | None) -> list[str]:
+def rank_options(
+    predictions: dict[str, StepPrediction], errors: dict[str, float], max_error: float | None
+) -> list[str]:
     """Option labels fastest first; those whose error is over ``max_error`` are left out."""
     allowed = [k for k in predictions if max_error is None or errors[k] <= max_error]
     return sorted(allowed, key=lambda k: (predictions[k].step_s, k))
 
 
-def fastest_map(options: list[Option], rates_bps, sizes, step_s: float, collective: str,
-                ranks: int, codec_share: float = 1.0) -> np.ndarray:
+def fastest_map(
+    options: list[Option],
+    rates_bps,
+    sizes,
+    step_s: float,
+    collective: str,
+    ranks: int,
+    codec_share: float = 1.0,
+) -> np.ndarray:
     """Index of the fastest option for each (link rate, OSU size): rows rates, columns
     sizes (the break-even map)."""
     grid = np.empty((len(rates_bps), len(sizes)), dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.float64)
     for i, rate in enumerate(rates_bps):
         net = Network(float(rate), step_s)
-        times = np.array([call_seconds(o, net, collective, sizes, ranks,
-                                       codec_share)["time"] for o in options])
+        times = np.array(
+            [call_seconds(o, net, collective, sizes, ranks, codec_share)["time"] for o in options]
+        )
         grid[i] = np.argmin(times, axis=0)
     return grid

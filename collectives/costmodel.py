@@ -105,8 +105,7 @@ class LinkModel:
         """Reduce-scatter then allgather around a ring: 2(p-1) steps of 1/p of the data."""
         if p < 2:
             return AlphaBeta(0.0, 0.0)
-        return AlphaBeta(2 * (p - 1) * self.hop_latency_us,
-                         2 * (p - 1) / p * self.us_per_byte)
+        return AlphaBeta(2 * (p - 1) * self.hop_latency_us, 2 * (p - 1) / p * self.us_per_byte)
 
     def ring_allgather(self, p: int) -> AlphaBeta:
         """Ring allgather; size is the total gathered buffer (p blocks)."""
@@ -124,13 +123,13 @@ class LinkModel:
             return AlphaBeta(0.0, 0.0)
         if p & (p - 1):  # lg p would count fractional steps: the model holds for 2**k only
             raise ValueError(f"the Rabenseifner model needs a power of two ranks, not {p}")
-        return AlphaBeta(2 * np.log2(p) * self.hop_latency_us,
-                         2 * (p - 1) / p * self.us_per_byte)
+        return AlphaBeta(2 * np.log2(p) * self.hop_latency_us, 2 * (p - 1) / p * self.us_per_byte)
 
     def allreduce(self, p: int, algorithm: str = "ring") -> AlphaBeta:
         try:
-            return {"ring": self.ring_allreduce,
-                    "rabenseifner": self.rabenseifner_allreduce}[algorithm](p)
+            return {"ring": self.ring_allreduce, "rabenseifner": self.rabenseifner_allreduce}[
+                algorithm
+            ](p)
         except KeyError:
             raise ValueError(f"unknown allreduce algorithm {algorithm!r}") from None
 
@@ -141,8 +140,10 @@ class LinkModel:
             raise ValueError("a measured allreduce on >= 2 ranks is needed to infer a link")
         if model.beta_us_per_byte <= 0:
             raise ValueError("beta must be positive to infer a link rate")
-        return cls(link_gbps=8e-3 * 2 * (p - 1) / p / model.beta_us_per_byte,
-                   hop_latency_us=model.alpha_us / (2 * (p - 1)))
+        return cls(
+            link_gbps=8e-3 * 2 * (p - 1) / p / model.beta_us_per_byte,
+            hop_latency_us=model.alpha_us / (2 * (p - 1)),
+        )
 
 
 # ---------------------------------------------------------------- measuring a fit
@@ -160,8 +161,9 @@ def fit_sizes(total_bytes: int, low: int, ranks: int, item: int = 4) -> list[int
     return sorted(set(sizes))
 
 
-def fit_cost_model(comm, bind, send, recv, sizes: list[int], seconds_per_size: float,
-                   timer, item: int = 4) -> tuple[Fit, list[dict]]:
+def fit_cost_model(
+    comm, bind, send, recv, sizes: list[int], seconds_per_size: float, timer, item: int = 4
+) -> tuple[Fit, list[dict]]:
     """Time one collective per size and fit ``alpha + beta * s`` (``fit_alpha_beta``).
 
     ``bind(send[:n], recv[:n])`` returns the call for n elements; ``timer(run,
@@ -180,8 +182,9 @@ def fit_cost_model(comm, bind, send, recv, sizes: list[int], seconds_per_size: f
         run()
         first = comm.allreduce_value(time.perf_counter() - t0, op="max")
         iters = int(np.clip(seconds_per_size / max(first, 1e-6), 3, 200))
-        points.append({"size_bytes": size, "measured_us": float(timer(run, iters)),
-                       "iterations": iters})
+        points.append(
+            {"size_bytes": size, "measured_us": float(timer(run, iters)), "iterations": iters}
+        )
     fit = fit_alpha_beta([p["size_bytes"] for p in points], [p["measured_us"] for p in points])
     for p in points:
         p["fitted_us"] = float(fit.model.time_us(p["size_bytes"]))
@@ -236,21 +239,33 @@ def codec_floor_s(codec_cpu_s, codec_share: float) -> float:
     return float(max(cpu.max(), cpu.mean() * codec_share))
 
 
-def pipeline_floor(wire_bytes: float, rate_bps: float | None, codec_cpu_s,
-                   codec_share: float, burst_bytes: float = 0.0, steps: int = 0,
-                   step_s: float = 0.0) -> dict:
+def pipeline_floor(
+    wire_bytes: float,
+    rate_bps: float | None,
+    codec_cpu_s,
+    codec_share: float,
+    burst_bytes: float = 0.0,
+    steps: int = 0,
+    step_s: float = 0.0,
+) -> dict:
     """One call's floor in seconds, its parts by name: wire (wire_floor_s; None without a
     link: shared memory), codec (codec_floor_s of the sharing ranks' fastest codec times)
     and floor."""
-    wire = wire_floor_s(wire_bytes, rate_bps, burst_bytes, steps, step_s) if rate_bps \
-        else None
+    wire = wire_floor_s(wire_bytes, rate_bps, burst_bytes, steps, step_s) if rate_bps else None
     codec = codec_floor_s(codec_cpu_s, codec_share)
     return {"wire": wire, "codec": codec, "floor": float(call_floor_s(wire, codec))}
 
 
-def pipeline_time_s(block_bytes: float, chunks: int, ranks: int, chunk_s: float,
-                    codec_bps: float, wire_bps: float, share: float = 1.0,
-                    reduces: bool = False) -> float:
+def pipeline_time_s(
+    block_bytes: float,
+    chunks: int,
+    ranks: int,
+    chunk_s: float,
+    codec_bps: float,
+    wire_bps: float,
+    share: float = 1.0,
+    reduces: bool = False,
+) -> float:
     """A model of one chunked ring pipeline's call over P-1 steps of B-byte blocks, each cut
     into n chunks, for choosing n (not a floor: it leaves out the burst and step cost):
 
@@ -280,8 +295,11 @@ def pipeline_time_s(block_bytes: float, chunks: int, ranks: int, chunk_s: float,
     codec = share * (p - 1) * b / codec_bps
     chunk = (p - 1) * n * max(chunk_s, 0.0)
     fill = 2 * b / (n * codec_bps)
-    gaps = (p - 2) * max(0.0, b / (n * wire_bps) + b / (n * codec_bps) - b / wire_bps) \
-        if reduces else 0.0
+    gaps = (
+        (p - 2) * max(0.0, b / (n * wire_bps) + b / (n * codec_bps) - b / wire_bps)
+        if reduces
+        else 0.0
+    )
     return max(wire, codec) + chunk + fill + gaps
 
 
@@ -297,17 +315,26 @@ def chunk_candidates(block_bytes: int, low: int, high: int | None = None) -> lis
     return sorted(set(sizes))
 
 
-def pipeline_chunk_bytes(block_bytes: int, ranks: int, chunk_s: float, codec_bps: float,
-                         wire_bps: float, low: int, high: int | None = None,
-                         share: float = 1.0, reduces: bool = False) -> int:
+def pipeline_chunk_bytes(
+    block_bytes: int,
+    ranks: int,
+    chunk_s: float,
+    codec_bps: float,
+    wire_bps: float,
+    low: int,
+    high: int | None = None,
+    share: float = 1.0,
+    reduces: bool = False,
+) -> int:
     """The chunk (uncompressed bytes) of least modelled time (pipeline_time_s) among
     chunk_candidates: powers of two of at least `low`, and the block (at most `high`);
     a tie goes to the larger chunk (fewer messages)."""
     best, best_t = None, float("inf")
     for size in chunk_candidates(block_bytes, low, high):
         chunks = -(-block_bytes // size) if block_bytes > 0 else 1
-        t = pipeline_time_s(block_bytes, chunks, ranks, chunk_s, codec_bps, wire_bps, share,
-                            reduces)
+        t = pipeline_time_s(
+            block_bytes, chunks, ranks, chunk_s, codec_bps, wire_bps, share, reduces
+        )
         if t <= best_t * (1 + 1e-12):
             best, best_t = size, t
     return best

@@ -14,8 +14,15 @@ from dataclasses import dataclass
 
 # Variables an MPI launcher (Hydra, Open MPI's prterun, srun --mpi=pmi2/pmix) gives each
 # process: their presence means MPI_Init will find its job.
-MPI_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_FD",
-                 "MPI_LOCALRANKID", "MPIRUN_RANK")
+MPI_VARIABLES = (
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMIX_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_FD",
+    "MPI_LOCALRANKID",
+    "MPIRUN_RANK",
+)
 # What launchers tell each process of the job they started: its size and this process's
 # rank (Hydra and srun --mpi=pmi2: PMI_*; Open MPI's prterun: OMPI_COMM_WORLD_*; any srun
 # step: SLURM_*, which a batch script alone does not have; torchrun: RANK).
@@ -28,7 +35,7 @@ DEFAULT_MASTER_PORT = 29500
 class EnvLaunch:
     """A launch without MPI: who this process is, and where the rendezvous is."""
 
-    launcher: str       # "torchrun" or "srun"
+    launcher: str  # "torchrun" or "srun"
     rank: int
     size: int
     local_rank: int
@@ -60,7 +67,8 @@ def check_world(world_size: int, library: str, environ=None) -> None:
             f"the launcher started {started} processes but MPI sees a world of {world_size}: "
             f"this MPI ({library}) cannot join the launcher's job; start it with this MPI's "
             "own mpiexec, or srun with the --mpi plug-in it was built for (pmix for Open "
-            "MPI 5)")
+            "MPI 5)"
+        )
 
 
 def mpi_launched(environ=None) -> bool:
@@ -75,11 +83,23 @@ def env_launch(environ=None) -> EnvLaunch | None:
         return None
     port = int(env.get("MASTER_PORT", DEFAULT_MASTER_PORT) or DEFAULT_MASTER_PORT)
     if "RANK" in env and "WORLD_SIZE" in env and env.get("MASTER_ADDR"):
-        return EnvLaunch("torchrun", int(env["RANK"]), int(env["WORLD_SIZE"]),
-                         int(env.get("LOCAL_RANK", 0)), env["MASTER_ADDR"], port)
+        return EnvLaunch(
+            "torchrun",
+            int(env["RANK"]),
+            int(env["WORLD_SIZE"]),
+            int(env.get("LOCAL_RANK", 0)),
+            env["MASTER_ADDR"],
+            port,
+        )
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and env.get("MASTER_ADDR"):
-        return EnvLaunch("srun", int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]),
-                         int(env.get("SLURM_LOCALID", 0)), env["MASTER_ADDR"], port)
+        return EnvLaunch(
+            "srun",
+            int(env["SLURM_PROCID"]),
+            int(env["SLURM_NTASKS"]),
+            int(env.get("SLURM_LOCALID", 0)),
+            env["MASTER_ADDR"],
+            port,
+        )
     return None
 
 
@@ -103,8 +123,9 @@ def launch_communicator(backend: str = "gloo"):
         return Communicator(MPI.COMM_WORLD)
     from ccbench.collectives.comm_torch import torch_communicator
 
-    return torch_communicator(backend, env.rank, env.size, env.local_rank,
-                              master=(env.master_addr, env.master_port))
+    return torch_communicator(
+        backend, env.rank, env.size, env.local_rank, master=(env.master_addr, env.master_port)
+    )
 
 
 def communicator_for(launch, transport: str, backend: str):
@@ -114,13 +135,14 @@ def communicator_for(launch, transport: str, backend: str):
 
     if transport == "mpi":
         if launch.transport != "mpi":
-            raise UsageError("--transport mpi needs an MPI launch (mpiexec, or srun with "
-                             "MPI); under torchrun add --transport torch")
+            raise UsageError(
+                "--transport mpi needs an MPI launch (mpiexec, or srun with "
+                "MPI); under torchrun add --transport torch"
+            )
         return launch
     if launch.transport == "torch" and launch.backend == backend:
         return launch
     from ccbench.collectives.comm_torch import torch_communicator
 
     mpi = getattr(launch, "mpi", None)
-    return torch_communicator(backend, launch.rank, launch.size, launch.local_rank,
-                              mpi_comm=mpi)
+    return torch_communicator(backend, launch.rank, launch.size, launch.local_rank, mpi_comm=mpi)

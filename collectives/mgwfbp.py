@@ -47,12 +47,26 @@ DEFAULT_STRATEGIES = ("wfbp", "single", "fixed:64MB", "ddp:25MB", "mgwfbp", "opt
 
 # Profile CSV, one row per gradient tensor in backward order (written by
 # ccbench.scripts.profile_layers, read here so the planner and simulator need no torch).
-PROFILE_COLUMNS = ("model", "order", "param", "shape", "numel", "dtype", "bytes",
-                   "backward_us", "ready_us", "forward_us", "batch", "width", "device",
-                   "iterations")
+PROFILE_COLUMNS = (
+    "model",
+    "order",
+    "param",
+    "shape",
+    "numel",
+    "dtype",
+    "bytes",
+    "backward_us",
+    "ready_us",
+    "forward_us",
+    "batch",
+    "width",
+    "device",
+    "iterations",
+)
 
 
 # ---------------------------------------------------------------- profiles
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -94,8 +108,13 @@ class Profile:
         nbytes = np.asarray(nbytes, dtype=np.int64)
         if params is None:
             params = tuple(f"t{i}" for i in range(nbytes.size))
-        return cls(model, tuple(params), nbytes,
-                   np.asarray(backward_us, dtype=np.float64), float(forward_us))
+        return cls(
+            model,
+            tuple(params),
+            nbytes,
+            np.asarray(backward_us, dtype=np.float64),
+            float(forward_us),
+        )
 
 
 def read_profile(path) -> Profile:
@@ -128,8 +147,7 @@ def parse_bytes(text: str) -> int:
     """``"64MB"``, ``"25MiB"``, ``"512K"``, ``"1048576"`` -> bytes (binary multiples)."""
     m = _SIZE_RE.match(text)
     if not m:
-        raise UsageError(f"bad size {text!r}: expected a number with optional K/M/G[B], "
-                         "e.g. 64MB")
+        raise UsageError(f"bad size {text!r}: expected a number with optional K/M/G[B], e.g. 64MB")
     value = float(m.group(1)) * (1 << _SIZE_SHIFT[m.group(2).lower()])
     if value < 1:
         raise UsageError(f"bad size {text!r}: must be at least 1 byte")
@@ -167,8 +185,10 @@ def parse_strategy(spec: str) -> Strategy:
         return Strategy(kind)
     if kind in _THRESHOLD_DEFAULTS:
         return Strategy(kind, parse_bytes(arg) if sep else _THRESHOLD_DEFAULTS[kind])
-    raise UsageError(f"unknown strategy {spec!r}; choose from wfbp, single, fixed:BYTES, "
-                     "ddp:BYTES, mgwfbp, optimal (or all)")
+    raise UsageError(
+        f"unknown strategy {spec!r}; choose from wfbp, single, fixed:BYTES, "
+        "ddp:BYTES, mgwfbp, optimal (or all)"
+    )
 
 
 def parse_strategies(text: str) -> list[Strategy]:
@@ -178,7 +198,7 @@ def parse_strategies(text: str) -> list[Strategy]:
         raise UsageError("no strategy given")
     out: list[Strategy] = []
     for spec in specs:
-        for s in (DEFAULT_STRATEGIES if spec.strip().lower() == "all" else (spec,)):
+        for s in DEFAULT_STRATEGIES if spec.strip().lower() == "all" else (spec,):
             strategy = parse_strategy(s)
             if strategy not in out:
                 out.append(strategy)
@@ -186,6 +206,7 @@ def parse_strategies(text: str) -> list[Strategy]:
 
 
 # ---------------------------------------------------------------- timeline
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -244,17 +265,22 @@ def comm_timeline(ready_us, durations_us):
 def evaluate(profile: Profile, cost: AlphaBeta, stops, strategy: str = "custom") -> Plan:
     """Timeline of a grouping (stops strictly increasing, last stop = number of tensors)."""
     stops = tuple(int(s) for s in stops)
-    if not stops or stops[-1] != profile.ntensors or any(
-            b <= a for a, b in zip((0,) + stops[:-1], stops, strict=True)):
+    if (
+        not stops
+        or stops[-1] != profile.ntensors
+        or any(b <= a for a, b in zip((0,) + stops[:-1], stops, strict=True))
+    ):
         raise ValueError(f"stops {stops} do not partition {profile.ntensors} tensors")
     sizes = group_sizes(profile.nbytes, stops)
     ready = profile.ready_us[np.asarray(stops) - 1]
     start, end = comm_timeline(ready, cost.time_us(sizes))
-    return Plan(strategy, stops, sizes, ready, start, end, profile.forward_us,
-                profile.total_backward_us)
+    return Plan(
+        strategy, stops, sizes, ready, start, end, profile.forward_us, profile.total_backward_us
+    )
 
 
 # ---------------------------------------------------------------- strategies (stops)
+
 
 def wfbp_stops(profile: Profile) -> list[int]:
     return list(range(1, profile.ntensors + 1))
@@ -275,8 +301,9 @@ def fixed_stops(profile: Profile, threshold: int) -> list[int]:
     return stops + [profile.ntensors]
 
 
-def ddp_stops(profile: Profile, bucket_cap: int,
-              first_bucket_cap: int = DDP_FIRST_BUCKET_BYTES) -> list[int]:
+def ddp_stops(
+    profile: Profile, bucket_cap: int, first_bucket_cap: int = DDP_FIRST_BUCKET_BYTES
+) -> list[int]:
     """DDP's ``compute_bucket_assignment_by_size``: close a bucket once it reaches its cap."""
     cap, stops, filled = min(first_bucket_cap, bucket_cap), [], 0
     for i, n in enumerate(profile.nbytes.tolist()):
@@ -361,10 +388,16 @@ def plan(strategy: Strategy | str, profile: Profile, cost: AlphaBeta) -> Plan:
 def plan_columns(p: Plan, cost: AlphaBeta) -> dict:
     """The result-row columns that describe one plan and its prediction."""
     return {
-        "strategy": p.strategy, "predicted_us": round(p.iteration_us, 3),
-        "forward_us": round(p.forward_us, 3), "backward_us": round(p.backward_us, 3),
-        "nonoverlapped_us": round(p.nonoverlapped_us, 3), "groups": p.ngroups,
-        "plan": p.stops_text, "tensors": p.stops[-1], "total_bytes": int(p.group_bytes.sum()),
+        "strategy": p.strategy,
+        "predicted_us": round(p.iteration_us, 3),
+        "forward_us": round(p.forward_us, 3),
+        "backward_us": round(p.backward_us, 3),
+        "nonoverlapped_us": round(p.nonoverlapped_us, 3),
+        "groups": p.ngroups,
+        "plan": p.stops_text,
+        "tensors": p.stops[-1],
+        "total_bytes": int(p.group_bytes.sum()),
         "comm_us": round(float(np.sum(p.end_us - p.start_us)), 3),
-        "alpha_us": cost.alpha_us, "beta_us_per_byte": cost.beta_us_per_byte,
-    }  # fmt: skip
+        "alpha_us": cost.alpha_us,
+        "beta_us_per_byte": cost.beta_us_per_byte,
+    }

@@ -66,7 +66,7 @@ class StagedSend:
         self.request: MPI.Request | None = None  # MPI's, once posted
 
     def post(self) -> None:
-        self.request = self.comm.mpi.Isend(self.mirror.host[:self.count], self.dest, self.tag)
+        self.request = self.comm.mpi.Isend(self.mirror.host[: self.count], self.dest, self.tag)
 
     def mpi_request(self) -> MPI.Request:
         return self.request if self.request is not None else MPI.Request()  # null: inactive
@@ -89,10 +89,9 @@ class StagedRecv:
     and the current stream waits for it (the host never does). `head`, a host array,
     gets the message's first bytes on the host too (OmniReduce's headers)."""
 
-    def __init__(self, comm, mirror: Mirror, out, head: np.ndarray | None, source: int,
-                 tag: int):
+    def __init__(self, comm, mirror: Mirror, out, head: np.ndarray | None, source: int, tag: int):
         self.comm, self.mirror, self.out, self.head = comm, mirror, out, head
-        self.request = comm.mpi.Irecv(mirror.host[:nbytes(out)], source, tag)
+        self.request = comm.mpi.Irecv(mirror.host[: nbytes(out)], source, tag)
         self.finished = False
 
     def mpi_request(self) -> MPI.Request:

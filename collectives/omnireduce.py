@@ -39,7 +39,8 @@ class OmniReduce:
                 f"omnireduce tags its streams and tests and cancels its receives; the "
                 f"{comm.transport} transport can do neither (torch.distributed completes a "
                 f"receive only when waited for): use --transport mpi, or --algorithm dense, "
-                f"dense-ring or allgather-sparse")
+                f"dense-ring or allgather-sparse"
+            )
         self.comm, self.send, self.recv = comm, send, recv
         self.layout, self.threshold = layout, threshold
         self.xp = array_namespace(send)

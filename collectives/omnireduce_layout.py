@@ -58,9 +58,16 @@ class Layout:
         return max(1, min(self.fusion, stop - start))
 
 
-def make_layout(count: int, block_size: int, size: int, aggregators: int = 0,
-                streams_per_aggregator: int = 2, fusion: int = 1024, window: int = 4,
-                protocol: str = "request-driven") -> Layout:
+def make_layout(
+    count: int,
+    block_size: int,
+    size: int,
+    aggregators: int = 0,
+    streams_per_aggregator: int = 2,
+    fusion: int = 1024,
+    window: int = 4,
+    protocol: str = "request-driven",
+) -> Layout:
     """The layout on `size` ranks: colocated when aggregators == 0, else the last K ranks.
 
     Streams are contiguous runs of blocks dealt to the aggregators round-robin; with the
@@ -78,12 +85,15 @@ def make_layout(count: int, block_size: int, size: int, aggregators: int = 0,
     nblocks = block_count(count, block_size)
     nstreams = min(len(agg_ranks) * streams_per_aggregator, nblocks)
     if TAG_BASE + 2 * nstreams > MAX_TAG:
-        raise UsageError(f"{nstreams} omnireduce streams need more MPI tags than MPI promises "
-                         f"({MAX_TAG}); use fewer --streams")
+        raise UsageError(
+            f"{nstreams} omnireduce streams need more MPI tags than MPI promises "
+            f"({MAX_TAG}); use fewer --streams"
+        )
     streams = tuple(block_bounds(nblocks, nstreams)) if nstreams else ()
     aggregator_of = tuple(agg_ranks[s % len(agg_ranks)] for s in range(nstreams))
-    return Layout(count, block_size, nblocks, streams, aggregator_of, workers, fusion, window,
-                  protocol)
+    return Layout(
+        count, block_size, nblocks, streams, aggregator_of, workers, fusion, window, protocol
+    )
 
 
 def stream_share(layout: Layout, rank: int) -> np.ndarray:

@@ -95,8 +95,7 @@ class RequestWorker(WorkerSide):
             self.request[...] = nexts
         elif k:
             local = positions.astype(np.int64) - self.start
-            scatter_blocks(self.recv, self.engine.index_array(local),
-                           message.blocks(k, k), block)
+            scatter_blocks(self.recv, self.engine.index_array(local), message.blocks(k, k), block)
             self.request[local % self.columns] = nexts
         if (self.request >= self.length).all():
             self.done = True
@@ -117,15 +116,17 @@ class RequestWorker(WorkerSide):
         self.cursor.advance(asked)
         k = asked.shape[0]
         message, requests = self.outbox.take()
-        gather_blocks(self.send, engine.index_array(held), layout.block_size,
-                      out=message.blocks(k, k))
+        gather_blocks(
+            self.send, engine.index_array(held), layout.block_size, out=message.blocks(k, k)
+        )
         message.write(k, -1, 0, held + self.start, nexts=self.cursor.heads[asked] + self.start)
         requests.append(message.send(engine.comm, self.aggregator, TAG_BASE + self.stream))
         engine.counters["packets"] += 1
         engine.counters["blocks"] += k
         # the rule, checked where it is applied: every block at its column's request
-        engine.counters["unrequested"] += int(np.count_nonzero(
-            held != self.request[held % self.columns]))
+        engine.counters["unrequested"] += int(
+            np.count_nonzero(held != self.request[held % self.columns])
+        )
         if engine.sent is not None:
             engine.sent.append((self.stream, (held + self.start).tolist()))
 
@@ -140,8 +141,9 @@ class RequestAggregator(AggregatorSide):
         self.row = {w: i for i, w in enumerate(self.remote_workers)}
 
     def begin(self) -> None:
-        self.heads = np.full((len(self.remote_workers), self.columns), self.length,
-                             dtype=np.int64)  # each remote worker's next, per column
+        self.heads = np.full(
+            (len(self.remote_workers), self.columns), self.length, dtype=np.int64
+        )  # each remote worker's next, per column
         self.request = np.full(self.columns, -1, dtype=np.int64)
         self.first = True
         self.pending = len(self.remote_workers)  # the first packets
@@ -165,8 +167,9 @@ class RequestAggregator(AggregatorSide):
         elif k:
             local = positions.astype(np.int64) - self.start
             blocks = message.received_blocks(k, positions, k)
-            scatter_add_blocks(self.acc, self.engine.index_array(local), blocks,
-                               self.engine.layout.block_size)
+            scatter_add_blocks(
+                self.acc, self.engine.index_array(local), blocks, self.engine.layout.block_size
+            )
             self.heads[row, local % self.columns] = nexts
         self.pending -= 1
         self.inboxes[worker].post()  # its next packet, if it is asked again
@@ -174,8 +177,11 @@ class RequestAggregator(AggregatorSide):
 
     def complete_rounds(self) -> None:
         """Answer every round whose asked blocks are all in (the colocated worker's at once)."""
-        while not self.done and self.pending == 0 and (self.local is not None
-                                                       or not self.local_worker):
+        while (
+            not self.done
+            and self.pending == 0
+            and (self.local is not None or not self.local_worker)
+        ):
             self.respond()
 
     def respond(self) -> None:
@@ -207,8 +213,9 @@ class RequestAggregator(AggregatorSide):
             order = np.argsort(finished)
             finished, nexts = finished[order], nexts[order]
             k = finished.shape[0]
-            gather_blocks(self.acc, engine.index_array(finished), layout.block_size,
-                          out=message.blocks(k, k))
+            gather_blocks(
+                self.acc, engine.index_array(finished), layout.block_size, out=message.blocks(k, k)
+            )
             message.write(k, -1, 0, finished + self.start, nexts=nexts + self.start)
         for worker in self.remote_workers:
             requests.append(message.send(engine.comm, worker, self.result_tag))

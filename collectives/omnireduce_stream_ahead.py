@@ -82,8 +82,11 @@ class WorkerStream(WorkerSide):
         if k < global_next - self.filled:  # positions nobody held up to the global next
             gaps = np.ones(global_next - self.filled, dtype=bool)
             gaps[positions - self.filled] = False
-            zero_blocks(self.recv, self.engine.index_array(
-                np.flatnonzero(gaps) + (self.filled - self.start)), block)
+            zero_blocks(
+                self.recv,
+                self.engine.index_array(np.flatnonzero(gaps) + (self.filled - self.start)),
+                block,
+            )
         self.filled = global_next
         while self.in_flight and self.in_flight[0] < global_next:
             self.in_flight.popleft()
@@ -135,8 +138,9 @@ class AggregatorStream(AggregatorSide):
         if k:
             local = positions - self.start
             blocks = message.received_blocks(k, positions)
-            scatter_add_blocks(self.acc, self.engine.index_array(local), blocks,
-                               self.engine.layout.block_size)
+            scatter_add_blocks(
+                self.acc, self.engine.index_array(local), blocks, self.engine.layout.block_size
+            )
             self.touched[local] = True
         self.frontier[self.worker_index[worker]] = next_position
         while self.unposted[worker] and len(inbox.posted) < self.engine.layout.window:
@@ -150,7 +154,7 @@ class AggregatorStream(AggregatorSide):
         if finished <= self.emitted:
             return
         lo = self.emitted - self.start
-        local = np.flatnonzero(self.touched[lo: finished - self.start]) + lo
+        local = np.flatnonzero(self.touched[lo : finished - self.start]) + lo
         self.emitted = finished
         if local.shape[0] == 0 and finished < self.stop:
             return
@@ -158,14 +162,15 @@ class AggregatorStream(AggregatorSide):
         fusion = layout.message_blocks
         chunks = max(1, -(-local.shape[0] // fusion))
         for c in range(chunks):
-            rows = local[c * fusion:(c + 1) * fusion]
+            rows = local[c * fusion : (c + 1) * fusion]
             k = rows.shape[0]
             last = c == chunks - 1
             global_next = finished if last else int(local[(c + 1) * fusion]) + self.start
             message, requests = self.outbox.take()
             if k:
-                gather_blocks(self.acc, engine.index_array(rows), layout.block_size,
-                              out=message.blocks(k))
+                gather_blocks(
+                    self.acc, engine.index_array(rows), layout.block_size, out=message.blocks(k)
+                )
             message.write(k, global_next, 0, rows + self.start)
             for worker in self.remote_workers:
                 requests.append(message.send(engine.comm, worker, self.result_tag))

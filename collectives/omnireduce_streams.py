@@ -78,25 +78,28 @@ class Message:
     def blocks(self, k: int, m: int = 0):
         """The (k, block_size) data view for a message of k blocks and m next positions."""
         offset = self._offset(k + m)
-        return self.raw[offset: offset + k * self.block_bytes].view(self.dtype).reshape(
-            k, self.block_size)
+        return (
+            self.raw[offset : offset + k * self.block_bytes]
+            .view(self.dtype)
+            .reshape(k, self.block_size)
+        )
 
-    def write(self, k: int, next_position: int, remaining: int, positions,
-              nexts=None) -> None:
+    def write(self, k: int, next_position: int, remaining: int, positions, nexts=None) -> None:
         """Fill the header (the blocks are written into `blocks(k, m)` by the caller)."""
         ints = self.ints
         m = 0 if nexts is None else len(nexts)
         ints[0], ints[1], ints[2], ints[3] = k, next_position, remaining, m
-        ints[HEADER_FIELDS:HEADER_FIELDS + k] = positions
+        ints[HEADER_FIELDS : HEADER_FIELDS + k] = positions
         if m:
-            ints[HEADER_FIELDS + k:HEADER_FIELDS + k + m] = nexts
+            ints[HEADER_FIELDS + k : HEADER_FIELDS + k + m] = nexts
         self.nbytes = self._offset(k + m) + k * self.block_bytes
         if k and int(positions[-1]) == self.tail_id:
             self.nbytes -= self.tail_cut
         if not self.on_host and not self.staged:  # a GPU-aware MPI reads the device
             header = self._offset(k + m)
-            self.raw[:header] = self._xp.asarray(self.ints.view(np.uint8)[:header],
-                                                 device=device(self.raw))
+            self.raw[:header] = self._xp.asarray(
+                self.ints.view(np.uint8)[:header], device=device(self.raw)
+            )
 
     def read(self) -> tuple[int, int, int, np.ndarray]:
         """(k, next position, remaining, positions) of a received message."""
@@ -104,18 +107,18 @@ class Message:
             self.ints[...] = to_numpy(self.raw[: self.ints.nbytes]).view(np.int32)
         ints = self.ints
         k = int(ints[0])
-        return k, int(ints[1]), int(ints[2]), ints[HEADER_FIELDS:HEADER_FIELDS + k]
+        return k, int(ints[1]), int(ints[2]), ints[HEADER_FIELDS : HEADER_FIELDS + k]
 
     def nexts(self) -> np.ndarray:
         """The m next positions of a message just read."""
         k, m = int(self.ints[0]), int(self.ints[3])
-        return self.ints[HEADER_FIELDS + k:HEADER_FIELDS + k + m]
+        return self.ints[HEADER_FIELDS + k : HEADER_FIELDS + k + m]
 
     def received_blocks(self, k: int, positions: np.ndarray, m: int = 0):
         """The k received blocks; the padding of a trimmed tail block is zeroed."""
         blocks = self.blocks(k, m)
         if k and int(positions[-1]) == self.tail_id:
-            blocks[k - 1, self.tail:] = 0
+            blocks[k - 1, self.tail :] = 0
         return blocks
 
     def wire(self):
@@ -125,8 +128,7 @@ class Message:
     def send(self, comm, dest: int, tag: int):
         """Post this message's send; staged, its header goes from the host copy."""
         if self.staged:
-            head = self.ints.view(np.uint8)[: self._offset(int(self.ints[0]) +
-                                                           int(self.ints[3]))]
+            head = self.ints.view(np.uint8)[: self._offset(int(self.ints[0]) + int(self.ints[3]))]
             return comm.isend(self.wire(), dest, tag, head=head)
         return comm.isend(self.wire(), dest, tag)
 
@@ -221,8 +223,12 @@ class WorkerSide(StreamSide):
         self.send, self.recv = engine.regions(stream)
         self.aggregator = engine.layout.aggregator_of[stream]
         self.outbox = Outbox(engine.comm, self.new_message)
-        self.inbox = Inbox(engine.comm, self.aggregator,
-                           TAG_BASE + len(engine.layout.streams) + stream, self.new_message)
+        self.inbox = Inbox(
+            engine.comm,
+            self.aggregator,
+            TAG_BASE + len(engine.layout.streams) + stream,
+            self.new_message,
+        )
 
 
 class AggregatorSide(StreamSide):
@@ -239,8 +245,10 @@ class AggregatorSide(StreamSide):
         rank, workers = engine.comm.rank, engine.layout.workers
         self.remote_workers = [w for w in workers if w != rank]
         self.local_worker = rank in workers
-        self.inboxes = {w: Inbox(engine.comm, w, TAG_BASE + stream, self.new_message)
-                        for w in self.remote_workers}  # fmt: skip
+        self.inboxes = {
+            w: Inbox(engine.comm, w, TAG_BASE + stream, self.new_message)
+            for w in self.remote_workers
+        }
         self.outbox = Outbox(engine.comm, self.new_message)
         self.result_tag = TAG_BASE + len(engine.layout.streams) + stream
 

@@ -69,11 +69,12 @@ class Schedule:
     calls: list
 
 
-def make_schedule(p: Plan, bind, send: np.ndarray, recv: np.ndarray,
-                  elements: np.ndarray) -> Schedule:
+def make_schedule(
+    p: Plan, bind, send: np.ndarray, recv: np.ndarray, elements: np.ndarray
+) -> Schedule:
     """Bind one allreduce per group on its slice of the flat (backward-order) buffers."""
     edges = np.concatenate(([0], np.cumsum(elements)))
-    calls = [bind(send[edges[a]:edges[b]], recv[edges[a]:edges[b]]) for a, b in p.groups]
+    calls = [bind(send[edges[a] : edges[b]], recv[edges[a] : edges[b]]) for a, b in p.groups]
     return Schedule(p, p.ready_us * 1e-6, calls)
 
 

@@ -53,8 +53,8 @@ WAIT_MODES = ("sleep", "yield")
 DEFAULT_WAIT = "sleep"
 DEFAULT_PROGRESS = "chunk"
 SUB_CHUNK_BYTES = 512 << 10  # uncompressed bytes of codec work between two Testall calls
-POLL_S = 50e-6               # a waiting rank's poll interval once it sleeps
-SPIN_S = 200e-6              # how long a waiting rank polls without sleeping
+POLL_S = 50e-6  # a waiting rank's poll interval once it sleeps
+SPIN_S = 200e-6  # how long a waiting rank polls without sleeping
 
 # the breakdown's fields, per call, in seconds
 FIELDS = ("call", "encode", "decode", "reduce", "wait", "codec_cpu", "stage")
@@ -64,7 +64,11 @@ CALL, ENCODE, DECODE, REDUCE, WAIT, CODEC_CPU, STAGE = range(len(FIELDS))
 def async_progress() -> bool:
     """True when MPICH's asynchronous progress thread was asked for at launch."""
     return os.environ.get("MPIR_CVAR_ASYNC_PROGRESS", "0").strip().lower() in (
-        "1", "yes", "true", "on")
+        "1",
+        "yes",
+        "true",
+        "on",
+    )
 
 
 def idle_wait(since: float, mode: str = DEFAULT_WAIT) -> None:
@@ -93,9 +97,9 @@ class Breakdown:
         self.comm = comm
         backend = arrays.backend_of(like) if like is not None else None
         self.device = backend if backend is not None and backend.device else None
-        self._spans: list = []     # this call's (field, start event, stop event)
-        self._pending: list = []   # (row index, spans, call start, call stop)
-        self._free: list = []      # events whose times have been read
+        self._spans: list = []  # this call's (field, start event, stop event)
+        self._pending: list = []  # (row index, spans, call start, call stop)
+        self._free: list = []  # events whose times have been read
         self._stage0 = 0.0
         self._call_start = None
         if self.device is not None:
@@ -169,7 +173,7 @@ class Breakdown:
                 kept.append((index, spans, begin, stop))
                 continue
             row = self.rows[index]
-            row[ENCODE:REDUCE + 1] = 0.0
+            row[ENCODE : REDUCE + 1] = 0.0
             for field, a, b in spans:
                 row[field] += device.elapsed_s(a, b)
                 self._free += [a, b]
@@ -242,19 +246,20 @@ def worker() -> _Worker:
 class Engine:
     """One call's receives, work queues and sends; `run` drives them to completion."""
 
-    def __init__(self, comm, breakdown: Breakdown, codec_threads: int = 0,
-                 wait: str = DEFAULT_WAIT):
+    def __init__(
+        self, comm, breakdown: Breakdown, codec_threads: int = 0, wait: str = DEFAULT_WAIT
+    ):
         self.comm = comm
         self.breakdown = breakdown
         self.threads = codec_threads
         self.wait = wait
-        self.requests: list = []      # the transport's requests of the posted receives
+        self.requests: list = []  # the transport's requests of the posted receives
         self.handlers: list = []
         self.done: list[bool] = []
         self.left = 0
-        self.wire: deque = deque()    # arrivals' work whose result goes on the wire
-        self.first: deque = deque()   # the rank's own encodes, after arrivals' work
-        self.local: deque = deque()   # decodes into this rank's result
+        self.wire: deque = deque()  # arrivals' work whose result goes on the wire
+        self.first: deque = deque()  # the rank's own encodes, after arrivals' work
+        self.local: deque = deque()  # decodes into this rank's result
         self.sends: list = []
         self.outbox: deque = deque()  # sends prepared by the codec thread
         self.owner = threading.get_ident()

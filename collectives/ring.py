@@ -123,8 +123,9 @@ def ring_allreduce(comm, sendbuf, recvbuf, scratch: RingScratch | None = None) -
     ring_allgather_inplace(comm, recvbuf, bounds)
 
 
-def ring_collective(comm, described: CollectiveSpec, sendbuf, recvbuf,
-                    scratch: RingScratch | None = None) -> None:
+def ring_collective(
+    comm, described: CollectiveSpec, sendbuf, recvbuf, scratch: RingScratch | None = None
+) -> None:
     """One call of the collective `described` by its ring phases: the reduce phase leaves
     this rank's block of the sum (the whole result where no gather phase follows); without
     it the rank's own block is its send buffer; the gather phase then forwards every

@@ -35,8 +35,13 @@ def scale_compute(profile: Profile, speedup: float) -> Profile:
     """The same trace on a device ``speedup`` times faster (sizes unchanged)."""
     if speedup <= 0:
         raise ValueError("speedup must be positive")
-    return Profile(profile.model, profile.params, profile.nbytes,
-                   profile.backward_us / speedup, profile.forward_us / speedup)
+    return Profile(
+        profile.model,
+        profile.params,
+        profile.nbytes,
+        profile.backward_us / speedup,
+        profile.forward_us / speedup,
+    )
 
 
 def powers_of_two(low: int, high: int) -> list[int]:
@@ -48,16 +53,22 @@ def powers_of_two(low: int, high: int) -> list[int]:
     return out
 
 
-def simulate(profile: Profile, network: LinkModel, ranks: Iterable[int],
-             strategies: Sequence[Strategy | str], algorithm: str = "ring"
-             ) -> list[SimulatedIteration]:
+def simulate(
+    profile: Profile,
+    network: LinkModel,
+    ranks: Iterable[int],
+    strategies: Sequence[Strategy | str],
+    algorithm: str = "ring",
+) -> list[SimulatedIteration]:
     """One simulated iteration per (rank count, strategy)."""
     parsed = [s if isinstance(s, Strategy) else parse_strategy(s) for s in strategies]
     out = []
     for p in ranks:
         cost = network.allreduce(int(p), algorithm)
         for strategy in parsed:
-            out.append(SimulatedIteration(profile.model, strategy.label, int(p), cost,
-                                          plan(strategy, profile, cost)))
+            out.append(
+                SimulatedIteration(
+                    profile.model, strategy.label, int(p), cost, plan(strategy, profile, cost)
+                )
+            )
     return out
-

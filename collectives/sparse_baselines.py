@@ -39,9 +39,9 @@ class AllgatherSparse:
 
     def _segment(self, offset: int, k: int):
         """(ids int32, values (k, block_size)) views of one rank's segment."""
-        ids = self.packed[offset: offset + SPARSE_INDEX_BYTES * k].view(self.xp.int32)
+        ids = self.packed[offset : offset + SPARSE_INDEX_BYTES * k].view(self.xp.int32)
         start = offset + _align(SPARSE_INDEX_BYTES * k)
-        values = self.packed[start: start + k * self.block_bytes].view(self.send.dtype)
+        values = self.packed[start : start + k * self.block_bytes].view(self.send.dtype)
         return ids, values.reshape(k, self.block_size)
 
     def __call__(self) -> None:
@@ -64,12 +64,15 @@ class AllgatherSparse:
             gather_blocks(self.send, ids, self.block_size, out=mine_values)
         left, right = ring_neighbors(comm.rank, comm.size)
         for _, send_rank, recv_rank in allgather_schedule(comm.rank, comm.size):
-            comm.sendrecv(self.packed[offsets[send_rank]: offsets[send_rank + 1]], right,
-                          self.packed[offsets[recv_rank]: offsets[recv_rank + 1]], left)
+            comm.sendrecv(
+                self.packed[offsets[send_rank] : offsets[send_rank + 1]],
+                right,
+                self.packed[offsets[recv_rank] : offsets[recv_rank + 1]],
+                left,
+            )
         self.recv[...] = 0
         for rank in range(comm.size):  # rank order on every rank: the same sums everywhere
             count = int(self.counts[rank])
             if count:
                 seg_ids, values = self._segment(offsets[rank], count)
-                scatter_add_blocks(self.recv, xp.astype(seg_ids, xp.int64), values,
-                                   self.block_size)
+                scatter_add_blocks(self.recv, xp.astype(seg_ids, xp.int64), values, self.block_size)

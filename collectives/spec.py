@@ -48,9 +48,11 @@ def _gathered(count: int, item: int, ranks: int, dtype: str) -> Shape:
 def _scattered(count: int, item: int, ranks: int, dtype: str) -> Shape:
     """Each rank sends `count` elements and receives its 1/P share of their sum."""
     if count % ranks:
-        raise UsageError(f"reduce_scatter: {count * item} B of {dtype} cannot be split "
-                         f"over {ranks} ranks; use sizes that are multiples of "
-                         f"{ranks * item} B")
+        raise UsageError(
+            f"reduce_scatter: {count * item} B of {dtype} cannot be split "
+            f"over {ranks} ranks; use sizes that are multiples of "
+            f"{ranks * item} B"
+        )
     size = count * item
     return Shape(count, count, count // ranks, size // ranks, size)
 
@@ -89,7 +91,7 @@ def _sum(inputs: Sequence[np.ndarray], rank: int, dtype=np.float64) -> np.ndarra
 def _share_of_sum(inputs: Sequence[np.ndarray], rank: int, dtype=np.float64) -> np.ndarray:
     total = _sum(inputs, rank, dtype)
     block = total.shape[0] // len(inputs)
-    return total[rank * block:(rank + 1) * block]
+    return total[rank * block : (rank + 1) * block]
 
 
 @dataclass(frozen=True)
@@ -149,8 +151,9 @@ class CollectiveSpec:
         if size_bytes % item:
             if size_bytes < item:
                 return None
-            raise UsageError(f"{self.name}: {size_bytes} B is not a whole number of "
-                             f"{dtype} elements")
+            raise UsageError(
+                f"{self.name}: {size_bytes} B is not a whole number of {dtype} elements"
+            )
         count = size_bytes // item
         if count < self.min_count(ranks):
             return None
@@ -178,8 +181,10 @@ class CollectiveSpec:
 
     def fits(self, send_count: int, recv_count: int, ranks: int) -> bool:
         """Whether buffers of these counts make one call of this collective on P ranks."""
-        return (recv_count == self.recv_count(send_count, ranks)
-                and send_count % self.send_multiple(ranks) == 0)
+        return (
+            recv_count == self.recv_count(send_count, ranks)
+            and send_count % self.send_multiple(ranks) == 0
+        )
 
     def whole_count(self, send_count: int, recv_count: int) -> int:
         """Elements of the whole gathered or reduced buffer of a call with these counts
@@ -196,42 +201,87 @@ class CollectiveSpec:
         return self.ring_hops(ranks) * self.ring_block(size_bytes, ranks)
 
 
-SPECS = {spec.name: spec for spec in (
-    CollectiveSpec("allgather", "Allgather", "Allgather",
-                   "Size = bytes each rank sends (OSU); the gathered buffer is ranks x Size",
-                   reduces=False, busbw=lambda n: (n - 1) / n, ring_hops=lambda n: n - 1,
-                   counts=_gathered, recv_count=lambda sent, n: sent * n,
-                   reference=_concatenation, min_count=lambda n: 0, ring_block_is_send=True,
-                   coll_codec_blocks=lambda n: (1, n - 1, 0), phases=(GATHER_PHASE,),
-                   counts_of_whole=lambda n, p: (n // p, n), send_multiple=lambda n: 1,
-                   mpi_call="Allgather",
-                   torch_calls=("all_gather_single", "all_gather_into_tensor"),
-                   in_place=False, mpi_in_place=True, staged_pieces=PIECES_GATHERED,
-                   streams_sparse=False, param_names=("all_gather", "all_gather_base")),
-    CollectiveSpec("reduce_scatter", "Reduce_scatter", "Reduce-Scatter",
-                   "Size = the whole send buffer (OSU); each rank receives Size / ranks",
-                   reduces=True, busbw=lambda n: (n - 1) / n, ring_hops=lambda n: n - 1,
-                   counts=_scattered, recv_count=lambda sent, n: sent // n,
-                   reference=_share_of_sum, min_count=lambda n: n, ring_block_is_send=False,
-                   coll_codec_blocks=lambda n: (1, 1, n - 2), phases=(REDUCE_PHASE,),
-                   counts_of_whole=lambda n, p: (n, n // p), send_multiple=lambda n: n,
-                   mpi_call="Reduce_scatter_block",
-                   # reduce_scatter_tensor is deprecated in favour of reduce_scatter_single
-                   torch_calls=("reduce_scatter_single", "reduce_scatter_tensor"),
-                   in_place=False, mpi_in_place=False, staged_pieces=PIECES_WHOLE,
-                   streams_sparse=False,
-                   param_names=("reduce_scatter", "reduce_scatter_base")),
-    CollectiveSpec("allreduce", "Allreduce", "Allreduce",
-                   "Size = the whole buffer (OSU and nccl-tests agree)",
-                   reduces=True, busbw=lambda n: 2 * (n - 1) / n,
-                   ring_hops=lambda n: 2 * (n - 1), counts=_whole,
-                   recv_count=lambda sent, n: sent, reference=_sum, min_count=lambda n: 0,
-                   ring_block_is_send=False, coll_codec_blocks=lambda n: (2, n, n - 2),
-                   phases=(REDUCE_PHASE, GATHER_PHASE), counts_of_whole=lambda n, p: (n, n),
-                   send_multiple=lambda n: 1, mpi_call="Allreduce", torch_calls=("all_reduce",),
-                   in_place=True, mpi_in_place=True, staged_pieces=PIECES_ELEMENTWISE,
-                   streams_sparse=True, param_names=("all_reduce",)),
-)}
+SPECS = {
+    spec.name: spec
+    for spec in (
+        CollectiveSpec(
+            "allgather",
+            "Allgather",
+            "Allgather",
+            "Size = bytes each rank sends (OSU); the gathered buffer is ranks x Size",
+            reduces=False,
+            busbw=lambda n: (n - 1) / n,
+            ring_hops=lambda n: n - 1,
+            counts=_gathered,
+            recv_count=lambda sent, n: sent * n,
+            reference=_concatenation,
+            min_count=lambda n: 0,
+            ring_block_is_send=True,
+            coll_codec_blocks=lambda n: (1, n - 1, 0),
+            phases=(GATHER_PHASE,),
+            counts_of_whole=lambda n, p: (n // p, n),
+            send_multiple=lambda n: 1,
+            mpi_call="Allgather",
+            torch_calls=("all_gather_single", "all_gather_into_tensor"),
+            in_place=False,
+            mpi_in_place=True,
+            staged_pieces=PIECES_GATHERED,
+            streams_sparse=False,
+            param_names=("all_gather", "all_gather_base"),
+        ),
+        CollectiveSpec(
+            "reduce_scatter",
+            "Reduce_scatter",
+            "Reduce-Scatter",
+            "Size = the whole send buffer (OSU); each rank receives Size / ranks",
+            reduces=True,
+            busbw=lambda n: (n - 1) / n,
+            ring_hops=lambda n: n - 1,
+            counts=_scattered,
+            recv_count=lambda sent, n: sent // n,
+            reference=_share_of_sum,
+            min_count=lambda n: n,
+            ring_block_is_send=False,
+            coll_codec_blocks=lambda n: (1, 1, n - 2),
+            phases=(REDUCE_PHASE,),
+            counts_of_whole=lambda n, p: (n, n // p),
+            send_multiple=lambda n: n,
+            mpi_call="Reduce_scatter_block",
+            # reduce_scatter_tensor is deprecated in favour of reduce_scatter_single
+            torch_calls=("reduce_scatter_single", "reduce_scatter_tensor"),
+            in_place=False,
+            mpi_in_place=False,
+            staged_pieces=PIECES_WHOLE,
+            streams_sparse=False,
+            param_names=("reduce_scatter", "reduce_scatter_base"),
+        ),
+        CollectiveSpec(
+            "allreduce",
+            "Allreduce",
+            "Allreduce",
+            "Size = the whole buffer (OSU and nccl-tests agree)",
+            reduces=True,
+            busbw=lambda n: 2 * (n - 1) / n,
+            ring_hops=lambda n: 2 * (n - 1),
+            counts=_whole,
+            recv_count=lambda sent, n: sent,
+            reference=_sum,
+            min_count=lambda n: 0,
+            ring_block_is_send=False,
+            coll_codec_blocks=lambda n: (2, n, n - 2),
+            phases=(REDUCE_PHASE, GATHER_PHASE),
+            counts_of_whole=lambda n, p: (n, n),
+            send_multiple=lambda n: 1,
+            mpi_call="Allreduce",
+            torch_calls=("all_reduce",),
+            in_place=True,
+            mpi_in_place=True,
+            staged_pieces=PIECES_ELEMENTWISE,
+            streams_sparse=True,
+            param_names=("all_reduce",),
+        ),
+    )
+}
 assert tuple(SPECS) == COLLECTIVES
 
 
@@ -240,5 +290,6 @@ def spec(name: str) -> CollectiveSpec:
     try:
         return SPECS[name]
     except KeyError:
-        raise UsageError(f"unknown collective {name!r} (collectives: "
-                         f"{', '.join(COLLECTIVES)})") from None
+        raise UsageError(
+            f"unknown collective {name!r} (collectives: {', '.join(COLLECTIVES)})"
+        ) from None

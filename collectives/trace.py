@@ -41,12 +41,26 @@ WORLD = 0  # the group of every rank
 # these; collectives/spec.py lists them), and of its dtypes.
 PARAM_COLLECTIVES = {param: s.name for s in SPECS.values() for param in s.param_names}
 PARAM_NAME = {s.name: s.param_names[0] for s in SPECS.values()}
-PARAM_DTYPES = {"float": "float32", "float32": "float32", "half": "float16",
-                "float16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16",
-                "double": "float64", "float64": "float64", "byte": "int8", "char": "int8",
-                "int8": "int8"}
-PARAM_DTYPE_NAME = {"float32": "float", "float16": "half", "bfloat16": "bfloat16",
-                    "float64": "double", "int8": "char"}
+PARAM_DTYPES = {
+    "float": "float32",
+    "float32": "float32",
+    "half": "float16",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "double": "float64",
+    "float64": "float64",
+    "byte": "int8",
+    "char": "int8",
+    "int8": "int8",
+}
+PARAM_DTYPE_NAME = {
+    "float32": "float",
+    "float16": "half",
+    "bfloat16": "bfloat16",
+    "float64": "double",
+    "int8": "char",
+}
 
 
 @dataclass
@@ -105,15 +119,19 @@ class Trace:
 
     @property
     def has_cpu_times(self) -> bool:
-        return all(e.gap_cpu_us is not None for s in self.steps for e in s.events) and all(
-            s.tail_cpu_us is not None for s in self.steps) and bool(self.steps)
+        return (
+            all(e.gap_cpu_us is not None for s in self.steps for e in s.events)
+            and all(s.tail_cpu_us is not None for s in self.steps)
+            and bool(self.steps)
+        )
 
     def describe(self) -> str:
         kind = self.source.get("kind", "")
-        what = " ".join(str(self.source[k]) for k in ("model", "framework")
-                        if self.source.get(k))
-        return f"{kind} trace of {what or 'a training'} on {self.ranks} ranks, " \
-               f"{len(self.steps)} step(s)"
+        what = " ".join(str(self.source[k]) for k in ("model", "framework") if self.source.get(k))
+        return (
+            f"{kind} trace of {what or 'a training'} on {self.ranks} ranks, "
+            f"{len(self.steps)} step(s)"
+        )
 
 
 # ----------------------------------------------------------------------------- checks
@@ -124,8 +142,12 @@ def _bad(where: str, why: str) -> UsageError:
 
 
 def _number(value, where: str, name: str, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
-            value) or value < minimum:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < minimum
+    ):
         raise _bad(where, f"{name} must be a number >= {minimum:g}, not {value!r}")
     return float(value)
 
@@ -146,8 +168,7 @@ def check(trace: Trace, where: str = "trace") -> Trace:
             _check_event(event, issued, waited, trace, at)
         open_calls = [i for i, e in issued.items() if not e.blocking and i not in waited]
         if open_calls:
-            raise _bad(at, f"call {open_calls[0]} is never waited for (add a wait or a "
-                           "drain)")
+            raise _bad(at, f"call {open_calls[0]} is never waited for (add a wait or a drain)")
     return trace
 
 
@@ -169,8 +190,7 @@ def _check_event(event: Event, issued: dict, waited: set, trace: Trace, at: str)
     if event.id in issued:
         raise _bad(where, "two calls with one id")
     if event.collective not in COLLECTIVES:
-        raise _bad(where, f"collective {event.collective!r}; replayed are "
-                          f"{', '.join(COLLECTIVES)}")
+        raise _bad(where, f"collective {event.collective!r}; replayed are {', '.join(COLLECTIVES)}")
     if event.dtype not in DTYPES:
         raise _bad(where, f"dtype {event.dtype!r}; one of {', '.join(DTYPES)}")
     if not isinstance(event.count, int) or isinstance(event.count, bool) or event.count < 0:
@@ -190,8 +210,14 @@ def _event_json(e: Event) -> dict:
     if e.op != "drain":
         out["id"] = e.id
     if e.op == "call":
-        out.update(collective=e.collective, bytes=e.nbytes, count=e.count, dtype=e.dtype,
-                   group=e.group, **{"async": not e.blocking})
+        out.update(
+            collective=e.collective,
+            bytes=e.nbytes,
+            count=e.count,
+            dtype=e.dtype,
+            group=e.group,
+            **{"async": not e.blocking},
+        )
         if e.label:
             out["label"] = e.label
         if e.sparse:
@@ -207,32 +233,59 @@ def _event_json(e: Event) -> dict:
 
 
 def to_json(trace: Trace) -> dict:
-    groups = [{"id": g, "ranks": "all" if r is None else list(r)}
-              for g, r in sorted(trace.groups.items())]
+    groups = [
+        {"id": g, "ranks": "all" if r is None else list(r)} for g, r in sorted(trace.groups.items())
+    ]
     steps = []
     for s in trace.steps:
-        step = {"step": s.number, "events": [_event_json(e) for e in s.events],
-                "tail_us": round(s.tail_us, 3)}
+        step = {
+            "step": s.number,
+            "events": [_event_json(e) for e in s.events],
+            "tail_us": round(s.tail_us, 3),
+        }
         if s.tail_cpu_us is not None:
             step["tail_cpu_us"] = round(s.tail_cpu_us, 3)
         if s.measured:
             step["measured"] = {k: round(v, 3) for k, v in s.measured.items()}
         steps.append(step)
-    return {"format": FORMAT, "version": VERSION, "ranks": trace.ranks,
-            "overlap": trace.overlap, "source": trace.source, "groups": groups,
-            "steps": steps}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "ranks": trace.ranks,
+        "overlap": trace.overlap,
+        "source": trace.source,
+        "groups": groups,
+        "steps": steps,
+    }
 
 
 def _event_from(raw, at: str) -> Event:
     if not isinstance(raw, dict):
         raise _bad(at, "an event must be a JSON object")
-    known = {"op", "id", "collective", "bytes", "count", "dtype", "group", "async", "label",
-             "sparse", "density", "gap_us", "gap_cpu_us", "start_us", "run_us", "waited_us"}
+    known = {
+        "op",
+        "id",
+        "collective",
+        "bytes",
+        "count",
+        "dtype",
+        "group",
+        "async",
+        "label",
+        "sparse",
+        "density",
+        "gap_us",
+        "gap_cpu_us",
+        "start_us",
+        "run_us",
+        "waited_us",
+    }
     unknown = set(raw) - known
     if unknown:
         raise _bad(at, f"unknown event field(s) {', '.join(sorted(unknown))}")
-    event = Event(op=raw.get("op", ""), id=raw.get("id"),
-                  gap_us=_number(raw.get("gap_us", 0.0), at, "gap_us"))
+    event = Event(
+        op=raw.get("op", ""), id=raw.get("id"), gap_us=_number(raw.get("gap_us", 0.0), at, "gap_us")
+    )
     for name in ("gap_cpu_us", "start_us", "run_us", "waited_us", "density"):
         if raw.get(name) is not None:
             setattr(event, name, _number(raw[name], at, name))
@@ -241,25 +294,33 @@ def _event_from(raw, at: str) -> Event:
         event.count, event.dtype = raw.get("count", 0), raw.get("dtype", "float32")
         event.group, event.blocking = raw.get("group", WORLD), not raw.get("async", False)
         event.label, event.sparse = str(raw.get("label", "")), bool(raw.get("sparse", False))
-        if "bytes" in raw and event.dtype in DTYPES and isinstance(event.count, int) and \
-                raw["bytes"] != event.count * itemsize(event.dtype):
+        if (
+            "bytes" in raw
+            and event.dtype in DTYPES
+            and isinstance(event.count, int)
+            and raw["bytes"] != event.count * itemsize(event.dtype)
+        ):
             raise _bad(at, f"bytes {raw['bytes']} is not count x {itemsize(event.dtype)}")
     return event
 
 
 def from_json(document, where: str) -> Trace:
     if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise _bad(where, f"not a {FORMAT} document (no \"format\": \"{FORMAT}\")")
+        raise _bad(where, f'not a {FORMAT} document (no "format": "{FORMAT}")')
     version = document.get("version")
     if not isinstance(version, int) or version > VERSION:
-        raise _bad(where, f"{FORMAT} version {version!r}: this ccbench reads up to "
-                          f"version {VERSION}")
+        raise _bad(
+            where, f"{FORMAT} version {version!r}: this ccbench reads up to version {VERSION}"
+        )
     groups: dict[int, list[int] | None] = {}
     for g in document.get("groups", [{"id": WORLD, "ranks": "all"}]):
         ranks = g.get("ranks") if isinstance(g, dict) else None
-        if not isinstance(g, dict) or not isinstance(g.get("id"), int) or not (
-                ranks == "all" or isinstance(ranks, list)):
-            raise _bad(where, "each group needs an integer id and ranks (\"all\" or a list)")
+        if (
+            not isinstance(g, dict)
+            or not isinstance(g.get("id"), int)
+            or not (ranks == "all" or isinstance(ranks, list))
+        ):
+            raise _bad(where, 'each group needs an integer id and ranks ("all" or a list)')
         groups[g["id"]] = None if ranks == "all" else [int(r) for r in ranks]
     steps = []
     raw_steps = document.get("steps")
@@ -269,15 +330,24 @@ def from_json(document, where: str) -> Trace:
         at = f"{where}: step {n + 1}"
         if not isinstance(raw, dict) or not isinstance(raw.get("events"), list):
             raise _bad(at, "a step needs a list of events")
-        steps.append(Step(
-            events=[_event_from(e, at) for e in raw["events"]],
-            tail_us=_number(raw.get("tail_us", 0.0), at, "tail_us"),
-            tail_cpu_us=None if raw.get("tail_cpu_us") is None else _number(
-                raw["tail_cpu_us"], at, "tail_cpu_us"),
-            number=raw.get("step"), measured=dict(raw.get("measured", {}))))
-    trace = Trace(ranks=document.get("ranks"), steps=steps,
-                  source=dict(document.get("source", {})), groups=groups,
-                  overlap=bool(document.get("overlap", True)))
+        steps.append(
+            Step(
+                events=[_event_from(e, at) for e in raw["events"]],
+                tail_us=_number(raw.get("tail_us", 0.0), at, "tail_us"),
+                tail_cpu_us=None
+                if raw.get("tail_cpu_us") is None
+                else _number(raw["tail_cpu_us"], at, "tail_cpu_us"),
+                number=raw.get("step"),
+                measured=dict(raw.get("measured", {})),
+            )
+        )
+    trace = Trace(
+        ranks=document.get("ranks"),
+        steps=steps,
+        source=dict(document.get("source", {})),
+        groups=groups,
+        overlap=bool(document.get("overlap", True)),
+    )
     return check(trace, where)
 
 
@@ -287,10 +357,15 @@ def from_json(document, where: str) -> Trace:
 def _param_name(name) -> str:
     """PARAM's folding of a collective's spelling ("allGather", "_allgather_base")."""
     text = "".join(c for c in str(name).lower() if c.isalpha())
-    aliases = {"allreduce": "all_reduce", "allgather": "all_gather",
-               "allgatherbase": "all_gather_base", "reducescatter": "reduce_scatter",
-               "reducescatterbase": "reduce_scatter_base", "reducescattertensor":
-               "reduce_scatter", "allgatherintotensor": "all_gather"}
+    aliases = {
+        "allreduce": "all_reduce",
+        "allgather": "all_gather",
+        "allgatherbase": "all_gather_base",
+        "reducescatter": "reduce_scatter",
+        "reducescatterbase": "reduce_scatter_base",
+        "reducescattertensor": "reduce_scatter",
+        "allgatherintotensor": "all_gather",
+    }
     return aliases.get(text, text)
 
 
@@ -299,8 +374,11 @@ def from_param(records, where: str, ranks: int | None = None) -> Trace:
     ``startTime_ns``; a record written by ccbench carries its own gap (``ccbench``)."""
     if not isinstance(records, list):
         raise _bad(where, "a PARAM comms trace is a JSON list of records")
-    waited = {r.get("req") for r in records
-              if isinstance(r, dict) and _param_name(r.get("comms")) == "wait"}
+    waited = {
+        r.get("req")
+        for r in records
+        if isinstance(r, dict) and _param_name(r.get("comms")) == "wait"
+    }
     groups: dict[int, list[int] | None] = {}
     steps: dict[int, Step] = {}
     requests: dict = {}  # PARAM req -> (step, call id)
@@ -310,7 +388,7 @@ def from_param(records, where: str, ranks: int | None = None) -> Trace:
         if isinstance(record, dict) and "compute" in record and "comms" not in record:
             continue  # its time lies between the start times around it
         if not isinstance(record, dict) or "comms" not in record:
-            raise _bad(at, "a record needs \"comms\"")
+            raise _bad(at, 'a record needs "comms"')
         name = _param_name(record["comms"])
         own = record.get("ccbench") if isinstance(record.get("ccbench"), dict) else {}
         if record.get("world_size") and not world:
@@ -321,8 +399,11 @@ def from_param(records, where: str, ranks: int | None = None) -> Trace:
         start = record.get("startTime_ns")
         gap = own.get("gap_us")
         if gap is None:
-            gap = 0.0 if start is None or previous_ns is None else max(
-                0.0, (float(start) - previous_ns) / 1e3)
+            gap = (
+                0.0
+                if start is None or previous_ns is None
+                else max(0.0, (float(start) - previous_ns) / 1e3)
+            )
         if start is not None:
             previous_ns = float(start)
         number = int(own.get("step", 1))
@@ -340,31 +421,50 @@ def from_param(records, where: str, ranks: int | None = None) -> Trace:
             if own.get("drain_part") and step.events and step.events[-1].op == "drain":
                 continue
             op = "drain" if own.get("drain") else "wait"
-            step.events.append(Event(op=op, gap_us=gap, gap_cpu_us=own.get("gap_cpu_us"),
-                                     id=None if op == "drain" else found[1],
-                                     waited_us=own.get("waited_us")))
+            step.events.append(
+                Event(
+                    op=op,
+                    gap_us=gap,
+                    gap_cpu_us=own.get("gap_cpu_us"),
+                    id=None if op == "drain" else found[1],
+                    waited_us=own.get("waited_us"),
+                )
+            )
             continue
         if name not in PARAM_COLLECTIVES:
-            raise _bad(at, f"PARAM collective {record['comms']!r} is not replayed here "
-                           f"(replayed: {', '.join(sorted(PARAM_COLLECTIVES))})")
+            raise _bad(
+                at,
+                f"PARAM collective {record['comms']!r} is not replayed here "
+                f"(replayed: {', '.join(sorted(PARAM_COLLECTIVES))})",
+            )
         collective = PARAM_COLLECTIVES[name]
         dtype = PARAM_DTYPES.get(str(record.get("dtype", "float")).lower())
         if dtype is None:
-            raise _bad(at, f"PARAM dtype {record.get('dtype')!r} is not one of "
-                           f"{', '.join(sorted(PARAM_DTYPES))}")
+            raise _bad(
+                at,
+                f"PARAM dtype {record.get('dtype')!r} is not one of "
+                f"{', '.join(sorted(PARAM_DTYPES))}",
+            )
         sizes = (record.get("in_msg_size"), record.get("out_msg_size"))
         if not all(isinstance(s, int) and s >= 0 for s in sizes):
             raise _bad(at, "in_msg_size and out_msg_size must be element counts")
         pg = int(record.get("pg_id") or 0)
         groups.setdefault(pg, record.get("global_ranks") or None)
-        markers = [str(m) for m in record.get("markers") or [] if not str(m).startswith(
-            "step ")]
-        event = Event(op="call", gap_us=gap, gap_cpu_us=own.get("gap_cpu_us"),
-                      id=len(step.calls), collective=collective,
-                      count=spec(collective).whole_count(*sizes),
-                      dtype=dtype, group=pg, label=" / ".join(markers),
-                      sparse=bool(own.get("sparse", False)), density=own.get("density"),
-                      run_us=own.get("run_us"))
+        markers = [str(m) for m in record.get("markers") or [] if not str(m).startswith("step ")]
+        event = Event(
+            op="call",
+            gap_us=gap,
+            gap_cpu_us=own.get("gap_cpu_us"),
+            id=len(step.calls),
+            collective=collective,
+            count=spec(collective).whole_count(*sizes),
+            dtype=dtype,
+            group=pg,
+            label=" / ".join(markers),
+            sparse=bool(own.get("sparse", False)),
+            density=own.get("density"),
+            run_us=own.get("run_us"),
+        )
         event.blocking = record.get("req") is None or record["req"] not in waited
         if not event.blocking:
             requests[record["req"]] = (step, event.id)
@@ -382,8 +482,12 @@ def from_param(records, where: str, ranks: int | None = None) -> Trace:
         drained = any(e.op == "drain" for e in step.events)
         if not drained and any(not e.blocking and e.id not in waits for e in step.calls):
             step.events.append(Event(op="drain"))
-    trace = Trace(ranks=world, steps=ordered, groups=groups,
-                  source={"kind": "param", "file": Path(where).name})
+    trace = Trace(
+        ranks=world,
+        steps=ordered,
+        groups=groups,
+        source={"kind": "param", "file": Path(where).name},
+    )
     return check(trace, where)
 
 
@@ -392,9 +496,16 @@ def to_param(trace: Trace) -> list[dict]:
     steps laid end to end on one timeline (``startTime_ns``); each record keeps ccbench's
     own fields under ``ccbench`` (PARAM ignores them) so the round trip is exact."""
     world = list(range(trace.ranks))
-    out = [{"comms": "init", "pg_id": g, "req": -1, "world_size": trace.ranks,
-            "global_ranks": world if r is None else list(r)}
-           for g, r in sorted(trace.groups.items())]
+    out = [
+        {
+            "comms": "init",
+            "pg_id": g,
+            "req": -1,
+            "world_size": trace.ranks,
+            "global_ranks": world if r is None else list(r),
+        }
+        for g, r in sorted(trace.groups.items())
+    ]
     clock, req = 0.0, 0
     for step in trace.steps:
         number = step.number if step.number is not None else len(out)
@@ -407,16 +518,28 @@ def to_param(trace: Trace) -> list[dict]:
                     own[name] = getattr(e, name)
             if e.sparse:
                 own["sparse"] = True
-            base = {"startTime_ns": int(round(clock * 1e3)), "ccbench": own,
-                    "markers": [f"step {number}"] + ([e.label] if e.label else [])}
+            base = {
+                "startTime_ns": int(round(clock * 1e3)),
+                "ccbench": own,
+                "markers": [f"step {number}"] + ([e.label] if e.label else []),
+            }
             if e.op == "call":
                 size_in, size_out = spec(e.collective).counts_of_whole(e.count, trace.ranks)
-                out.append({**base, "comms": PARAM_NAME[e.collective], "req": req,
-                            "pg_id": e.group, "world_size": trace.ranks,
-                            "global_ranks": world if trace.groups.get(e.group) is None
-                            else trace.groups[e.group],
-                            "in_msg_size": size_in, "out_msg_size": size_out,
-                            "dtype": PARAM_DTYPE_NAME[e.dtype]})
+                out.append(
+                    {
+                        **base,
+                        "comms": PARAM_NAME[e.collective],
+                        "req": req,
+                        "pg_id": e.group,
+                        "world_size": trace.ranks,
+                        "global_ranks": world
+                        if trace.groups.get(e.group) is None
+                        else trace.groups[e.group],
+                        "in_msg_size": size_in,
+                        "out_msg_size": size_out,
+                        "dtype": PARAM_DTYPE_NAME[e.dtype],
+                    }
+                )
                 if not e.blocking:
                     open_reqs[e.id] = req
                 req += 1
@@ -424,13 +547,22 @@ def to_param(trace: Trace) -> list[dict]:
                 continue
             ids = [e.id] if e.op == "wait" else list(open_reqs)
             for i, call in enumerate(ids):
-                record = dict(base) if i == 0 else {**base, "ccbench": {
-                    "step": number, "gap_us": 0.0, "tail_us": step.tail_us,
-                    "drain_part": True}}
+                record = (
+                    dict(base)
+                    if i == 0
+                    else {
+                        **base,
+                        "ccbench": {
+                            "step": number,
+                            "gap_us": 0.0,
+                            "tail_us": step.tail_us,
+                            "drain_part": True,
+                        },
+                    }
+                )
                 if e.op == "drain" and i == 0:
                     record["ccbench"] = {**own, "drain": True}
-                out.append({**record, "comms": "wait", "req": open_reqs.pop(call),
-                            "pg_id": WORLD})
+                out.append({**record, "comms": "wait", "req": open_reqs.pop(call), "pg_id": WORLD})
             clock += e.waited_us or 0.0
         clock += step.tail_us
     return out

@@ -37,6 +37,7 @@ from ccbench.kernels.vocabulary import BUFFERS, DTYPES, nbytes
 
 TEST_BACKENDS_ENV = "CCBENCH_TEST_BACKENDS"
 
+
 def empty_like(like, count: int, dtype=None):
     """An uninitialised 1-D array of `count` elements of `dtype` (like's by default) on
     like's backend and device; host memory starts on a page (see PAGE_BYTES)."""
@@ -52,8 +53,10 @@ def empty_like(like, count: int, dtype=None):
 
 
 _BACKENDS: dict[str, Backend] = {
-    "numpy": NumpyBackend(), "torch": TorchBackend("torch", False),
-    "torch-cuda": TorchBackend("torch-cuda", True), "cupy": CupyBackend(),
+    "numpy": NumpyBackend(),
+    "torch": TorchBackend("torch", False),
+    "torch-cuda": TorchBackend("torch-cuda", True),
+    "cupy": CupyBackend(),
 }
 _TEST_LOADED = False
 
@@ -68,8 +71,9 @@ def _load_test_backends() -> None:
     if _TEST_LOADED:
         return
     _TEST_LOADED = True
-    for module in filter(None, (m.strip() for m in os.environ.get(TEST_BACKENDS_ENV, "")
-                                .split(","))):
+    for module in filter(
+        None, (m.strip() for m in os.environ.get(TEST_BACKENDS_ENV, "").split(","))
+    ):
         importlib.import_module(module)
 
 
@@ -84,8 +88,9 @@ def backend(buffer: str) -> Backend:
     try:
         return _BACKENDS[buffer]
     except KeyError:
-        raise UsageError(f"unknown buffer {buffer!r}; choose one of "
-                         f"{', '.join(buffer_choices())}") from None
+        raise UsageError(
+            f"unknown buffer {buffer!r}; choose one of {', '.join(buffer_choices())}"
+        ) from None
 
 
 def backend_of(x) -> Backend:
@@ -170,13 +175,13 @@ def host_view(x) -> np.ndarray:
 def to_host(x, host: np.ndarray) -> None:
     """host (uint8, nbytes(x) long) = the bytes of device array x: a declared sync."""
     with declared():
-        backend_of(x).copy_out(x, host[:nbytes(x)])
+        backend_of(x).copy_out(x, host[: nbytes(x)])
 
 
 def to_device(host: np.ndarray, x) -> None:
     """The bytes of device array x = host (uint8): a declared host transfer."""
     with declared():
-        backend_of(x).copy_in(host[:nbytes(x)], x)
+        backend_of(x).copy_in(host[: nbytes(x)], x)
 
 
 def wait_copy(x, event) -> None:

@@ -191,8 +191,7 @@ class TorchBackend(Backend):
         try:
             import torch
         except ImportError:
-            raise UsageError(f"-d {self.name} needs torch (pip install 'ccbench[torch]')"
-                             ) from None
+            raise UsageError(f"-d {self.name} needs torch (pip install 'ccbench[torch]')") from None
         if self.cuda and not torch.cuda.is_available():
             raise UsageError("-d torch-cuda: torch sees no CUDA device on this host")
 
@@ -262,9 +261,12 @@ class TorchBackend(Backend):
 
         index = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)
-        return {"device": self.label(), "name": props.name,
-                "uuid": str(getattr(props, "uuid", "")),
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+        return {
+            "device": self.label(),
+            "name": props.name,
+            "uuid": str(getattr(props, "uuid", "")),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        }
 
     def event(self):
         import torch
@@ -398,10 +400,12 @@ class CupyBackend(Backend):
 
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         name = props.get("name", b"")
-        return {"device": self.label(),
-                "name": name.decode() if isinstance(name, bytes) else str(name),
-                "pci_bus_id": cupy.cuda.Device().pci_bus_id,
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+        return {
+            "device": self.label(),
+            "name": name.decode() if isinstance(name, bytes) else str(name),
+            "pci_bus_id": cupy.cuda.Device().pci_bus_id,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        }
 
     def event(self):
         import cupy
@@ -454,15 +458,17 @@ class CupyBackend(Backend):
         import cupy
 
         runtime = cupy.cuda.runtime
-        runtime.memcpyAsync(host.ctypes.data, x.data.ptr, host.nbytes,
-                            runtime.memcpyDeviceToHost, stream.ptr)
+        runtime.memcpyAsync(
+            host.ctypes.data, x.data.ptr, host.nbytes, runtime.memcpyDeviceToHost, stream.ptr
+        )
 
     def copy_in_async(self, host, x, stream):
         import cupy
 
         runtime = cupy.cuda.runtime
-        runtime.memcpyAsync(x.data.ptr, host.ctypes.data, host.nbytes,
-                            runtime.memcpyHostToDevice, stream.ptr)
+        runtime.memcpyAsync(
+            x.data.ptr, host.ctypes.data, host.nbytes, runtime.memcpyHostToDevice, stream.ptr
+        )
 
     def tensor(self, x):
         import torch

@@ -52,11 +52,16 @@ KERNEL_MODES = ("auto", "reference")
 # Half a unit in the last place, relative, and half the smallest subnormal: the error
 # of rounding a value to each dtype.
 _HALF_ULP = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-_HALF_TINY = {"float64": 2.0**-1075, "float32": 2.0**-150, "float16": 2.0**-25,
-              "bfloat16": 2.0**-134}
+_HALF_TINY = {
+    "float64": 2.0**-1075,
+    "float32": 2.0**-150,
+    "float16": 2.0**-25,
+    "bfloat16": 2.0**-134,
+}
 
 
 # ---------------------------------------------------------------- array helpers
+
 
 def namespace(x):
     """The array-API namespace of `x` (numpy, torch or cupy through array-api-compat)."""
@@ -127,6 +132,7 @@ def rounding_error(dtype: str, amax: float) -> float:
 
 # ---------------------------------------------------------------- the interface
 
+
 class Codec:
     """A compressor as the collectives see it.
 
@@ -136,9 +142,9 @@ class Codec:
 
     name: str = ""
     lossy: bool = False
-    fixed_size: bool = True     # payload size known from the element count alone
-    host_only: bool = False     # CPU library: numpy and torch-CPU buffers only
-    granularity: int = 1        # chunks of a multiple of this many values encode best
+    fixed_size: bool = True  # payload size known from the element count alone
+    host_only: bool = False  # CPU library: numpy and torch-CPU buffers only
+    granularity: int = 1  # chunks of a multiple of this many values encode best
 
     def __init__(self, spec: str):
         self.spec = spec
@@ -171,8 +177,10 @@ class Codec:
             return
         pending, self._worst = list(self._worst.values()), {}
         with arrays.declared():
-            worst = max([int(value) for value in pending] +
-                        [kernels.read_flag(flag) for kernels, flag in self._flags.values()])
+            worst = max(
+                [int(value) for value in pending]
+                + [kernels.read_flag(flag) for kernels, flag in self._flags.values()]
+            )
         message = self._range_error(worst)
         if message is not None:
             raise DataError(message)
@@ -211,8 +219,10 @@ class Codec:
         if dtype not in FLOAT_DTYPES:
             raise UsageError(f"codec {self.spec}: dtype {dtype} is not supported")
         if self.host_only and buffer not in ("numpy", "torch"):
-            raise UsageError(f"codec {self.spec} runs on the CPU only (numpy or torch "
-                             f"buffers); use bfp, fp16 or bf16 with -d {buffer}")
+            raise UsageError(
+                f"codec {self.spec} runs on the CPU only (numpy or torch "
+                f"buffers); use bfp, fp16 or bf16 with -d {buffer}"
+            )
 
     def encode(self, x, out=None):
         """Compress the 1-D array `x`; returns the payload (a view of `out` if given)."""
@@ -235,7 +245,7 @@ class Codec:
         if self.fixed_size:
             self._decode(payload, out)
         else:
-            self._decode(payload[HEADER_NBYTES:HEADER_NBYTES + read_header(payload)], out)
+            self._decode(payload[HEADER_NBYTES : HEADER_NBYTES + read_header(payload)], out)
         return out
 
     def decode_add_encode(self, payload, own, target, out=None, scratch=None):
@@ -286,8 +296,8 @@ class Codec:
         raise NotImplementedError
 
 
-
 # ---------------------------------------------------------------- framing
+
 
 def frame(body, out, like):
     """Payload = 8-byte little-endian length + body; written into `out` if given."""
@@ -305,7 +315,7 @@ def frame(body, out, like):
     else:
         if out.shape[0] < HEADER_NBYTES + n:
             raise ValueError(f"payload buffer of {out.shape[0]} B < {HEADER_NBYTES + n} B")
-        payload = out[:HEADER_NBYTES + n]
+        payload = out[: HEADER_NBYTES + n]
     view = host_numpy(payload)
     view[:HEADER_NBYTES] = header
     view[HEADER_NBYTES:] = data
@@ -319,6 +329,7 @@ def read_header(buf) -> int:
 
 
 # ---------------------------------------------------------------- simple codecs
+
 
 class NoneCodec(Codec):
     """No compression: the payload is the data's own bytes (a view, or copied into out)."""
@@ -335,10 +346,10 @@ class NoneCodec(Codec):
         data = byte_view(x)
         if out is None:
             return data
-        payload = out[:data.shape[0]]
+        payload = out[: data.shape[0]]
         payload[...] = data
         return payload
 
     def _decode(self, payload, out):
         view = byte_view(out)
-        view[...] = payload[:view.shape[0]]
+        view[...] = payload[: view.shape[0]]

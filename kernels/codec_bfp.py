@@ -41,8 +41,8 @@ from ccbench.kernels.codec_base import Codec, is_host, namespace, rounding_error
 from ccbench.kernels.errors import DataError
 from ccbench.kernels.vocabulary import FLOAT_DTYPES
 
-TILE_WIDTH = 256          # W: columns (blocks) per tile
-SLAB_VALUES = 1 << 17     # values encoded per step: temporaries stay in cache
+TILE_WIDTH = 256  # W: columns (blocks) per tile
+SLAB_VALUES = 1 << 17  # values encoded per step: temporaries stay in cache
 
 
 def rate_pieces(rate: int) -> list[tuple[int, int]]:
@@ -65,11 +65,11 @@ class BfpCodec(Codec):
         super().__init__(spec)
         self.rate = rate
         self.block = block
-        self.max_exponent = 102 + rate            # |x| < 2**(102 + R): C stays finite
+        self.max_exponent = 102 + rate  # |x| < 2**(102 + R): C stays finite
         self.limit_bits = (self.max_exponent + 127) << 23
         self.block_nbytes = 1 + block * rate // 8
         self.pieces = rate_pieces(rate)
-        self.granularity = block * TILE_WIDTH      # whole tiles: no padding inside a chunk
+        self.granularity = block * TILE_WIDTH  # whole tiles: no padding inside a chunk
 
     # sizes --------------------------------------------------------------
     def encoded_nbytes(self, count, dtype="float32"):
@@ -106,11 +106,18 @@ class BfpCodec(Codec):
         path = fused.hop_path(self, payload, own, target) if n else "reference"
         if path == "reference":
             return super().decode_add_encode(payload, own, target, out, scratch)
-        payload_out = None if out is None else out[:self.encoded_nbytes(n)]
+        payload_out = None if out is None else out[: self.encoded_nbytes(n)]
         if path == "device":  # a sum's range check is read later (check_deferred)
             kernels = fused.device_kernels(target)
-            kernels.bfp_decode_add_encode(self, payload, own, target, payload_out, TILE_WIDTH,
-                                          self._range_flag(kernels, target))
+            kernels.bfp_decode_add_encode(
+                self,
+                payload,
+                own,
+                target,
+                payload_out,
+                TILE_WIDTH,
+                self._range_flag(kernels, target),
+            )
             return payload_out
         if not fused.bfp_decode_add_encode(self, payload, own, target, payload_out, TILE_WIDTH):
             self._reference_encode(target, payload_out)  # the sums: raises the reference's error
@@ -122,9 +129,12 @@ class BfpCodec(Codec):
         scratch = None  # int32 work array, one slab long, reused across slabs
         for x3, region in self._tiles(xp, x, payload, encode=True):
             if scratch is None or scratch.shape[0] < x3.shape[0] * x3.shape[1] * x3.shape[2]:
-                scratch = xp.empty((x3.shape[0] * x3.shape[1] * x3.shape[2],),
-                                   dtype=xp.int32, device=array_api_compat.device(x3))
-            work = xp.reshape(scratch[:x3.shape[0] * x3.shape[1] * x3.shape[2]], x3.shape)
+                scratch = xp.empty(
+                    (x3.shape[0] * x3.shape[1] * x3.shape[2],),
+                    dtype=xp.int32,
+                    device=array_api_compat.device(x3),
+                )
+            work = xp.reshape(scratch[: x3.shape[0] * x3.shape[1] * x3.shape[2]], x3.shape)
             self._encode_tiles(xp, x3, region, work)
 
     def _reference_decode(self, payload, out):
@@ -148,8 +158,8 @@ class BfpCodec(Codec):
         direct = arr.dtype == xp.float32
         for first in range(0, full, step):
             k = min(step, full - first)
-            values = arr[first * tile:(first + k) * tile]
-            region = payload[first * tile_nbytes:(first + k) * tile_nbytes]
+            values = arr[first * tile : (first + k) * tile]
+            region = payload[first * tile_nbytes : (first + k) * tile_nbytes]
             region = xp.reshape(region, (k, tile_nbytes))
             if encode:
                 x32 = values if direct else xp.astype(values, xp.float32)
@@ -157,18 +167,21 @@ class BfpCodec(Codec):
             elif direct:
                 yield xp.reshape(values, (k, block, TILE_WIDTH)), region, _nothing
             else:
-                tmp = xp.empty((k, block, TILE_WIDTH), dtype=xp.float32,
-                               device=array_api_compat.device(arr))
+                tmp = xp.empty(
+                    (k, block, TILE_WIDTH), dtype=xp.float32, device=array_api_compat.device(arr)
+                )
                 yield tmp, region, _copy_back(values, tmp)
         rest = n - full * tile
         if rest:
             width = -(-rest // block)
-            values = arr[full * tile:]
+            values = arr[full * tile :]
             start = full * tile_nbytes
-            region = xp.reshape(payload[start:start + self._tile_nbytes(width)],
-                                (1, self._tile_nbytes(width)))
-            padded = xp.zeros((block * width,), dtype=xp.float32,
-                              device=array_api_compat.device(arr))
+            region = xp.reshape(
+                payload[start : start + self._tile_nbytes(width)], (1, self._tile_nbytes(width))
+            )
+            padded = xp.zeros(
+                (block * width,), dtype=xp.float32, device=array_api_compat.device(arr)
+            )
             if encode:
                 padded[:rest] = values if direct else xp.astype(values, xp.float32)
                 yield xp.reshape(padded, (1, block, width)), region
@@ -181,13 +194,13 @@ class BfpCodec(Codec):
         # |x| as bits: the int32 max of (bits & 0x7fffffff) is the block's max |x|;
         # NaN and Inf sort above every finite value.
         xp.bitwise_and(x3.view(xp.int32), 0x7FFFFFFF, out=scratch)
-        amax_bits = xp.max(scratch, axis=1)            # (k, W)
+        amax_bits = xp.max(scratch, axis=1)  # (k, W)
         if not is_host(x3):  # the device does not wait: checked later (check_deferred)
             self._defer(xp.max(amax_bits))
         elif not bool(xp.all(amax_bits < self.limit_bits)):
             raise DataError(_bad_message(int(xp.max(amax_bits)), self))
         biased = self._block_exponents(xp, amax_bits)
-        region[:, region.shape[1] - width:] = biased
+        region[:, region.shape[1] - width :] = biased
         # x + C, C = 1.5 * 2**23 * step: the sum is x rounded to a multiple of step, and
         # its low mantissa bits are q in two's complement (C's low 22 bits are zero)
         magic = (((biased + (25 - self.rate)) << 23) | 0x400000).view(xp.float32)
@@ -197,9 +210,9 @@ class BfpCodec(Codec):
     def _block_exponents(self, xp, amax_bits):
         """E = emax + 126 per block: the smallest emax >= -126 with
         max|x| < 2**emax * (1 - 2**-R), so that |q| <= 2**(R-1) - 1 after rounding."""
-        biased = amax_bits >> 23                                  # max|x| < 2**(E - 126)
-        pow2 = ((biased + 1) << 23).view(xp.float32)              # 2**(E - 126)
-        edge = pow2 - pow2 * 2.0**-self.rate                      # exact
+        biased = amax_bits >> 23  # max|x| < 2**(E - 126)
+        pow2 = ((biased + 1) << 23).view(xp.float32)  # 2**(E - 126)
+        edge = pow2 - pow2 * 2.0**-self.rate  # exact
         bump = xp.astype(amax_bits.view(xp.float32) >= edge, xp.int32)
         return biased + bump
 
@@ -217,17 +230,17 @@ class BfpCodec(Codec):
                 bits >>= offset - shifted
                 shifted = offset
             if piece >= 8:
-                _store(dest, bits)                # keeps the low 8 or 16 bits
+                _store(dest, bits)  # keeps the low 8 or 16 bits
                 continue
             if byte is None:
                 byte = xp.empty(bits.shape, dtype=xp.uint8, device=array_api_compat.device(bits))
-            byte[...] = bits                      # low byte
+            byte[...] = bits  # low byte
             # segment j of B / g consecutive rows goes to bits j*w.. of the packed rows
             mask, rows = (1 << piece) - 1, dest.shape[1]
             head = byte[:, :rows, :]
             head &= mask
             for j in range(1, 8 // piece):
-                seg = byte[:, j * rows:(j + 1) * rows, :]
+                seg = byte[:, j * rows : (j + 1) * rows, :]
                 seg &= mask
                 seg <<= piece * j
                 head |= seg
@@ -241,7 +254,7 @@ class BfpCodec(Codec):
         (k, B, W, 2) and `_store` / `_load16` go through an int16 temporary.
         """
         nbytes = block * piece // 8 * width
-        dest = region[:, start:start + nbytes]
+        dest = region[:, start : start + nbytes]
         if piece == 16:
             try:
                 return xp.reshape(dest.view(xp.int16), (k, block, width)), start + nbytes
@@ -251,7 +264,7 @@ class BfpCodec(Codec):
 
     def _decode_tiles(self, xp, region, out3):
         k, block, width = out3.shape
-        biased = xp.astype(region[:, region.shape[1] - width:], xp.int32)
+        biased = xp.astype(region[:, region.shape[1] - width :], xp.int32)
         # step = 2**(E - 126) * 2**(1 - R): exact, also where it is subnormal
         step = ((biased + 1) << 23).view(xp.float32) * 2.0 ** (1 - self.rate)
         # q = sum of pieces * 2**offset, summed in float32 (exact: |q| < 2**15)
@@ -278,8 +291,8 @@ class BfpCodec(Codec):
         emax = max(math.frexp(staged)[1], -126) if staged > 0 else -126  # amax < 2**emax
         if staged >= 2.0**emax * (1 - 2.0**-self.rate):
             emax += 1
-        err = 2.0 ** (emax - self.rate)                # half a step, exact arithmetic
-        if dtype == "float64":                         # float64 passes through float32
+        err = 2.0 ** (emax - self.rate)  # half a step, exact arithmetic
+        if dtype == "float64":  # float64 passes through float32
             err += rounding_error("float32", amax)
         return err
 
@@ -308,7 +321,7 @@ def _piece_values(xp, plane, piece, signed):
     mask, half, rows = (1 << piece) - 1, 1 << (piece - 1), plane.shape[1]
     for j in range(8 // piece):
         part = (plane >> (piece * j)) & mask
-        if signed:                                 # sign-extend the w-bit field
+        if signed:  # sign-extend the w-bit field
             part = xp.astype(part ^ half, xp.int8) - half
         yield slice(j * rows, (j + 1) * rows), part
 
@@ -317,22 +330,34 @@ def _load16(xp, plane):
     """A 16-bit plane as int16 (copied out of a (k, B, W, 2) byte plane if unaligned)."""
     if plane.ndim == 3:
         return plane
-    flat = xp.empty((plane.shape[0], plane.shape[1] * plane.shape[2] * 2), dtype=xp.uint8,
-                    device=array_api_compat.device(plane))
+    flat = xp.empty(
+        (plane.shape[0], plane.shape[1] * plane.shape[2] * 2),
+        dtype=xp.uint8,
+        device=array_api_compat.device(plane),
+    )
     flat[...] = xp.reshape(plane, flat.shape)
     return xp.reshape(flat.view(xp.int16), plane.shape[:3])
 
 
 def _copy_back(dest, src):
     """A finish() that copies the float32 result `src` into `dest` (other dtype)."""
+
     def finish():
         dest[...] = src.reshape(dest.shape)
+
     return finish
 
 
 def _bad_message(worst: int, codec) -> str:
     """The DataError of data whose largest |x| has the float32 bits `worst`."""
-    what = ("NaN" if worst > 0x7F800000 else "Inf" if worst == 0x7F800000
-            else f"|x| >= 2**{codec.max_exponent}")
-    return (f"codec {codec.spec}: input contains {what}, outside the codec's range "
-            f"(finite, |x| < 2**{codec.max_exponent})")
+    what = (
+        "NaN"
+        if worst > 0x7F800000
+        else "Inf"
+        if worst == 0x7F800000
+        else f"|x| >= 2**{codec.max_exponent}"
+    )
+    return (
+        f"codec {codec.spec}: input contains {what}, outside the codec's range "
+        f"(finite, |x| < 2**{codec.max_exponent})"
+    )

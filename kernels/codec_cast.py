@@ -108,8 +108,11 @@ def cast_device(x, payload, target: str):
         low = tp.view(_torch_dtype(target))
         low.copy_(tx)
         # overflow, NaN and Inf all leave a non-finite value behind
-        bad = torch.logical_not(torch.isfinite(low)).any() if low.shape[0] else (
-            torch.zeros((), dtype=torch.bool, device=low.device))
+        bad = (
+            torch.logical_not(torch.isfinite(low)).any()
+            if low.shape[0]
+            else (torch.zeros((), dtype=torch.bool, device=low.device))
+        )
         return bad.to(torch.int32) * INF_BITS
     xp = array_api_compat.array_namespace(x)
     if target == "float16":
@@ -137,8 +140,10 @@ def _in_range(xp, x, overflow: float) -> bool:
 
 def _bad_input(spec: str, target: str) -> str:
     limit = FLOAT16_MAX if target == "float16" else BFLOAT16_MAX
-    return (f"codec {spec}: input contains NaN, Inf or |x| > {limit:.6g} "
-            f"(the largest {target}); refusing to send it")
+    return (
+        f"codec {spec}: input contains NaN, Inf or |x| > {limit:.6g} "
+        f"(the largest {target}); refusing to send it"
+    )
 
 
 def uncast_into(payload, out, target: str) -> None:
@@ -190,11 +195,10 @@ class CastCodec(Codec):
         cast_into(x, payload, self.target, self.spec)  # also where they refused the data
 
     def _range_error(self, worst):
-        return _bad_input(self.spec, self.target) if worst >= OVERFLOW_BITS[self.target] \
-            else None
+        return _bad_input(self.spec, self.target) if worst >= OVERFLOW_BITS[self.target] else None
 
     def _decode(self, payload, out):
-        path, payload = self.kernel_path(out), payload[:2 * out.shape[0]]
+        path, payload = self.kernel_path(out), payload[: 2 * out.shape[0]]
         if path == "fused":
             fused.cast_decode(payload, out, self.target == "bfloat16")
         elif path == "device":
@@ -207,15 +211,21 @@ class CastCodec(Codec):
         path = fused.hop_path(self, payload, own, target) if n else "reference"
         if path == "reference":
             return super().decode_add_encode(payload, own, target, out, scratch)
-        payload_out = None if out is None else out[:2 * n]
+        payload_out = None if out is None else out[: 2 * n]
         if path == "device":  # a sum's range check is read later (check_deferred)
             kernels = fused.device_kernels(target)
-            kernels.cast_decode_add_encode(payload[:2 * n], own, target, payload_out,
-                                           self.target == "bfloat16",
-                                           self._range_flag(kernels, target))
+            kernels.cast_decode_add_encode(
+                payload[: 2 * n],
+                own,
+                target,
+                payload_out,
+                self.target == "bfloat16",
+                self._range_flag(kernels, target),
+            )
             return payload_out
-        if not fused.cast_decode_add_encode(payload[:2 * n], own, target, payload_out,
-                                            self.target == "bfloat16"):
+        if not fused.cast_decode_add_encode(
+            payload[: 2 * n], own, target, payload_out, self.target == "bfloat16"
+        ):
             cast_into(target, payload_out, self.target, self.spec)  # raises the reference's
         return payload_out
 

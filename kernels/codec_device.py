@@ -31,19 +31,25 @@ from pathlib import Path
 import numpy as np
 
 THREADS = 256
-MAX_BLOCKS = 1 << 16      # grid-stride loops beyond this many blocks
-GROUP_COLUMNS = 4         # bfp columns per thread (must divide the tile width)
-CAST_GROUP = 8            # cast values per thread and step
-VECTOR_ALIGN = 16         # bytes: the vector loads and stores need every buffer on it
+MAX_BLOCKS = 1 << 16  # grid-stride loops beyond this many blocks
+GROUP_COLUMNS = 4  # bfp columns per thread (must divide the tile width)
+CAST_GROUP = 8  # cast values per thread and step
+VECTOR_ALIGN = 16  # bytes: the vector loads and stores need every buffer on it
 # the smallest |x| bits each cast refuses (fused_cast.c's, codec_cast.OVERFLOW_BITS)
-F16_OVERFLOW_BITS = 0x477FF000   # 65520 rounds to Inf in float16
+F16_OVERFLOW_BITS = 0x477FF000  # 65520 rounds to Inf in float16
 BF16_OVERFLOW_BITS = 0x7F7F8000  # 2**128 - 2**119 rounds to Inf in bfloat16
 
 # the CUDA source, also compiled as C++ on the CPU by the tests' emulation
 _SOURCE = (Path(__file__).with_name("codec_device.cu")).read_text()
 
-_KERNEL_NAMES = ("bfp_encode", "bfp_decode", "bfp_decode_add_encode", "cast_encode",
-                 "cast_decode", "cast_decode_add_encode")
+_KERNEL_NAMES = (
+    "bfp_encode",
+    "bfp_decode",
+    "bfp_decode_add_encode",
+    "cast_encode",
+    "cast_decode",
+    "cast_decode_add_encode",
+)
 _module = None
 
 
@@ -60,14 +66,16 @@ def check() -> None:
     if cupy.cuda.runtime.getDeviceCount() < 1:
         raise RuntimeError("cupy sees no CUDA device")
     if _module is None:
-        _module = cupy.RawModule(code=_SOURCE, options=(
-            "--fmad=false", "--prec-div=true", "--prec-sqrt=true"))
+        _module = cupy.RawModule(
+            code=_SOURCE, options=("--fmad=false", "--prec-div=true", "--prec-sqrt=true")
+        )
         for name in _KERNEL_NAMES:
             _module.get_function(name)
 
 
 # ---------------------------------------------------------------- launch geometry
 # (shared with the tests' CPU emulation, which launches the same source)
+
 
 def grid(work: int, max_blocks: int = MAX_BLOCKS) -> int:
     """Blocks of THREADS threads for `work` items (the kernels stride over the rest)."""
@@ -92,6 +100,7 @@ def vector_ok(*addresses: int) -> bool:
 
 
 # ---------------------------------------------------------------- the range flag
+
 
 class Flag:
     """One codec's range flag on one device: an int32 that stays 0 while the encodes meet
@@ -135,7 +144,7 @@ def read_flag(flag: Flag) -> int:
         for stream in streams:
             stream.synchronize()
         value = int(flag.bits.get()[0])  # a synchronous copy (older cupy copies
-        last = streams[-1]               # asynchronously when given a stream)
+        last = streams[-1]  # asynchronously when given a stream)
         with last:
             flag.bits.fill(0)
         last.synchronize()
@@ -153,8 +162,8 @@ def _pointer(a) -> np.uint64:
     return np.uint64(a.data_ptr() if _is_torch(a) else a.data.ptr)
 
 
-_functions: dict = {}   # kernel name -> compiled function
-_streams: dict = {}     # torch stream handle -> cupy's handle on the same stream
+_functions: dict = {}  # kernel name -> compiled function
+_streams: dict = {}  # torch stream handle -> cupy's handle on the same stream
 
 
 def _stream_of(x):
@@ -198,10 +207,23 @@ def bfp_encode(codec, x, payload, tile_width: int, flag: Flag) -> None:
     if n == 0:
         return
     xp, pp = _pointer(x), _pointer(payload)
-    _launch("bfp_encode", bfp_groups(n, codec.block, tile_width), x,
-            (xp, np.int64(n), pp, np.int32(codec.block), np.int32(tile_width),
-             np.int32(codec.rate), _vector(xp, pp), np.int32(codec.limit_bits),
-             flag.pointer), flag)
+    _launch(
+        "bfp_encode",
+        bfp_groups(n, codec.block, tile_width),
+        x,
+        (
+            xp,
+            np.int64(n),
+            pp,
+            np.int32(codec.block),
+            np.int32(tile_width),
+            np.int32(codec.rate),
+            _vector(xp, pp),
+            np.int32(codec.limit_bits),
+            flag.pointer,
+        ),
+        flag,
+    )
 
 
 def bfp_decode(codec, payload, out, tile_width: int) -> None:
@@ -209,13 +231,23 @@ def bfp_decode(codec, payload, out, tile_width: int) -> None:
     if n == 0:
         return
     pp, op = _pointer(payload), _pointer(out)
-    _launch("bfp_decode", bfp_groups(n, codec.block, tile_width), out,
-            (pp, np.int64(n), op, np.int32(codec.block), np.int32(tile_width),
-             np.int32(codec.rate), _vector(pp, op)))
+    _launch(
+        "bfp_decode",
+        bfp_groups(n, codec.block, tile_width),
+        out,
+        (
+            pp,
+            np.int64(n),
+            op,
+            np.int32(codec.block),
+            np.int32(tile_width),
+            np.int32(codec.rate),
+            _vector(pp, op),
+        ),
+    )
 
 
-def bfp_decode_add_encode(codec, payload, own, target, out, tile_width: int,
-                          flag: Flag) -> None:
+def bfp_decode_add_encode(codec, payload, own, target, out, tile_width: int, flag: Flag) -> None:
     """target = decode(payload) + own, encoded into `out` if given (its range check votes
     into `flag`)."""
     n = target.shape[0]
@@ -223,11 +255,23 @@ def bfp_decode_add_encode(codec, payload, own, target, out, tile_width: int,
         return
     pointers = [_pointer(a) for a in (payload, own, target)]
     op = None if out is None else _pointer(out)
-    _launch("bfp_decode_add_encode", bfp_groups(n, codec.block, tile_width), target,
-            (*pointers, np.int64(n), _NULL if op is None else op, np.int32(codec.block),
-             np.int32(tile_width), np.int32(codec.rate),
-             _vector(*pointers, *([] if op is None else [op])), np.int32(codec.limit_bits),
-             flag.pointer), flag)
+    _launch(
+        "bfp_decode_add_encode",
+        bfp_groups(n, codec.block, tile_width),
+        target,
+        (
+            *pointers,
+            np.int64(n),
+            _NULL if op is None else op,
+            np.int32(codec.block),
+            np.int32(tile_width),
+            np.int32(codec.rate),
+            _vector(*pointers, *([] if op is None else [op])),
+            np.int32(codec.limit_bits),
+            flag.pointer,
+        ),
+        flag,
+    )
 
 
 def _limit(bfloat: bool) -> np.int32:
@@ -240,9 +284,13 @@ def cast_encode(x, payload, bfloat: bool, flag: Flag) -> None:
     if n == 0:
         return
     xp, pp = _pointer(x), _pointer(payload)
-    _launch("cast_encode", cast_groups(n), x,
-            (xp, np.int64(n), pp, np.int32(bfloat), _vector(xp, pp), _limit(bfloat),
-             flag.pointer), flag)
+    _launch(
+        "cast_encode",
+        cast_groups(n),
+        x,
+        (xp, np.int64(n), pp, np.int32(bfloat), _vector(xp, pp), _limit(bfloat), flag.pointer),
+        flag,
+    )
 
 
 def cast_decode(payload, out, bfloat: bool) -> None:
@@ -250,8 +298,9 @@ def cast_decode(payload, out, bfloat: bool) -> None:
     if n == 0:
         return
     pp, op = _pointer(payload), _pointer(out)
-    _launch("cast_decode", cast_groups(n), out,
-            (pp, np.int64(n), op, np.int32(bfloat), _vector(pp, op)))
+    _launch(
+        "cast_decode", cast_groups(n), out, (pp, np.int64(n), op, np.int32(bfloat), _vector(pp, op))
+    )
 
 
 def cast_decode_add_encode(payload, own, target, out, bfloat: bool, flag: Flag) -> None:
@@ -261,7 +310,18 @@ def cast_decode_add_encode(payload, own, target, out, bfloat: bool, flag: Flag) 
         return
     pointers = [_pointer(a) for a in (payload, own, target)]
     op = None if out is None else _pointer(out)
-    _launch("cast_decode_add_encode", cast_groups(n), target,
-            (*pointers, np.int64(n), _NULL if op is None else op, np.int32(bfloat),
-             _vector(*pointers, *([] if op is None else [op])), _limit(bfloat),
-             flag.pointer), flag)
+    _launch(
+        "cast_decode_add_encode",
+        cast_groups(n),
+        target,
+        (
+            *pointers,
+            np.int64(n),
+            _NULL if op is None else op,
+            np.int32(bfloat),
+            _vector(*pointers, *([] if op is None else [op])),
+            _limit(bfloat),
+            flag.pointer,
+        ),
+        flag,
+    )

@@ -27,11 +27,11 @@ import numpy as np
 
 from ccbench.kernels.codec_base import host_numpy, is_host, namespace
 
-KERNELS_VERSION = 1               # fused_module.c's KERNELS_VERSION this file calls
+KERNELS_VERSION = 1  # fused_module.c's KERNELS_VERSION this file calls
 
-_host = None                      # the compiled module, False when it cannot be used
+_host = None  # the compiled module, False when it cannot be used
 _host_note = ""
-_device = None                    # codec_device's kernels, False when they cannot be used
+_device = None  # codec_device's kernels, False when they cannot be used
 _device_note = ""
 
 
@@ -43,15 +43,19 @@ def host_kernels():
             from ccbench.kernels import _fused
         except ImportError:
             _host = False
-            _host_note = ("fused host kernels not built (no C compiler when ccbench was "
-                          "installed): bfp, fp16, bf16 run their array-API kernels")
+            _host_note = (
+                "fused host kernels not built (no C compiler when ccbench was "
+                "installed): bfp, fp16, bf16 run their array-API kernels"
+            )
         else:
             if getattr(_fused, "VERSION", None) == KERNELS_VERSION:
                 _host = _fused
             else:
                 _host = False
-                _host_note = ("fused host kernels are out of date (reinstall ccbench): bfp, "
-                              "fp16, bf16 run their array-API kernels")
+                _host_note = (
+                    "fused host kernels are out of date (reinstall ccbench): bfp, "
+                    "fp16, bf16 run their array-API kernels"
+                )
     return _host or None
 
 
@@ -78,6 +82,7 @@ def device_kernels(x):
     if _device is None:
         try:
             from ccbench.kernels import codec_device
+
             codec_device.check()
         except Exception as exc:  # noqa: BLE001 - any failure leaves the reference path
             _device = False
@@ -134,11 +139,13 @@ def _store(out, values: np.ndarray) -> None:
 # Arrays and payloads are contiguous 1-D host arrays (payloads are slices of one): the
 # compiled functions take their buffers and check every size.
 
+
 def bfp_encode(codec, x, payload, tile_width: int) -> bool:
     """Encode host `x` into `payload`. False: the data is out of range, nothing is
     promised about `payload`, and the reference must run (it raises)."""
-    return host_kernels().bfp_encode(host_numpy(_float32(x)), host_numpy(payload),
-                                     codec.block, tile_width, codec.rate)
+    return host_kernels().bfp_encode(
+        host_numpy(_float32(x)), host_numpy(payload), codec.block, tile_width, codec.rate
+    )
 
 
 def bfp_decode(codec, payload, out, tile_width: int) -> None:
@@ -153,12 +160,19 @@ def bfp_decode_add_encode(codec, payload, own, target, out, tile_width: int) -> 
     """target = decode(payload) + own (float32 host arrays), encoded into `out` if given.
     False: a sum is out of range; `target` holds all the sums."""
     dest = np.empty(0, np.uint8) if out is None else host_numpy(out)
-    return host_kernels().bfp_decode_add_encode(host_numpy(payload), host_numpy(own),
-                                                host_numpy(target), dest, codec.block,
-                                                tile_width, codec.rate)
+    return host_kernels().bfp_decode_add_encode(
+        host_numpy(payload),
+        host_numpy(own),
+        host_numpy(target),
+        dest,
+        codec.block,
+        tile_width,
+        codec.rate,
+    )
 
 
 # ------------------------------------------------------------------ casts (float32 only)
+
 
 def cast_encode(x, payload, bfloat: bool) -> bool:
     """False: a value does not fit (the reference must run: it raises)."""
@@ -172,8 +186,9 @@ def cast_decode(payload, out, bfloat: bool) -> None:
 def cast_decode_add_encode(payload, own, target, out, bfloat: bool) -> bool:
     """False: a sum does not fit; `target` holds all the sums."""
     dest = np.empty(0, np.uint8) if out is None else host_numpy(out)
-    return host_kernels().cast_decode_add_encode(host_numpy(payload), host_numpy(own),
-                                                 host_numpy(target), dest, bfloat)
+    return host_kernels().cast_decode_add_encode(
+        host_numpy(payload), host_numpy(own), host_numpy(target), dest, bfloat
+    )
 
 
 def hop_path(codec, payload, own, target) -> str:

@@ -35,8 +35,9 @@ def _zfpy():
     try:
         import zfpy
     except ImportError:
-        raise UsageError("zfp codecs need the zfpy package (pip install 'ccbench[codecs]')") \
-            from None
+        raise UsageError(
+            "zfp codecs need the zfpy package (pip install 'ccbench[codecs]')"
+        ) from None
     return zfpy
 
 
@@ -44,8 +45,9 @@ def _zstandard():
     try:
         import zstandard
     except ImportError:
-        raise UsageError("the zstd codec needs the zstandard package "
-                         "(pip install 'ccbench[codecs]')") from None
+        raise UsageError(
+            "the zstd codec needs the zstandard package (pip install 'ccbench[codecs]')"
+        ) from None
     return zstandard
 
 
@@ -75,10 +77,17 @@ def _check_range(a: np.ndarray, spec: str) -> None:
     lo, hi = a.min(), a.max()
     limit = zfp_limit(a.dtype)
     if not (-limit < lo and hi < limit):  # NaN fails both
-        what = ("NaN" if np.isnan(lo) or np.isnan(hi) else
-                "Inf" if np.isinf(lo) or np.isinf(hi) else f"|x| = {max(hi, -lo):.6g}")
-        raise DataError(f"codec {spec}: input contains {what}, outside ZFP's range "
-                        f"(finite, |x| < 2**{round(math.log2(limit))})")
+        what = (
+            "NaN"
+            if np.isnan(lo) or np.isnan(hi)
+            else "Inf"
+            if np.isinf(lo) or np.isinf(hi)
+            else f"|x| = {max(hi, -lo):.6g}"
+        )
+        raise DataError(
+            f"codec {spec}: input contains {what}, outside ZFP's range "
+            f"(finite, |x| < 2**{round(math.log2(limit))})"
+        )
 
 
 def _store(out, values: np.ndarray) -> None:
@@ -158,8 +167,10 @@ class ZfpRateCodec(_Zfp):
     def _encode_into(self, x, payload):
         body = self._compress(x, rate=self.rate)
         if len(body) != payload.shape[0]:  # the size formula is part of the contract
-            raise RuntimeError(f"zfp:rate={self.rate} wrote {len(body)} B for {x.shape[0]} "
-                               f"values, expected {payload.shape[0]} B")
+            raise RuntimeError(
+                f"zfp:rate={self.rate} wrote {len(body)} B for {x.shape[0]} "
+                f"values, expected {payload.shape[0]} B"
+            )
         host_numpy(payload)[...] = np.frombuffer(body, dtype=np.uint8)
 
     def _decode(self, payload, out):
@@ -257,7 +268,6 @@ class ZstdCodec(Codec):
         size = itemsize(dtype_name(out))
         n = out.shape[0]
         if len(raw) != n * size:
-            raise DataError(f"codec {self.spec}: payload holds {len(raw)} B, "
-                            f"expected {n * size} B")
+            raise DataError(f"codec {self.spec}: payload holds {len(raw)} B, expected {n * size} B")
         shuffled = np.frombuffer(raw, dtype=np.uint8).reshape(size, n)
         host_numpy(out).view(np.uint8).reshape(n, size)[...] = shuffled.T

@@ -24,6 +24,7 @@ from ccbench.kernels.errors import UsageError
 
 # ---------------------------------------------------------------- spec parser
 
+
 def _int_in(lo: int, hi: int, multiple: int = 1) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -34,6 +35,7 @@ def _int_in(lo: int, hi: int, multiple: int = 1) -> Callable[[str], int]:
             extra = f", a multiple of {multiple}" if multiple > 1 else ""
             raise ValueError(f"an integer in {lo}..{hi}{extra}")
         return value
+
     return parse
 
 
@@ -53,8 +55,10 @@ def _make_bfp(spec, p):
 
 def _make_zfp(spec, p):
     if ("rate" in p) == ("tol" in p):
-        raise UsageError(f"codec '{spec}': zfp takes exactly one of rate=R (fixed rate, "
-                         "3..32 bits per value) or tol=E (absolute error tolerance)")
+        raise UsageError(
+            f"codec '{spec}': zfp takes exactly one of rate=R (fixed rate, "
+            "3..32 bits per value) or tol=E (absolute error tolerance)"
+        )
     if "rate" in p:
         return ZfpRateCodec(spec, rate=p["rate"])
     return ZfpTolCodec(spec, tol=p["tol"])
@@ -70,13 +74,21 @@ CODECS: dict[str, tuple[Callable[[str, dict], Codec], dict[str, tuple[Any, Any]]
     "none": (lambda spec, p: NoneCodec(spec), {}, "no compression (bytes as they are)"),
     "fp16": (lambda spec, p: CastCodec(spec, "float16"), {}, "cast to float16"),
     "bf16": (lambda spec, p: CastCodec(spec, "bfloat16"), {}, "cast to bfloat16"),
-    "bfp": (_make_bfp, {"rate": (_int_in(2, 16), REQUIRED),
-                        "block": (_int_in(8, 256, multiple=8), 32)},
-            "block floating point, R bits per value + one exponent byte per block"),
-    "zfp": (_make_zfp, {"rate": (_int_in(3, 32), None), "tol": (_positive_float, None)},
-            "ZFP (zfpy), fixed rate R bits per value or fixed accuracy tol=E"),
-    "zstd": (_make_zstd, {"level": (_int_in(-7, 22), 1)},
-             "lossless: byte shuffle + zstd (stands in for MPC)"),
+    "bfp": (
+        _make_bfp,
+        {"rate": (_int_in(2, 16), REQUIRED), "block": (_int_in(8, 256, multiple=8), 32)},
+        "block floating point, R bits per value + one exponent byte per block",
+    ),
+    "zfp": (
+        _make_zfp,
+        {"rate": (_int_in(3, 32), None), "tol": (_positive_float, None)},
+        "ZFP (zfpy), fixed rate R bits per value or fixed accuracy tol=E",
+    ),
+    "zstd": (
+        _make_zstd,
+        {"level": (_int_in(-7, 22), 1)},
+        "lossless: byte shuffle + zstd (stands in for MPC)",
+    ),
 }
 
 
@@ -94,8 +106,9 @@ def parse_codec(spec: str) -> Codec:
         key = key.strip().lower()
         if not eq or key not in params:
             known = ", ".join(params) or "none"
-            raise UsageError(f"codec '{spec}': unknown parameter '{item}' "
-                             f"(parameters of {name}: {known})")
+            raise UsageError(
+                f"codec '{spec}': unknown parameter '{item}' (parameters of {name}: {known})"
+            )
         if key in given:
             raise UsageError(f"codec '{spec}': parameter '{key}' given twice")
         given[key] = value.strip()
@@ -105,16 +118,18 @@ def parse_codec(spec: str) -> Codec:
             try:
                 values[key] = parse(given[key])
             except ValueError as err:
-                raise UsageError(f"codec '{spec}': {key} must be {err}, "
-                                 f"got '{given[key]}'") from None
+                raise UsageError(
+                    f"codec '{spec}': {key} must be {err}, got '{given[key]}'"
+                ) from None
         elif default is REQUIRED:
             raise UsageError(f"codec '{spec}': {name} needs {key}=..., e.g. {name}:{key}=8")
         elif default is not None:
             values[key] = default
     # canonical spec (CSV `codec` column): given parameters that differ from the default
     shown = [k for k in params if k in given and values[k] != params[k][1]]
-    canonical = name + "".join((":" if i == 0 else ",") + f"{k}={_format(values[k])}"
-                               for i, k in enumerate(shown))
+    canonical = name + "".join(
+        (":" if i == 0 else ",") + f"{k}={_format(values[k])}" for i, k in enumerate(shown)
+    )
     return make(canonical, values)
 
 

@@ -53,7 +53,7 @@ def page_aligned_numpy(count: int, dtype: str) -> np.ndarray:
     nbytes = count * np.dtype(dtype).itemsize
     raw = np.empty(nbytes + PAGE_BYTES, dtype=np.uint8)
     start = -raw.ctypes.data % PAGE_BYTES
-    return raw[start:start + nbytes].view(dtype)
+    return raw[start : start + nbytes].view(dtype)
 
 
 def page_aligned_torch(count: int, dtype):
@@ -63,4 +63,4 @@ def page_aligned_torch(count: int, dtype):
     nbytes = count * torch.empty(0, dtype=dtype).element_size()
     raw = torch.empty(nbytes + PAGE_BYTES, dtype=torch.uint8)
     start = -raw.data_ptr() % PAGE_BYTES
-    return raw[start:start + nbytes].view(dtype)
+    return raw[start : start + nbytes].view(dtype)

@@ -98,20 +98,29 @@ class DataKind:
                 return None
             if ranks == 1:
                 return f"{self.spec}: {count} values exceed the {total} captured; they repeat"
-            return (f"{self.spec}: {ranks} x {count} values exceed the {total} captured; "
-                    "shards wrap round and overlap")
+            return (
+                f"{self.spec}: {ranks} x {count} values exceed the {total} captured; "
+                "shards wrap round and overlap"
+            )
         if rank >= self.sim_ranks:
-            return (f"{self.spec}: rank {rank} reuses simulated rank {rank % self.sim_ranks}'s "
-                    f"tensors, rotated (the corpus has {self.sim_ranks} simulated ranks)")
-        own = sum(item.count for item in self.items
-                  if item.rank is not None and item.rank % ranks == rank)
+            return (
+                f"{self.spec}: rank {rank} reuses simulated rank {rank % self.sim_ranks}'s "
+                f"tensors, rotated (the corpus has {self.sim_ranks} simulated ranks)"
+            )
+        own = sum(
+            item.count for item in self.items if item.rank is not None and item.rank % ranks == rank
+        )
         if count <= own:
             return None
         if count <= total:
-            return (f"{self.spec}: rank {rank} holds {own} values of its own; the rest of "
-                    f"{count} come from other simulated ranks' tensors")
-        return (f"{self.spec}: {count} values exceed the corpus's {total}; "
-                f"rank {rank}'s sequence repeats")
+            return (
+                f"{self.spec}: rank {rank} holds {own} values of its own; the rest of "
+                f"{count} come from other simulated ranks' tensors"
+            )
+        return (
+            f"{self.spec}: {count} values exceed the corpus's {total}; "
+            f"rank {rank}'s sequence repeats"
+        )
 
 
 # Parsing -----------------------------------------------------------------------------------
@@ -163,20 +172,33 @@ def _corpus_kind(spec: str, tensor: str, model: str | None, phase: str | None) -
         if not model:
             raise UsageError(f"data kind {spec!r}: the corpus at {root} names no language model")
     phases = [phase] if phase else list(reversed(PHASES))  # latest first
-    chosen = [t for t in manifest["tensors"]
-              if t["model"] == model and t["tensor"] == tensor and t["dtype"] == "float32"
-              and t["phase"] in phases]  # fmt: skip
+    chosen = [
+        t
+        for t in manifest["tensors"]
+        if t["model"] == model
+        and t["tensor"] == tensor
+        and t["dtype"] == "float32"
+        and t["phase"] in phases
+    ]
     if not chosen:
         held = sorted({f"{t['tensor']}:{t['model']}:{t['phase']}" for t in manifest["tensors"]})
-        raise UsageError(f"data kind {spec!r}: the corpus at {root} holds none; it has "
-                         f"{', '.join(held)}")
-    chosen.sort(key=lambda t: (phases.index(t["phase"]), t["rank"] if t["rank"] is not None
-                               else -1))  # fmt: skip
-    items = tuple(CorpusItem(root / t["file"], int(t["count"]), t["phase"], t["rank"])
-                  for t in chosen)  # fmt: skip
+        raise UsageError(
+            f"data kind {spec!r}: the corpus at {root} holds none; it has {', '.join(held)}"
+        )
+    chosen.sort(
+        key=lambda t: (phases.index(t["phase"]), t["rank"] if t["rank"] is not None else -1)
+    )
+    items = tuple(
+        CorpusItem(root / t["file"], int(t["count"]), t["phase"], t["rank"]) for t in chosen
+    )
     canonical = f"{tensor}:{model}" + (f":{phase}" if phase else "")
-    return DataKind(canonical, "corpus", is_gradient=tensor == "grad", items=items,
-                    sim_ranks=int(manifest["recipe"]["ranks"]))
+    return DataKind(
+        canonical,
+        "corpus",
+        is_gradient=tensor == "grad",
+        items=items,
+        sim_ranks=int(manifest["recipe"]["ranks"]),
+    )
 
 
 _MANIFESTS: dict[Path, tuple[float, dict]] = {}
@@ -188,19 +210,25 @@ def load_manifest(root: Path, spec: str = "gradient") -> dict:
     try:
         mtime = path.stat().st_mtime
     except OSError:
-        raise UsageError(f"data kind {spec!r} needs the real-data corpus, not found at "
-                         f"{root} (${CORPUS_ENV}); build it with: {BUILD_COMMAND}") from None
+        raise UsageError(
+            f"data kind {spec!r} needs the real-data corpus, not found at "
+            f"{root} (${CORPUS_ENV}); build it with: {BUILD_COMMAND}"
+        ) from None
     cached = _MANIFESTS.get(path)
     if cached and cached[0] == mtime:
         return cached[1]
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise UsageError(f"corpus manifest {path} is unreadable ({exc}); rebuild it with: "
-                         f"{BUILD_COMMAND} --force") from None
+        raise UsageError(
+            f"corpus manifest {path} is unreadable ({exc}); rebuild it with: "
+            f"{BUILD_COMMAND} --force"
+        ) from None
     if manifest.get("format") != CORPUS_FORMAT:
-        raise UsageError(f"corpus at {root} has format {manifest.get('format')}, this ccbench "
-                         f"reads {CORPUS_FORMAT}; rebuild it with: {BUILD_COMMAND} --force")
+        raise UsageError(
+            f"corpus at {root} has format {manifest.get('format')}, this ccbench "
+            f"reads {CORPUS_FORMAT}; rebuild it with: {BUILD_COMMAND} --force"
+        )
     _MANIFESTS[path] = (mtime, manifest)
     return manifest
 
@@ -265,7 +293,7 @@ def _take(sequence: list[CorpusItem], start: int, count: int) -> np.ndarray:
                 continue
             lo = position - offset
             n = min(item.count - lo, count - filled)
-            out[filled:filled + n] = _load(item)[lo:lo + n]
+            out[filled : filled + n] = _load(item)[lo : lo + n]
             filled += n
             position += n
             offset += item.count
@@ -277,10 +305,14 @@ def _load(item: CorpusItem) -> np.ndarray:
     try:
         data = np.load(item.path, mmap_mode="r")
     except (OSError, ValueError) as exc:
-        raise UsageError(f"corpus file {item.path} is unreadable ({exc}); rebuild it with: "
-                         f"{BUILD_COMMAND} --force") from None
+        raise UsageError(
+            f"corpus file {item.path} is unreadable ({exc}); rebuild it with: "
+            f"{BUILD_COMMAND} --force"
+        ) from None
     if data.dtype != np.float32 or data.shape != (item.count,):
-        raise UsageError(f"corpus file {item.path} holds {data.dtype} {data.shape}, the "
-                         f"manifest says float32 ({item.count},); rebuild it with: "
-                         f"{BUILD_COMMAND} --force")
+        raise UsageError(
+            f"corpus file {item.path} holds {data.dtype} {data.shape}, the "
+            f"manifest says float32 ({item.count},); rebuild it with: "
+            f"{BUILD_COMMAND} --force"
+        )
     return data

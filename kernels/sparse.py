@@ -90,7 +90,7 @@ def gather_blocks(x, ids, block_size: int, out=None):
         _take_rows(full, ids[:nfull_ids], out[:nfull_ids])
     if nfull_ids < k:
         out[k - 1, : tail.shape[0]] = tail
-        out[k - 1, tail.shape[0]:] = 0
+        out[k - 1, tail.shape[0] :] = 0
     return out
 
 

@@ -36,8 +36,9 @@ def blocks_for_density(nblocks: int, density: float) -> int:
     return int(round(density * nblocks))
 
 
-def choose_blocks(nblocks: int, nnz: int, overlap: str, rank: int, nranks: int,
-                  seed: int = 0) -> np.ndarray:
+def choose_blocks(
+    nblocks: int, nnz: int, overlap: str, rank: int, nranks: int, seed: int = 0
+) -> np.ndarray:
     """Sorted ids of the nnz non-zero blocks of `rank` (one of nranks data ranks)."""
     if overlap not in OVERLAP_MODES:
         raise UsageError(f"--overlap must be one of {', '.join(OVERLAP_MODES)}, got {overlap!r}")
@@ -64,8 +65,9 @@ def block_values(nnz: int, block_size: int, rank: int, seed: int = 0) -> np.ndar
     return magnitude
 
 
-def sparse_input(count: int, block_size: int, density: float, overlap: str, rank: int,
-                 nranks: int, seed: int = 0) -> np.ndarray:
+def sparse_input(
+    count: int, block_size: int, density: float, overlap: str, rank: int, nranks: int, seed: int = 0
+) -> np.ndarray:
     """The float32 input of one data rank: exactly round(density * nblocks) non-zero blocks."""
     if block_size < 1:
         raise UsageError(f"--block-size must be at least 1, got {block_size}")
@@ -80,5 +82,5 @@ def sparse_input(count: int, block_size: int, density: float, overlap: str, rank
     full[ids[in_full]] = values[in_full]
     if not in_full.all():  # the partial tail block was chosen: it is the last id
         tail = count - nfull * block_size
-        x[nfull * block_size:] = values[-1, :tail]
+        x[nfull * block_size :] = values[-1, :tail]
     return x

@@ -85,5 +85,9 @@ class Stopwatch:
         if self.backend is None:
             return np.array(self.stops[:n]) - np.array(self.starts[:n])
         self.settle()
-        return np.array([self.backend.elapsed_s(a, b)
-                         for a, b in zip(self.starts[:n], self.stops[:n], strict=True)])
+        return np.array(
+            [
+                self.backend.elapsed_s(a, b)
+                for a, b in zip(self.starts[:n], self.stops[:n], strict=True)
+            ]
+        )

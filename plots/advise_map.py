@@ -30,19 +30,25 @@ def option_colours(n: int) -> list:
     return list(palette[:n])
 
 
-def draw_break_even_map(path, options: list[cm.Option], step_s: float, collective: str,
-                        ranks: int, codec_share: float = 1.0, title: str = "",
-                        marks: dict | None = None) -> None:
+def draw_break_even_map(
+    path,
+    options: list[cm.Option],
+    step_s: float,
+    collective: str,
+    ranks: int,
+    codec_share: float = 1.0,
+    title: str = "",
+    marks: dict | None = None,
+) -> None:
     """Write the map to ``path`` (PNG or PDF). ``marks``: label -> (rate b/s, size) of
     points to show (the link advised for, the trace's largest call)."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import BoundaryNorm, ListedColormap
     from matplotlib.patches import Patch
 
-    grid = cm.fastest_map(options, MAP_RATES_BPS, MAP_SIZES, step_s, collective, ranks,
-                          codec_share)
+    grid = cm.fastest_map(options, MAP_RATES_BPS, MAP_SIZES, step_s, collective, ranks, codec_share)
     used = sorted(set(grid.ravel().tolist()))  # the options fastest somewhere, coloured
-    shown = np.searchsorted(used, grid)        # in that order, one colour each
+    shown = np.searchsorted(used, grid)  # in that order, one colour each
     colours = ListedColormap(option_colours(len(used)))
     norm = BoundaryNorm(np.arange(len(used) + 1) - 0.5, len(used))
     pays = np.isin(grid, [i for i, o in enumerate(options) if o.codec is not None])
@@ -53,19 +59,29 @@ def draw_break_even_map(path, options: list[cm.Option], step_s: float, collectiv
         ax.contour(x, y, pays.astype(float), levels=[0.5], colors="black", linewidths=2)
     for label, (rate, size) in (marks or {}).items():
         ax.plot(size, rate / 1e9, marker="o", color="white", markeredgecolor="black")
-        ax.annotate(label, (size, rate / 1e9), textcoords="offset points", xytext=(6, 6),
-                    fontsize=8)
+        ax.annotate(
+            label, (size, rate / 1e9), textcoords="offset points", xytext=(6, 6), fontsize=8
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ticks = MAP_SIZES[::4]
     ax.set_xticks(ticks, [_size_label(t) for t in ticks], rotation=45, ha="right")
     ax.set_xlabel(f"{collective} message size (OSU size, per call)")
     ax.set_ylabel("link payload rate (Gbit/s)")
-    ax.set_title(title or f"Fastest option, {ranks} ranks; black line: compression "
-                          "starts to pay", fontsize=10)
-    ax.legend(handles=[Patch(color=colours(k), label=options[i].label)
-                       for k, i in enumerate(used)] + (
-        [plt.Line2D([], [], color="black", lw=2, label="break-even")] if pays.any() and
-        not pays.all() else []), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title(
+        title or f"Fastest option, {ranks} ranks; black line: compression starts to pay",
+        fontsize=10,
+    )
+    ax.legend(
+        handles=[Patch(color=colours(k), label=options[i].label) for k, i in enumerate(used)]
+        + (
+            [plt.Line2D([], [], color="black", lw=2, label="break-even")]
+            if pays.any() and not pays.all()
+            else []
+        ),
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+    )
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -89,8 +89,10 @@ def panel_title(ranks, link_gbps) -> str:
 def panels(frame: pd.DataFrame) -> list[tuple[tuple[int, float], pd.DataFrame]]:
     """(ranks, link rate) groups: emulated links first (the interesting ones), then ranks."""
     frame = frame.assign(_link=link_of(frame))
-    groups = [((int(r), float(link)), sub.drop(columns="_link"))
-              for (r, link), sub in frame.groupby(["ranks", "_link"], sort=True)]
+    groups = [
+        ((int(r), float(link)), sub.drop(columns="_link"))
+        for (r, link), sub in frame.groupby(["ranks", "_link"], sort=True)
+    ]
     return sorted(groups, key=lambda g: (g[0][1] <= 0, -g[0][1], g[0][0]))
 
 
@@ -111,16 +113,14 @@ def series_keys(frame: pd.DataFrame) -> list[tuple[str, str, str]]:
     # the series a panel holds, not its points: each combination once
     keys = frame[["variant", "algorithm", "codec"]].drop_duplicates().itertuples(index=False)
     keys = [tuple(map(str, k)) for k in keys]
-    return sorted(keys, key=lambda k: (variants.order(k[0]), k[0], k[1],
-                                       codec_sort_key(k[2])))
+    return sorted(keys, key=lambda k: (variants.order(k[0]), k[0], k[1], codec_sort_key(k[2])))
 
 
 # What an error bar is, by where it came from (captions quote it).
 INTERVALS = {
-    "ci": "error bars: the 95% t interval of the mean over the timed calls (ci_low_us, "
-          "ci_high_us)",
+    "ci": "error bars: the 95% t interval of the mean over the timed calls (ci_low_us, ci_high_us)",
     "ranks": "error bars: the fastest and slowest rank's average (min_us, max_us), the "
-             "only spread these rows carry (no confidence interval recorded)",
+    "only spread these rows carry (no confidence interval recorded)",
 }
 
 
@@ -142,12 +142,12 @@ def interval_caption(kinds) -> str:
     kinds = {k for k in kinds if k}
     if not kinds:
         return " No interval: the rows carry none."
-    return " " + "; ".join(INTERVALS[k][0].upper() + INTERVALS[k][1:]
-                           for k in sorted(kinds)) + "."
+    return " " + "; ".join(INTERVALS[k][0].upper() + INTERVALS[k][1:] for k in sorted(kinds)) + "."
 
 
-def separate_ratio(a: float, a_low: float, a_high: float, b: float, b_low: float,
-                   b_high: float) -> tuple[float, float, float]:
+def separate_ratio(
+    a: float, a_low: float, a_high: float, b: float, b_low: float, b_high: float
+) -> tuple[float, float, float]:
     """B/A of two separately measured means and the widest ratio their intervals allow:
     [b_low / a_high, b_high / a_low]. A time's interval can reach below zero (few, noisy
     calls): the ratio is then unbounded on that side (0 or inf). NaN bounds when either
@@ -169,8 +169,16 @@ def change_text(ratio: float, low: float, high: float) -> str:
     return text
 
 
-def draw_series(ax, frame: pd.DataFrame, x: str, y: str, scale: float = 1.0,
-                low: str | None = None, high: str | None = None, **style):
+def draw_series(
+    ax,
+    frame: pd.DataFrame,
+    x: str,
+    y: str,
+    scale: float = 1.0,
+    low: str | None = None,
+    high: str | None = None,
+    **style,
+):
     """One measured line with its interval as error bars: the columns `low` and `high`
     (in the units of `y`), or for avg_us the rows' own interval (time_bounds).
     Returns (line, interval kind or None)."""
@@ -190,8 +198,9 @@ def draw_series(ax, frame: pd.DataFrame, x: str, y: str, scale: float = 1.0,
     if has.any():
         below = np.where(has, np.clip(ys - lo, 0, None), 0.0) / scale
         above = np.where(has, np.clip(hi - ys, 0, None), 0.0) / scale
-        container = ax.errorbar(xs, ys / scale, yerr=[below, above], capsize=1.5,
-                                elinewidth=0.6, **style)
+        container = ax.errorbar(
+            xs, ys / scale, yerr=[below, above], capsize=1.5, elinewidth=0.6, **style
+        )
         line = container.lines[0]
         line.set_label(style.get("label", "_nolegend_"))  # the series, not the container
         return line, kind
@@ -223,14 +232,24 @@ def wire_measured(frame: pd.DataFrame) -> pd.Series:
 def wire_bytes(frame: pd.DataFrame) -> pd.Series:
     """Bytes each rank puts on the wire: measured where the row has it, else the ring's
     (collectives/spec.py) for an uncompressed collective over the achieved ratio."""
-    formula = pd.Series([spec(c).ring_wire_bytes(float(s), int(n)) for c, s, n in
-                         zip(frame["collective"], frame["size_bytes"], frame["ranks"],
-                             strict=True)], index=frame.index, dtype=float)
+    formula = pd.Series(
+        [
+            spec(c).ring_wire_bytes(float(s), int(n))
+            for c, s, n in zip(
+                frame["collective"], frame["size_bytes"], frame["ranks"], strict=True
+            )
+        ],
+        index=frame.index,
+        dtype=float,
+    )
     if "compression_ratio" in frame.columns:
         ratio = frame["compression_ratio"].astype(float)
         formula = formula / ratio.where(ratio > 0, 1.0).fillna(1.0)
-    measured = (frame["wire_bytes_per_rank"].astype(float)
-                if "wire_bytes_per_rank" in frame.columns else pd.Series(np.nan, frame.index))
+    measured = (
+        frame["wire_bytes_per_rank"].astype(float)
+        if "wire_bytes_per_rank" in frame.columns
+        else pd.Series(np.nan, frame.index)
+    )
     return measured.where(measured > 0, formula)
 
 
@@ -252,13 +271,27 @@ def floor_parts_us(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     link = link_of(frame)
     ceiling = _column(frame, "link_ceiling_gbps")
     rate_bps = ceiling.where(ceiling > 0, link) * 1e9
-    algorithm = frame["algorithm"] if "algorithm" in frame.columns else \
-        pd.Series("ring", index=frame.index)
-    steps = pd.Series([floor_steps(c, int(n), str(a)) for c, n, a in
-                       zip(frame["collective"], frame["ranks"], algorithm, strict=True)],
-                      index=frame.index, dtype=float)
-    wire = wire_floor_s(wire_bytes(frame), rate_bps, _column(frame, "link_burst_bytes").fillna(0.0),
-                        steps, _column(frame, "link_step_us").fillna(0.0) * 1e-6) * 1e6
+    algorithm = (
+        frame["algorithm"] if "algorithm" in frame.columns else pd.Series("ring", index=frame.index)
+    )
+    steps = pd.Series(
+        [
+            floor_steps(c, int(n), str(a))
+            for c, n, a in zip(frame["collective"], frame["ranks"], algorithm, strict=True)
+        ],
+        index=frame.index,
+        dtype=float,
+    )
+    wire = (
+        wire_floor_s(
+            wire_bytes(frame),
+            rate_bps,
+            _column(frame, "link_burst_bytes").fillna(0.0),
+            steps,
+            _column(frame, "link_step_us").fillna(0.0) * 1e-6,
+        )
+        * 1e6
+    )
     return wire.where(link > 0), _column(frame, "codec_floor_us").where(link > 0)
 
 
@@ -271,8 +304,9 @@ def floor_us(frame: pd.DataFrame) -> pd.Series:
 
 def strict_bound(frame: pd.DataFrame) -> bool:
     """Whether the rows carry what makes floor_us a strict bound."""
-    return {"link_ceiling_gbps", "link_burst_bytes"} <= set(frame.columns) and \
-        bool(pd.to_numeric(frame["link_ceiling_gbps"], errors="coerce").notna().any())
+    return {"link_ceiling_gbps", "link_burst_bytes"} <= set(frame.columns) and bool(
+        pd.to_numeric(frame["link_ceiling_gbps"], errors="coerce").notna().any()
+    )
 
 
 def below_floor(frame: pd.DataFrame, measured: str = "avg_us") -> pd.DataFrame:
@@ -290,10 +324,10 @@ def below_floor(frame: pd.DataFrame, measured: str = "avg_us") -> pd.DataFrame:
 
 BELOW_REASONS = {
     "wire": "the wire's floor: the wire count, the link rate, the burst or the step cost "
-            "is wrong there",
+    "is wrong there",
     "codec": "the codec's floor (the fastest timed call's codec time of the ranks that "
-             "share a core or device, times the ranks per core): that codec time was "
-             "mis-measured there",
+    "share a core or device, times the ranks per core): that codec time was "
+    "mis-measured there",
 }
 
 
@@ -302,8 +336,11 @@ def below_floor_text(below: pd.DataFrame, what: str) -> str:
     and the reason, by the part of the floor they are under."""
     if below.empty:
         return ""
-    parts = [f"{int((below['_bound'] == part).sum())} under {reason}"
-             for part, reason in BELOW_REASONS.items() if (below["_bound"] == part).any()]
+    parts = [
+        f"{int((below['_bound'] == part).sum())} under {reason}"
+        for part, reason in BELOW_REASONS.items()
+        if (below["_bound"] == part).any()
+    ]
     return f" {len(below)} {what} measured BELOW their floor (red): " + "; ".join(parts) + "."
 
 
@@ -316,8 +353,11 @@ def run_labels_text(frame: pd.DataFrame) -> str:
     """Caption text naming each curve's run, when the rows come from several runs."""
     if RUN not in frame.columns or frame[RUN].astype(str).replace("", np.nan).nunique() < 2:
         return ""
-    keys = [c for c in ("variant", "algorithm", "codec", "model", "strategy", "framework")
-            if c in frame.columns]
+    keys = [
+        c
+        for c in ("variant", "algorithm", "codec", "model", "strategy", "framework")
+        if c in frame.columns
+    ]
     parts = []
     for key, sub in frame.groupby(keys, sort=True) if keys else []:
         key = key if isinstance(key, tuple) else (key,)
@@ -330,8 +370,11 @@ def runs_note(frame: pd.DataFrame) -> str:
     """Caption text that warns when a figure mixes runs, hosts or code versions."""
     notes = []
     # Not run_id: every rank count or algorithm is its own mpiexec run by design.
-    for column, what in (("hostname", "hosts"), ("git_sha", "code versions"),
-                         ("mpi_library", "MPI libraries")):
+    for column, what in (
+        ("hostname", "hosts"),
+        ("git_sha", "code versions"),
+        ("mpi_library", "MPI libraries"),
+    ):
         if column in frame.columns:
             count = frame[column].dropna().astype(str).nunique()
             if count > 1:
@@ -354,10 +397,15 @@ def main_codecs(frame: pd.DataFrame, limit: int = 4) -> tuple[list[str], list[st
     reproduction sweep first, then those measured at the most sizes."""
     compressed = frame[frame["codec"] != "none"]
     sizes = compressed.groupby("codec")["size_bytes"].nunique()
-    ranked = sorted(sizes.index, key=lambda c: (c not in PREFERRED_CODECS,
-                                                PREFERRED_CODECS.index(c)
-                                                if c in PREFERRED_CODECS else 0,
-                                                -sizes[c], codec_sort_key(c)))
+    ranked = sorted(
+        sizes.index,
+        key=lambda c: (
+            c not in PREFERRED_CODECS,
+            PREFERRED_CODECS.index(c) if c in PREFERRED_CODECS else 0,
+            -sizes[c],
+            codec_sort_key(c),
+        ),
+    )
     return ranked[:limit], ranked[limit:]
 
 
@@ -374,8 +422,11 @@ def hold_configuration(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     from ccbench.benchmarks.results import is_setting
 
     keys = [c for c in SERIES_COLUMNS if c in frame.columns]
-    extra = [c for c in frame.columns
-             if is_setting(c) and c not in AXIS_COLUMNS and not c.startswith("_")]
+    extra = [
+        c
+        for c in frame.columns
+        if is_setting(c) and c not in AXIS_COLUMNS and not c.startswith("_")
+    ]
     held = []
     for column in extra:
         values = frame[column].astype(str)
@@ -399,13 +450,14 @@ def hold_configuration(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 def held_text(held: list[str]) -> str:
     if not held:
         return ""
-    return (" Series run with several configurations are drawn at one: "
-            + ", ".join(held) + ".")
+    return " Series run with several configurations are drawn at one: " + ", ".join(held) + "."
 
 
 # Said beside every note that quotes a ratio: which of the two measurements it is.
-SEPARATE = ("Where the note says 'interleaved', its numbers are the ccbench compare "
-            "measurement the headline table quotes (the ratio and its 95% interval over "
-            "rounds); where it says 'separate launches', they are the widest ratio the two "
-            "points' 95% intervals allow, which leaves out what varies from launch to "
-            "launch.")
+SEPARATE = (
+    "Where the note says 'interleaved', its numbers are the ccbench compare "
+    "measurement the headline table quotes (the ratio and its 95% interval over "
+    "rounds); where it says 'separate launches', they are the widest ratio the two "
+    "points' 95% intervals allow, which leaves out what varies from launch to "
+    "launch."
+)

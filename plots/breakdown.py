@@ -40,9 +40,13 @@ from ccbench.plots.style import (
     legend_below,
 )
 
-PARTS = (("encode_us", "encode", "#1f77b4"), ("decode_us", "decode", "#ff7f0e"),
-         ("reduce_us", "reduce", "#2ca02c"), ("wait_us", "wait (wire)", "#9467bd"),
-         ("idle_us", "idle", "#c7c7c7"))
+PARTS = (
+    ("encode_us", "encode", "#1f77b4"),
+    ("decode_us", "decode", "#ff7f0e"),
+    ("reduce_us", "reduce", "#2ca02c"),
+    ("wait_us", "wait (wire)", "#9467bd"),
+    ("idle_us", "idle", "#c7c7c7"),
+)
 # the MPI library's collective, then each compressed variant by its short name
 BARS = ((variants.BASELINE, "MPI"), *((v, variants.kind(v)) for v in variants.COMPRESSED))
 MAX_CODECS = 3
@@ -60,8 +64,9 @@ def breakdown(data, style: Style) -> list[Figure]:
     if compressed.empty:
         raise Skip("no p2p_compressed or coll_compressed rows")
     if "encode_us" not in compressed.columns:  # rows from before the breakdown existed
-        compressed = compressed.assign(**{column: np.nan for column, _, _ in PARTS},
-                                       call_us=np.nan, floor_us=np.nan)
+        compressed = compressed.assign(
+            **{column: np.nan for column, _, _ in PARTS}, call_us=np.nan, floor_us=np.nan
+        )
     mpi = frame[(frame["variant"] == "baseline") & (frame["algorithm"] == "mpi")]
     (ranks, link), _ = panels(compressed)[0]
     compressed = compressed[(compressed["ranks"] == ranks) & (link_of(compressed) == link)]
@@ -83,24 +88,30 @@ def breakdown(data, style: Style) -> list[Figure]:
             if c == 0:
                 ax.set_ylabel("time / MPI's time")
     handles = [Patch(color=color, label=label) for _, label, color in PARTS]
-    handles += [Patch(color=TOTAL_COLOR, label="call (no breakdown in the row)"),
-                Patch(facecolor="white", edgecolor="black", hatch="///", label="MPI call"),
-                Patch(color="black", label="coll floor")]
+    handles += [
+        Patch(color=TOTAL_COLOR, label="call (no breakdown in the row)"),
+        Patch(facecolor="white", edgecolor="black", hatch="///", label="MPI call"),
+        Patch(color="black", label="coll floor"),
+    ]
     legend_below(fig, handles, [h.get_label() for h in handles])
-    caption = (f"{panel_title(ranks, link)}. Per collective (rows) and codec (columns), per "
-               "message size: the MPI library's call (hatched), point-to-point (p2p) and "
-               "collective-level (coll) compression stacked from the critical rank's "
-               "breakdown, each divided by the MPI call at that size (or by coll where MPI "
-               "was not run); black tick: the collective-level pipeline's floor "
-               "(docs/compression.md): its wire bytes less the shaper's burst at the link's "
-               "payload rate plus each step's fixed cost, or its codec's floor where that is "
-               "larger.")
+    caption = (
+        f"{panel_title(ranks, link)}. Per collective (rows) and codec (columns), per "
+        "message size: the MPI library's call (hatched), point-to-point (p2p) and "
+        "collective-level (coll) compression stacked from the critical rank's "
+        "breakdown, each divided by the MPI call at that size (or by coll where MPI "
+        "was not run); black tick: the collective-level pipeline's floor "
+        "(docs/compression.md): its wire bytes less the shaper's burst at the link's "
+        "payload rate plus each step's fixed cost, or its codec's floor where that is "
+        "larger."
+    )
     below = [b for b in below if not b.empty]
     if below:
         points = pd.concat(below)
-        names = ", ".join(f"{COLLECTIVE_LABELS.get(r.collective, r.collective)} "
-                          f"{codec_label(r.codec)} at {format_bytes(r.size_bytes)}"
-                          for r in points.itertuples())
+        names = ", ".join(
+            f"{COLLECTIVE_LABELS.get(r.collective, r.collective)} "
+            f"{codec_label(r.codec)} at {format_bytes(r.size_bytes)}"
+            for r in points.itertuples()
+        )
         caption += below_floor_text(points, f"call(s) ({names}; red tick and x)")
     return [Figure("seed000_breakdown", fig, caption)]
 
@@ -123,8 +134,15 @@ def draw_panel(ax, sub, base) -> pd.DataFrame:
             x = i + (k - 1) * width
             if variant == "baseline":
                 if size in base.index:
-                    ax.bar(x, base[size] / scale, width, facecolor="white",
-                           edgecolor="black", hatch="///", linewidth=0.6)
+                    ax.bar(
+                        x,
+                        base[size] / scale,
+                        width,
+                        facecolor="white",
+                        edgecolor="black",
+                        hatch="///",
+                        linewidth=0.6,
+                    )
                 continue
             row = at[at["variant"] == variant]
             if row.empty:
@@ -141,11 +159,22 @@ def draw_panel(ax, sub, base) -> pd.DataFrame:
             if variant == "coll_compressed" and np.isfinite(row["_floor"]):
                 floor = float(row["_floor"]) / scale
                 low = size in set(below["size_bytes"])
-                ax.plot([x - width / 2, x + width / 2], [floor, floor],
-                        color=BELOW_COLOR if low else "black", linewidth=1.4)
+                ax.plot(
+                    [x - width / 2, x + width / 2],
+                    [floor, floor],
+                    color=BELOW_COLOR if low else "black",
+                    linewidth=1.4,
+                )
                 if low:
-                    ax.plot([x], [float(row["_measured"]) / scale], linestyle="none",
-                            marker="x", markersize=7, color=BELOW_COLOR, zorder=5)
+                    ax.plot(
+                        [x],
+                        [float(row["_measured"]) / scale],
+                        linestyle="none",
+                        marker="x",
+                        markersize=7,
+                        color=BELOW_COLOR,
+                        zorder=5,
+                    )
     ax.set_xticks(range(len(sizes)))
     ax.set_xticklabels([format_bytes(s) for s in sizes], fontsize="small")
     ax.set_xlabel("Message size (bytes); bars: MPI, p2p, coll")
@@ -154,6 +183,11 @@ def draw_panel(ax, sub, base) -> pd.DataFrame:
 
 
 FIGURES = [
-    FigureSpec("seed000_breakdown", "seed 000",
-               "Where the time goes: encode, decode, reduce, wire", ("harness",), breakdown),
+    FigureSpec(
+        "seed000_breakdown",
+        "seed 000",
+        "Where the time goes: encode, decode, reduce, wire",
+        ("harness",),
+        breakdown,
+    ),
 ]

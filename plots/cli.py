@@ -42,8 +42,15 @@ from ccbench.plots.style import PNG_DPI, Style, close_all, note_texts, save
 
 REGIME_HEADINGS = dict(REGIMES)
 
-MODULES = (compression, training_runs, sparse_allreduce, gradient_merging, general, breakdown,
-           traces)
+MODULES = (
+    compression,
+    training_runs,
+    sparse_allreduce,
+    gradient_merging,
+    general,
+    breakdown,
+    traces,
+)
 DEFAULT_OUTDIR = "results/figures"
 FORMATS = ("png", "pdf")
 
@@ -56,30 +63,60 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ccbench plot",
         description="Draw the seed papers' figures from ccbench result CSVs "
-                    "(files or folders searched recursively).",
+        "(files or folders searched recursively).",
         epilog="Exit status: 0 all inputs read, 1 a bad input file or a failed figure "
-               "(the others are still drawn), 2 usage error.")
-    parser.add_argument("results", nargs="*", metavar="RESULTS",
-                        help="CSV files or folders of them")
-    parser.add_argument("-o", "--outdir", default=DEFAULT_OUTDIR,
-                        help=f"where figures and index.html go (default {DEFAULT_OUTDIR})")
-    parser.add_argument("--only", action="append", metavar="TEXT", default=[],
-                        help="draw only figures whose name contains TEXT (repeatable)")
-    parser.add_argument("--format", default=",".join(FORMATS),
-                        help="comma-separated image formats, of png and pdf (default both)")
-    parser.add_argument("--dpi", type=int, default=PNG_DPI,
-                        help=f"PNG resolution (default {PNG_DPI}: sharp at paper column width)")
-    parser.add_argument("--run", metavar="ID",
-                        help="draw the run (sweep id, or launch id outside a sweep) whose id "
-                             "is or contains ID; 'latest': the run with the newest row")
-    parser.add_argument("--each-run", action="store_true",
-                        help="draw every run apart, each in OUTDIR/<run id>/ with its own "
-                             "index.html, linked from OUTDIR/index.html")
-    parser.add_argument("--advice", metavar="DIR",
-                        help="add the page's 'Should you compress?' section from the table "
-                             "and map `ccbench advise` wrote in DIR")
-    parser.add_argument("--list", action="store_true",
-                        help="list the figures and the CSV kinds they need, then exit")
+        "(the others are still drawn), 2 usage error.",
+    )
+    parser.add_argument(
+        "results", nargs="*", metavar="RESULTS", help="CSV files or folders of them"
+    )
+    parser.add_argument(
+        "-o",
+        "--outdir",
+        default=DEFAULT_OUTDIR,
+        help=f"where figures and index.html go (default {DEFAULT_OUTDIR})",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="TEXT",
+        default=[],
+        help="draw only figures whose name contains TEXT (repeatable)",
+    )
+    parser.add_argument(
+        "--format",
+        default=",".join(FORMATS),
+        help="comma-separated image formats, of png and pdf (default both)",
+    )
+    parser.add_argument(
+        "--dpi",
+        type=int,
+        default=PNG_DPI,
+        help=f"PNG resolution (default {PNG_DPI}: sharp at paper column width)",
+    )
+    parser.add_argument(
+        "--run",
+        metavar="ID",
+        help="draw the run (sweep id, or launch id outside a sweep) whose id "
+        "is or contains ID; 'latest': the run with the newest row",
+    )
+    parser.add_argument(
+        "--each-run",
+        action="store_true",
+        help="draw every run apart, each in OUTDIR/<run id>/ with its own "
+        "index.html, linked from OUTDIR/index.html",
+    )
+    parser.add_argument(
+        "--advice",
+        metavar="DIR",
+        help="add the page's 'Should you compress?' section from the table "
+        "and map `ccbench advise` wrote in DIR",
+    )
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="list the figures and the CSV kinds they need, then exit",
+    )
     return parser
 
 
@@ -100,8 +137,15 @@ def make_style(data: Data) -> Style:
     return Style(codecs=codecs, series=series)
 
 
-def draw_all(data: Data, outdir: Path, only: list[str], formats: tuple[str, ...],
-             dpi: int = PNG_DPI, suffix: str = "", regime: str | None = None):
+def draw_all(
+    data: Data,
+    outdir: Path,
+    only: list[str],
+    formats: tuple[str, ...],
+    dpi: int = PNG_DPI,
+    suffix: str = "",
+    regime: str | None = None,
+):
     """Draw each selected figure (file names ending in `suffix`); (rendered, skipped,
     failed) with reasons. A figure of model kinds alone (profiles, codec throughput,
     simulations) is drawn in the models regime only."""
@@ -110,8 +154,12 @@ def draw_all(data: Data, outdir: Path, only: list[str], formats: tuple[str, ...]
     for spec in all_figures():
         if only and not any(text in spec.name for text in only):
             continue
-        if regime is not None and spec.needs and set(spec.needs) <= set(MODEL_KINDS) \
-                and regime != "models":
+        if (
+            regime is not None
+            and spec.needs
+            and set(spec.needs) <= set(MODEL_KINDS)
+            and regime != "models"
+        ):
             continue
         missing = [TITLES[k] for k in spec.needs if not data.has(k)]
         if missing:
@@ -127,20 +175,31 @@ def draw_all(data: Data, outdir: Path, only: list[str], formats: tuple[str, ...]
             close_all()
             continue
         for figure in figures:
-            empty = [ax for ax in figure.fig.axes if ax.get_visible() and not (
-                ax.lines or ax.collections or ax.patches or ax.images)]
+            empty = [
+                ax
+                for ax in figure.fig.axes
+                if ax.get_visible() and not (ax.lines or ax.collections or ax.patches or ax.images)
+            ]
             if empty and len(empty) < len(figure.fig.axes):  # nothing drawn there
                 for ax in empty:
                     ax.set_visible(False)
-                figure = replace(figure, caption=figure.caption + f" {len(empty)} panel(s) "
-                                 "with no points left out.")
-            notes = [(ax.get_title() or spec.title, note_texts(ax)) for ax in figure.fig.axes
-                     if ax.get_visible()
-                     and ax.get_legend() is not None
-                     and str(ax.get_legend().get_gid()).startswith("note")]
+                figure = replace(
+                    figure,
+                    caption=figure.caption + f" {len(empty)} panel(s) with no points left out.",
+                )
+            notes = [
+                (ax.get_title() or spec.title, note_texts(ax))
+                for ax in figure.fig.axes
+                if ax.get_visible()
+                and ax.get_legend() is not None
+                and str(ax.get_legend().get_gid()).startswith("note")
+            ]
             files = save(figure.fig, outdir, figure.name + suffix, formats, dpi)
-            rendered.append(RenderedFigure(figure.name + suffix, spec.paper, spec.title,
-                                           figure.caption, files, notes))
+            rendered.append(
+                RenderedFigure(
+                    figure.name + suffix, spec.paper, spec.title, figure.caption, files, notes
+                )
+            )
     return rendered, skipped, failed
 
 
@@ -183,18 +242,25 @@ def choose_runs(data: Data, opts) -> list[Run]:
         exact = [r for r in runs if r.id == opts.run]
         chosen = exact or [r for r in runs if opts.run in r.id]
         if len(chosen) != 1:
-            what = "matches no run" if not chosen else \
-                f"matches {len(chosen)} runs ({', '.join(r.id for r in chosen)})"
-            raise UsageError(f"--run {opts.run} {what}; the inputs hold: "
-                             + "; ".join(r.describe() for r in runs))
+            what = (
+                "matches no run"
+                if not chosen
+                else f"matches {len(chosen)} runs ({', '.join(r.id for r in chosen)})"
+            )
+            raise UsageError(
+                f"--run {opts.run} {what}; the inputs hold: "
+                + "; ".join(r.describe() for r in runs)
+            )
         return chosen
     if len(runs) > 1 and not opts.each_run:
         clash = data.collisions()
         if clash:
-            raise UsageError(f"the inputs hold {len(runs)} runs that measured the same point "
-                             f"({clash[0]}), which one curve would mix: pick one with --run "
-                             "ID, draw each apart with --each-run, or pair them with "
-                             "ccbench compare")
+            raise UsageError(
+                f"the inputs hold {len(runs)} runs that measured the same point "
+                f"({clash[0]}), which one curve would mix: pick one with --run "
+                "ID, draw each apart with --each-run, or pair them with "
+                "ccbench compare"
+            )
     return runs
 
 
@@ -205,34 +271,52 @@ def folder_name(run: Run) -> str:
 def point_to_earlier(claims: list, sections: list[Section]) -> list:
     """A claim this regime did not measure but a section above did reads "measured
     above", naming that section, rather than "not measured" on the same page."""
-    earlier = {h.claim.split(": against", 1)[0]: section.heading for section in sections
-               for h in section.headlines if h.verdict != headlines.NOT_MEASURED}
+    earlier = {
+        h.claim.split(": against", 1)[0]: section.heading
+        for section in sections
+        for h in section.headlines
+        if h.verdict != headlines.NOT_MEASURED
+    }
     out = []
     for h in claims:
         heading = earlier.get(h.claim)
         if h.verdict == headlines.NOT_MEASURED and heading:
-            h = replace(h, verdict=headlines.MEASURED_ABOVE,
-                        where=f"in the section \"{heading}\" above")
+            h = replace(
+                h, verdict=headlines.MEASURED_ABOVE, where=f'in the section "{heading}" above'
+            )
         out.append(h)
     return out
 
 
-def render(data: Data, outdir: Path, opts, formats, run: Run | None,
-           together: list[Run] | None = None) -> int:
+def render(
+    data: Data, outdir: Path, opts, formats, run: Run | None, together: list[Run] | None = None
+) -> int:
     """Draw one run's figures (or those of several runs `together`) and index.html into
     outdir; the exit status. Rows measured on emulated links, in shared memory and on no
     network at all (codecs, profiles, simulations) are drawn in sections of their own, in
     that order: the papers measured bandwidth-limited networks."""
     regimes = data.regimes() or [("shm", data)]
     several = len(regimes) > 1
-    sections, rendered, skipped, failed, found, problems, headline_notes = [], [], [], [], \
-        [], [], []
+    sections, rendered, skipped, failed, found, problems, headline_notes = (
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+    )
     for key, subset in regimes:
-        drawn, missed, broken = draw_all(subset, outdir, opts.only, formats, opts.dpi,
-                                         f"_{key}" if several else "",
-                                         key if several else None)
-        claims, notes, trouble = ([], [], []) if key == "models" else \
-            collect_headlines(subset)
+        drawn, missed, broken = draw_all(
+            subset,
+            outdir,
+            opts.only,
+            formats,
+            opts.dpi,
+            f"_{key}" if several else "",
+            key if several else None,
+        )
+        claims, notes, trouble = ([], [], []) if key == "models" else collect_headlines(subset)
         claims = point_to_earlier(claims, sections)
         sections.append(Section(key, REGIME_HEADINGS[key], drawn, claims))
         rendered += drawn
@@ -244,8 +328,11 @@ def render(data: Data, outdir: Path, opts, formats, run: Run | None,
     drawn_titles = {f.title for f in rendered}
     # a figure drawn in one section is not "not drawn" because another lacks its rows
     skipped = list(dict.fromkeys(s for s in skipped if s[1] not in drawn_titles))
-    selected = [spec for spec in all_figures()
-                if not opts.only or any(text in spec.name for text in opts.only)]
+    selected = [
+        spec
+        for spec in all_figures()
+        if not opts.only or any(text in spec.name for text in opts.only)
+    ]
     written = {path for figure in rendered for path in figure.files}
     for path in remove_stale(outdir, selected, written):
         print(f"removed {path}: left by an earlier run, not drawn from these inputs")
@@ -270,13 +357,16 @@ def render(data: Data, outdir: Path, opts, formats, run: Run | None,
             what, status = f"{what}; another run's, not drawn here", "note"
         inputs.append((str(r.path), what, status))
     content = ReportContent(
-        inputs=inputs, figures=rendered, headlines=found,
+        inputs=inputs,
+        figures=rendered,
+        headlines=found,
         skipped=skipped + [(p, t, f"failed: {w}") for p, t, w in failed],
         notes=notes + [f"error: {t}" for t in problems],
         run=run.label if run is not None else "",
         runs=tuple(r.label for r in together or ()),
         sections=sections if several else [],
-        advice=read_advice(Path(opts.advice), outdir) if opts.advice else None)
+        advice=read_advice(Path(opts.advice), outdir) if opts.advice else None,
+    )
     outdir.mkdir(parents=True, exist_ok=True)
     index = write_index(outdir, content)
     print(f"{len(rendered)} figure(s) written to {outdir}; open {index}")
@@ -314,12 +404,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     outdir = Path(opts.outdir)
     for report in data.files:
-        print(("error: " if report.error else "") + report.line(),
-              file=sys.stderr if report.error else sys.stdout)
+        print(
+            ("error: " if report.error else "") + report.line(),
+            file=sys.stderr if report.error else sys.stdout,
+        )
     if not opts.each_run:
         if len(runs) > 1:  # distinct points of several runs: one drawing, nothing paired
-            print(f"note: {len(runs)} runs drawn together, each curve from its own run; "
-                  "ratios, speed-up notes and headlines pair rows of one run only")
+            print(
+                f"note: {len(runs)} runs drawn together, each curve from its own run; "
+                "ratios, speed-up notes and headlines pair rows of one run only"
+            )
             return render(data, outdir, opts, formats, None, runs)
         run = runs[0] if runs else None
         return render(data.only(run.label) if run else data, outdir, opts, formats, run)
@@ -327,8 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     for run in runs:
         folder = folder_name(run)
         print(f"{run.label}: drawn into {outdir / folder}")
-        status = max(status, render(data.only(run.label), outdir / folder, opts, formats,
-                                    run))
+        status = max(status, render(data.only(run.label), outdir / folder, opts, formats, run))
         made.append((run.label, folder, f"{run.rows} rows"))
     index = write_runs_index(outdir, made)
     print(f"{len(made)} run(s) drawn apart under {outdir}; open {index}")

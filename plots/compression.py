@@ -94,8 +94,11 @@ def interleaved(compares: pd.DataFrame, claim: str, codec: str, size, ranks, lin
     if compares.empty:
         return None
     for _, row in compares.iloc[::-1].iterrows():  # the newest first
-        if (float(row["size_bytes"]) != float(size) or int(row["ranks"]) != int(ranks)
-                or float(link_of(row.to_frame().T).iloc[0]) != float(link)):
+        if (
+            float(row["size_bytes"]) != float(size)
+            or int(row["ranks"]) != int(ranks)
+            or float(link_of(row.to_frame().T).iloc[0]) != float(link)
+        ):
             continue
         got = oriented_ratio(row, claim, codec, str(row.get("collective", "")))
         if got is not None:
@@ -103,8 +106,13 @@ def interleaved(compares: pd.DataFrame, claim: str, codec: str, size, ranks, lin
     return None
 
 
-def reductions(points: pd.DataFrame, compares: pd.DataFrame | None = None,
-               collective: str = "", ranks=0, link=0.0) -> list[dict]:
+def reductions(
+    points: pd.DataFrame,
+    compares: pd.DataFrame | None = None,
+    collective: str = "",
+    ranks=0,
+    link=0.0,
+) -> list[dict]:
     """Per collective-level codec drawn in a panel: its latency over the baseline's and
     over point-to-point compression's (same codec), with bounds. One number per claim:
     where `ccbench compare` measured the claim at a size the panel draws, the note is at
@@ -120,30 +128,40 @@ def reductions(points: pd.DataFrame, compares: pd.DataFrame | None = None,
         sizes = set(mine["size_bytes"]) & set(base["size_bytes"])
         if not sizes:
             continue
-        measured = {size: (interleaved(compares, f"{collective}_vs_baseline", codec, size,
-                                       ranks, link),
-                           interleaved(compares, f"{collective}_vs_p2p", codec, size, ranks,
-                                       link))
-                    for size in sizes}
+        measured = {
+            size: (
+                interleaved(compares, f"{collective}_vs_baseline", codec, size, ranks, link),
+                interleaved(compares, f"{collective}_vs_p2p", codec, size, ranks, link),
+            )
+            for size in sizes
+        }
         compared = [size for size, pair in measured.items() if any(pair)]
         size = max(compared) if compared else max(sizes)
         b = _at(mine, size)
-        entry = {"codec": codec, "size": size, "baseline": base_name, "vs_baseline": None,
-                 "vs_p2p": None, "interleaved": bool(compared)}
+        entry = {
+            "codec": codec,
+            "size": size,
+            "baseline": base_name,
+            "vs_baseline": None,
+            "vs_p2p": None,
+            "interleaved": bool(compared),
+        }
         vs_base, vs_p2p = measured[size]
         a = _at(base, size)
         if vs_base is not None:
             entry["vs_baseline"] = vs_base
         elif not compared and same_run(a, b):  # rows of two runs are never paired
-            entry["vs_baseline"] = separate_ratio(a["avg_us"], a["_lo"], a["_hi"],
-                                                  b["avg_us"], b["_lo"], b["_hi"])
+            entry["vs_baseline"] = separate_ratio(
+                a["avg_us"], a["_lo"], a["_hi"], b["avg_us"], b["_lo"], b["_hi"]
+            )
         p2p = points[(points["variant"] == "p2p_compressed") & (points["codec"] == codec)]
         a = _at(p2p, size)
         if vs_p2p is not None:
             entry["vs_p2p"] = vs_p2p
         elif not compared and a is not None and same_run(a, b):
-            entry["vs_p2p"] = separate_ratio(a["avg_us"], a["_lo"], a["_hi"], b["avg_us"],
-                                             b["_lo"], b["_hi"])
+            entry["vs_p2p"] = separate_ratio(
+                a["avg_us"], a["_lo"], a["_hi"], b["avg_us"], b["_lo"], b["_hi"]
+            )
         found.append(entry)
     return found
 
@@ -155,42 +173,58 @@ def reduction_text(entries: list[dict]) -> str:
     any_p2p = any(e["vs_p2p"] is not None for e in entries)
     sizes = sorted({e["size"] for e in entries})
     how = {e["interleaved"] for e in entries}
-    source = ("interleaved, ccbench compare" if how == {True} else
-              "separate launches" if how == {False} else "see each line")
+    source = (
+        "interleaved, ccbench compare"
+        if how == {True}
+        else "separate launches"
+        if how == {False}
+        else "see each line"
+    )
     at = format_bytes(sizes[0]) if len(sizes) == 1 else "the sizes named"
     lines = [f"collective-level latency change at {at} [{source}]"]
     for e in entries:
         where = "" if len(sizes) == 1 else f" at {format_bytes(e['size'])}"
-        kind = "" if len(how) == 1 else (" (interleaved)" if e["interleaved"] else
-                                         " (separate)")
+        kind = "" if len(how) == 1 else (" (interleaved)" if e["interleaved"] else " (separate)")
         if e["vs_baseline"] is None and not e["interleaved"]:
             text = f"{codec_label(e['codec'])}{where}: {base} is another run's, not paired"
         elif e["vs_baseline"] is None:
             text = f"{codec_label(e['codec'])}{where}: no comparison with {base}"
         else:
-            text = (f"{codec_label(e['codec'])}{where}: {change_text(*e['vs_baseline'])} "
-                    f"vs {base}")
+            text = f"{codec_label(e['codec'])}{where}: {change_text(*e['vs_baseline'])} vs {base}"
         if any_p2p:
-            text += ("; " + change_text(*e["vs_p2p"]) + " vs p2p" if e["vs_p2p"] is not None
-                     else "; no p2p point")
+            text += (
+                "; " + change_text(*e["vs_p2p"]) + " vs p2p"
+                if e["vs_p2p"] is not None
+                else "; no p2p point"
+            )
         lines.append(text + kind)
     return "\n".join(lines)
 
 
-def draw_model_lines(ax, sub: pd.DataFrame, style: Style, scale: float
-                     ) -> tuple[bool, pd.DataFrame]:
+def draw_model_lines(
+    ax, sub: pd.DataFrame, style: Style, scale: float
+) -> tuple[bool, pd.DataFrame]:
     """The floor (plots/base.py, the cost model's) next to the baseline and
     collective-level measurements; returns whether anything was drawn (only emulated-link
     rows have it) and the rows measured below their floor, marked with a red x."""
     drawn = False
     below = below_floor(sub)
     if not below.empty:
-        ax.plot(below["size_bytes"], below["avg_us"].astype(float) / scale, linestyle="none",
-                marker="x", markersize=7, color="#c0392b", zorder=5)
+        ax.plot(
+            below["size_bytes"],
+            below["avg_us"].astype(float) / scale,
+            linestyle="none",
+            marker="x",
+            markersize=7,
+            color="#c0392b",
+            zorder=5,
+        )
     _, base = baseline_reference(sub)
     coll = sub[sub["variant"] == "coll_compressed"]
-    candidates = [(base, "baseline")] + [(coll[coll["codec"] == c], "coll_compressed")
-                                         for c in sorted(coll["codec"].unique(), key=str)]
+    candidates = [(base, "baseline")] + [
+        (coll[coll["codec"] == c], "coll_compressed")
+        for c in sorted(coll["codec"].unique(), key=str)
+    ]
     for frame, variant in candidates:
         if frame.empty:
             continue
@@ -202,8 +236,15 @@ def draw_model_lines(ax, sub: pd.DataFrame, style: Style, scale: float
         if frame.empty:
             continue
         algorithm = base["algorithm"].iloc[0] if variant == "baseline" else None
-        ax.plot(frame["size_bytes"], frame["_model"] / scale, linestyle="--", linewidth=0.8,
-                color=style.color(variant, algorithm), alpha=0.75, zorder=1)
+        ax.plot(
+            frame["size_bytes"],
+            frame["_model"] / scale,
+            linestyle="--",
+            linewidth=0.8,
+            color=style.color(variant, algorithm),
+            alpha=0.75,
+            zorder=1,
+        )
         drawn = True
     return drawn, below
 
@@ -211,19 +252,24 @@ def draw_model_lines(ax, sub: pd.DataFrame, style: Style, scale: float
 def paper_numbers(collective: str) -> str:
     keys = {"allgather": "allgather", "reduce_scatter": "reduce_scatter"}
     if collective not in keys:
-        return (" The paper states no Allreduce numbers; this figure shows the same "
-                "comparison for the collective FSDP does not use.")
+        return (
+            " The paper states no Allreduce numbers; this figure shows the same "
+            "comparison for the collective FSDP does not use."
+        )
     base = papers.CLAIMS[f"{keys[collective]}_vs_baseline"]
     p2p = papers.CLAIMS[f"{keys[collective]}_vs_p2p"]
-    return (f" The paper ({papers.PAPERS['seed 000'].short}, {base.source}): "
-            f"{base.value} than the baseline, {p2p.value} than point-to-point compression.")
+    return (
+        f" The paper ({papers.PAPERS['seed 000'].short}, {base.source}): "
+        f"{base.value} than the baseline, {p2p.value} than point-to-point compression."
+    )
 
 
 def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     frame = rows(data, "harness", collective=collective, variant=VARIANTS)
     if frame.empty:
-        raise Skip(f"no {collective} rows from the baseline, p2p_compressed or "
-                   "coll_compressed variants")
+        raise Skip(
+            f"no {collective} rows from the baseline, p2p_compressed or coll_compressed variants"
+        )
     codecs, left_out = main_codecs(frame)
     frame = frame[frame["codec"].isin(["none", *codecs])]
     frame, held = hold_configuration(frame)
@@ -235,14 +281,26 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
         points = drawn_points(sub)
         scale, unit = time_unit(points["avg_us"])
         for variant, algorithm, codec in series_keys(points):
-            series = points[(points["variant"] == variant) & (points["algorithm"] == algorithm)
-                            & (points["codec"] == codec)]
+            series = points[
+                (points["variant"] == variant)
+                & (points["algorithm"] == algorithm)
+                & (points["codec"] == codec)
+            ]
             marker = style.marker(codec)
             if variant == "p2p_compressed":  # hollow: visible where it meets coll's line
                 marker = {**marker, "markerfacecolor": "white"}
-            _, kind = draw_series(ax, series, "size_bytes", "avg_us", scale,
-                                  low="_lo", high="_hi", color=style.color(variant, algorithm),
-                                  label=series_label(variant, algorithm, codec), **marker)
+            _, kind = draw_series(
+                ax,
+                series,
+                "size_bytes",
+                "avg_us",
+                scale,
+                low="_lo",
+                high="_hi",
+                color=style.color(variant, algorithm),
+                label=series_label(variant, algorithm, codec),
+                **marker,
+            )
             kinds.add(kind)
             keys.append((variant, algorithm, codec))
         if link > 0:
@@ -267,37 +325,47 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
         labels.append(proxy.get_label())
     legend_below(fig, handles, labels)
     name = COLLECTIVE_LABELS.get(collective, collective)
-    caption = (f"{name} latency (average over ranks, log scale) against message size "
-               "(OSU convention: per-rank send size for Allgather, whole buffer "
-               "otherwise). Colour: variant; marker: codec. The note under each panel "
-               "gives, from the points drawn, the collective-level variant's latency change "
-               "at the largest size it shares with the baseline: against the baseline and "
-               "against point-to-point compression with the same codec. " + SEPARATE
-               + paper_numbers(collective))
+    caption = (
+        f"{name} latency (average over ranks, log scale) against message size "
+        "(OSU convention: per-rank send size for Allgather, whole buffer "
+        "otherwise). Colour: variant; marker: codec. The note under each panel "
+        "gives, from the points drawn, the collective-level variant's latency change "
+        "at the largest size it shares with the baseline: against the baseline and "
+        "against point-to-point compression with the same codec. "
+        + SEPARATE
+        + paper_numbers(collective)
+    )
     if no_p2p:
         caption += " No point-to-point compressed rows were drawn, so there is no 'vs p2p'."
     if modelled:
-        caption += (" Dashed: a model, the call's floor (docs/compression.md): the bytes "
-                    "each rank puts on the wire (counted), less the burst its shaper passes "
-                    "at once, at the link's payload rate, plus each step's fixed cost; the "
-                    "codec's floor where that is larger.")
+        caption += (
+            " Dashed: a model, the call's floor (docs/compression.md): the bytes "
+            "each rank puts on the wire (counted), less the burst its shaper passes "
+            "at once, at the link's payload rate, plus each step's fixed cost; the "
+            "codec's floor where that is larger."
+        )
         if not strict_bound(frame):
-            caption += (" These rows do not record the link's burst and payload ceiling: "
-                        "the dashed line uses the configured rate and is not a strict "
-                        "bound.")
+            caption += (
+                " These rows do not record the link's burst and payload ceiling: "
+                "the dashed line uses the configured rate and is not a strict "
+                "bound."
+            )
     below = pd.concat(flagged) if flagged else pd.DataFrame()
     if not below.empty:
         caption += below_floor_text(below, "point(s) (red x)")
     caption += interval_caption(kinds)
     if clipped:
-        caption += (" The axis spans the points: an error bar that runs off it belongs to "
-                    "a point of few, noisy calls.")
+        caption += (
+            " The axis spans the points: an error bar that runs off it belongs to "
+            "a point of few, noisy calls."
+        )
     if omitted:
         caption += " Not shown: " + ", ".join(panel_title(*k) for k, _ in omitted) + "."
     if left_out:
         others = ", ".join(map(codec_label, left_out))
-        caption += (f" Also measured, left out for legibility: {others} (see the "
-                    "rate-sensitivity figure).")
+        caption += (
+            f" Also measured, left out for legibility: {others} (see the rate-sensitivity figure)."
+        )
     caption += held_text(held) + runs_note(frame)
     return [Figure(f"seed000_{collective}_latency", fig, caption)]
 
@@ -307,16 +375,21 @@ def rate_sensitivity(data, style: Style) -> list[Figure]:
     if frame.empty:
         raise Skip("no rows from the compressed variants")
     frame, held = hold_configuration(frame)
-    frame = frame.assign(rate=frame["codec"].map(codec_rate),
-                         family=frame["codec"].map(codec_family)).dropna(subset=["rate"])
+    frame = frame.assign(
+        rate=frame["codec"].map(codec_rate), family=frame["codec"].map(codec_family)
+    ).dropna(subset=["rate"])
     if frame["rate"].nunique() < 2:
         raise Skip("needs compressed rows at two or more fixed rates (zfp:rate=R, bfp:rate=R)")
     # One (ranks, link) setting: the one with most rate points.
     groups = panels(frame)
     (ranks, link), sub = max(groups, key=lambda g: g[1]["codec"].nunique())
     collectives = [c for c in COLLECTIVE_LABELS if c in set(sub["collective"])]
-    fig, axes = figure(2 * len(collectives), ncols=len(collectives),
-                       panel_height=1.9, width=None if len(collectives) > 1 else 3.5)
+    fig, axes = figure(
+        2 * len(collectives),
+        ncols=len(collectives),
+        panel_height=1.9,
+        width=None if len(collectives) > 1 else 3.5,
+    )
     handles, labels, kinds = [], [], set()
     everything = rows(data, "harness", collective=tuple(collectives))
     everything = everything[(everything["ranks"] == ranks) & (link_of(everything) == link)]
@@ -326,31 +399,44 @@ def rate_sensitivity(data, style: Style) -> list[Figure]:
         counts = part.groupby("size_bytes")["codec"].nunique()
         size = max(counts[counts == counts.max()].index)
         part = drawn_points(part[part["size_bytes"] == size]).assign(
-            rate=lambda f: f["codec"].map(codec_rate), family=lambda f: f["codec"].map(
-                codec_family))
+            rate=lambda f: f["codec"].map(codec_rate), family=lambda f: f["codec"].map(codec_family)
+        )
         scale, unit = time_unit(part["avg_us"])
         for (variant, family), series in part.groupby(["variant", "family"], sort=True):
             marker = style.marker(series["codec"].iloc[0])
             marker["fillstyle"] = "full"
             label = f"{series_label(variant, None)}, {family}"
             kw = dict(color=style.color(variant), label=label, **marker)
-            line, kind = draw_series(ax_time, series, "rate", "avg_us", scale, low="_lo",
-                                     high="_hi", **kw)
+            line, kind = draw_series(
+                ax_time, series, "rate", "avg_us", scale, low="_lo", high="_hi", **kw
+            )
             kinds.add(kind)
             if "max_rel_err" in series and series["max_rel_err"].notna().any():
-                ax_err.plot(series.sort_values("rate")["rate"],
-                            series.sort_values("rate")["max_rel_err"], **kw)
+                ax_err.plot(
+                    series.sort_values("rate")["rate"],
+                    series.sort_values("rate")["max_rel_err"],
+                    **kw,
+                )
             handles.append(line)
             labels.append(label)
-        _, base = baseline_reference(everything[(everything["collective"] == collective)
-                                                & (everything["size_bytes"] == size)])
+        _, base = baseline_reference(
+            everything[
+                (everything["collective"] == collective) & (everything["size_bytes"] == size)
+            ]
+        )
         if not base.empty:
             row = drawn_points(base).iloc[-1]
-            line = ax_time.axhline(row["avg_us"] / scale, color="black", linestyle=":",
-                                   linewidth=0.9, label="uncompressed baseline")
+            line = ax_time.axhline(
+                row["avg_us"] / scale,
+                color="black",
+                linestyle=":",
+                linewidth=0.9,
+                label="uncompressed baseline",
+            )
             if np.isfinite(row["_lo"]) and np.isfinite(row["_hi"]):
-                ax_time.axhspan(row["_lo"] / scale, row["_hi"] / scale, color="black",
-                                alpha=0.12, linewidth=0)
+                ax_time.axhspan(
+                    row["_lo"] / scale, row["_hi"] / scale, color="black", alpha=0.12, linewidth=0
+                )
             handles.append(line)
             labels.append("uncompressed baseline")
         ax_time.set_title(f"{COLLECTIVE_LABELS[collective]}, {format_bytes(size)}")
@@ -367,26 +453,45 @@ def rate_sensitivity(data, style: Style) -> list[Figure]:
             ax.set_xticks(sorted(sub["rate"].unique()))
     fig.suptitle(panel_title(ranks, link), fontsize=7.5)
     legend_below(fig, handles, labels)
-    caption = ("Sensitivity to the fixed rate of the lossy codecs: latency (top) and "
-               "max relative error against the uncompressed result (bottom) as a "
-               "function of the bits per value; the dotted line is the uncompressed "
-               "baseline at the same size, its shaded band its interval. Point-to-point "
-               "compression recompresses at every hop, so its error can grow with the "
-               "rank count. Errors are measured once on the run's inputs (deterministic: "
-               "no interval)." + interval_caption(kinds) + held_text(held)
-               + runs_note(sub))
+    caption = (
+        "Sensitivity to the fixed rate of the lossy codecs: latency (top) and "
+        "max relative error against the uncompressed result (bottom) as a "
+        "function of the bits per value; the dotted line is the uncompressed "
+        "baseline at the same size, its shaded band its interval. Point-to-point "
+        "compression recompresses at every hop, so its error can grow with the "
+        "rank count. Errors are measured once on the run's inputs (deterministic: "
+        "no interval)." + interval_caption(kinds) + held_text(held) + runs_note(sub)
+    )
     return [Figure("seed000_rate_sensitivity", fig, caption)]
 
 
-
 FIGURES = [
-    FigureSpec("seed000_allgather_latency", "seed 000", "Allgather latency vs message size",
-               ("harness",), lambda d, s: latency_vs_size(d, s, "allgather")),
-    FigureSpec("seed000_reduce_scatter_latency", "seed 000",
-               "Reduce-Scatter latency vs message size",
-               ("harness",), lambda d, s: latency_vs_size(d, s, "reduce_scatter")),
-    FigureSpec("seed000_allreduce_latency", "seed 000", "Allreduce latency vs message size",
-               ("harness",), lambda d, s: latency_vs_size(d, s, "allreduce")),
-    FigureSpec("seed000_rate_sensitivity", "seed 000", "Sensitivity to the codec rate",
-               ("harness",), rate_sensitivity),
+    FigureSpec(
+        "seed000_allgather_latency",
+        "seed 000",
+        "Allgather latency vs message size",
+        ("harness",),
+        lambda d, s: latency_vs_size(d, s, "allgather"),
+    ),
+    FigureSpec(
+        "seed000_reduce_scatter_latency",
+        "seed 000",
+        "Reduce-Scatter latency vs message size",
+        ("harness",),
+        lambda d, s: latency_vs_size(d, s, "reduce_scatter"),
+    ),
+    FigureSpec(
+        "seed000_allreduce_latency",
+        "seed 000",
+        "Allreduce latency vs message size",
+        ("harness",),
+        lambda d, s: latency_vs_size(d, s, "allreduce"),
+    ),
+    FigureSpec(
+        "seed000_rate_sensitivity",
+        "seed 000",
+        "Sensitivity to the codec rate",
+        ("harness",),
+        rate_sensitivity,
+    ),
 ]

@@ -57,24 +57,50 @@ class CsvKind:
 
 
 KINDS = (
-    CsvKind("training", "training steps", required=("variant", "codec", "loss", "step_us"),
-            order="timestamp"),
-    CsvKind("replay", "trace replays (ccbench trace replay)",
-            required=("trace", "variant", "codec", "step_us"), order="timestamp"),
+    CsvKind(
+        "training",
+        "training steps",
+        required=("variant", "codec", "loss", "step_us"),
+        order="timestamp",
+    ),
+    CsvKind(
+        "replay",
+        "trace replays (ccbench trace replay)",
+        required=("trace", "variant", "codec", "step_us"),
+        order="timestamp",
+    ),
     # benchmarks.merged_gradient (measured_us set) and ccbench.scripts.simulate
     # (scaling_efficiency set) share one schema; load() splits the rows.
-    CsvKind("mgwfbp", "MG-WFBP iterations and simulations",
-            required=("model", "strategy", "ranks", "predicted_us"), order="timestamp"),
-    CsvKind("costfit", "allreduce cost-model fit",
-            required=("ranks", "size_bytes", "measured_us", "fitted_us")),
+    CsvKind(
+        "mgwfbp",
+        "MG-WFBP iterations and simulations",
+        required=("model", "strategy", "ranks", "predicted_us"),
+        order="timestamp",
+    ),
+    CsvKind(
+        "costfit",
+        "allreduce cost-model fit",
+        required=("ranks", "size_bytes", "measured_us", "fitted_us"),
+    ),
     CsvKind("profile", "layer profiles", required=("model", "order", "bytes", "backward_us")),
-    CsvKind("codec", "codec throughput", required=("codec", "encode_gbps", "decode_gbps"),
-            order="timestamp"),
-    CsvKind("compare", "interleaved comparisons (ccbench compare)",
-            required=("a", "b", "size_bytes", "ratio", "verdict"), order="timestamp"),
-    CsvKind("harness", "micro-benchmark (harness) rows",
-            required=("variant", "collective", "size_bytes", "ranks", "avg_us"),
-            order="timestamp"),
+    CsvKind(
+        "codec",
+        "codec throughput",
+        required=("codec", "encode_gbps", "decode_gbps"),
+        order="timestamp",
+    ),
+    CsvKind(
+        "compare",
+        "interleaved comparisons (ccbench compare)",
+        required=("a", "b", "size_bytes", "ratio", "verdict"),
+        order="timestamp",
+    ),
+    CsvKind(
+        "harness",
+        "micro-benchmark (harness) rows",
+        required=("variant", "collective", "size_bytes", "ranks", "avg_us"),
+        order="timestamp",
+    ),
 )
 KIND_BY_NAME = {kind.name: kind for kind in KINDS}
 
@@ -83,9 +109,11 @@ DERIVED = {
     "iteration": ("mgwfbp", "measured_us"),
     "simulation": ("mgwfbp", "scaling_efficiency"),
 }
-TITLES = {**{kind.name: kind.title for kind in KINDS},
-          "iteration": "MG-WFBP measured iterations (benchmarks.merged_gradient)",
-          "simulation": "MG-WFBP simulations (ccbench.scripts.simulate)"}
+TITLES = {
+    **{kind.name: kind.title for kind in KINDS},
+    "iteration": "MG-WFBP measured iterations (benchmarks.merged_gradient)",
+    "simulation": "MG-WFBP simulations (ccbench.scripts.simulate)",
+}
 
 # Kinds that describe inputs rather than measurements of a run: shared by every run.
 INPUT_KINDS = ("profile",)
@@ -104,12 +132,17 @@ def regime_of(name: str, frame: pd.DataFrame) -> pd.Series:
     """Each row's regime: links (an emulated link rate), shm, or models."""
     if name in MODEL_KINDS:
         return pd.Series("models", index=frame.index)
-    link = (pd.to_numeric(frame["link_gbps"], errors="coerce").fillna(0.0)
-            if "link_gbps" in frame.columns else pd.Series(0.0, index=frame.index))
+    link = (
+        pd.to_numeric(frame["link_gbps"], errors="coerce").fillna(0.0)
+        if "link_gbps" in frame.columns
+        else pd.Series(0.0, index=frame.index)
+    )
     where = pd.Series("shm", index=frame.index).where(link <= 0, "links")
     if name == "mgwfbp" and "scaling_efficiency" in frame.columns:  # simulated: a model
         where = where.where(frame["scaling_efficiency"].isna(), "models")
     return where
+
+
 # Kinds whose files may name no run at all (the fit CSV of benchmarks.merged_gradient):
 # without a run column they are drawn on their own, in every run's report; no figure
 # pairs their rows with another kind's.
@@ -155,8 +188,7 @@ class Run:
         return self.label.split(" ", 1)[1]
 
     def describe(self) -> str:
-        first = self.files[0] + (f" and {len(self.files) - 1} more" if len(self.files) > 1
-                                 else "")
+        first = self.files[0] + (f" and {len(self.files) - 1} more" if len(self.files) > 1 else "")
         return f"{self.label} ({self.rows} rows, {first})"
 
 
@@ -193,8 +225,10 @@ class Data:
                 files.setdefault(label, set()).update(sub["source"].astype(str))
                 stamps = [t for t in text_column(sub, "timestamp") if t]
                 latest[label] = max([latest.get(label, ""), *stamps])
-        return [Run(label, rows[label], tuple(sorted(files[label])), latest[label])
-                for label in sorted(rows)]
+        return [
+            Run(label, rows[label], tuple(sorted(files[label])), latest[label])
+            for label in sorted(rows)
+        ]
 
     def collisions(self) -> list[str]:
         """Points measured by more than one run, described: runs that cannot be drawn
@@ -298,8 +332,9 @@ def _cell(value):
     return value
 
 
-def typed_frame(rows: list[dict], header: list[str], kind: CsvKind,
-                report: FileReport) -> pd.DataFrame:
+def typed_frame(
+    rows: list[dict], header: list[str], kind: CsvKind, report: FileReport
+) -> pd.DataFrame:
     """Rows of strings as a frame, each column of the schema read as its type (text as
     pandas' text dtype, as its own reader gives it); a value that is not a number where
     the schema says one is noted and left out."""
@@ -335,9 +370,12 @@ def read_one(path: Path, explicit: bool = True) -> tuple[pd.DataFrame | None, Fi
         header = table.header if table else read_rows(path)[0]
     except UsageError as exc:  # a newer version, or a line with more fields than its header
         text = str(exc).removeprefix(f"{path}: ")
-        report.error = f"malformed CSV ({text}); rows with a different number of fields " \
-                       "usually mean runs with different columns were appended to one file" \
-            if "fields" in text else text
+        report.error = (
+            f"malformed CSV ({text}); rows with a different number of fields "
+            "usually mean runs with different columns were appended to one file"
+            if "fields" in text
+            else text
+        )
         return None, report
     except (UnicodeDecodeError, OSError) as exc:
         report.error = f"cannot read ({type(exc).__name__}: {exc})"
@@ -364,8 +402,7 @@ def read_one(path: Path, explicit: bool = True) -> tuple[pd.DataFrame | None, Fi
     needed = [c for c in kind.required if c in kind.numeric]
     keep = frame[needed].notna().all(axis=1) if needed else pd.Series(True, frame.index)
     if not keep.all():
-        report.notes.append(f"{int((~keep).sum())} row(s) without "
-                            f"{'/'.join(needed)} dropped")
+        report.notes.append(f"{int((~keep).sum())} row(s) without {'/'.join(needed)} dropped")
         frame = frame[keep]
     if frame.empty:
         report.error = "no usable rows"
@@ -394,8 +431,7 @@ def sidecar_sweeps(path: Path) -> dict[str, str]:
     """launch id -> sweep id, from the JSON sidecar the harness writes beside a CSV (files
     whose rows carry no sweep_id column, e.g. training steps, still name their sweep)."""
     runs = Sidecar(path).runs()
-    return {str(k): str(v.get("sweep_id") or "") for k, v in runs.items()
-            if isinstance(v, dict)}
+    return {str(k): str(v.get("sweep_id") or "") for k, v in runs.items() if isinstance(v, dict)}
 
 
 def run_labels(frame: pd.DataFrame, kind: str, path: Path) -> pd.Series:
@@ -424,8 +460,11 @@ def identities(kind: CsvKind, frame: pd.DataFrame) -> pd.Series:
     """Each row's point identity, as the results model defines it for every reader."""
     schema = BY_KIND[kind.name]
     columns = [c for c in frame.columns if c != "source"]  # the file: not the point
-    return pd.Series([point_identity(r, schema, columns) for r in frame.to_dict("records")],
-                     index=frame.index, dtype=object)
+    return pd.Series(
+        [point_identity(r, schema, columns) for r in frame.to_dict("records")],
+        index=frame.index,
+        dtype=object,
+    )
 
 
 def deduplicate(kind: CsvKind, frame: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
@@ -438,12 +477,15 @@ def deduplicate(kind: CsvKind, frame: pd.DataFrame) -> tuple[pd.DataFrame, str |
         frame = frame.sort_values(kind.order, kind="stable")
     key = frame.assign(_point=identities(kind, frame))
     # a point measured by two runs stays in each
-    duplicated = key.duplicated(subset=["_point", RUN] if RUN in frame.columns
-                                else ["_point"], keep="last")
+    duplicated = key.duplicated(
+        subset=["_point", RUN] if RUN in frame.columns else ["_point"], keep="last"
+    )
     if not duplicated.any():
         return frame, None
-    note = (f"{kind.title}: {int(duplicated.sum())} row(s) repeat a point measured again "
-            "later in the same run; the latest is drawn")
+    note = (
+        f"{kind.title}: {int(duplicated.sum())} row(s) repeat a point measured again "
+        "later in the same run; the latest is drawn"
+    )
     return frame[~duplicated], note
 
 

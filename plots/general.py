@@ -55,8 +55,7 @@ def busbw_vs_size(data, style: Style) -> list[Figure]:
     collectives += sorted(set(frame["collective"]) - set(collectives))
     settings = [key for key, _ in panels(frame)]
     shown = settings[:MAX_ROWS]
-    fig, axes = figure(len(shown) * len(collectives), ncols=len(collectives),
-                       panel_height=2.1)
+    fig, axes = figure(len(shown) * len(collectives), ncols=len(collectives), panel_height=2.1)
     keys, ceiling, kinds = [], None, set()
     for row, (ranks, link) in enumerate(shown):
         setting = frame[(frame["ranks"] == ranks) & (link_of(frame) == link)]
@@ -67,20 +66,36 @@ def busbw_vs_size(data, style: Style) -> list[Figure]:
             # busbw is inversely proportional to the time: the time's interval, inverted
             low, high, kind = time_bounds(sub)
             average = sub["avg_us"].to_numpy(dtype=float)
-            sub = sub.assign(_lo=sub["busbw_gbps"] * average / high,
-                             _hi=sub["busbw_gbps"] * average / low)
+            sub = sub.assign(
+                _lo=sub["busbw_gbps"] * average / high, _hi=sub["busbw_gbps"] * average / low
+            )
             for variant, algorithm, codec in series_keys(sub):
-                series = sub[(sub["variant"] == variant) & (sub["algorithm"] == algorithm)
-                             & (sub["codec"] == codec)]
-                _, drawn = draw_series(ax, series, "size_bytes", "busbw_gbps", low="_lo",
-                                       high="_hi", color=style.color(variant, algorithm),
-                                       label=series_label(variant, algorithm, codec),
-                                       **style.marker(codec))
+                series = sub[
+                    (sub["variant"] == variant)
+                    & (sub["algorithm"] == algorithm)
+                    & (sub["codec"] == codec)
+                ]
+                _, drawn = draw_series(
+                    ax,
+                    series,
+                    "size_bytes",
+                    "busbw_gbps",
+                    low="_lo",
+                    high="_hi",
+                    color=style.color(variant, algorithm),
+                    label=series_label(variant, algorithm, codec),
+                    **style.marker(codec),
+                )
                 kinds.add(kind if drawn else None)
                 keys.append((variant, algorithm, codec))
             if link > 0:
-                ceiling = ax.axhline(link / 8.0, color="#c0392b", linestyle="--",
-                                     linewidth=0.9, label="model: link rate (ceiling)")
+                ceiling = ax.axhline(
+                    link / 8.0,
+                    color="#c0392b",
+                    linestyle="--",
+                    linewidth=0.9,
+                    label="model: link rate (ceiling)",
+                )
             if sub.empty:
                 ax.text(0.5, 0.5, "no rows", transform=ax.transAxes, ha="center")
             else:
@@ -88,27 +103,35 @@ def busbw_vs_size(data, style: Style) -> list[Figure]:
                 ax.set_yscale("log")
                 tidy_log_axis(ax)
             # the setting labels the row once, the collective every column
-            ax.set_ylabel(f"{panel_title(ranks, link)}\nBus bandwidth (GB/s)" if col == 0
-                          else "Bus bandwidth (GB/s)")
+            ax.set_ylabel(
+                f"{panel_title(ranks, link)}\nBus bandwidth (GB/s)"
+                if col == 0
+                else "Bus bandwidth (GB/s)"
+            )
             ax.set_title(COLLECTIVE_LABELS.get(collective, collective))
     handles, labels = variant_codec_handles(style, keys)
     if ceiling is not None:
         handles.append(ceiling)
         labels.append(ceiling.get_label())
     legend_below(fig, handles, labels)
-    caption = ("Bus bandwidth (nccl-tests' busbw: algbw x (n-1)/n for Allgather and "
-               "Reduce-Scatter, x 2(n-1)/n for Allreduce, in GB/s of uncompressed data) "
-               "against message size; colour: variant, marker: codec.")
+    caption = (
+        "Bus bandwidth (nccl-tests' busbw: algbw x (n-1)/n for Allgather and "
+        "Reduce-Scatter, x 2(n-1)/n for Allreduce, in GB/s of uncompressed data) "
+        "against message size; colour: variant, marker: codec."
+    )
     if ceiling is not None:
-        caption += (" Dashed red, a model: the emulated link rate, the ceiling of an "
-                    "uncompressed collective; compressed variants can pass it because busbw "
-                    "counts the bytes before compression.")
-    caption += interval_caption(kinds).replace("of the mean over the timed calls",
-                                               "of the mean time, as bandwidth")
+        caption += (
+            " Dashed red, a model: the emulated link rate, the ceiling of an "
+            "uncompressed collective; compressed variants can pass it because busbw "
+            "counts the bytes before compression."
+        )
+    caption += interval_caption(kinds).replace(
+        "of the mean over the timed calls", "of the mean time, as bandwidth"
+    )
     if sparse.any():
         caption += " Sparse-streaming rows are drawn in the seed 001 figures instead."
     if len(settings) > len(shown):
-        caption += " Not shown: " + ", ".join(panel_title(*k) for k in settings[len(shown):])
+        caption += " Not shown: " + ", ".join(panel_title(*k) for k in settings[len(shown) :])
         caption += "."
     if left_out:
         others = ", ".join(map(codec_label, left_out))
@@ -124,8 +147,9 @@ def codec_throughput(data, style: Style) -> list[Figure]:
     settings = list(frame.groupby(keys, sort=True))[:4]
     varied = [k for k in keys if frame[k].nunique() > 1 and k != "data"]
     ncodecs = frame["codec"].nunique()
-    fig, axes = figure(len(settings), ncols=min(2, len(settings)),
-                       panel_height=0.26 * ncodecs + 0.9)
+    fig, axes = figure(
+        len(settings), ncols=min(2, len(settings)), panel_height=0.26 * ncodecs + 0.9
+    )
     handles, labels = [], []
     # one scale for every panel, so bars compare across data kinds
     rates = frame[["encode_gbps", "decode_gbps"]].to_numpy(dtype=float)
@@ -139,28 +163,36 @@ def codec_throughput(data, style: Style) -> list[Figure]:
     for ax, (key, sub) in zip(axes, settings, strict=True):
         key = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
         sub = sub.groupby(paths, as_index=False).mean(numeric_only=True)
-        sub = sub.iloc[sorted(range(len(sub)), key=lambda i: (
-            codec_sort_key(sub["codec"][i]), str(sub[paths[-1]][i])))].reset_index(drop=True)
+        sub = sub.iloc[
+            sorted(
+                range(len(sub)),
+                key=lambda i: (codec_sort_key(sub["codec"][i]), str(sub[paths[-1]][i])),
+            )
+        ].reset_index(drop=True)
         y = np.arange(len(sub))[::-1]
         height = 0.38
-        enc = ax.barh(y + height / 2, sub["encode_gbps"], height, color="#1f66b4",
-                      label="encode")
-        dec = ax.barh(y - height / 2, sub["decode_gbps"], height, color="#8fb8e0",
-                      label="decode")
+        enc = ax.barh(y + height / 2, sub["encode_gbps"], height, color="#1f66b4", label="encode")
+        dec = ax.barh(y - height / 2, sub["decode_gbps"], height, color="#8fb8e0", label="decode")
         handles += [enc, dec]
         labels += ["encode", "decode"]
         top = every_top
         if "copy_gbps" in sub and sub["copy_gbps"].notna().any():
             copy = float(sub["copy_gbps"].median())
-            line = ax.axvline(copy, color="black", linestyle=":", linewidth=0.9,
-                              label="plain copy")
+            line = ax.axvline(copy, color="black", linestyle=":", linewidth=0.9, label="plain copy")
             handles.append(line)
             labels.append("plain copy")
         ratios = sub["ratio"] if "ratio" in sub else pd.Series(np.nan, index=sub.index)
-        names = [codec_label(c) + (f" [{k}]" if k in ("fused", "reference", "device") else "")
-                 for c, k in zip(sub["codec"], sub[paths[-1]], strict=True)]
-        ax.set_yticks(y, [f"{name} ({r:.3g}x)" if np.isfinite(r) else name
-                          for name, r in zip(names, ratios, strict=True)])
+        names = [
+            codec_label(c) + (f" [{k}]" if k in ("fused", "reference", "device") else "")
+            for c, k in zip(sub["codec"], sub[paths[-1]], strict=True)
+        ]
+        ax.set_yticks(
+            y,
+            [
+                f"{name} ({r:.3g}x)" if np.isfinite(r) else name
+                for name, r in zip(names, ratios, strict=True)
+            ],
+        )
         if wide:
             ax.set_xscale("log")
             ax.set_xlim(float(positive.min()) / 2, top * 2)
@@ -171,14 +203,16 @@ def codec_throughput(data, style: Style) -> list[Figure]:
         ax.set_title(", ".join([f"{key['data']} data"] + [str(key[k]) for k in varied]))
         ax.grid(axis="y", visible=False)
     legend_below(fig, handles, labels)
-    caption = ("Codec throughput on one core: encode and decode rate in GB/s of "
-               "uncompressed data, against a plain copy of the same buffer (dotted, the "
-               "median over codecs); the achieved compression ratio follows each codec\'s "
-               "name, and the kernels that ran in brackets (fused host kernels or the "
-               "array-API reference). The suite's goals, fused kernels: bfp:rate=8 at least "
-               "0.8x and the casts at least 0.9x the copy rate. A log axis when rates span "
-               "more than 30x. No interval: "
-               "the rows carry one rate per codec, not its spread over repeats.")
+    caption = (
+        "Codec throughput on one core: encode and decode rate in GB/s of "
+        "uncompressed data, against a plain copy of the same buffer (dotted, the "
+        "median over codecs); the achieved compression ratio follows each codec's "
+        "name, and the kernels that ran in brackets (fused host kernels or the "
+        "array-API reference). The suite's goals, fused kernels: bfp:rate=8 at least "
+        "0.8x and the casts at least 0.9x the copy rate. A log axis when rates span "
+        "more than 30x. No interval: "
+        "the rows carry one rate per codec, not its spread over repeats."
+    )
     return [Figure("general_codec_throughput", fig, caption + runs_note(frame))]
 
 
@@ -194,17 +228,23 @@ def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
     frame = rows(data, "harness")
     metrics = [m for m in ACCURACY if m[0] in frame.columns and frame[m[0]].notna().any()]
     if "data" not in frame.columns or "compression_ratio" not in frame.columns or not metrics:
-        raise Skip("the harness rows carry no data kind and accuracy columns (data, "
-                   "compression_ratio, rel_l2_err or psnr_db)")
-    frame = frame[(frame["codec"] != "none") & is_real_gradient(frame["data"])
-                  & frame["compression_ratio"].notna()]
+        raise Skip(
+            "the harness rows carry no data kind and accuracy columns (data, "
+            "compression_ratio, rel_l2_err or psnr_db)"
+        )
+    frame = frame[
+        (frame["codec"] != "none")
+        & is_real_gradient(frame["data"])
+        & frame["compression_ratio"].notna()
+    ]
     if frame.empty:
-        raise Skip(f"no compressed rows measured on real gradients (a {REAL_GRADIENT}:MODEL "
-                   "data kind, e.g. --data gradient after ccbench corpus)")
+        raise Skip(
+            f"no compressed rows measured on real gradients (a {REAL_GRADIENT}:MODEL "
+            "data kind, e.g. --data gradient after ccbench corpus)"
+        )
     frame, held = hold_configuration(frame)
     collectives = [c for c in COLLECTIVE_LABELS if c in set(frame["collective"])]
-    fig, axes = figure(len(metrics) * len(collectives), ncols=len(collectives),
-                       panel_height=1.9)
+    fig, axes = figure(len(metrics) * len(collectives), ncols=len(collectives), panel_height=1.9)
     keys, lossless_shown, sizes = [], {}, {}
     lossless_off = {}  # lossless codec -> {collective: smallest error}, where not exactly 0
     for col, collective in enumerate(collectives):
@@ -213,7 +253,8 @@ def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
         # among the series' points, not "the same point")
         sub = newest_per(sub, ["variant", "algorithm", "codec", "size_bytes"])
         sub = sub.sort_values("size_bytes", kind="stable").drop_duplicates(
-            ["variant", "algorithm", "codec"], keep="last")
+            ["variant", "algorithm", "codec"], keep="last"
+        )
         sizes[collective] = sorted(set(sub["size_bytes"]))
         for row_index, (column, name, log) in enumerate(metrics):
             ax = axes[row_index * len(collectives) + col]
@@ -222,16 +263,24 @@ def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
             for _, point in sub.iterrows():
                 value = float(point[column])
                 lossless = bool(is_lossless(point["codec"]))
-                kw = dict(color=style.color(point["variant"], point["algorithm"]),
-                          linestyle="none", **style.marker(point["codec"]))
+                kw = dict(
+                    color=style.color(point["variant"], point["algorithm"]),
+                    linestyle="none",
+                    **style.marker(point["codec"]),
+                )
                 if lossless and log and np.isfinite(value) and value > 0:
                     seen = lossless_off.setdefault(point["codec"], {})
                     seen[collective] = min(value, seen.get(collective, value))
                 if lossless and log and value == 0:
                     lossless_shown.setdefault(point["codec"], set()).add(collective)
                     # error exactly 0: on the bottom edge of the log axis
-                    ax.plot([point["compression_ratio"]], [0.0], clip_on=False,
-                            transform=ax.get_xaxis_transform(), **kw)
+                    ax.plot(
+                        [point["compression_ratio"]],
+                        [0.0],
+                        clip_on=False,
+                        transform=ax.get_xaxis_transform(),
+                        **kw,
+                    )
                 elif np.isfinite(value):
                     ax.plot([point["compression_ratio"]], [value], **kw)
                 keys.append((point["variant"], point["algorithm"], point["codec"]))
@@ -245,34 +294,50 @@ def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
     handles, labels = variant_codec_handles(style, keys)
     legend_below(fig, handles, labels)
     kinds = ", ".join(sorted(set(frame["data"].astype(str))))
-    where = "; ".join(f"{COLLECTIVE_LABELS[c]} {', '.join(format_bytes(s) for s in v)}"
-                      for c, v in sizes.items())
-    caption = ("Compression ratio against accuracy on real gradients (data kind "
-               f"{kinds}): one point per variant and codec, at the largest size measured "
-               f"({where}). Colour: variant; marker: codec. The ratio and the errors are "
-               "measured on the timed data against the uncompressed result; they are "
-               "deterministic for the corpus, so no interval. Up and to the right is "
-               "better for PSNR, down and to the right for the relative error.")
+    where = "; ".join(
+        f"{COLLECTIVE_LABELS[c]} {', '.join(format_bytes(s) for s in v)}" for c, v in sizes.items()
+    )
+    caption = (
+        "Compression ratio against accuracy on real gradients (data kind "
+        f"{kinds}): one point per variant and codec, at the largest size measured "
+        f"({where}). Colour: variant; marker: codec. The ratio and the errors are "
+        "measured on the timed data against the uncompressed result; they are "
+        "deterministic for the corpus, so no interval. Up and to the right is "
+        "better for PSNR, down and to the right for the relative error."
+    )
     names = lambda cs: ", ".join(COLLECTIVE_LABELS[c] for c in collectives if c in cs)  # noqa: E731
     for codec in sorted(set(lossless_shown) | set(lossless_off)):
         zero, off = lossless_shown.get(codec, set()), lossless_off.get(codec, {})
         if zero:
-            caption += (f" {codec_label(codec)}: error exactly 0 in the {names(zero)}, drawn "
-                        "on the bottom edge of the error panel.")
+            caption += (
+                f" {codec_label(codec)}: error exactly 0 in the {names(zero)}, drawn "
+                "on the bottom edge of the error panel."
+            )
         if off:
-            caption += (f" {codec_label(codec)} in the {names(off)}: an error of "
-                        f"{min(off.values()):.1e} or more, the float32 sums' order of "
-                        "addition against the float64 reference, not the codec (lossless).")
-    return [Figure("general_ratio_vs_accuracy", fig, caption + held_text(held)
-                   + runs_note(frame))]
+            caption += (
+                f" {codec_label(codec)} in the {names(off)}: an error of "
+                f"{min(off.values()):.1e} or more, the float32 sums' order of "
+                "addition against the float64 reference, not the codec (lossless)."
+            )
+    return [Figure("general_ratio_vs_accuracy", fig, caption + held_text(held) + runs_note(frame))]
 
 
 FIGURES = [
-    FigureSpec("general_busbw", "general", "Bus bandwidth vs message size", ("harness",),
-               busbw_vs_size),
-    FigureSpec("general_codec_throughput", "general", "Codec throughput against a copy",
-               ("codec",), codec_throughput),
-    FigureSpec("general_ratio_vs_accuracy", "general",
-               "Compression ratio against accuracy on real gradients", ("harness",),
-               ratio_vs_accuracy),
+    FigureSpec(
+        "general_busbw", "general", "Bus bandwidth vs message size", ("harness",), busbw_vs_size
+    ),
+    FigureSpec(
+        "general_codec_throughput",
+        "general",
+        "Codec throughput against a copy",
+        ("codec",),
+        codec_throughput,
+    ),
+    FigureSpec(
+        "general_ratio_vs_accuracy",
+        "general",
+        "Compression ratio against accuracy on real gradients",
+        ("harness",),
+        ratio_vs_accuracy,
+    ),
 ]

@@ -61,8 +61,9 @@ def layer_profiles(data, style: Style) -> list[Figure]:
     figures = []
     for model, sub in frame.groupby("model", sort=True):
         sub = sub.sort_values("order")
-        fig, (ax_size, ax_time) = figure(2, ncols=1, width=COLUMN_WIDTH, panel_height=1.45,
-                                         sharex=True)
+        fig, (ax_size, ax_time) = figure(
+            2, ncols=1, width=COLUMN_WIDTH, panel_height=1.45, sharex=True
+        )
         index = sub["order"].to_numpy()
         ax_size.bar(index, sub["bytes"], width=1.0, color="#1f66b4", linewidth=0)
         ax_size.set_yscale("log", base=2)
@@ -74,16 +75,20 @@ def layer_profiles(data, style: Style) -> list[Figure]:
         total = sub["bytes"].sum()
         ax_size.set_title(f"{model}: {len(sub)} tensors, {format_bytes(total)}B in total")
         ax_time.set_title(f"backward {sub['backward_us'].sum() / 1e3:.1f} ms in total")
-        caption = (f"Layer profile of {model}: gradient size of each parameter tensor "
-                   "(top, log scale) and the backward time between one gradient and the "
-                   "next (bottom), measured with gradient hooks and averaged after warm-up "
-                   "(the profile keeps no spread, so no interval); tensors in the order "
-                   "backward produces them.")
+        caption = (
+            f"Layer profile of {model}: gradient size of each parameter tensor "
+            "(top, log scale) and the backward time between one gradient and the "
+            "next (bottom), measured with gradient hooks and averaged after warm-up "
+            "(the profile keeps no spread, so no interval); tensors in the order "
+            "backward produces them."
+        )
         details = []
-        for column, text, scale in (("batch", "batch {:g}", 1), ("width", "width x{:g}", 1),
-                                    ("forward_us", "forward pass {:.1f} ms", 1e3)):
-            value = pd.to_numeric(sub[column], errors="coerce").iloc[0] \
-                if column in sub else np.nan
+        for column, text, scale in (
+            ("batch", "batch {:g}", 1),
+            ("width", "width x{:g}", 1),
+            ("forward_us", "forward pass {:.1f} ms", 1e3),
+        ):
+            value = pd.to_numeric(sub[column], errors="coerce").iloc[0] if column in sub else np.nan
             if pd.notna(value):
                 details.append(text.format(float(value) / scale))
         if "device" in sub and sub["device"].notna().any():
@@ -118,8 +123,7 @@ def fit_from_harness(data) -> list[tuple[tuple, pd.DataFrame, dict]]:
     runs = runs.assign(_link=link_of(runs)).dropna(subset=["alpha_us", "beta_us_per_byte"])
     base = base.assign(_link=link_of(base))
     out = []
-    for (_, ranks, link, transport), sub in runs.groupby(["model", "ranks", "_link",
-                                                         "transport"]):
+    for (_, ranks, link, transport), sub in runs.groupby(["model", "ranks", "_link", "transport"]):
         points = base[(base["ranks"] == ranks) & (base["_link"] == link)]
         points = newest_per(points, ["size_bytes"]).sort_values("size_bytes")
         if len(points) < 2:
@@ -129,11 +133,26 @@ def fit_from_harness(data) -> list[tuple[tuple, pd.DataFrame, dict]]:
         sizes = points["size_bytes"].to_numpy(dtype=float)
         measured = points["avg_us"].to_numpy(dtype=float)
         beta, alpha = np.polyfit(sizes, measured, 1)
-        points = pd.DataFrame({"size_bytes": sizes, "measured_us": measured, "_lo": low,
-                               "_hi": high, "fitted_us": alpha + beta * sizes})
-        out.append(((str(last["model"]), ranks, transport), points,
-                    {"link": float(link), "harness": True,
-                     "run_fit": (float(last["alpha_us"]), float(last["beta_us_per_byte"]))}))
+        points = pd.DataFrame(
+            {
+                "size_bytes": sizes,
+                "measured_us": measured,
+                "_lo": low,
+                "_hi": high,
+                "fitted_us": alpha + beta * sizes,
+            }
+        )
+        out.append(
+            (
+                (str(last["model"]), ranks, transport),
+                points,
+                {
+                    "link": float(link),
+                    "harness": True,
+                    "run_fit": (float(last["alpha_us"]), float(last["beta_us_per_byte"])),
+                },
+            )
+        )
     return out
 
 
@@ -151,8 +170,10 @@ def r_squared(measured, fitted, log: bool = True) -> float:
 def allreduce_fit(data, style: Style) -> list[Figure]:
     settings = fit_settings(data) if data.has("costfit") else fit_from_harness(data)
     if not settings:
-        raise Skip("needs the --fit-csv output of benchmarks.merged_gradient, or MG-WFBP "
-                   "iteration rows and baseline (mpi) allreduce rows at the same rank count")
+        raise Skip(
+            "needs the --fit-csv output of benchmarks.merged_gradient, or MG-WFBP "
+            "iteration rows and baseline (mpi) allreduce rows at the same rank count"
+        )
     from_harness = any(extra.get("harness") for _, _, extra in settings)
     shown = settings[:4]
     fig, axes = figure(len(shown), panel_height=2.6)
@@ -163,15 +184,29 @@ def allreduce_fit(data, style: Style) -> list[Figure]:
         # the fitted line is stored at each size: its two coefficients, exactly
         beta, alpha = np.polyfit(sizes, fitted, 1)
         scale, unit = time_unit(sub["measured_us"])
-        label = "baseline MPI Allreduce (harness)" if extra.get("harness") else \
-            "measured allreduce"
-        meas, kind = draw_series(ax, sub, "size_bytes", "measured_us", scale, low="_lo",
-                                 high="_hi", color="black", marker="o", linestyle="none",
-                                 label=label)
+        label = "baseline MPI Allreduce (harness)" if extra.get("harness") else "measured allreduce"
+        meas, kind = draw_series(
+            ax,
+            sub,
+            "size_bytes",
+            "measured_us",
+            scale,
+            low="_lo",
+            high="_hi",
+            color="black",
+            marker="o",
+            linestyle="none",
+            label=label,
+        )
         kinds.add(kind)
         grid = np.geomspace(sizes.min(), sizes.max(), 100)
-        (fit,) = ax.plot(grid, (alpha + beta * grid) / scale, "--", color="#1f66b4",
-                         label="model: alpha + beta x size (fitted)")
+        (fit,) = ax.plot(
+            grid,
+            (alpha + beta * grid) / scale,
+            "--",
+            color="#1f66b4",
+            label="model: alpha + beta x size (fitted)",
+        )
         handles += [meas, fit]
         labels += [meas.get_label(), fit.get_label()]
         size_axis(ax, sizes)
@@ -179,37 +214,55 @@ def allreduce_fit(data, style: Style) -> list[Figure]:
         tidy_log_axis(ax)
         ax.set_ylabel(f"Allreduce time ({unit})")
         where = panel_title(ranks, extra["link"])
-        ax.set_title(f"{where}" + (f", {transport}" if transport else "")
-                     + (f" (at the {model} run's ranks)" if extra.get("harness")
-                        else f" ({model} sizes)" if model else ""))
+        ax.set_title(
+            f"{where}"
+            + (f", {transport}" if transport else "")
+            + (
+                f" (at the {model} run's ranks)"
+                if extra.get("harness")
+                else f" ({model} sizes)"
+                if model
+                else ""
+            )
+        )
         text = f"alpha = {round(alpha, 1) + 0.0:.1f} µs, beta = {beta * 1e3:.4g} µs/KB"
         if beta > 0:
             text += f" ({8e-3 / beta:.2f} Gbit/s)"
-        text += (f"\nR² = {r_squared(sub['measured_us'], fitted):.4f} (log times) against "
-                 "the points drawn")
+        text += (
+            f"\nR² = {r_squared(sub['measured_us'], fitted):.4f} (log times) against "
+            "the points drawn"
+        )
         if extra.get("run_fit"):
             run_alpha, run_beta = extra["run_fit"]
-            text += (f"\n{model} run's own fit: alpha = {run_alpha:.1f} µs, "
-                     f"beta = {run_beta * 1e3:.4g} µs/KB")
+            text += (
+                f"\n{model} run's own fit: alpha = {run_alpha:.1f} µs, "
+                f"beta = {run_beta * 1e3:.4g} µs/KB"
+            )
         panel_note(ax, text)
     legend_below(fig, handles, labels)
-    caption = ("Allreduce time against size on the communicator in use (OSU-style timing, "
-               "mean over ranks), with the fitted cost model t(s) = alpha + beta s (dashed) "
-               "that the MG-WFBP planner uses; alpha and beta are measured, never assumed. "
-               "KB = 1000 bytes, as the command line prints it; the Gbit/s figure is 8/beta, "
-               "the rate the whole allreduce moves data at. The line is fitted to the "
-               "points drawn with it, and R² is that of the line against them in log times, "
-               "as the log axis shows them.")
+    caption = (
+        "Allreduce time against size on the communicator in use (OSU-style timing, "
+        "mean over ranks), with the fitted cost model t(s) = alpha + beta s (dashed) "
+        "that the MG-WFBP planner uses; alpha and beta are measured, never assumed. "
+        "KB = 1000 bytes, as the command line prints it; the Gbit/s figure is 8/beta, "
+        "the rate the whole allreduce moves data at. The line is fitted to the "
+        "points drawn with it, and R² is that of the line against them in log times, "
+        "as the log axis shows them."
+    )
     if from_harness:
-        caption += (" No fit CSV was given: the points are the harness's baseline MPI "
-                    "Allreduce at the rank count and link of an MG-WFBP run, the line fitted "
-                    "here to them; the note gives the run's own alpha and beta, fitted on its "
-                    "own sweep, to compare.")
+        caption += (
+            " No fit CSV was given: the points are the harness's baseline MPI "
+            "Allreduce at the rank count and link of an MG-WFBP run, the line fitted "
+            "here to them; the note gives the run's own alpha and beta, fitted on its "
+            "own sweep, to compare."
+        )
     caption += interval_caption(kinds)
     fits = rows(data, "costfit")
     if not from_harness and "_run" in fits.columns and (fits["_run"] == "").all():
-        caption += (" The fit file names no run (it has no run_id column), so it is drawn "
-                    "as it is, beside whichever run is shown.")
+        caption += (
+            " The fit file names no run (it has no run_id column), so it is drawn "
+            "as it is, beside whichever run is shown."
+        )
     if len(settings) > len(shown):
         caption += f" {len(settings) - len(shown)} more fit(s) not shown."
     return [Figure("seed002_allreduce_fit", fig, caption + runs_note(rows(data, "costfit")))]
@@ -250,20 +303,38 @@ def iteration_time(data, style: Style) -> list[Figure]:
                 x = m - 0.4 + slot * (i + 0.5)
                 color = style.strategy_color(strategy)
                 mean = float(row["measured_us"])
-                low, high = mean_bounds(mean, float(row.get("measured_std_us", np.nan)),
-                                        float(row.get("iterations", np.nan)))
+                low, high = mean_bounds(
+                    mean,
+                    float(row.get("measured_std_us", np.nan)),
+                    float(row.get("iterations", np.nan)),
+                )
                 yerr = None
                 if np.isfinite(low):
                     yerr = [[(mean - low) / scale], [(high - mean) / scale]]
                     bounded = True
                 # points, not bars from zero: strategies differ by percents, which an
                 # axis from zero hides
-                bar = ax.errorbar(x - slot / 6, mean / scale, yerr=yerr, color=color,
-                                  marker="o", markersize=5, linestyle="none", elinewidth=0.8,
-                                  capsize=2, label=strategy)
-                ax.plot(x + slot / 6, float(row["predicted_us"]) / scale, marker="o",
-                        markersize=5, linestyle="none", markerfacecolor="white",
-                        markeredgecolor=color)
+                bar = ax.errorbar(
+                    x - slot / 6,
+                    mean / scale,
+                    yerr=yerr,
+                    color=color,
+                    marker="o",
+                    markersize=5,
+                    linestyle="none",
+                    elinewidth=0.8,
+                    capsize=2,
+                    label=strategy,
+                )
+                ax.plot(
+                    x + slot / 6,
+                    float(row["predicted_us"]) / scale,
+                    marker="o",
+                    markersize=5,
+                    linestyle="none",
+                    markerfacecolor="white",
+                    markeredgecolor=color,
+                )
                 values += [mean, float(row["predicted_us"]), low, high]
                 handles.append(bar.lines[0])
                 labels.append(strategy)
@@ -283,22 +354,34 @@ def iteration_time(data, style: Style) -> list[Figure]:
                 pad = 0.08 * (high - low) if high > low else 0.05 * high
                 ax.set_ylim((low - pad) / scale, (high + pad) / scale)
         ax.set_title(panel_title(ranks, link) + (f", {transport}" if transport else ""))
-    proxy = Line2D([], [], color="0.3", marker="o", markerfacecolor="white",
-                   linestyle="none", label="predicted")
+    proxy = Line2D(
+        [],
+        [],
+        color="0.3",
+        marker="o",
+        markerfacecolor="white",
+        linestyle="none",
+        label="predicted",
+    )
     handles.append(proxy)
     labels.append("model: planner's prediction (hollow)")
     legend_below(fig, handles, labels, ncol=min(4, len(set(labels))))
-    caption = ("Iteration time per merge strategy and model: measured (filled) next to a "
-               "model, the planner's prediction from the layer profile and the fitted "
-               "alpha-beta model (hollow, same colour). The axis does not start at zero: "
-               "it spans the values drawn, so differences of a few percent show"
-               + (" (log scale where the values span more than 3x)" if logged else "")
-               + ". The "
-               "strategies ran one after another, not interleaved: compare them by their "
-               "intervals, and see the headline table for interleaved comparisons.")
-    caption += (" Error bars: the 95% t interval of the mean iteration, from "
-                "measured_std_us over the run's iterations." if bounded else
-                " No interval: the rows carry no measured_std_us.")
+    caption = (
+        "Iteration time per merge strategy and model: measured (filled) next to a "
+        "model, the planner's prediction from the layer profile and the fitted "
+        "alpha-beta model (hollow, same colour). The axis does not start at zero: "
+        "it spans the values drawn, so differences of a few percent show"
+        + (" (log scale where the values span more than 3x)" if logged else "")
+        + ". The "
+        "strategies ran one after another, not interleaved: compare them by their "
+        "intervals, and see the headline table for interleaved comparisons."
+    )
+    caption += (
+        " Error bars: the 95% t interval of the mean iteration, from "
+        "measured_std_us over the run's iterations."
+        if bounded
+        else " No interval: the rows carry no measured_std_us."
+    )
     if len(groups) > len(shown):
         caption += " Not shown: " + ", ".join(panel_title(*k[:2]) for k, _ in groups[2:])
         caption += "."
@@ -314,10 +397,21 @@ def strategy_bars(launch) -> list[dict]:
         timed = launch.timed(strategy)
         measured = timed["step_us"] - timed["optimizer_us"].fillna(0.0)
         mean, low, high, n = interval(measured)
-        predicted = float(timed["predicted_us"].dropna().iloc[-1]) \
-            if timed["predicted_us"].notna().any() else np.nan
-        out.append({"strategy": strategy, "mean": mean, "low": low, "high": high, "n": n,
-                    "predicted": predicted})
+        predicted = (
+            float(timed["predicted_us"].dropna().iloc[-1])
+            if timed["predicted_us"].notna().any()
+            else np.nan
+        )
+        out.append(
+            {
+                "strategy": strategy,
+                "mean": mean,
+                "low": low,
+                "high": high,
+                "n": n,
+                "predicted": predicted,
+            }
+        )
     return out
 
 
@@ -336,17 +430,36 @@ def training_strategies(data, style: Style) -> list[Figure]:
     for ax, launch in zip(axes, shown, strict=True):
         model, ranks, link = launch.setting
         bars = sorted(strategy_bars(launch), key=lambda b: strategy_key(b["strategy"]))
-        scale, unit = time_unit([v for b in bars for v in (b["high"], b["predicted"])
-                                 if np.isfinite(v)] or [b["mean"] for b in bars])
+        scale, unit = time_unit(
+            [v for b in bars for v in (b["high"], b["predicted"]) if np.isfinite(v)]
+            or [b["mean"] for b in bars]
+        )
         for i, bar in enumerate(bars):
             color = style.strategy_color(bar["strategy"])
             mean = bar["mean"]
-            yerr = ([[(mean - bar["low"]) / scale], [(bar["high"] - mean) / scale]]
-                    if np.isfinite(bar["low"]) else None)
-            patch = ax.bar(i - 0.18, mean / scale, 0.36, color=color, linewidth=0, yerr=yerr,
-                           error_kw={"elinewidth": 0.6, "capsize": 1.5})
-            ax.bar(i + 0.18, bar["predicted"] / scale, 0.36, color="white", edgecolor=color,
-                   hatch="/////", linewidth=0.6)
+            yerr = (
+                [[(mean - bar["low"]) / scale], [(bar["high"] - mean) / scale]]
+                if np.isfinite(bar["low"])
+                else None
+            )
+            patch = ax.bar(
+                i - 0.18,
+                mean / scale,
+                0.36,
+                color=color,
+                linewidth=0,
+                yerr=yerr,
+                error_kw={"elinewidth": 0.6, "capsize": 1.5},
+            )
+            ax.bar(
+                i + 0.18,
+                bar["predicted"] / scale,
+                0.36,
+                color="white",
+                edgecolor=color,
+                hatch="/////",
+                linewidth=0.6,
+            )
             error = 100 * (bar["predicted"] / mean - 1)
             top = max(bar["high"] if np.isfinite(bar["high"]) else mean, bar["predicted"])
             ax.text(i, top / scale, f"{error:+.0f}%", ha="center", va="bottom", fontsize=5.8)
@@ -362,14 +475,16 @@ def training_strategies(data, style: Style) -> list[Figure]:
     handles.append(Patch(facecolor="white", edgecolor="0.3", hatch="/////"))
     labels.append("model: planner's prediction (hatched)")
     legend_below(fig, handles, labels, ncol=min(4, len(set(labels))))
-    caption = ("MG-WFBP driven by a real backward pass: gradient-ready hooks launch each "
-               "merged group's allreduce while backward goes on. Measured iteration (step "
-               "time minus the optimizer, the mean over the strategy's timed steps; the "
-               "strategies take turns step by step in one run) with the 95% t interval over "
-               "those steps, next to a model, the planner's prediction from the model's own "
-               "profile and the measured alpha-beta fit (hatched); the label is the "
-               "prediction's error against the measured mean drawn. The headline table "
-               "pairs the strategies' steps turn by turn for an interleaved comparison.")
+    caption = (
+        "MG-WFBP driven by a real backward pass: gradient-ready hooks launch each "
+        "merged group's allreduce while backward goes on. Measured iteration (step "
+        "time minus the optimizer, the mean over the strategy's timed steps; the "
+        "strategies take turns step by step in one run) with the 95% t interval over "
+        "those steps, next to a model, the planner's prediction from the model's own "
+        "profile and the measured alpha-beta fit (hatched); the label is the "
+        "prediction's error against the measured mean drawn. The headline table "
+        "pairs the strategies' steps turn by turn for an interleaved comparison."
+    )
     return [Figure("seed002_training_strategies", fig, caption + runs_note(frame))]
 
 
@@ -393,8 +508,11 @@ def simulation_setting(frame: pd.DataFrame) -> tuple[pd.DataFrame, str, int]:
         parts.append(f"{first['hop_latency_us']:g} µs per hop")
     if "algorithm" in keys and str(first["algorithm"]) not in ("", "nan"):
         parts.append(f"{first['algorithm']} allreduce")
-    if "compute_speedup" in keys and np.isfinite(first["compute_speedup"]) \
-            and first["compute_speedup"] != 1:
+    if (
+        "compute_speedup" in keys
+        and np.isfinite(first["compute_speedup"])
+        and first["compute_speedup"] != 1
+    ):
         parts.append(f"compute {first['compute_speedup']:g}x faster than profiled")
     return chosen, ", ".join(parts), len(counts) - 1
 
@@ -412,16 +530,24 @@ def scaling_efficiency(data, style: Style) -> list[Figure]:
             series = sub[sub["strategy"].astype(str) == strategy]
             series = series.groupby("ranks", as_index=False)["scaling_efficiency"].mean()
             kw = {**style.strategy_line(strategy), "linestyle": "--", "markersize": 3.2}
-            under = next((name for name, other in drawn.items()
-                          if list(other["ranks"]) == list(series["ranks"])
-                          and np.allclose(other["scaling_efficiency"],
-                                          series["scaling_efficiency"], rtol=1e-3)), None)
+            under = next(
+                (
+                    name
+                    for name, other in drawn.items()
+                    if list(other["ranks"]) == list(series["ranks"])
+                    and np.allclose(
+                        other["scaling_efficiency"], series["scaling_efficiency"], rtol=1e-3
+                    )
+                ),
+                None,
+            )
             if under is not None:  # on top of a curve it equals: a larger hollow ring
                 coincide.setdefault(f"{strategy} = {under}", []).append(model)
                 kw.update(markersize=5.5, fillstyle="none", zorder=4)
             drawn[strategy] = series
-            (line,) = ax.plot(series["ranks"], series["scaling_efficiency"],
-                              label=f"model: {strategy}", **kw)
+            (line,) = ax.plot(
+                series["ranks"], series["scaling_efficiency"], label=f"model: {strategy}", **kw
+            )
             handles.append(line)
             labels.append(line.get_label())
         ranks = sorted(sub["ranks"].unique())
@@ -435,34 +561,65 @@ def scaling_efficiency(data, style: Style) -> list[Figure]:
         ax.set_ylabel("Scaling efficiency (simulated)")
         ax.set_title(model)
     legend_below(fig, handles, labels, ncol=min(6, len(set(labels))))
-    caption = ("Trace-based simulation, a model throughout (dashed): scaling efficiency per "
-               "strategy as the rank count grows, from the measured layer profile and a "
-               "ring-allreduce network model"
-               + (f" ({setting})" if setting else "") + ". No interval: a simulation is "
-               f"deterministic. The paper ({papers.PAPERS['seed 002'].short}, abstract) "
-               f"simulates {papers.MGWFBP_SIMULATED_GPUS[0]} to "
-               f"{papers.MGWFBP_SIMULATED_GPUS[1]} GPUs and finds MG-WFBP scales much "
-               "better than existing methods.")
+    caption = (
+        "Trace-based simulation, a model throughout (dashed): scaling efficiency per "
+        "strategy as the rank count grows, from the measured layer profile and a "
+        "ring-allreduce network model"
+        + (f" ({setting})" if setting else "")
+        + ". No interval: a simulation is "
+        f"deterministic. The paper ({papers.PAPERS['seed 002'].short}, abstract) "
+        f"simulates {papers.MGWFBP_SIMULATED_GPUS[0]} to "
+        f"{papers.MGWFBP_SIMULATED_GPUS[1]} GPUs and finds MG-WFBP scales much "
+        "better than existing methods."
+    )
     if coincide:
-        caption += (" Curves that coincide, the second drawn as larger hollow markers on "
-                    "the first: " + "; ".join(f"{pair} ({', '.join(where)})"
-                                              for pair, where in coincide.items()) + ".")
+        caption += (
+            " Curves that coincide, the second drawn as larger hollow markers on "
+            "the first: "
+            + "; ".join(f"{pair} ({', '.join(where)})" for pair, where in coincide.items())
+            + "."
+        )
     if others:
         caption += f" {others} other network setting(s) in the data are not shown."
     return [Figure("seed002_scaling_efficiency", fig, caption + runs_note(frame))]
 
 
 FIGURES = [
-    FigureSpec("seed002_profile", "seed 002", "Per-layer gradient size and backward time",
-               ("profile",), layer_profiles),
-    FigureSpec("seed002_allreduce_fit", "seed 002", "Allreduce cost and alpha-beta fit",
-               (), allreduce_fit, alternatives="an allreduce cost-model fit, or MG-WFBP "
-               "measured iterations with baseline MPI Allreduce rows"),
-    FigureSpec("seed002_iteration_time", "seed 002", "Iteration time per strategy",
-               ("iteration",), iteration_time),
-    FigureSpec("seed002_scaling_efficiency", "seed 002", "Simulated scaling efficiency",
-               ("simulation",), scaling_efficiency),
-    FigureSpec("seed002_training_strategies", "seed 002",
-               "MG-WFBP on a real backward pass: measured and predicted per strategy",
-               ("training",), training_strategies),
+    FigureSpec(
+        "seed002_profile",
+        "seed 002",
+        "Per-layer gradient size and backward time",
+        ("profile",),
+        layer_profiles,
+    ),
+    FigureSpec(
+        "seed002_allreduce_fit",
+        "seed 002",
+        "Allreduce cost and alpha-beta fit",
+        (),
+        allreduce_fit,
+        alternatives="an allreduce cost-model fit, or MG-WFBP "
+        "measured iterations with baseline MPI Allreduce rows",
+    ),
+    FigureSpec(
+        "seed002_iteration_time",
+        "seed 002",
+        "Iteration time per strategy",
+        ("iteration",),
+        iteration_time,
+    ),
+    FigureSpec(
+        "seed002_scaling_efficiency",
+        "seed 002",
+        "Simulated scaling efficiency",
+        ("simulation",),
+        scaling_efficiency,
+    ),
+    FigureSpec(
+        "seed002_training_strategies",
+        "seed 002",
+        "MG-WFBP on a real backward pass: measured and predicted per strategy",
+        ("training",),
+        training_strategies,
+    ),
 ]

@@ -62,25 +62,28 @@ def claim_of(a: dict, b: dict, collective: str) -> tuple[str, bool] | None:
     """(claim key, whether A and B are swapped relative to the claim) or None."""
     pairs = []
     if f"{collective}_vs_baseline" in papers.CLAIMS:  # the collectives the papers measured
-        pairs += [(("baseline", None), ("coll_compressed", None), f"{collective}_vs_baseline"),
-                  (("p2p_compressed", None), ("coll_compressed", None),
-                   f"{collective}_vs_p2p")]
-    pairs.append((("sparse_streaming", "dense"), ("sparse_streaming", "omnireduce"),
-                   "omnireduce_speedup"))
+        pairs += [
+            (("baseline", None), ("coll_compressed", None), f"{collective}_vs_baseline"),
+            (("p2p_compressed", None), ("coll_compressed", None), f"{collective}_vs_p2p"),
+        ]
+    pairs.append(
+        (("sparse_streaming", "dense"), ("sparse_streaming", "omnireduce"), "omnireduce_speedup")
+    )
     # FSDP training: `training --framework fsdp --variant V` step times
-    if a["variant"] == b["variant"] == "training" and a.get("framework") == b.get(
-            "framework") == "fsdp":
-        pairs += [(("training", "baseline"), ("training", "coll_compressed"),
-                   "training_vs_baseline"),
-                  (("training", "p2p_compressed"), ("training", "coll_compressed"),
-                   "training_vs_p2p")]
+    if (
+        a["variant"] == b["variant"] == "training"
+        and a.get("framework") == b.get("framework") == "fsdp"
+    ):
+        pairs += [
+            (("training", "baseline"), ("training", "coll_compressed"), "training_vs_baseline"),
+            (("training", "p2p_compressed"), ("training", "coll_compressed"), "training_vs_p2p"),
+        ]
 
     def matches(side, want):
         variant, algorithm = want
         if variant == "training":  # the training script's --variant says what carries it
             return side["variant"] == variant and side.get("variant_option") == algorithm
-        return side["variant"] == variant and (algorithm is None
-                                               or side["algorithm"] == algorithm)
+        return side["variant"] == variant and (algorithm is None or side["algorithm"] == algorithm)
 
     for first, second, key in pairs:
         same_codec = key.endswith("_vs_p2p")
@@ -124,15 +127,18 @@ def speedup(ratio: float, low: float, high: float) -> str:
     return text
 
 
-def samples(rounds, a_iterations, b_iterations, unit: str = "iterations",
-            turns=None) -> str:
+def samples(rounds, a_iterations, b_iterations, unit: str = "iterations", turns=None) -> str:
     """'5 rounds x 6 turns x 5 iterations': the launches behind a ratio, the turns of
     both sides within each (in-launch comparisons) and the timed calls of each turn."""
+
     def whole(v):
         return "?" if v is None or not np.isfinite(float(v)) else f"{int(v)}"
 
-    each = whole(a_iterations) if whole(a_iterations) == whole(b_iterations) else \
-        f"{whole(a_iterations)} (A) / {whole(b_iterations)} (B)"
+    each = (
+        whole(a_iterations)
+        if whole(a_iterations) == whole(b_iterations)
+        else f"{whole(a_iterations)} (A) / {whole(b_iterations)} (B)"
+    )
     within = f"{whole(turns)} turns x " if whole(turns) not in ("?", "1") else ""
     return f"{whole(rounds)} rounds x {within}{each} {unit}"
 
@@ -151,19 +157,29 @@ REPRODUCTION_RULE = (
     "bytes), a paper number of another kind (end-to-end training), or a measurement in "
     "shared memory (every paper measured a network). The margin (3% "
     "unless the row says otherwise) is the one the verdict uses: B is faster when the "
-    "whole interval lies below 1 / (1 + margin), slower when it lies above 1 + margin.")
+    "whole interval lies below 1 / (1 + margin), slower when it lies above 1 + margin."
+)
 
 
 def margin_text(margin: float) -> str:
     return f"{100 * margin:g}%"
 
 
-SHARED_MEMORY = ("measured in shared memory; the paper measured a network, where bytes "
-                 "saved can pay for the work that saves them")
+SHARED_MEMORY = (
+    "measured in shared memory; the paper measured a network, where bytes "
+    "saved can pay for the work that saves them"
+)
 
 
-def against_paper(claim_key: str, ratio: float, low: float, high: float, margin: float,
-                  codec: str = "none", link: float | None = None) -> str:
+def against_paper(
+    claim_key: str,
+    ratio: float,
+    low: float,
+    high: float,
+    margin: float,
+    codec: str = "none",
+    link: float | None = None,
+) -> str:
     """Whether a measured B/A (95% interval) reproduces the paper's claim, by the rule of
     REPRODUCTION_RULE. `link`: the link rate in Gbit/s, 0 for shared memory."""
     claim = papers.CLAIMS[claim_key]
@@ -177,14 +193,15 @@ def against_paper(claim_key: str, ratio: float, low: float, high: float, margin:
     if claim.ratio is None:
         if direction == FASTER:
             return f"{REPRODUCED} (its direction: the paper states no number)"
-        return f"{NOT_REPRODUCED}: {direction} (the paper states no number, only that it is " \
-               "faster)"
+        return f"{NOT_REPRODUCED}: {direction} (the paper states no number, only that it is faster)"
     saving = f"{100 * (1 - claim.ratio):.1f}%"
     if claim_key.endswith("_vs_baseline") and codec != "none":
         nominal = parse_codec(codec).nominal_ratio()
         if claim.ratio * (1 + margin) < 1 / nominal:
-            return (f"{NOT_COMPARABLE}: the paper's {saving} needs a compression ratio of at "
-                    f"least {1 / claim.ratio:.1f}; {codec_label(codec)} has {nominal:.2f}")
+            return (
+                f"{NOT_COMPARABLE}: the paper's {saving} needs a compression ratio of at "
+                f"least {1 / claim.ratio:.1f}; {codec_label(codec)} has {nominal:.2f}"
+            )
     if direction != FASTER:
         return f"{NOT_REPRODUCED}: {direction}, where the paper has {saving} lower"
     if low / (1 + margin) <= claim.ratio <= high * (1 + margin):
@@ -215,44 +232,71 @@ def compare_headlines(data) -> tuple[list[Headline], list[str]]:
             if ratio is None or ratio <= LOSSLESS_MIN_RATIO:
                 lossless_out[codec] = ratio
                 continue
-        group = (key, codec, row["ranks"], row["_link"], row["config"], row["a_rev"],
-                 row["b_rev"], row["statistic"])
+        group = (
+            key,
+            codec,
+            row["ranks"],
+            row["_link"],
+            row["config"],
+            row["a_rev"],
+            row["b_rev"],
+            row["statistic"],
+        )
         groups.setdefault(group, []).append((row, swapped))
     for group, members in sorted(groups.items(), key=lambda g: str(g[0])):
         row, swapped = max(members, key=lambda m: m[0]["size_bytes"])
         key, codec = group[0], group[1]
         ratio, low, high = (float(row[c]) for c in ("ratio", "ratio_low", "ratio_high"))
-        margin = float(row["margin"]) if np.isfinite(row.get("margin", np.nan)) \
-            else DEFAULT_MARGIN
+        margin = float(row["margin"]) if np.isfinite(row.get("margin", np.nan)) else DEFAULT_MARGIN
         a_it, b_it = row.get("a_iterations"), row.get("b_iterations")
         if swapped:  # the claim reads the other way round: invert the ratio and interval
             ratio, low, high = 1 / ratio, 1 / high, 1 / low
             a_it, b_it = b_it, a_it
         claim = papers.CLAIMS[key]
-        measured = speedup(ratio, low, high) if key == "omnireduce_speedup" \
+        measured = (
+            speedup(ratio, low, high)
+            if key == "omnireduce_speedup"
             else percent_change(ratio, low, high)
-        size = (f"size {format_bytes(row['size_bytes'])}" if row["config"] != "step"
-                else "time per training step")
+        )
+        size = (
+            f"size {format_bytes(row['size_bytes'])}"
+            if row["config"] != "step"
+            else "time per training step"
+        )
         where = [size, panel_title(row["ranks"], row["_link"])]
         if codec != "none":
             where.insert(0, codec_label(codec))
         if row["config"] and row["config"] != "step":
             where.insert(0, str(row["config"]))
         where.append(f"ccbench compare {row['compare_id']}")
-        found.append(Headline(claim.paper, claim.text, measured,
-                              verdict(low, high, margin) + (" (B is collective-level)"
-                                                            if key != "omnireduce_speedup"
-                                                            else " (B is OmniReduce)"),
-                              samples(row["rounds"], a_it, b_it,
-                                      turns=row.get("turns")), published(claim),
-                              ", ".join(where), margin_text(margin),
-                              against_paper(key, ratio, low, high, margin, codec,
-                                            float(row["_link"]))))
+        found.append(
+            Headline(
+                claim.paper,
+                claim.text,
+                measured,
+                verdict(low, high, margin)
+                + (
+                    " (B is collective-level)"
+                    if key != "omnireduce_speedup"
+                    else " (B is OmniReduce)"
+                ),
+                samples(row["rounds"], a_it, b_it, turns=row.get("turns")),
+                published(claim),
+                ", ".join(where),
+                margin_text(margin),
+                against_paper(key, ratio, low, high, margin, codec, float(row["_link"])),
+            )
+        )
     for codec, ratio in sorted(lossless_out.items()):
-        how = (f"its compression ratio on real gradients is {ratio:.2f}" if ratio is not None
-               else "no rows measure its compression ratio on real gradients")
-        notes.append(f"{codec_label(codec)} left out of the headline table: {how} (a "
-                     f"lossless codec enters it above {LOSSLESS_MIN_RATIO:g})")
+        how = (
+            f"its compression ratio on real gradients is {ratio:.2f}"
+            if ratio is not None
+            else "no rows measure its compression ratio on real gradients"
+        )
+        notes.append(
+            f"{codec_label(codec)} left out of the headline table: {how} (a "
+            f"lossless codec enters it above {LOSSLESS_MIN_RATIO:g})"
+        )
     return found, notes
 
 
@@ -268,10 +312,13 @@ def rotation_headlines(data) -> list[Headline]:
         if "mgwfbp" not in order or len(order) < 2:
             continue
         steps = launch.steps[launch.steps["step"] > launch.warmup]
-        steps = steps.assign(_iteration=steps["step_us"] - steps["optimizer_us"].fillna(0.0),
-                             _round=(steps["step"] - 1) // len(order))
-        table = steps.pivot_table(index="_round", columns="strategy", values="_iteration",
-                                  aggfunc="first")
+        steps = steps.assign(
+            _iteration=steps["step_us"] - steps["optimizer_us"].fillna(0.0),
+            _round=(steps["step"] - 1) // len(order),
+        )
+        table = steps.pivot_table(
+            index="_round", columns="strategy", values="_iteration", aggfunc="first"
+        )
         model, ranks, link = launch.setting
         for other in order:
             if other == "mgwfbp" or other not in table:
@@ -281,16 +328,29 @@ def rotation_headlines(data) -> list[Headline]:
                 continue
             r = ratio_interval(pairs[other].to_numpy(), pairs["mgwfbp"].to_numpy())
             claim = papers.CLAIMS["mgwfbp_fastest"]
-            out.append(Headline(
-                claim.paper, f"{claim.text}: against {other}",
-                percent_change(r.ratio, r.low, r.high),
-                r.verdict() + " (B is MG-WFBP)", samples(r.rounds, 1, 1, "step each"),
-                published(claim), f"{model}, {panel_title(ranks, link)}, training run "
-                f"{launch.steps['run_id'].iloc[0]} (strategies rotated step by step)",
-                margin_text(DEFAULT_MARGIN),
-                against_paper("mgwfbp_fastest", r.ratio, r.low, r.high, DEFAULT_MARGIN,
-                              link=float(link) if link not in ("", None) and
-                              np.isfinite(float(link)) else 0.0)))
+            out.append(
+                Headline(
+                    claim.paper,
+                    f"{claim.text}: against {other}",
+                    percent_change(r.ratio, r.low, r.high),
+                    r.verdict() + " (B is MG-WFBP)",
+                    samples(r.rounds, 1, 1, "step each"),
+                    published(claim),
+                    f"{model}, {panel_title(ranks, link)}, training run "
+                    f"{launch.steps['run_id'].iloc[0]} (strategies rotated step by step)",
+                    margin_text(DEFAULT_MARGIN),
+                    against_paper(
+                        "mgwfbp_fastest",
+                        r.ratio,
+                        r.low,
+                        r.high,
+                        DEFAULT_MARGIN,
+                        link=float(link)
+                        if link not in ("", None) and np.isfinite(float(link))
+                        else 0.0,
+                    ),
+                )
+            )
     return out
 
 
@@ -316,17 +376,23 @@ def collect(data) -> tuple[list[Headline], list[str]]:
         if claim.text in have:
             continue
         if key.startswith("training_"):
-            how = ("needs a ccbench compare of two FSDP training runs (training --framework "
-                   "fsdp, --variant baseline / p2p_compressed / coll_compressed)")
+            how = (
+                "needs a ccbench compare of two FSDP training runs (training --framework "
+                "fsdp, --variant baseline / p2p_compressed / coll_compressed)"
+            )
         elif key == "mgwfbp_fastest":
-            how = ("needs a training run with --framework mgwfbp rotating mgwfbp and other "
-                   "strategies")
+            how = (
+                "needs a training run with --framework mgwfbp rotating mgwfbp and other strategies"
+            )
         else:
             name = COLLECTIVE_LABELS.get(key.split("_vs_")[0])
-            how = ("needs a ccbench compare of the two sides" + (f" on {name}" if name else "")
-                   + " (a variant = \"compare\" table in the sweep)")
+            how = (
+                "needs a ccbench compare of the two sides"
+                + (f" on {name}" if name else "")
+                + ' (a variant = "compare" table in the sweep)'
+            )
         found.append(missing(key, how))
     order = list(papers.CLAIMS)
     position = {papers.CLAIMS[k].text: i for i, k in enumerate(order)}
-    found.sort(key=lambda h: (position.get(h.claim.split(": against", 1)[0], 99)))
+    found.sort(key=lambda h: position.get(h.claim.split(": against", 1)[0], 99))
     return found, notes

@@ -63,16 +63,16 @@ class Section:
 # What each section says before its figures: why its numbers look as they do.
 SECTION_INTROS = {
     "links": "Each rank sits in a network namespace of its own, its link shaped by tc to "
-             "the rate named in each panel: a bandwidth-limited network, the regime the "
-             "papers measured, where bytes saved on the wire can pay for the codec's "
-             "work. The papers' headline claims are measured here.",
+    "the rate named in each panel: a bandwidth-limited network, the regime the "
+    "papers measured, where bytes saved on the wire can pay for the codec's "
+    "work. The papers' headline claims are measured here.",
     "shm": "Ranks on one host exchange bytes through shared memory at memory speed, tens "
-           "of GB/s: a codec that reads and writes every byte costs about as much as the "
-           "copy it saves, so compression cannot win here, and the numbers say by how "
-           "much it loses. They check that everything works and show the codecs' costs "
-           "without a network to hide them.",
+    "of GB/s: a codec that reads and writes every byte costs about as much as the "
+    "copy it saves, so compression cannot win here, and the numbers say by how "
+    "much it loses. They check that everything works and show the codecs' costs "
+    "without a network to hide them.",
     "models": "Measured on no network: the codecs' throughput on one core, the models' "
-              "layer profiles, and MG-WFBP's trace-based simulation.",
+    "layer profiles, and MG-WFBP's trace-based simulation.",
 }
 
 
@@ -95,18 +95,25 @@ def esc(text) -> str:
 
 def headline_table(headlines: list[Headline]) -> list[str]:
     if not headlines:
-        return ["<p class='note'>No headline numbers: the results hold none of the "
-                "comparisons the papers quote.</p>"]
-    out = ["<table class='headlines'>", "<tr><th>Paper</th><th>Claim</th><th>The paper</th>"
-           "<th>Measured here: change of B against A (95% interval)</th><th>Margin</th>"
-           "<th>Verdict</th><th>Against the paper</th><th>Rounds x iterations</th>"
-           "<th>Where measured</th></tr>"]
+        return [
+            "<p class='note'>No headline numbers: the results hold none of the "
+            "comparisons the papers quote.</p>"
+        ]
+    out = [
+        "<table class='headlines'>",
+        "<tr><th>Paper</th><th>Claim</th><th>The paper</th>"
+        "<th>Measured here: change of B against A (95% interval)</th><th>Margin</th>"
+        "<th>Verdict</th><th>Against the paper</th><th>Rounds x iterations</th>"
+        "<th>Where measured</th></tr>",
+    ]
     for h in headlines:
-        out.append(f"<tr><td>{esc(h.paper)}</td><td>{esc(h.claim)}</td>"
-                   f"<td>{esc(h.published)}</td><td><b>{esc(h.measured)}</b></td>"
-                   f"<td>{esc(h.margin or '-')}</td><td>{esc(h.verdict)}</td>"
-                   f"<td><b>{esc(h.against_paper or '-')}</b></td><td>{esc(h.samples)}</td>"
-                   f"<td>{esc(h.where)}</td></tr>")
+        out.append(
+            f"<tr><td>{esc(h.paper)}</td><td>{esc(h.claim)}</td>"
+            f"<td>{esc(h.published)}</td><td><b>{esc(h.measured)}</b></td>"
+            f"<td>{esc(h.margin or '-')}</td><td>{esc(h.verdict)}</td>"
+            f"<td><b>{esc(h.against_paper or '-')}</b></td><td>{esc(h.samples)}</td>"
+            f"<td>{esc(h.where)}</td></tr>"
+        )
     out.append("</table>")
     out.append(f"<p class='rule'>{REPRODUCTION_RULE}</p>")
     return out
@@ -114,16 +121,23 @@ def headline_table(headlines: list[Headline]) -> list[str]:
 
 def write_index(outdir: Path, content: ReportContent) -> Path:
     """Write OUTDIR/index.html and return its path."""
-    out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
-           "<title>ccbench figures</title>", f"<style>{CSS}</style></head><body>",
-           "<h1>ccbench figures</h1>"]
+    out = [
+        "<!DOCTYPE html>",
+        "<html lang='en'><head><meta charset='utf-8'>",
+        "<title>ccbench figures</title>",
+        f"<style>{CSS}</style></head><body>",
+        "<h1>ccbench figures</h1>",
+    ]
     if content.run:
-        out.append(f"<p>Every figure and number below comes from one run: "
-                   f"<b>{esc(content.run)}</b>.</p>")
+        out.append(
+            f"<p>Every figure and number below comes from one run: <b>{esc(content.run)}</b>.</p>"
+        )
     elif content.runs:
-        out.append(f"<p>{len(content.runs)} runs drawn together, each curve from one of them "
-                   f"({esc('; '.join(content.runs))}); notes that pair two curves (ratios, "
-                   "speed-ups) pair rows of one run only.</p>")
+        out.append(
+            f"<p>{len(content.runs)} runs drawn together, each curve from one of them "
+            f"({esc('; '.join(content.runs))}); notes that pair two curves (ratios, "
+            "speed-ups) pair rows of one run only.</p>"
+        )
     if content.sections:
         out += sectioned(content)
     else:
@@ -132,8 +146,9 @@ def write_index(outdir: Path, content: ReportContent) -> Path:
         out += advice_html(content.advice)
     out.append("<h2>Inputs</h2><table><tr><th>File</th><th>Read as</th></tr>")
     for name, what, status in content.inputs:
-        out.append(f"<tr><td><code>{esc(name)}</code></td>"
-                   f"<td class='{esc(status)}'>{esc(what)}</td></tr>")
+        out.append(
+            f"<tr><td><code>{esc(name)}</code></td><td class='{esc(status)}'>{esc(what)}</td></tr>"
+        )
     out.append("</table>")
     if content.notes:
         out.append("<h2>Notes</h2><ul>")
@@ -145,14 +160,16 @@ def write_index(outdir: Path, content: ReportContent) -> Path:
     return path
 
 
-HEADLINE_NOTE = ("<p>Every number measured here is an interleaved comparison (B and A run "
-               "in alternating rounds: <code>ccbench compare</code>, or MG-WFBP strategies "
-               "taking turns step by step), never a ratio of two separate runs. Verdict: B "
-               "is faster or slower when the whole interval clears a margin around 1, "
-               "otherwise no difference this run can show. The papers measured GPU "
-               "clusters; numbers here come from the machine and link named in each row, so "
-               "compare the shape, not the digits. The papers' numbers and where they are "
-               "stated: <code>docs/references.md</code>.</p>")
+HEADLINE_NOTE = (
+    "<p>Every number measured here is an interleaved comparison (B and A run "
+    "in alternating rounds: <code>ccbench compare</code>, or MG-WFBP strategies "
+    "taking turns step by step), never a ratio of two separate runs. Verdict: B "
+    "is faster or slower when the whole interval clears a margin around 1, "
+    "otherwise no difference this run can show. The papers measured GPU "
+    "clusters; numbers here come from the machine and link named in each row, so "
+    "compare the shape, not the digits. The papers' numbers and where they are "
+    "stated: <code>docs/references.md</code>.</p>"
+)
 
 
 def sentences(text: str) -> list[str]:
@@ -172,23 +189,31 @@ def shared_sentences(figures: list[RenderedFigure]) -> list[str]:
 def shared_html(shared: list[str]) -> list[str]:
     if not shared:
         return []
-    return ["<p class='shared'><b>In the captions below:</b> " + esc(" ".join(shared))
-            + " (said once here, left out of each caption)</p>"]
+    return [
+        "<p class='shared'><b>In the captions below:</b> "
+        + esc(" ".join(shared))
+        + " (said once here, left out of each caption)</p>"
+    ]
 
 
 def figure_html(fig: RenderedFigure, shared=()) -> list[str]:
     caption = " ".join(s for s in sentences(fig.caption) if s not in shared)
     png = next((p for p in fig.files if p.suffix == ".png"), None)
-    others = " ".join(f"<a href='{esc(p.name)}'>{esc(p.suffix[1:].upper())}</a>"
-                      for p in fig.files if p.suffix != ".png")
+    others = " ".join(
+        f"<a href='{esc(p.name)}'>{esc(p.suffix[1:].upper())}</a>"
+        for p in fig.files
+        if p.suffix != ".png"
+    )
     out = [f"<figure id='{esc(fig.name)}'><h3>{esc(fig.title)}</h3>"]
     if png is not None:
         out.append(f"<img src='{esc(png.name)}' alt='{esc(fig.title)}'>")
     out.append(f"<figcaption>{esc(caption)} {others}</figcaption>")
     if fig.notes:  # the notes drawn under the panels, as text to read and copy
         out.append("<ul class='notes'>")
-        out += [f"<li><i>{esc(panel)}</i>: " + "<br>".join(esc(line) for line in lines)
-                + "</li>" for panel, lines in fig.notes]
+        out += [
+            f"<li><i>{esc(panel)}</i>: " + "<br>".join(esc(line) for line in lines) + "</li>"
+            for panel, lines in fig.notes
+        ]
         out.append("</ul>")
     out.append("</figure>")
     return out
@@ -199,8 +224,7 @@ def sectioned(content: ReportContent) -> list[str]:
     out = ["<h2>Contents</h2><ul>"]
     for section in content.sections:
         out.append(f"<li><a href='#{esc(section.key)}'>{esc(section.heading)}</a><ul>")
-        out += [f"<li><a href='#{esc(f.name)}'>{esc(f.title)}</a></li>"
-                for f in section.figures]
+        out += [f"<li><a href='#{esc(f.name)}'>{esc(f.title)}</a></li>" for f in section.figures]
         out.append("</ul></li>")
     out.append("</ul>")
     for section in content.sections:
@@ -212,12 +236,18 @@ def sectioned(content: ReportContent) -> list[str]:
         shared = shared_sentences(section.figures)
         out += shared_html(shared)
         for paper in PAPERS:
-            out += [line for fig in section.figures if fig.paper == paper
-                    for line in figure_html(fig, shared)]
+            out += [
+                line
+                for fig in section.figures
+                if fig.paper == paper
+                for line in figure_html(fig, shared)
+            ]
     if content.skipped:
         out.append("<h2>Not drawn</h2>")
-        out += [f"<p class='note'><b>{esc(title)}</b>: {esc(why)}</p>"
-                for _, title, why in content.skipped]
+        out += [
+            f"<p class='note'><b>{esc(title)}</b>: {esc(why)}</p>"
+            for _, title, why in content.skipped
+        ]
     out.append(HEADLINE_NOTE)
     return out
 
@@ -228,8 +258,7 @@ def unsectioned(content: ReportContent) -> list[str]:
     out.append(HEADLINE_NOTE)
     if content.figures:
         out.append("<h2>Contents</h2><ul>")
-        out += [f"<li><a href='#{esc(f.name)}'>{esc(f.title)}</a></li>"
-                for f in content.figures]
+        out += [f"<li><a href='#{esc(f.name)}'>{esc(f.title)}</a></li>" for f in content.figures]
         out.append("</ul>")
     shared = shared_sentences(content.figures)
     out += shared_html(shared)
@@ -249,15 +278,21 @@ def unsectioned(content: ReportContent) -> list[str]:
 def write_runs_index(outdir: Path, runs: list[tuple[str, str, str]]) -> Path:
     """OUTDIR/index.html when each run is drawn apart: one link per run's own report.
     `runs`: (run label, sub-folder, what became of it)."""
-    out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
-           "<title>ccbench figures: runs</title>", f"<style>{CSS}</style></head><body>",
-           "<h1>ccbench figures, one report per run</h1>",
-           "<p>The inputs hold several runs. Rows of different runs are never drawn "
-           "together: each run has its own figures and headline table.</p>",
-           "<table><tr><th>Run</th><th>Report</th></tr>"]
+    out = [
+        "<!DOCTYPE html>",
+        "<html lang='en'><head><meta charset='utf-8'>",
+        "<title>ccbench figures: runs</title>",
+        f"<style>{CSS}</style></head><body>",
+        "<h1>ccbench figures, one report per run</h1>",
+        "<p>The inputs hold several runs. Rows of different runs are never drawn "
+        "together: each run has its own figures and headline table.</p>",
+        "<table><tr><th>Run</th><th>Report</th></tr>",
+    ]
     for label, folder, what in runs:
-        out.append(f"<tr><td>{esc(label)}</td><td><a href='{esc(folder)}/index.html'>"
-                   f"{esc(folder)}/</a> {esc(what)}</td></tr>")
+        out.append(
+            f"<tr><td>{esc(label)}</td><td><a href='{esc(folder)}/index.html'>"
+            f"{esc(folder)}/</a> {esc(what)}</td></tr>"
+        )
     out.append("</table></body></html>")
     path = outdir / "index.html"
     path.write_text("\n".join(out) + "\n", encoding="utf-8")

@@ -44,8 +44,17 @@ from ccbench.plots.style import (
 ALGORITHM_ORDER = ("omnireduce", "dense", "dense-ring", "allgather-sparse")
 # Configuration columns held at one value where not on an axis; the value preferred is
 # the reproduction's setup (papers.OMNIREDUCE_SETUP).
-CONFIG_COLUMNS = ("block_size", "fusion", "protocol", "slots", "overlap", "threshold",
-                  "aggregators", "window", "streams")
+CONFIG_COLUMNS = (
+    "block_size",
+    "fusion",
+    "protocol",
+    "slots",
+    "overlap",
+    "threshold",
+    "aggregators",
+    "window",
+    "streams",
+)
 # Configuration columns each algorithm's time depends on (the others are recorded but
 # ignored by it, so its rows are kept whatever their value).
 MINIMUM = "wire_min_bytes_per_rank"  # the benchmark's count of the least wire volume
@@ -79,8 +88,11 @@ def algorithms(frame: pd.DataFrame) -> list[str]:
 
 def relevant(frame: pd.DataFrame, column: str) -> pd.Series:
     """Rows whose algorithm's time depends on `column` (unknown algorithms: all)."""
-    return frame["algorithm"].map(
-        lambda a: column in RELEVANT.get(a, set(CONFIG_COLUMNS))).astype(bool)
+    return (
+        frame["algorithm"]
+        .map(lambda a: column in RELEVANT.get(a, set(CONFIG_COLUMNS)))
+        .astype(bool)
+    )
 
 
 def pick(frame: pd.DataFrame, column: str, preferred=None):
@@ -95,8 +107,9 @@ def pick(frame: pd.DataFrame, column: str, preferred=None):
     return sorted(counts[counts == counts.max()].index, key=str)[0]
 
 
-def hold_fixed(frame: pd.DataFrame, columns=CONFIG_COLUMNS, keep=()) -> tuple[pd.DataFrame,
-                                                                            list[str]]:
+def hold_fixed(
+    frame: pd.DataFrame, columns=CONFIG_COLUMNS, keep=()
+) -> tuple[pd.DataFrame, list[str]]:
     """Rows at one value of each configuration column not on an axis; caption parts.
 
     The value is chosen among the rows of algorithms that depend on it; rows of the
@@ -137,9 +150,13 @@ def largest_size(frame: pd.DataFrame) -> float:
 
 
 def line_style(style: Style, algorithm: str) -> dict:
-    return {"color": style.color("sparse_streaming", algorithm), "label": algorithm,
-            "marker": {"omnireduce": "o", "dense": "s", "dense-ring": "D",
-                       "allgather-sparse": "^"}.get(algorithm, "v")}
+    return {
+        "color": style.color("sparse_streaming", algorithm),
+        "label": algorithm,
+        "marker": {"omnireduce": "o", "dense": "s", "dense-ring": "D", "allgather-sparse": "^"}.get(
+            algorithm, "v"
+        ),
+    }
 
 
 def drawn_points(frame: pd.DataFrame, x: str) -> pd.DataFrame:
@@ -180,11 +197,15 @@ def interleaved_speedup(compares: pd.DataFrame, size, ranks, link, density: floa
     if compares is None or compares.empty:
         return None
     for _, row in compares.iloc[::-1].iterrows():  # the newest first
-        if (float(row["size_bytes"]) != float(size) or int(row["ranks"]) != int(ranks)
-                or float(link_of(row.to_frame().T).iloc[0]) != float(link)):
+        if (
+            float(row["size_bytes"]) != float(size)
+            or int(row["ranks"]) != int(ranks)
+            or float(link_of(row.to_frame().T).iloc[0]) != float(link)
+        ):
             continue
-        config = dict(item.split("=", 1) for item in str(row.get("config") or "").split(",")
-                      if "=" in item)
+        config = dict(
+            item.split("=", 1) for item in str(row.get("config") or "").split(",") if "=" in item
+        )
         try:
             if not np.isclose(float(config.get("density", "nan")), density):
                 continue
@@ -224,8 +245,11 @@ def density_axis(ax, measured) -> None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_major_formatter(FuncFormatter(
-        lambda v, _pos: plain_number(v) if any(np.isclose(v, t) for t in labelled) else ""))
+    ax.xaxis.set_major_formatter(
+        FuncFormatter(
+            lambda v, _pos: plain_number(v) if any(np.isclose(v, t) for t in labelled) else ""
+        )
+    )
     ax.xaxis.set_minor_locator(NullLocator())
     ax.tick_params(axis="x", labelsize=5.6)
 
@@ -239,8 +263,10 @@ def time_vs_sparsity(data, style: Style) -> list[Figure]:
     for (ranks, link), sub in frame.groupby(["ranks", "_link"]):
         size = largest_size(sub)
         sub = sub[sub["size_bytes"] == size]
-        for overlap in sorted(sub["overlap"].dropna().unique() if "overlap" in sub else [""],
-                              key=lambda o: (o != "random", str(o))):
+        for overlap in sorted(
+            sub["overlap"].dropna().unique() if "overlap" in sub else [""],
+            key=lambda o: (o != "random", str(o)),
+        ):
             part = sub[sub["overlap"] == overlap] if overlap else sub
             dense = sub[sub["algorithm"].isin(("dense", "dense-ring"))]
             # the dense rows may be in `part` already: each row once (not a point's rows)
@@ -257,26 +283,33 @@ def time_vs_sparsity(data, style: Style) -> list[Figure]:
         for algorithm in algorithms(points):
             series = points[points["algorithm"] == algorithm]
             kw = line_style(style, algorithm)
-            line, kind = draw_series(ax, series, "density", "avg_us", scale, low="_lo",
-                                     high="_hi", **kw)
+            line, kind = draw_series(
+                ax, series, "density", "avg_us", scale, low="_lo", high="_hi", **kw
+            )
             kinds.add(kind)
             handles.append(line)
             labels.append(algorithm)
             if link > 0:
-                model = series.assign(_model=floor_us(series.assign(
-                    collective="allreduce"))).dropna(subset=["_model"])
+                model = series.assign(
+                    _model=floor_us(series.assign(collective="allreduce"))
+                ).dropna(subset=["_model"])
                 if not model.empty:
                     model = model.sort_values("density")
-                    ax.plot(model["density"], model["_model"] / scale, linestyle="--",
-                            linewidth=0.8, color=kw["color"], alpha=0.75)
+                    ax.plot(
+                        model["density"],
+                        model["_model"] / scale,
+                        linestyle="--",
+                        linewidth=0.8,
+                        color=kw["color"],
+                        alpha=0.75,
+                    )
                     modelled = True
         ax.set_xlabel("Density (share of non-zero blocks; log scale)")
         ax.set_ylabel(f"Allreduce time ({unit})")
         ax.set_ylim(bottom=0)
         density_axis(ax, set(points["density"]))
         where = panel_title(ranks, link)
-        ax.set_title(f"{where}, {format_bytes(size)}" + (f", {overlap} overlap"
-                                                           if overlap else ""))
+        ax.set_title(f"{where}, {format_bytes(size)}" + (f", {overlap} overlap" if overlap else ""))
         omni = points.loc[points["algorithm"] == "omnireduce", "density"]
         dense = points.loc[points["algorithm"] == "dense", "density"]
         common = set(omni) & set(dense)
@@ -284,12 +317,18 @@ def time_vs_sparsity(data, style: Style) -> list[Figure]:
             density = nearest(common, 0.1)
             compared = interleaved_speedup(rows(data, "compare"), size, ranks, link, density)
             if compared is not None:
-                panel_note(ax, f"OmniReduce over dense at density {density:g}:\n"
-                               f"speed-up {speedup_text(compared)} [interleaved]")
+                panel_note(
+                    ax,
+                    f"OmniReduce over dense at density {density:g}:\n"
+                    f"speed-up {speedup_text(compared)} [interleaved]",
+                )
             else:
-                panel_note(ax, f"OmniReduce over dense at density {density:g}:\nspeed-up "
-                               f"{speedup_text(speedup_at(points, density))} [separate "
-                               "launches]")
+                panel_note(
+                    ax,
+                    f"OmniReduce over dense at density {density:g}:\nspeed-up "
+                    f"{speedup_text(speedup_at(points, density))} [separate "
+                    "launches]",
+                )
     if modelled:
         proxy = model_handle()
         handles.append(proxy)
@@ -297,26 +336,36 @@ def time_vs_sparsity(data, style: Style) -> list[Figure]:
     legend_below(fig, handles, labels)
     paper = PAPER_DENSITIES
     missing = [d for d in paper if not any(np.isclose(d, m) for m in measured)]
-    caption = ("Allreduce time against density (share of non-zero blocks per worker; "
-               "sparsity = 1 - density grows to the right) for OmniReduce and the "
-               "baselines, at the largest tensor size of each run"
-               + (f"; {', '.join(fixed)}" if fixed else "") + ". 'random' overlap: each "
-               "worker's non-zero blocks are drawn independently; 'all': the same blocks "
-               "on every worker; 'none': disjoint. Ticks: the densities of the paper's "
-               f"micro-benchmark ({papers.PAPERS['seed 001'].short}: "
-               f"{', '.join(f'{d:g}' for d in paper)}).")
+    caption = (
+        "Allreduce time against density (share of non-zero blocks per worker; "
+        "sparsity = 1 - density grows to the right) for OmniReduce and the "
+        "baselines, at the largest tensor size of each run"
+        + (f"; {', '.join(fixed)}" if fixed else "")
+        + ". 'random' overlap: each "
+        "worker's non-zero blocks are drawn independently; 'all': the same blocks "
+        "on every worker; 'none': disjoint. Ticks: the densities of the paper's "
+        f"micro-benchmark ({papers.PAPERS['seed 001'].short}: "
+        f"{', '.join(f'{d:g}' for d in paper)})."
+    )
     if missing:
-        caption += (" Not measured here: " + ", ".join(f"{d:g}" for d in missing)
-                    + " (run the benchmark with --density paper).")
-    caption += (" The note gives OmniReduce's speed-up over dense MPI Allreduce at the "
-                "drawn density nearest 0.1, dense time over OmniReduce time: 'interleaved', "
-                "the ccbench compare the headline table quotes, with its 95% interval; "
-                "'separate launches', the widest ratio the two points' 95% intervals "
-                "allow.")
+        caption += (
+            " Not measured here: "
+            + ", ".join(f"{d:g}" for d in missing)
+            + " (run the benchmark with --density paper)."
+        )
+    caption += (
+        " The note gives OmniReduce's speed-up over dense MPI Allreduce at the "
+        "drawn density nearest 0.1, dense time over OmniReduce time: 'interleaved', "
+        "the ccbench compare the headline table quotes, with its 95% interval; "
+        "'separate launches', the widest ratio the two points' 95% intervals "
+        "allow."
+    )
     if modelled:
-        caption += (" Dashed: a model, the call's floor (docs/compression.md): each rank's "
-                    "wire bytes over the link rate, less the shaper's burst, plus each "
-                    "step's fixed cost.")
+        caption += (
+            " Dashed: a model, the call's floor (docs/compression.md): each rank's "
+            "wire bytes over the link rate, less the shaper's burst, plus each "
+            "step's fixed cost."
+        )
     caption += interval_caption(kinds)
     if len(settings) > len(shown):
         caption += f" {len(settings) - len(shown)} more setting(s) not shown."
@@ -345,8 +394,9 @@ def time_vs_workers(data, style: Style) -> list[Figure]:
         for algorithm in algorithms(sub):
             series = sub[sub["algorithm"] == algorithm]
             series = newest_per(series, ["ranks"])
-            line, kind = draw_series(ax, series, "ranks", "avg_us", scale,
-                                     **line_style(style, algorithm))
+            line, kind = draw_series(
+                ax, series, "ranks", "avg_us", scale, **line_style(style, algorithm)
+            )
             kinds.add(kind)
             handles.append(line)
             labels.append(algorithm)
@@ -360,11 +410,13 @@ def time_vs_workers(data, style: Style) -> list[Figure]:
         ax.set_title(f"density {density:g} ({100 * (1 - density):.0f}% sparse)")
     legend_below(fig, handles, labels)
     where = panel_title(2, link).split(", ", 1)[1]
-    caption = (f"Allreduce time against the number of workers at several densities; "
-               f"{format_bytes(size)} tensor, {where}"
-               + (f"; {', '.join(fixed)}" if fixed else "") + ". The dense baselines were "
-               "run at each density too (their time does not depend on it)."
-               + interval_caption(kinds))
+    caption = (
+        f"Allreduce time against the number of workers at several densities; "
+        f"{format_bytes(size)} tensor, {where}"
+        + (f"; {', '.join(fixed)}" if fixed else "")
+        + ". The dense baselines were "
+        "run at each density too (their time does not depend on it)." + interval_caption(kinds)
+    )
     return [Figure("seed001_time_vs_workers", fig, caption + runs_note(frame))]
 
 
@@ -391,10 +443,17 @@ def block_size_fusion(data, style: Style) -> list[Figure]:
             series = sub if fusion is None else sub[sub["fusion"] == fusion]
             series = newest_per(series, ["block_size"])
             label = "no fusion" if fusion in (None, 0, 1) else f"fusion {fmt(fusion)}"
-            line, kind = draw_series(ax, series, "block_size", "avg_us", scale,
-                                     color=style.color("sparse_streaming", "omnireduce"),
-                                     linestyle=styles[i % len(styles)],
-                                     marker=markers[i % len(markers)], label=label)
+            line, kind = draw_series(
+                ax,
+                series,
+                "block_size",
+                "avg_us",
+                scale,
+                color=style.color("sparse_streaming", "omnireduce"),
+                linestyle=styles[i % len(styles)],
+                marker=markers[i % len(markers)],
+                label=label,
+            )
             kinds.add(kind)
             handles.append(line)
             labels.append(label)
@@ -407,18 +466,20 @@ def block_size_fusion(data, style: Style) -> list[Figure]:
         ax.set_ylim(bottom=0)
         ax.set_title(f"density {density:g}")
     legend_below(fig, handles, labels)
-    caption = (f"OmniReduce allreduce time against block size, with and without block "
-               f"fusion (several blocks per message); {format_bytes(size)} tensor, "
-               f"{panel_title(ranks, link)}" + (f"; {', '.join(fixed)}" if fixed else "")
-               + f". The paper's runs use blocks of {papers.OMNIREDUCE_BLOCK_SIZE}."
-               + interval_caption(kinds))
+    caption = (
+        f"OmniReduce allreduce time against block size, with and without block "
+        f"fusion (several blocks per message); {format_bytes(size)} tensor, "
+        f"{panel_title(ranks, link)}"
+        + (f"; {', '.join(fixed)}" if fixed else "")
+        + f". The paper's runs use blocks of {papers.OMNIREDUCE_BLOCK_SIZE}."
+        + interval_caption(kinds)
+    )
     return [Figure("seed001_block_size_fusion", fig, caption + runs_note(frame))]
 
 
 def wire_vs_minimum(data, style: Style) -> list[Figure]:
     frame = sparse_rows(data, required=True)
-    if "wire_bytes_per_rank" not in frame or \
-            frame["wire_bytes_per_rank"].notna().sum() == 0:
+    if "wire_bytes_per_rank" not in frame or frame["wire_bytes_per_rank"].notna().sum() == 0:
         raise Skip("needs sparse_streaming rows with measured wire_bytes_per_rank")
     frame, fixed = hold_fixed(frame)
     link = pick(frame, "_link")
@@ -442,8 +503,14 @@ def wire_vs_minimum(data, style: Style) -> list[Figure]:
             if not model.empty:
                 # the MPI library's Allreduce cannot be counted: the ring's volume, a model
                 label = f"model: {algorithm}, ring volume 2(n-1)/n x size"
-                (line,) = ax.plot(model["density"], model["mib"], color=kw["color"],
-                                  linestyle="--", linewidth=0.9, label=label)
+                (line,) = ax.plot(
+                    model["density"],
+                    model["mib"],
+                    color=kw["color"],
+                    linestyle="--",
+                    linewidth=0.9,
+                    label=label,
+                )
                 handles.append(line)
                 labels.append(label)
                 formula = True
@@ -451,16 +518,25 @@ def wire_vs_minimum(data, style: Style) -> list[Figure]:
         if MINIMUM in omni and omni[MINIMUM].notna().any():
             least = omni[omni[MINIMUM] > 0].sort_values("density")
             label = "model: OmniReduce's minimum (from the inputs' block bitmaps)"
-            (line,) = ax.plot(least["density"], least[MINIMUM] / 2**20, color="0.35",
-                              linestyle="--", linewidth=0.9, label=label)
+            (line,) = ax.plot(
+                least["density"],
+                least[MINIMUM] / 2**20,
+                color="0.35",
+                linestyle="--",
+                linewidth=0.9,
+                label=label,
+            )
             handles.append(line)
             labels.append(label)
             over = least["wire_bytes_per_rank"] / least[MINIMUM]
             if over.notna().any():
                 row = least.loc[over.idxmax()]
                 ax.set_xlabel("Density (share of non-zero blocks)")
-                panel_note(ax, f"OmniReduce: at most {100 * (over.max() - 1):.1f}% over "
-                               f"its minimum (at density {row['density']:g})")
+                panel_note(
+                    ax,
+                    f"OmniReduce: at most {100 * (over.max() - 1):.1f}% over "
+                    f"its minimum (at density {row['density']:g})",
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         tidy_log_axis(ax, "x")
@@ -469,27 +545,53 @@ def wire_vs_minimum(data, style: Style) -> list[Figure]:
         ax.set_ylabel("Wire bytes per rank (MiB)")
         ax.set_title(f"{panel_title(ranks, link)}, {format_bytes(size)}")
     legend_below(fig, handles, labels, ncol=2)
-    caption = ("Bytes each rank put on the wire against density, counted by the "
-               "communicator (solid: exact counts of one run, so no interval). Dashed, "
-               "models: the least OmniReduce can send, counted from the inputs' block "
-               "bitmaps (each worker's non-zero blocks for other ranks' streams and every "
-               "block of the union returned to each remote worker, with a 4-byte index "
-               "per block)")
+    caption = (
+        "Bytes each rank put on the wire against density, counted by the "
+        "communicator (solid: exact counts of one run, so no interval). Dashed, "
+        "models: the least OmniReduce can send, counted from the inputs' block "
+        "bitmaps (each worker's non-zero blocks for other ranks' streams and every "
+        "block of the union returned to each remote worker, with a 4-byte index "
+        "per block)"
+    )
     if formula:
-        caption += ("; and, for the MPI library's Allreduce, whose bytes Python cannot "
-                    "count, the ring algorithm's volume 2(n-1)/n x size")
-    caption += (f"{'; ' + ', '.join(fixed) if fixed else ''}. The note gives OmniReduce's "
-                "largest overhead over its minimum among the points drawn.")
+        caption += (
+            "; and, for the MPI library's Allreduce, whose bytes Python cannot "
+            "count, the ring algorithm's volume 2(n-1)/n x size"
+        )
+    caption += (
+        f"{'; ' + ', '.join(fixed) if fixed else ''}. The note gives OmniReduce's "
+        "largest overhead over its minimum among the points drawn."
+    )
     return [Figure("seed001_wire_bytes", fig, caption + runs_note(frame))]
 
 
 FIGURES = [
-    FigureSpec("seed001_time_vs_sparsity", "seed 001", "Allreduce time vs sparsity",
-               ("harness",), time_vs_sparsity),
-    FigureSpec("seed001_time_vs_workers", "seed 001", "Allreduce time vs workers",
-               ("harness",), time_vs_workers),
-    FigureSpec("seed001_block_size_fusion", "seed 001", "Block size and fusion",
-               ("harness",), block_size_fusion),
-    FigureSpec("seed001_wire_bytes", "seed 001", "Wire bytes against the minimum",
-               ("harness",), wire_vs_minimum),
+    FigureSpec(
+        "seed001_time_vs_sparsity",
+        "seed 001",
+        "Allreduce time vs sparsity",
+        ("harness",),
+        time_vs_sparsity,
+    ),
+    FigureSpec(
+        "seed001_time_vs_workers",
+        "seed 001",
+        "Allreduce time vs workers",
+        ("harness",),
+        time_vs_workers,
+    ),
+    FigureSpec(
+        "seed001_block_size_fusion",
+        "seed 001",
+        "Block size and fusion",
+        ("harness",),
+        block_size_fusion,
+    ),
+    FigureSpec(
+        "seed001_wire_bytes",
+        "seed 001",
+        "Wire bytes against the minimum",
+        ("harness",),
+        wire_vs_minimum,
+    ),
 ]

@@ -29,8 +29,11 @@ def recorded_windows(steps: pd.DataFrame) -> tuple[int, int]:
     implied = TRAINING.defaults[1]
     values = []
     for column in ("warmup_steps", "final_window"):
-        given = pd.to_numeric(steps[column], errors="coerce").dropna() \
-            if column in steps.columns else pd.Series(dtype=float)
+        given = (
+            pd.to_numeric(steps[column], errors="coerce").dropna()
+            if column in steps.columns
+            else pd.Series(dtype=float)
+        )
         values.append(int(given.iloc[0]) if not given.empty else int(implied[column]))
     return values[0], values[1]
 
@@ -49,7 +52,8 @@ def training_frame(data) -> pd.DataFrame:
         strategy=frame["strategy"].astype(object).fillna("").astype(str),
         compress=frame["compress"].astype(object).fillna("").astype(str),
         error_feedback=pd.to_numeric(frame["error_feedback"], errors="coerce").fillna(0),
-        run_id=frame["run_id"].astype(object).fillna("").astype(str))
+        run_id=frame["run_id"].astype(object).fillna("").astype(str),
+    )
 
 
 @dataclass
@@ -79,7 +83,7 @@ class Launch:
         return timed if not timed.empty else mine
 
     def final_losses(self) -> np.ndarray:
-        return self.steps["loss"].to_numpy(dtype=float)[-self.window:]
+        return self.steps["loss"].to_numpy(dtype=float)[-self.window :]
 
 
 def launches(frame: pd.DataFrame) -> list[Launch]:
@@ -96,9 +100,17 @@ def launches(frame: pd.DataFrame) -> list[Launch]:
         for column in by:
             mine = mine[mine[column].astype(str) == str(values[column])]
         warmup, window, inferred = infer_windows(sub, mine)
-        out.append(Launch(tuple(values[k] for k in RUN_KEYS),
-                          tuple(values[k] for k in SETTING_KEYS), sub, mine, warmup, window,
-                          inferred))
+        out.append(
+            Launch(
+                tuple(values[k] for k in RUN_KEYS),
+                tuple(values[k] for k in SETTING_KEYS),
+                sub,
+                mine,
+                warmup,
+                window,
+                inferred,
+            )
+        )
     out.sort(key=lambda la: (FRAMEWORK_ORDER.get(la.key[0], 9), str(la.key), str(la.setting)))
     return out
 
@@ -121,8 +133,11 @@ def infer_windows(steps: pd.DataFrame, summaries: pd.DataFrame) -> tuple[int, in
     for k in range(len(times)):
         good = True
         for _, summary in summaries.iterrows():
-            mine = (strategy == summary["strategy"]) if summary["strategy"] else \
-                np.ones(len(times), dtype=bool)
+            mine = (
+                (strategy == summary["strategy"])
+                if summary["strategy"]
+                else np.ones(len(times), dtype=bool)
+            )
             chosen = mine & (numbers > k)
             if not chosen.any():
                 chosen = mine
@@ -133,8 +148,7 @@ def infer_windows(steps: pd.DataFrame, summaries: pd.DataFrame) -> tuple[int, in
             warmup = k
             break
     target = float(summaries["loss"].iloc[0])
-    window = next((w for w in range(1, len(loss) + 1) if _close(loss[-w:].mean(), target)),
-                  None)
+    window = next((w for w in range(1, len(loss) + 1) if _close(loss[-w:].mean(), target)), None)
     if warmup is None or window is None:
         return default_warmup, default_window, False
     return warmup, window, True

@@ -85,8 +85,14 @@ STRATEGY_COLORS = {
 
 # Strategies often coincide (single = fixed:64MB on small models; optimal = mgwfbp):
 # distinct markers keep every line visible where they overlap.
-STRATEGY_MARKERS = {"wfbp": "o", "single": "s", "fixed": "^", "ddp": "v", "mgwfbp": "D",
-                    "optimal": "x"}
+STRATEGY_MARKERS = {
+    "wfbp": "o",
+    "single": "s",
+    "fixed": "^",
+    "ddp": "v",
+    "mgwfbp": "D",
+    "optimal": "x",
+}
 
 CODEC_MARKERS = {
     "none": "o",
@@ -146,8 +152,9 @@ def is_lossless(codec: str) -> bool | None:
         try:
             from ccbench.kernels.codecs import parse_codec
 
-            _LOSSLESS[codec] = None if codec_family(codec) == "none" else \
-                not parse_codec(codec).lossy
+            _LOSSLESS[codec] = (
+                None if codec_family(codec) == "none" else not parse_codec(codec).lossy
+            )
         except (UsageError, ImportError):
             _LOSSLESS[codec] = None
     return _LOSSLESS[codec]
@@ -191,8 +198,9 @@ class Style:
         for codec in known:
             if codec not in self._glyph:
                 free = [m for m in MARKER_POOL if m not in self._glyph.values()]
-                self._glyph[codec] = free[0] if free else \
-                    MARKER_POOL[hash_index(codec, len(MARKER_POOL))]
+                self._glyph[codec] = (
+                    free[0] if free else MARKER_POOL[hash_index(codec, len(MARKER_POOL))]
+                )
         self._colors = dict(SERIES_COLORS)
         unknown = sorted({(str(v), str(a)) for v, a in series} - set(self._colors), key=str)
         unknown = [s for s in unknown if (s[0], None) not in self._colors]
@@ -209,20 +217,24 @@ class Style:
         """Keyword arguments for plot(): the glyph of one codec and rate (filled)."""
         marker = self._glyph.get(str(codec))
         if marker is None:  # a codec the report was not built with
-            marker = self._markers.get(codec_family(codec)) or \
-                FALLBACK_MARKERS[hash_index(str(codec), len(FALLBACK_MARKERS))]
+            marker = (
+                self._markers.get(codec_family(codec))
+                or FALLBACK_MARKERS[hash_index(str(codec), len(FALLBACK_MARKERS))]
+            )
         return {"marker": marker, "fillstyle": "full"}
 
     @staticmethod
     def strategy_line(strategy: str) -> dict:
         """Colour, marker and line style of one merge strategy."""
         family = str(strategy).split(":", 1)[0].lower()
-        return {"color": Style.strategy_color(strategy),
-                "marker": STRATEGY_MARKERS.get(family, "*"),
-                "linestyle": "--" if family == "optimal" else "-",
-                "fillstyle": "none" if family in ("single", "ddp") else "full",
-                # hollow markers on top, so a line hidden under another still shows
-                "zorder": 3 if family in ("single", "ddp") else 2}
+        return {
+            "color": Style.strategy_color(strategy),
+            "marker": STRATEGY_MARKERS.get(family, "*"),
+            "linestyle": "--" if family == "optimal" else "-",
+            "fillstyle": "none" if family in ("single", "ddp") else "full",
+            # hollow markers on top, so a line hidden under another still shows
+            "zorder": 3 if family in ("single", "ddp") else 2,
+        }
 
     @staticmethod
     def strategy_color(strategy: str) -> str:
@@ -306,8 +318,14 @@ def time_unit(values_us) -> tuple[float, str]:
     return 1.0, "µs"
 
 
-def figure(npanels: int, ncols: int | None = None, width: float | None = None,
-           panel_height: float = PANEL_HEIGHT, sharey: bool = False, sharex: bool = False):
+def figure(
+    npanels: int,
+    ncols: int | None = None,
+    width: float | None = None,
+    panel_height: float = PANEL_HEIGHT,
+    sharey: bool = False,
+    sharex: bool = False,
+):
     """A figure with `npanels` axes in a grid; column width for 1 panel, full width else."""
     apply_rc()
     if ncols is None:
@@ -317,8 +335,13 @@ def figure(npanels: int, ncols: int | None = None, width: float | None = None,
     if width is None:
         width = COLUMN_WIDTH if ncols == 1 else (FULL_WIDTH if ncols >= 3 else 0.8 * FULL_WIDTH)
     fig, axes = plt.subplots(
-        nrows, ncols, figsize=(width, panel_height * nrows + 0.35), squeeze=False,
-        sharey=sharey, sharex=sharex, layout="constrained",
+        nrows,
+        ncols,
+        figsize=(width, panel_height * nrows + 0.35),
+        squeeze=False,
+        sharey=sharey,
+        sharex=sharex,
+        layout="constrained",
     )
     flat = list(axes.flat)
     for ax in flat[npanels:]:
@@ -337,8 +360,13 @@ def legend_below(fig, handles, labels, ncol: int | None = None) -> None:
     em = RC["legend.fontsize"] / 72.0
     column = (RC["legend.handlelength"] + 2.0) * em + 0.5 * em * max(map(len, unique))
     ncol = max(1, min(ncol, len(unique), int(fig.get_figwidth() // column)))
-    fig.legend(list(unique.values()), list(unique.keys()), loc="outside lower center",
-               ncol=ncol, columnspacing=1.2)
+    fig.legend(
+        list(unique.values()),
+        list(unique.keys()),
+        loc="outside lower center",
+        ncol=ncol,
+        columnspacing=1.2,
+    )
 
 
 def variant_codec_handles(style: Style, keys) -> tuple[list, list]:
@@ -356,13 +384,13 @@ def variant_codec_handles(style: Style, keys) -> tuple[list, list]:
         if variant == "p2p_compressed":  # its markers are drawn hollow: say so
             label += " (hollow markers)"
             hollow = {"marker": "o", "markerfacecolor": "white"}
-        handles.append(Line2D([], [], color=style.color(variant, algo), label=label,
-                              **hollow))
+        handles.append(Line2D([], [], color=style.color(variant, algo), label=label, **hollow))
         labels.append(label)
     for codec in sorted(seen_codecs, key=codec_sort_key):
         label = "uncompressed" if codec == "none" else codec_label(codec)
-        handles.append(Line2D([], [], color="0.3", linestyle="none", label=label,
-                              **style.marker(codec)))
+        handles.append(
+            Line2D([], [], color="0.3", linestyle="none", label=label, **style.marker(codec))
+        )
         labels.append(label)
     return handles, labels
 
@@ -382,10 +410,23 @@ def panel_note(ax, text: str, where: str = "below") -> None:
         anchor, loc = (1.02, 1.0), "upper left"
     else:
         anchor, loc = (0.5, 0.0), "upper center"
-    note = ax.legend(handles, lines, loc=loc, bbox_to_anchor=anchor,
-                     bbox_transform=ax.transAxes, handlelength=0, handletextpad=0,
-                     borderpad=0.35, labelspacing=0.15, fontsize=6, frameon=True,
-                     fancybox=True, framealpha=1.0, edgecolor="0.7", borderaxespad=0.0)
+    note = ax.legend(
+        handles,
+        lines,
+        loc=loc,
+        bbox_to_anchor=anchor,
+        bbox_transform=ax.transAxes,
+        handlelength=0,
+        handletextpad=0,
+        borderpad=0.35,
+        labelspacing=0.15,
+        fontsize=6,
+        frameon=True,
+        fancybox=True,
+        framealpha=1.0,
+        edgecolor="0.7",
+        borderaxespad=0.0,
+    )
     note.get_frame().set_linewidth(0.5)
     note.set_gid("note-below" if where != "right" else "note-right")
 
@@ -394,8 +435,11 @@ def place_notes(fig) -> None:
     """Move every note placed under a panel below that panel's x-axis decorations."""
     from matplotlib.transforms import offset_copy
 
-    notes = [ax for ax in fig.axes if ax.get_legend() is not None
-             and ax.get_legend().get_gid() == "note-below"]
+    notes = [
+        ax
+        for ax in fig.axes
+        if ax.get_legend() is not None and ax.get_legend().get_gid() == "note-below"
+    ]
     if not notes:
         return
     fig.canvas.draw()  # lays the figure out: tick labels and x labels get their size
@@ -404,7 +448,8 @@ def place_notes(fig) -> None:
         below = ax.get_window_extent(renderer).y0 - ax.xaxis.get_tightbbox(renderer).y0
         gap = max(below, 0.0) * 72.0 / fig.dpi + 3.0  # points
         ax.get_legend().set_bbox_to_anchor(
-            (0.5, 0.0), transform=offset_copy(ax.transAxes, fig=fig, y=-gap, units="points"))
+            (0.5, 0.0), transform=offset_copy(ax.transAxes, fig=fig, y=-gap, units="points")
+        )
 
 
 def note_texts(ax) -> list[str]:
@@ -430,7 +475,10 @@ def save(fig, outdir: Path, name: str, formats=("png", "pdf"), dpi: int = PNG_DP
         fig.savefig(written[-1], dpi=dpi, metadata={"Software": None}, **tight)
     if "pdf" in formats:
         written.append(outdir / f"{name}.pdf")
-        fig.savefig(written[-1], metadata={"CreationDate": None, "ModDate": None,
-                                           "Producer": None, "Creator": None}, **tight)
+        fig.savefig(
+            written[-1],
+            metadata={"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None},
+            **tight,
+        )
     plt.close(fig)
     return written

@@ -58,9 +58,10 @@ def saving_text(bars: pd.DataFrame) -> str:
     lines = []
     base = bars[bars["variant"] == "baseline"]
     for _, coll in bars[bars["variant"] == "coll_compressed"].iterrows():
-        for name, other in (("baseline", base),
-                            ("p2p", bars[(bars["variant"] == "p2p_compressed")
-                                         & (bars["codec"] == coll["codec"])])):
+        for name, other in (
+            ("baseline", base),
+            ("p2p", bars[(bars["variant"] == "p2p_compressed") & (bars["codec"] == coll["codec"])]),
+        ):
             if not other.empty:
                 # the headlines' convention: the change of B's (collective level's) time
                 change = coll["step_us"] / float(other["step_us"].iloc[0]) - 1
@@ -81,9 +82,11 @@ def step_stacks(data, style: Style) -> list[Figure]:
     ticked = False
     for ax, (key, sub) in zip(axes, groups, strict=True):
         sub = sub.assign(_order=sub["variant"].map(variants.order)).sort_values(
-            ["_order", "codec", "merge"], kind="stable")
-        scale, unit = time_unit(np.nanmax(sub[["step_us", "step_ci_high_us"]].to_numpy(
-            dtype=float)))
+            ["_order", "codec", "merge"], kind="stable"
+        )
+        scale, unit = time_unit(
+            np.nanmax(sub[["step_us", "step_ci_high_us"]].to_numpy(dtype=float))
+        )
         names = []
         for x, (_, r) in enumerate(sub.iterrows()):
             color = style.color(r["variant"], r["algorithm"])
@@ -92,13 +95,27 @@ def step_stacks(data, style: Style) -> list[Figure]:
             compute = step - exposed
             ax.bar(x, compute / scale, 0.6, color="0.82")
             ax.bar(x, (exposed - codec) / scale, 0.6, bottom=compute / scale, color=color)
-            ax.bar(x, codec / scale, 0.6, bottom=(step - codec) / scale, color=color,
-                   hatch="////", edgecolor="white", linewidth=0)
+            ax.bar(
+                x,
+                codec / scale,
+                0.6,
+                bottom=(step - codec) / scale,
+                color=color,
+                hatch="////",
+                edgecolor="white",
+                linewidth=0,
+            )
             low, high = float(r["step_ci_low_us"]), float(r["step_ci_high_us"])
             if np.isfinite(low) and np.isfinite(high):
-                ax.errorbar(x, step / scale, yerr=[[(step - low) / scale],
-                                                   [(high - step) / scale]],
-                            color="black", capsize=2, elinewidth=0.7, linestyle="none")
+                ax.errorbar(
+                    x,
+                    step / scale,
+                    yerr=[[(step - low) / scale], [(high - step) / scale]],
+                    color="black",
+                    capsize=2,
+                    elinewidth=0.7,
+                    linestyle="none",
+                )
             names.append(bar_label(r))
             if r["variant"] == "coll_compressed" and key[1] == "fsdp":
                 ticked |= _paper_ticks(ax, x, sub, r, scale)
@@ -110,15 +127,23 @@ def step_stacks(data, style: Style) -> list[Figure]:
         text = saving_text(sub)
         if text:
             panel_note(ax, text)
-    handles = [Patch(facecolor="0.82", label="compute"),
-               Patch(facecolor="0.45", label="exposed communication (colour of the variant)"),
-               Patch(facecolor="0.45", hatch="////", edgecolor="white",
-                     label="codec time in it")]
+    handles = [
+        Patch(facecolor="0.82", label="compute"),
+        Patch(facecolor="0.45", label="exposed communication (colour of the variant)"),
+        Patch(facecolor="0.45", hatch="////", edgecolor="white", label="codec time in it"),
+    ]
     if ticked:
         from matplotlib.lines import Line2D
 
-        handles.append(Line2D([], [], color="#c0392b", linewidth=1.4,
-                              label="seed 000's FSDP saving applied to this panel"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="#c0392b",
+                linewidth=1.4,
+                label="seed 000's FSDP saving applied to this panel",
+            )
+        )
     legend_below(fig, handles, [h.get_label() for h in handles], ncol=2)
     caption = (
         "Trace replays (ccbench trace replay): per traced model, framework, rank count and "
@@ -136,7 +161,8 @@ def step_stacks(data, style: Style) -> list[Figure]:
         f"cluster, {paper['baseline'].value} than the baseline and "
         f"{paper['p2p'].value} than point-to-point compression ({paper['baseline'].source})"
         ", applied to this panel's bars. The paper's regime is network-bound training "
-        "on GPUs: panels on emulated links approach it, shared-memory panels do not.")
+        "on GPUs: panels on emulated links approach it, shared-memory panels do not."
+    )
     return [Figure("traces_step_time", fig, caption)]
 
 
@@ -145,20 +171,29 @@ def _paper_ticks(ax, x: int, sub: pd.DataFrame, coll, scale: float) -> bool:
     baseline, dashed against point-to-point compression of the same codec."""
     drawn = False
     for name, fraction, other in (
-            ("baseline", 0.317, sub[sub["variant"] == "baseline"]),
-            ("p2p", 0.125, sub[(sub["variant"] == "p2p_compressed")
-                               & (sub["codec"] == coll["codec"])])):
+        ("baseline", 0.317, sub[sub["variant"] == "baseline"]),
+        ("p2p", 0.125, sub[(sub["variant"] == "p2p_compressed") & (sub["codec"] == coll["codec"])]),
+    ):
         if other.empty:
             continue
         level = float(other["step_us"].iloc[0]) * (1 - fraction) / scale
-        ax.plot([x - 0.34, x + 0.34], [level, level], color="#c0392b", linewidth=1.4,
-                linestyle="-" if name == "baseline" else "--")
+        ax.plot(
+            [x - 0.34, x + 0.34],
+            [level, level],
+            color="#c0392b",
+            linewidth=1.4,
+            linestyle="-" if name == "baseline" else "--",
+        )
         drawn = True
     return drawn
 
 
 FIGURES = [
-    FigureSpec("traces_step_time", "seed 000",
-               "What compression saves on a traced training step (replays)", ("replay",),
-               step_stacks),
+    FigureSpec(
+        "traces_step_time",
+        "seed 000",
+        "What compression saves on a traced training step (replays)",
+        ("replay",),
+        step_stacks,
+    ),
 ]

@@ -61,8 +61,7 @@ def training_settings(runs: list[Launch]) -> list[tuple[tuple, list[Launch]]]:
     settings: dict[tuple, list[Launch]] = {}
     for launch in runs:
         settings.setdefault(launch.setting, []).append(launch)
-    return sorted(settings.items(),
-                  key=lambda s: (s[0][2] <= 0, -s[0][2], str(s[0][0]), s[0][1]))
+    return sorted(settings.items(), key=lambda s: (s[0][2] <= 0, -s[0][2], str(s[0][0]), s[0][1]))
 
 
 def setting_title(model, ranks, link) -> str:
@@ -70,8 +69,7 @@ def setting_title(model, ranks, link) -> str:
 
 
 LINESTYLES = ("-", ":", "-.", (0, (3, 1, 1, 1, 1, 1)))  # dashed is kept for models
-PALETTE = ("#000000", "#1f66b4", "#e6770b", "#2a9d2a", "#c0392b", "#9a4fc4", "#8c564b",
-           "#17a2b8")
+PALETTE = ("#000000", "#1f66b4", "#e6770b", "#2a9d2a", "#c0392b", "#9a4fc4", "#8c564b", "#17a2b8")
 
 
 def loss_notes(group: list[Launch], labels: list[str]) -> list[str]:
@@ -91,8 +89,9 @@ def loss_notes(group: list[Launch], labels: list[str]) -> list[str]:
         if own_end > end:  # it ran longer: its summary is over its own last steps
             own, own_low, own_high, own_n = interval(launch.final_losses())
             own_bounds = f" [{own_low:.3f}, {own_high:.3f}]" if np.isfinite(own_low) else ""
-            lines.append(f"  its summary: {own:.3f}{own_bounds} (steps "
-                         f"{own_end - own_n + 1}-{own_end})")
+            lines.append(
+                f"  its summary: {own:.3f}{own_bounds} (steps {own_end - own_n + 1}-{own_end})"
+            )
     return lines
 
 
@@ -101,8 +100,12 @@ def training_loss(data, style: Style) -> list[Figure]:
     if not runs:
         raise Skip("no per-step training rows")
     settings = training_settings(runs)[:2]
-    fig, axes = figure(2 * len(settings), ncols=len(settings), width=FULL_WIDTH * 0.8,
-                       panel_height=1.7 + 0.1 * max(len(g) for _, g in settings))
+    fig, axes = figure(
+        2 * len(settings),
+        ncols=len(settings),
+        width=FULL_WIDTH * 0.8,
+        panel_height=1.7 + 0.1 * max(len(g) for _, g in settings),
+    )
     handles, labels = [], []
     for col, ((model, ranks, link), group) in enumerate(settings):
         ax, ax_diff = axes[col], axes[len(settings) + col]
@@ -110,23 +113,33 @@ def training_loss(data, style: Style) -> list[Figure]:
         varied = len({la.key[4] for la in group if la.key[1] != "baseline"}) > 1
         names = [run_label(la, several, varied) for la in group]
         # the reference: an uncompressed run of the compact trainer, one strategy
-        plain = sorted((la for la in group if is_uncompressed(la)),
-                       key=lambda la: (len(la.strategies) > 1, la.key[0] != "own"))
+        plain = sorted(
+            (la for la in group if is_uncompressed(la)),
+            key=lambda la: (len(la.strategies) > 1, la.key[0] != "own"),
+        )
         reference = plain[0] if plain else None
-        ref_loss = (reference.steps.set_index("step")["loss"] if reference is not None
-                    else None)
+        ref_loss = reference.steps.set_index("step")["loss"] if reference is not None else None
         for i, (launch, name) in enumerate(zip(group, names, strict=True)):
             steps = launch.steps
-            kw = dict(color=PALETTE[i % len(PALETTE)], linestyle=LINESTYLES[i % 4],
-                      marker="osD^v<>p"[i % 8], markersize=2.6, linewidth=0.9,
-                      markevery=(i % 4, max(1, len(steps) // 8)), label=name)
+            kw = dict(
+                color=PALETTE[i % len(PALETTE)],
+                linestyle=LINESTYLES[i % 4],
+                marker="osD^v<>p"[i % 8],
+                markersize=2.6,
+                linewidth=0.9,
+                markevery=(i % 4, max(1, len(steps) // 8)),
+                label=name,
+            )
             (line,) = ax.plot(steps["step"], steps["loss"], **kw)
             handles.append(line)
             labels.append(name)
             if ref_loss is not None and launch is not reference:
                 shared = steps[steps["step"].isin(ref_loss.index)]
-                ax_diff.plot(shared["step"], shared["loss"].to_numpy()
-                             - ref_loss.loc[shared["step"]].to_numpy(), **kw)
+                ax_diff.plot(
+                    shared["step"],
+                    shared["loss"].to_numpy() - ref_loss.loc[shared["step"]].to_numpy(),
+                    **kw,
+                )
         ax.set_ylabel("Training loss")
         ax.set_title(setting_title(model, ranks, link))
         ax_diff.axhline(0.0, color="0.5", linewidth=0.6)
@@ -134,28 +147,39 @@ def training_loss(data, style: Style) -> list[Figure]:
             axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax_diff.set_xlabel("Step")
         ax_diff.set_ylabel("Loss difference")
-        ax_diff.set_title("minus " + names[group.index(reference)] if reference is not None
-                          else "no uncompressed run to compare with")
+        ax_diff.set_title(
+            "minus " + names[group.index(reference)]
+            if reference is not None
+            else "no uncompressed run to compare with"
+        )
         compared = ref_loss is not None and any(la is not reference for la in group)
         if not compared:  # one run, or none uncompressed: no difference to draw
             ax_diff.set_visible(False)
-        panel_note(ax_diff if compared else ax, "final loss, mean of the last steps [95% "
-                   "interval]\n" + "\n".join(loss_notes(group, names)))
+        panel_note(
+            ax_diff if compared else ax,
+            "final loss, mean of the last steps [95% "
+            "interval]\n" + "\n".join(loss_notes(group, names)),
+        )
     legend_below(fig, handles, labels, ncol=2)
-    reference_text = ("an uncompressed run (ccbench's baseline, the compact trainer's "
-                      "first; or torch's own collectives), named above the panel")
-    caption = ("Training loss per step (top; mean over ranks) for each run (framework, "
-               "variant, codec): the compact sharded trainer (own), stock PyTorch FSDP2 / "
-               "DDP with ccbench's collectives plugged in, or MG-WFBP from gradient hooks "
-               "(one run, its strategies rotated step by step); same seeds and data for "
-               "every run. Bottom: each run's loss minus that of " + reference_text
-               + " at the same step, so runs whose curves coincide above stay apart. The "
-               "note gives each run's final loss over the last steps every run reached (the "
-               "steps named), the mean with the 95% t interval over those steps; a run that "
-               "ran longer also gets its summary's final loss, the mean over its own last "
-               "steps. The "
-               f"paper ({papers.PAPERS['seed 000'].short}, abstract): similar accuracy "
-               "with compression.")
+    reference_text = (
+        "an uncompressed run (ccbench's baseline, the compact trainer's "
+        "first; or torch's own collectives), named above the panel"
+    )
+    caption = (
+        "Training loss per step (top; mean over ranks) for each run (framework, "
+        "variant, codec): the compact sharded trainer (own), stock PyTorch FSDP2 / "
+        "DDP with ccbench's collectives plugged in, or MG-WFBP from gradient hooks "
+        "(one run, its strategies rotated step by step); same seeds and data for "
+        "every run. Bottom: each run's loss minus that of "
+        + reference_text
+        + " at the same step, so runs whose curves coincide above stay apart. The "
+        "note gives each run's final loss over the last steps every run reached (the "
+        "steps named), the mean with the 95% t interval over those steps; a run that "
+        "ran longer also gets its summary's final loss, the mean over its own last "
+        "steps. The "
+        f"paper ({papers.PAPERS['seed 000'].short}, abstract): similar accuracy "
+        "with compression."
+    )
     steps = training_frame(data)
     return [Figure("seed000_training_loss", fig, caption + runs_note(steps))]
 
@@ -168,16 +192,29 @@ def step_bars(group: list[Launch]) -> list[dict]:
         for strategy in launch.strategies or [None]:
             timed = launch.timed(strategy)
             mean, low, high, n = interval(timed["step_us"])
-            bars.append({"launch": launch, "strategy": strategy, "step_us": mean,
-                         "low": low, "high": high, "n": n,
-                         "compute_us": float(timed["compute_us"].mean())
-                         if "compute_us" in timed else np.nan,
-                         "comm_us": float(timed["comm_us"].mean())
-                         if "comm_us" in timed else np.nan})
-    return sorted(bars, key=lambda b: (FRAMEWORK_ORDER.get(b["launch"].key[0], 9),
-                                       variants.order(b["launch"].key[1]),
-                                       codec_sort_key(b["launch"].key[3]),
-                                       str(b["strategy"])))
+            bars.append(
+                {
+                    "launch": launch,
+                    "strategy": strategy,
+                    "step_us": mean,
+                    "low": low,
+                    "high": high,
+                    "n": n,
+                    "compute_us": float(timed["compute_us"].mean())
+                    if "compute_us" in timed
+                    else np.nan,
+                    "comm_us": float(timed["comm_us"].mean()) if "comm_us" in timed else np.nan,
+                }
+            )
+    return sorted(
+        bars,
+        key=lambda b: (
+            FRAMEWORK_ORDER.get(b["launch"].key[0], 9),
+            variants.order(b["launch"].key[1]),
+            codec_sort_key(b["launch"].key[3]),
+            str(b["strategy"]),
+        ),
+    )
 
 
 def interleaved_step(compares, claim: str, codec: str, ranks, link):
@@ -188,8 +225,11 @@ def interleaved_step(compares, claim: str, codec: str, ranks, link):
     if compares is None or compares.empty:
         return None
     for _, row in compares.iloc[::-1].iterrows():  # the newest first
-        if (str(row.get("config", "")) != "step" or int(row["ranks"]) != int(ranks)
-                or float(link_of(row.to_frame().T).iloc[0]) != float(link)):
+        if (
+            str(row.get("config", "")) != "step"
+            or int(row["ranks"]) != int(ranks)
+            or float(link_of(row.to_frame().T).iloc[0]) != float(link)
+        ):
             continue
         got = oriented_ratio(row, claim, codec)
         if got is not None:
@@ -197,8 +237,9 @@ def interleaved_step(compares, claim: str, codec: str, ranks, link):
     return None
 
 
-def step_time_changes(bars: list[dict], compares=None, ranks=0, link=0.0
-                      ) -> list[tuple[str, tuple | None, tuple | None, bool]]:
+def step_time_changes(
+    bars: list[dict], compares=None, ranks=0, link=0.0
+) -> list[tuple[str, tuple | None, tuple | None, bool]]:
     """(label, collective-level over baseline, over p2p, interleaved) per collective-level
     run, each against bars of its own framework: (ratio, low, high), from the interleaved
     comparison of the same claim where one was measured (FSDP: the number the headline
@@ -211,20 +252,30 @@ def step_time_changes(bars: list[dict], compares=None, ranks=0, link=0.0
         base = next((b for b in own if b["launch"].key[1] == "baseline"), None)
         for bar in (b for b in own if b["launch"].key[1] == "coll_compressed"):
             codec, compress, feedback = bar["launch"].key[3:6]
-            p2p = next((b for b in own if b["launch"].key[1] == "p2p_compressed"
-                        and b["launch"].key[3:6] == (codec, compress, feedback)), None)
+            p2p = next(
+                (
+                    b
+                    for b in own
+                    if b["launch"].key[1] == "p2p_compressed"
+                    and b["launch"].key[3:6] == (codec, compress, feedback)
+                ),
+                None,
+            )
 
             def against(a, b=bar):
                 if a is None:
                     return None
-                return separate_ratio(a["step_us"], a["low"], a["high"], b["step_us"],
-                                      b["low"], b["high"])
+                return separate_ratio(
+                    a["step_us"], a["low"], a["high"], b["step_us"], b["low"], b["high"]
+                )
 
             label = f"{framework} {codec_label(codec)}" if several else codec_label(codec)
             measured = (None, None)
             if framework == "fsdp" and compress in ("", "both"):  # the default, as compared
-                measured = tuple(interleaved_step(compares, f"training_vs_{what}", codec,
-                                                  ranks, link) for what in ("baseline", "p2p"))
+                measured = tuple(
+                    interleaved_step(compares, f"training_vs_{what}", codec, ranks, link)
+                    for what in ("baseline", "p2p")
+                )
             if any(measured):
                 out.append((label, *measured, True))
             elif base is not None or p2p is not None:
@@ -238,12 +289,21 @@ def step_time_text(bars: list[dict], compares=None, ranks=0, link=0.0) -> str:
         return ""
     show = lambda v: "no comparison" if v is None else change_text(*v)  # noqa: E731
     how = {c[3] for c in changes}
-    source = ("interleaved, ccbench compare" if how == {True} else
-              "separate launches" if how == {False} else "see each line")
-    return "\n".join([f"collective-level step time change [{source}]"]
-                     + [f"{c}: {show(b)} vs baseline; {show(p)} vs p2p"
-                        + ("" if len(how) == 1 else " (interleaved)" if i else " (separate)")
-                        for c, b, p, i in changes])
+    source = (
+        "interleaved, ccbench compare"
+        if how == {True}
+        else "separate launches"
+        if how == {False}
+        else "see each line"
+    )
+    return "\n".join(
+        [f"collective-level step time change [{source}]"]
+        + [
+            f"{c}: {show(b)} vs baseline; {show(p)} vs p2p"
+            + ("" if len(how) == 1 else " (interleaved)" if i else " (separate)")
+            for c, b, p, i in changes
+        ]
+    )
 
 
 def bar_label(bar: dict, several: bool, varied: bool) -> str:
@@ -265,8 +325,9 @@ def training_step_time(data, style: Style) -> list[Figure]:
         several = len({la.key[0] for la in group}) > 1
         varied = len({la.key[4] for la in group if la.key[1] != "baseline"}) > 1
         bars = step_bars(group)
-        scale, unit = time_unit([b["high"] if np.isfinite(b["high"]) else b["step_us"]
-                                 for b in bars])
+        scale, unit = time_unit(
+            [b["high"] if np.isfinite(b["high"]) else b["step_us"] for b in bars]
+        )
         names = []
         for x, bar in enumerate(bars):
             variant, algorithm = bar["launch"].key[1:3]
@@ -277,20 +338,38 @@ def training_step_time(data, style: Style) -> list[Figure]:
                 ax.bar(x, comm / scale, 0.6, bottom=compute / scale, color=color)
                 rest = step - compute - comm
                 if rest > 0.02 * step:
-                    ax.bar(x, rest / scale, 0.6, bottom=(compute + comm) / scale,
-                           color="white", edgecolor="0.6", linewidth=0.5)
+                    ax.bar(
+                        x,
+                        rest / scale,
+                        0.6,
+                        bottom=(compute + comm) / scale,
+                        color="white",
+                        edgecolor="0.6",
+                        linewidth=0.5,
+                    )
                 handles.append(a)
                 labels.append("compute")
             else:
                 ax.bar(x, step / scale, 0.6, color=color)
             if np.isfinite(bar["low"]):
-                ax.errorbar(x, step / scale, yerr=[[(step - bar["low"]) / scale],
-                                                   [(bar["high"] - step) / scale]],
-                            color="black", capsize=2, elinewidth=0.7, linestyle="none")
+                ax.errorbar(
+                    x,
+                    step / scale,
+                    yerr=[[(step - bar["low"]) / scale], [(bar["high"] - step) / scale]],
+                    color="black",
+                    capsize=2,
+                    elinewidth=0.7,
+                    linestyle="none",
+                )
             names.append(bar_label(bar, several, varied))
         crowded = len(names) > 4
-        ax.set_xticks(range(len(names)), names, rotation=40 if crowded else 0,
-                      ha="right" if crowded else "center", fontsize=5.2 if crowded else 5.8)
+        ax.set_xticks(
+            range(len(names)),
+            names,
+            rotation=40 if crowded else 0,
+            ha="right" if crowded else "center",
+            fontsize=5.2 if crowded else 5.8,
+        )
         ax.grid(axis="x", visible=False)
         ax.set_ylabel(f"Time per step ({unit})")
         ax.set_title(setting_title(model, ranks, link))
@@ -304,28 +383,35 @@ def training_step_time(data, style: Style) -> list[Figure]:
     labels.append("communication (colour of the variant)")
     legend_below(fig, handles, labels, ncol=2)
     claims = papers.CLAIMS
-    caption = ("Time per training step, the mean over the timed steps (after warm-up) of "
-               "each run's per-step rows, split into compute (grey) and the communication "
-               "the step waited for (coloured by variant: all of the allgather and "
-               "reduce-scatter in the compact trainer, the part not hidden behind compute "
-               "in FSDP, DDP and MG-WFBP); an outlined top is time spent elsewhere. Error "
-               "bars: the 95% t interval of the mean over the timed steps. The note gives "
-               "the collective-level run's step time change against the uncompressed "
-               "baseline and point-to-point compression of the same framework. "
-               + SEPARATE + f" The paper ({papers.PAPERS['seed 000'].short}, FSDP, "
-               f"{claims['training_vs_baseline'].source}): "
-               f"{claims['training_vs_baseline'].value} than the baseline, "
-               f"{claims['training_vs_p2p'].value} than point-to-point compression.")
+    caption = (
+        "Time per training step, the mean over the timed steps (after warm-up) of "
+        "each run's per-step rows, split into compute (grey) and the communication "
+        "the step waited for (coloured by variant: all of the allgather and "
+        "reduce-scatter in the compact trainer, the part not hidden behind compute "
+        "in FSDP, DDP and MG-WFBP); an outlined top is time spent elsewhere. Error "
+        "bars: the 95% t interval of the mean over the timed steps. The note gives "
+        "the collective-level run's step time change against the uncompressed "
+        "baseline and point-to-point compression of the same framework. "
+        + SEPARATE
+        + f" The paper ({papers.PAPERS['seed 000'].short}, FSDP, "
+        f"{claims['training_vs_baseline'].source}): "
+        f"{claims['training_vs_baseline'].value} than the baseline, "
+        f"{claims['training_vs_p2p'].value} than point-to-point compression."
+    )
     if not inferred:
-        caption += (" Some runs have no summary row: their warm-up is the training "
-                    "loop's default.")
-    return [Figure("seed000_training_step_time", fig, caption
-                   + runs_note(training_frame(data)))]
+        caption += " Some runs have no summary row: their warm-up is the training loop's default."
+    return [Figure("seed000_training_step_time", fig, caption + runs_note(training_frame(data)))]
 
 
 FIGURES = [
-    FigureSpec("seed000_training_loss", "seed 000", "Training loss per step",
-               ("training",), training_loss),
-    FigureSpec("seed000_training_step_time", "seed 000", "Training time per step",
-               ("training",), training_step_time),
+    FigureSpec(
+        "seed000_training_loss", "seed 000", "Training loss per step", ("training",), training_loss
+    ),
+    FigureSpec(
+        "seed000_training_step_time",
+        "seed 000",
+        "Training time per step",
+        ("training",),
+        training_step_time,
+    ),
 ]

@@ -17,40 +17,58 @@ from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
 # Benchmark variants, from the registry: name -> (needs MPI ranks, what it measures)
-VARIANTS = {name: (variants.BY_NAME[name].needs_mpi, variants.BY_NAME[name].description)
-            for name in variants.COMMANDS}
+VARIANTS = {
+    name: (variants.BY_NAME[name].needs_mpi, variants.BY_NAME[name].description)
+    for name in variants.COMMANDS
+}
 
 # Tools: name -> (module:function taking argv and returning an exit status, help)
 SUBCOMMANDS = {
     "list": ("ccbench.scripts.cli:list_variants", "list the benchmark variants"),
-    "cluster": ("ccbench.scripts.cluster.command:main",
-                "emulated bandwidth-limited cluster on this host"),
+    "cluster": (
+        "ccbench.scripts.cluster.command:main",
+        "emulated bandwidth-limited cluster on this host",
+    ),
     "sweep": ("ccbench.scripts.sweeps.sweep:main", "run a sweep spec on local ranks or SLURM"),
     "merge": ("ccbench.scripts.sweeps.merge:main", "combine result CSVs of one schema"),
     "regress": ("ccbench.scripts.sweeps.regress:main", "compare exact metrics against a reference"),
     "plot": ("ccbench.plots.cli:main", "draw the comparison figures from result CSVs"),
-    "compare": ("ccbench.scripts.comparisons.compare:main",
-                "two benchmarks in interleaved rounds: ratio, interval, verdict"),
-    "osu-check": ("ccbench.scripts.comparisons.osu_check:main",
-                  "the MPI baseline against OSU's own binaries, interleaved"),
-    "gate": ("ccbench.scripts.comparisons.gate:main",
-             "fail when this tree makes a gated benchmark slower"),
+    "compare": (
+        "ccbench.scripts.comparisons.compare:main",
+        "two benchmarks in interleaved rounds: ratio, interval, verdict",
+    ),
+    "osu-check": (
+        "ccbench.scripts.comparisons.osu_check:main",
+        "the MPI baseline against OSU's own binaries, interleaved",
+    ),
+    "gate": (
+        "ccbench.scripts.comparisons.gate:main",
+        "fail when this tree makes a gated benchmark slower",
+    ),
     "profile": ("ccbench.scripts.profile_layers:main", "profile MG-WFBP's models layer by layer"),
     "simulate": ("ccbench.scripts.simulate:main", "MG-WFBP trace-based simulation to 2048 ranks"),
     "corpus": ("ccbench.scripts.corpus:main", "capture real gradients, weights, activations"),
-    "gpu-check": ("ccbench.scripts.gpu.check:main", "the GPU acceptance run: every variant on "
-                                                     "device buffers, MPI and NCCL, a report"),
-    "trace": ("ccbench.scripts.tracing.command:main", "capture, build, show, convert and replay "
-                                            "training steps' collective traces"),
-    "advise": ("ccbench.scripts.advise.command:main", "should you compress? options ranked by "
-                                              "predicted step time, checked by replays"),
+    "gpu-check": (
+        "ccbench.scripts.gpu.check:main",
+        "the GPU acceptance run: every variant on device buffers, MPI and NCCL, a report",
+    ),
+    "trace": (
+        "ccbench.scripts.tracing.command:main",
+        "capture, build, show, convert and replay training steps' collective traces",
+    ),
+    "advise": (
+        "ccbench.scripts.advise.command:main",
+        "should you compress? options ranked by predicted step time, checked by replays",
+    ),
 }
 
 
 def list_variants(argv: list[str]) -> int:
     width = max(map(len, VARIANTS))
-    print("Variants (run as: mpiexec -n N ccbench <variant> --help, or "
-          "python -m ccbench.benchmarks.<variant>):")
+    print(
+        "Variants (run as: mpiexec -n N ccbench <variant> --help, or "
+        "python -m ccbench.benchmarks.<variant>):"
+    )
     for name, (mpi, text) in VARIANTS.items():
         how = "" if mpi else "  [one process, no mpiexec]"
         print(f"  {name:<{width}}  {text}{how}")

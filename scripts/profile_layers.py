@@ -34,36 +34,61 @@ def build_parser() -> argparse.ArgumentParser:
     names = model_names()
     parser = RankAwareParser(
         prog="ccbench profile",
-        description=__doc__.split("\n\n")[0] + "\n\nmodels: " + ", ".join(names)
+        description=__doc__.split("\n\n")[0]
+        + "\n\nmodels: "
+        + ", ".join(names)
         + " (training/profile_models.py; docs/merged-gradient.md)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--model", action="append", metavar="NAME",
-                        help=f"model to profile, repeatable, or 'all' ({', '.join(names)})")
-    parser.add_argument("--width", type=float, default=None,
-                        help="width multiplier (1 = published size; default per model)")
-    parser.add_argument("--batch", type=positive_int, default=None,
-                        help="batch size (default per model)")
+    parser.add_argument(
+        "--model",
+        action="append",
+        metavar="NAME",
+        help=f"model to profile, repeatable, or 'all' ({', '.join(names)})",
+    )
+    parser.add_argument(
+        "--width",
+        type=float,
+        default=None,
+        help="width multiplier (1 = published size; default per model)",
+    )
+    parser.add_argument(
+        "--batch", type=positive_int, default=None, help="batch size (default per model)"
+    )
     parser.add_argument("--warmup", type=non_negative_int, default=3)
     parser.add_argument("--iterations", type=positive_int, default=10)
-    parser.add_argument("--statistic", choices=("mean", "median"), default="mean",
-                        help="average of the timed iterations (default mean, as the paper; "
-                             "median resists other processes' load)")
+    parser.add_argument(
+        "--statistic",
+        choices=("mean", "median"),
+        default="mean",
+        help="average of the timed iterations (default mean, as the paper; "
+        "median resists other processes' load)",
+    )
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    parser.add_argument("--threads", type=positive_int, default=1,
-                        help="torch intra-op threads (default 1: steady times on a shared "
-                             "host)")
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR,
-                        help=f"folder of <model>.csv (default {DEFAULT_OUT_DIR}; "
-                             "results/profiles replaces the tracked profiles)")
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=1,
+        help="torch intra-op threads (default 1: steady times on a shared host)",
+    )
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=DEFAULT_OUT_DIR,
+        help=f"folder of <model>.csv (default {DEFAULT_OUT_DIR}; "
+        "results/profiles replaces the tracked profiles)",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         opts = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-        names = [m for spec in (opts.model or ["all"])
-                 for m in (model_names() if spec == "all" else [spec])]
+        names = [
+            m
+            for spec in (opts.model or ["all"])
+            for m in (model_names() if spec == "all" else [spec])
+        ]
         if opts.width is not None and opts.width <= 0:
             raise UsageError("--width must be positive")
         import torch
@@ -73,15 +98,25 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(opts.threads)
         for name in dict.fromkeys(names):
             with progress_bar(opts.warmup + opts.iterations, name, unit="iteration") as bar:
-                rows = profile_model(name, opts.width, opts.batch, opts.warmup,
-                                     opts.iterations, opts.device, statistic=opts.statistic,
-                                     on_iteration=lambda b=bar: b.update(1))
+                rows = profile_model(
+                    name,
+                    opts.width,
+                    opts.batch,
+                    opts.warmup,
+                    opts.iterations,
+                    opts.device,
+                    statistic=opts.statistic,
+                    on_iteration=lambda b=bar: b.update(1),
+                )
             path = opts.out_dir / f"{name}.csv"
             write_csv_atomic(path, [{SCHEMA: PROFILE.tag, **r} for r in rows], PROFILE.names)
             total = sum(r["bytes"] for r in rows)
-            print(f"{name}: {len(rows)} tensors, {total / 2**20:.2f} MiB of gradients, "
-                  f"forward {rows[0]['forward_us'] / 1e3:.2f} ms, "
-                  f"backward {rows[-1]['ready_us'] / 1e3:.2f} ms -> {path}", flush=True)
+            print(
+                f"{name}: {len(rows)} tensors, {total / 2**20:.2f} MiB of gradients, "
+                f"forward {rows[0]['forward_us'] / 1e3:.2f} ms, "
+                f"backward {rows[-1]['ready_us'] / 1e3:.2f} ms -> {path}",
+                flush=True,
+            )
     except UsageError as exc:
         print(f"ccbench: error: {exc}", file=sys.stderr)
         return 2

@@ -55,7 +55,7 @@ def parse_ranks(text: str) -> list[int]:
 def profile_paths(models, profiles, profile_dir: Path) -> list[Path]:
     paths = [Path(p) for p in profiles or []]
     for spec in models or ([] if paths else ["all"]):
-        for name in (profile_names(profile_dir) if spec == "all" else spec.split(",")):
+        for name in profile_names(profile_dir) if spec == "all" else spec.split(","):
             paths.append(profile_dir / f"{name}.csv")
     return list(dict.fromkeys(paths))
 
@@ -78,36 +78,68 @@ def link_from_measurement(path) -> tuple[LinkModel, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = RankAwareParser(prog="ccbench simulate",
-                             description=__doc__.split("\n\n")[0] + "\n\nprofiled models: "
-                             + ", ".join(profile_names()),
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", action="append", metavar="NAME",
-                        help="profiled model, repeatable or comma-separated, or 'all' "
-                             "(every profile in --profile-dir); default all")
-    parser.add_argument("--profile", action="append", metavar="CSV",
-                        help="a profile CSV by path (repeatable)")
-    parser.add_argument("--profile-dir", type=Path, default=PROFILE_DIR,
-                        help=f"where --model profiles live (default {PROFILE_DIR})")
-    parser.add_argument("--ranks", default="4:2048",
-                        help="rank counts: MIN:MAX in powers of two, or a list (default 4:2048)")
-    parser.add_argument("--strategy", default="all",
-                        help="wfbp,single,fixed:BYTES,ddp:BYTES,mgwfbp,optimal or all")
+    parser = RankAwareParser(
+        prog="ccbench simulate",
+        description=__doc__.split("\n\n")[0] + "\n\nprofiled models: " + ", ".join(profile_names()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--model",
+        action="append",
+        metavar="NAME",
+        help="profiled model, repeatable or comma-separated, or 'all' "
+        "(every profile in --profile-dir); default all",
+    )
+    parser.add_argument(
+        "--profile", action="append", metavar="CSV", help="a profile CSV by path (repeatable)"
+    )
+    parser.add_argument(
+        "--profile-dir",
+        type=Path,
+        default=PROFILE_DIR,
+        help=f"where --model profiles live (default {PROFILE_DIR})",
+    )
+    parser.add_argument(
+        "--ranks",
+        default="4:2048",
+        help="rank counts: MIN:MAX in powers of two, or a list (default 4:2048)",
+    )
+    parser.add_argument(
+        "--strategy", default="all", help="wfbp,single,fixed:BYTES,ddp:BYTES,mgwfbp,optimal or all"
+    )
     net = parser.add_argument_group("network model")
-    net.add_argument("--link-gbps", type=float, default=10.0,
-                     help="link rate per rank in Gbit/s (default 10)")
-    net.add_argument("--hop-latency-us", type=float, default=5.0,
-                     help="latency of one ring step in us (default 5)")
-    net.add_argument("--measured", metavar="CSV",
-                     help="derive link rate and hop latency from a merged_gradient CSV's fit")
-    net.add_argument("--algorithm", choices=("ring", "rabenseifner"), default="ring",
-                     help="allreduce algorithm of the model (default ring)")
-    parser.add_argument("--compute-speedup", type=float, default=1.0,
-                        help="divide the profile's compute times by this (a faster device)")
-    parser.add_argument("--show-groups", action="store_true",
-                        help="print every plan's group boundaries")
-    parser.add_argument("--csv", metavar="PATH", help="append one row per (model, strategy, "
-                                                      "ranks) to this CSV")
+    net.add_argument(
+        "--link-gbps", type=float, default=10.0, help="link rate per rank in Gbit/s (default 10)"
+    )
+    net.add_argument(
+        "--hop-latency-us",
+        type=float,
+        default=5.0,
+        help="latency of one ring step in us (default 5)",
+    )
+    net.add_argument(
+        "--measured",
+        metavar="CSV",
+        help="derive link rate and hop latency from a merged_gradient CSV's fit",
+    )
+    net.add_argument(
+        "--algorithm",
+        choices=("ring", "rabenseifner"),
+        default="ring",
+        help="allreduce algorithm of the model (default ring)",
+    )
+    parser.add_argument(
+        "--compute-speedup",
+        type=float,
+        default=1.0,
+        help="divide the profile's compute times by this (a faster device)",
+    )
+    parser.add_argument(
+        "--show-groups", action="store_true", help="print every plan's group boundaries"
+    )
+    parser.add_argument(
+        "--csv", metavar="PATH", help="append one row per (model, strategy, ranks) to this CSV"
+    )
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     return parser
 
@@ -128,32 +160,52 @@ def run(opts) -> list[dict]:
             raise UsageError("--link-gbps must be positive and --hop-latency-us >= 0")
         link, source = LinkModel(opts.link_gbps, opts.hop_latency_us), "given"
     now = datetime.datetime.now(datetime.timezone.utc)
-    common = {SCHEMA: MGWFBP.tag, "run_id": new_run_id(now),
-              # a simulation run beside a sweep (the main job) belongs to it
-              "sweep_id": os.environ.get("CCBENCH_SWEEP_ID", ""),
-              "timestamp": now.isoformat(timespec="seconds"), "variant": "mgwfbp_simulation",
-              "link_gbps": link.link_gbps, "hop_latency_us": link.hop_latency_us,
-              "algorithm": opts.algorithm, "compute_speedup": opts.compute_speedup}
+    common = {
+        SCHEMA: MGWFBP.tag,
+        "run_id": new_run_id(now),
+        # a simulation run beside a sweep (the main job) belongs to it
+        "sweep_id": os.environ.get("CCBENCH_SWEEP_ID", ""),
+        "timestamp": now.isoformat(timespec="seconds"),
+        "variant": "mgwfbp_simulation",
+        "link_gbps": link.link_gbps,
+        "hop_latency_us": link.hop_latency_us,
+        "algorithm": opts.algorithm,
+        "compute_speedup": opts.compute_speedup,
+    }
     say = (lambda *a: None) if opts.quiet else print
-    say(f"# MG-WFBP simulation: {opts.algorithm} allreduce, link {link.link_gbps:.3f} Gbit/s, "
-        f"hop latency {link.hop_latency_us:.2f} us ({source})")
+    say(
+        f"# MG-WFBP simulation: {opts.algorithm} allreduce, link {link.link_gbps:.3f} Gbit/s, "
+        f"hop latency {link.hop_latency_us:.2f} us ({source})"
+    )
     rows = []
     for path in profile_paths(opts.model, opts.profile, opts.profile_dir):
         profile = scale_compute(read_profile(path), opts.compute_speedup)
-        say(f"\n# {profile.model}: {profile.ntensors} tensors, "
+        say(
+            f"\n# {profile.model}: {profile.ntensors} tensors, "
             f"{profile.total_bytes / 2**20:.2f} MiB, forward {profile.forward_us / 1e3:.2f} ms, "
-            f"backward {profile.total_backward_us / 1e3:.2f} ms")
-        say(f"{'ranks':>6} {'strategy':<12} {'groups':>6} {'iter_ms':>10} "
-            f"{'nonovl_ms':>10} {'efficiency':>10}")
+            f"backward {profile.total_backward_us / 1e3:.2f} ms"
+        )
+        say(
+            f"{'ranks':>6} {'strategy':<12} {'groups':>6} {'iter_ms':>10} "
+            f"{'nonovl_ms':>10} {'efficiency':>10}"
+        )
         for sim in simulate(profile, link, ranks, strategies, opts.algorithm):
             p = sim.plan
-            say(f"{sim.ranks:>6} {sim.strategy:<12} {p.ngroups:>6} {p.iteration_us / 1e3:>10.3f} "
-                f"{p.nonoverlapped_us / 1e3:>10.3f} {sim.scaling_efficiency:>10.3f}")
+            say(
+                f"{sim.ranks:>6} {sim.strategy:<12} {p.ngroups:>6} {p.iteration_us / 1e3:>10.3f} "
+                f"{p.nonoverlapped_us / 1e3:>10.3f} {sim.scaling_efficiency:>10.3f}"
+            )
             if opts.show_groups:
                 say(f"{'':>6} stops: {p.stops_text}")
-            rows.append({**common, "model": profile.model, "ranks": sim.ranks,
-                         **plan_columns(p, sim.cost),
-                         "scaling_efficiency": round(sim.scaling_efficiency, 6)})
+            rows.append(
+                {
+                    **common,
+                    "model": profile.model,
+                    "ranks": sim.ranks,
+                    **plan_columns(p, sim.cost),
+                    "scaling_efficiency": round(sim.scaling_efficiency, 6),
+                }
+            )
     if opts.csv:
         append_rows(opts.csv, rows, MGWFBP_COLUMNS)
     return rows

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: set up on a fresh machine, then every check CI runs.
-#   scripts/test.sh             lint, exact-metric gate, timing gate, pytest (MPICH), and the
-#                               multi-rank tests again under Open MPI
+#   scripts/test.sh             lint, format check, exact-metric gate, timing gate, pytest
+#                               (MPICH), and the multi-rank tests again under Open MPI
 #   scripts/test.sh ARGS...     pytest ARGS only (after the set-up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,7 @@ if [ "$#" -gt 0 ]; then
     exec python -m pytest "$@"
 fi
 ruff check .
+ruff format --check .
 # Exact metrics (validation, sizes, wire bytes, compression ratios, errors) of a small
 # sweep against the tracked reference (docs/sweeps-slurm-regression.md).
 ccbench sweep sweeps/ci.toml --rerun

@@ -46,21 +46,33 @@ def needs_hydra(test):
 
 def ccb(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """`ccbench cluster ARGS` in a subprocess, from the repository root."""
-    return subprocess.run([sys.executable, "-m", "ccbench.scripts.cluster", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ), stdin=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "ccbench.scripts.cluster", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def tbf(netns: str, dev: str) -> dict:
-    out = subprocess.run(["tc", "-n", netns, "-s", "-j", "qdisc", "show", "dev", dev],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["tc", "-n", netns, "-s", "-j", "qdisc", "show", "dev", dev],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return next(q for q in json.loads(out) if q["kind"] == "tbf")
 
 
 def sent_received(c: cluster_layout.Cluster) -> list[tuple[int, int]]:
     """Bytes through each rank's shaper: (sent by the rank, received by the rank)."""
-    return [(tbf(ns, c.rank_iface)["bytes"], tbf(c.switch_namespace, port)["bytes"])
-            for ns, port in zip(c.namespaces, c.ports, strict=True)]  # fmt: skip
+    return [
+        (tbf(ns, c.rank_iface)["bytes"], tbf(c.switch_namespace, port)["bytes"])
+        for ns, port in zip(c.namespaces, c.ports, strict=True)
+    ]
 
 
 def down_and_check_gone(name: str) -> None:
@@ -74,17 +86,20 @@ def check_selfcheck_verdicts(proc) -> None:
     """Each printed verdict follows the documented rule applied to the printed numbers
     (TCP: 90-102% of the payload ceiling; MPI: mean at most 1.10 x the link bound), and
     the exit status is 0 exactly when every verdict is ok."""
-    ceiling = float(re.search(r"TCP payload ceiling at MTU \d+: ([0-9.]+) Gbit/s",
-                              proc.stdout).group(1))
+    ceiling = float(
+        re.search(r"TCP payload ceiling at MTU \d+: ([0-9.]+) Gbit/s", proc.stdout).group(1)
+    )
     verdicts = []
-    for gbps, verdict in re.findall(r"^tcp .*:\s+([0-9.]+) Gbit/s = .* (ok|OFF)$", proc.stdout,
-                                    re.MULTILINE):
+    for gbps, verdict in re.findall(
+        r"^tcp .*:\s+([0-9.]+) Gbit/s = .* (ok|OFF)$", proc.stdout, re.MULTILINE
+    ):
         low, high = 0.9 * ceiling, 1.02 * ceiling
         if min(abs(float(gbps) - low), abs(float(gbps) - high)) > 0.0015:  # not rounded away
             assert (verdict == "ok") == (low <= float(gbps) <= high), (gbps, verdict)
         verdicts.append(verdict)
-    for ratio, verdict in re.findall(r"^mpi .* ratio ([0-9.]+)  (ok|OFF)$", proc.stdout,
-                                     re.MULTILINE):
+    for ratio, verdict in re.findall(
+        r"^mpi .* ratio ([0-9.]+)  (ok|OFF)$", proc.stdout, re.MULTILINE
+    ):
         if abs(float(ratio) - 1.10) > 0.0015:
             assert (verdict == "ok") == (float(ratio) <= 1.10), (ratio, verdict)
         verdicts.append(verdict)

@@ -221,7 +221,7 @@ def placed(values: np.ndarray, offset: int) -> np.ndarray:
     """A copy of `values` starting `offset` bytes past a 64-byte boundary."""
     raw = np.zeros(values.nbytes + 128, np.uint8)
     start = (-raw.ctypes.data) % 64 + offset
-    out = raw[start:start + values.nbytes].view(values.dtype)
+    out = raw[start : start + values.nbytes].view(values.dtype)
     out[...] = values
     return out
 
@@ -253,41 +253,90 @@ class Emulated:
     def encode(self, spec, x, payload, flag) -> None:
         codec, n = parse_codec(spec), ctypes.c_longlong(x.shape[0])
         if codec.name == "bfp":
-            self._checked("run_bfp_encode",
-                _ptr(x), n, _ptr(payload), codec.block, TILE_WIDTH, codec.rate,
-                self._vector(x, payload), codec.limit_bits, _ptr(flag),
-                self._grid(codec_device.bfp_groups(x.shape[0], codec.block, TILE_WIDTH)))
+            self._checked(
+                "run_bfp_encode",
+                _ptr(x),
+                n,
+                _ptr(payload),
+                codec.block,
+                TILE_WIDTH,
+                codec.rate,
+                self._vector(x, payload),
+                codec.limit_bits,
+                _ptr(flag),
+                self._grid(codec_device.bfp_groups(x.shape[0], codec.block, TILE_WIDTH)),
+            )
         else:
-            self._checked("run_cast_encode",
-                _ptr(x), n, _ptr(payload), int(spec == "bf16"), self._vector(x, payload),
-                int(codec_device._limit(spec == "bf16")), _ptr(flag),
-                self._grid(codec_device.cast_groups(x.shape[0])))
+            self._checked(
+                "run_cast_encode",
+                _ptr(x),
+                n,
+                _ptr(payload),
+                int(spec == "bf16"),
+                self._vector(x, payload),
+                int(codec_device._limit(spec == "bf16")),
+                _ptr(flag),
+                self._grid(codec_device.cast_groups(x.shape[0])),
+            )
 
     def decode(self, spec, payload, out) -> None:
         codec, n = parse_codec(spec), ctypes.c_longlong(out.shape[0])
         if codec.name == "bfp":
-            self._checked("run_bfp_decode",
-                _ptr(payload), n, _ptr(out), codec.block, TILE_WIDTH, codec.rate,
+            self._checked(
+                "run_bfp_decode",
+                _ptr(payload),
+                n,
+                _ptr(out),
+                codec.block,
+                TILE_WIDTH,
+                codec.rate,
                 self._vector(payload, out),
-                self._grid(codec_device.bfp_groups(out.shape[0], codec.block, TILE_WIDTH)))
+                self._grid(codec_device.bfp_groups(out.shape[0], codec.block, TILE_WIDTH)),
+            )
         else:
-            self._checked("run_cast_decode", _ptr(payload), n, _ptr(out), int(spec == "bf16"),
-                                     self._vector(payload, out),
-                                     self._grid(codec_device.cast_groups(out.shape[0])))
+            self._checked(
+                "run_cast_decode",
+                _ptr(payload),
+                n,
+                _ptr(out),
+                int(spec == "bf16"),
+                self._vector(payload, out),
+                self._grid(codec_device.cast_groups(out.shape[0])),
+            )
 
     def hop(self, spec, payload, own, target, out, flag) -> None:
         codec, n = parse_codec(spec), ctypes.c_longlong(target.shape[0])
         vector = self._vector(payload, own, target, out)
         if codec.name == "bfp":
-            self._checked("run_bfp_decode_add_encode",
-                _ptr(payload), _ptr(own), _ptr(target), n, _ptr(out), codec.block, TILE_WIDTH,
-                codec.rate, vector, codec.limit_bits, _ptr(flag),
-                self._grid(codec_device.bfp_groups(target.shape[0], codec.block, TILE_WIDTH)))
+            self._checked(
+                "run_bfp_decode_add_encode",
+                _ptr(payload),
+                _ptr(own),
+                _ptr(target),
+                n,
+                _ptr(out),
+                codec.block,
+                TILE_WIDTH,
+                codec.rate,
+                vector,
+                codec.limit_bits,
+                _ptr(flag),
+                self._grid(codec_device.bfp_groups(target.shape[0], codec.block, TILE_WIDTH)),
+            )
         else:
-            self._checked("run_cast_decode_add_encode",
-                _ptr(payload), _ptr(own), _ptr(target), n, _ptr(out), int(spec == "bf16"),
-                vector, int(codec_device._limit(spec == "bf16")), _ptr(flag),
-                self._grid(codec_device.cast_groups(target.shape[0])))
+            self._checked(
+                "run_cast_decode_add_encode",
+                _ptr(payload),
+                _ptr(own),
+                _ptr(target),
+                n,
+                _ptr(out),
+                int(spec == "bf16"),
+                vector,
+                int(codec_device._limit(spec == "bf16")),
+                _ptr(flag),
+                self._grid(codec_device.cast_groups(target.shape[0])),
+            )
 
 
 def build(root: Path):
@@ -299,10 +348,21 @@ def build(root: Path):
     source = root / "kernels.cpp"
     source.write_text(_PRELUDE + codec_device._SOURCE + _LAUNCHERS)
     library = root / "kernels.so"
-    built = subprocess.run([compiler, "-std=c++14", "-O1", "-ffp-contract=off",
-                            "-fno-strict-aliasing", "-fPIC", "-shared", "-o", str(library),
-                            str(source)], capture_output=True, text=True)
+    built = subprocess.run(
+        [
+            compiler,
+            "-std=c++14",
+            "-O1",
+            "-ffp-contract=off",
+            "-fno-strict-aliasing",
+            "-fPIC",
+            "-shared",
+            "-o",
+            str(library),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert built.returncode == 0, built.stderr
     return Emulated(ctypes.CDLL(str(library)))
-
-

@@ -68,9 +68,9 @@ class CopyStream:
 
     def __init__(self):
         self.queue: list = []  # (position, kind, apply) not yet landed
-        self.issued = 0        # copies ever queued: positions
-        self.landed = 0        # copies landed, in order
-        self.last_kind = ""    # the direction of the last copy queued
+        self.issued = 0  # copies ever queued: positions
+        self.landed = 0  # copies landed, in order
+        self.last_kind = ""  # the direction of the last copy queued
 
     def enqueue(self, kind: str, apply) -> None:
         STATS.copies[kind] += 1
@@ -175,18 +175,19 @@ class Kernels:
         flag._a[0] = max(int(flag._a[0]), int(bits.max()))
 
     def bfp_encode(self, codec, x, payload, tile_width, flag):
-        if not fused.host_kernels().bfp_encode(x._a, payload._a, codec.block, tile_width,
-                                               codec.rate):
+        if not fused.host_kernels().bfp_encode(
+            x._a, payload._a, codec.block, tile_width, codec.rate
+        ):
             self._vote(flag, x)
 
     def bfp_decode(self, codec, payload, out, tile_width):
-        fused.host_kernels().bfp_decode(payload._a, out._a, codec.block, tile_width,
-                                        codec.rate)
+        fused.host_kernels().bfp_decode(payload._a, out._a, codec.block, tile_width, codec.rate)
 
     def bfp_decode_add_encode(self, codec, payload, own, target, out, tile_width, flag):
         dest = np.empty(0, np.uint8) if out is None else out._a
         if not fused.host_kernels().bfp_decode_add_encode(
-                payload._a, own._a, target._a, dest, codec.block, tile_width, codec.rate):
+            payload._a, own._a, target._a, dest, codec.block, tile_width, codec.rate
+        ):
             self._vote(flag, target)
 
     def cast_encode(self, x, payload, bfloat, flag):
@@ -198,8 +199,9 @@ class Kernels:
 
     def cast_decode_add_encode(self, payload, own, target, out, bfloat, flag):
         dest = np.empty(0, np.uint8) if out is None else out._a
-        if not fused.host_kernels().cast_decode_add_encode(payload._a, own._a, target._a,
-                                                           dest, bfloat):
+        if not fused.host_kernels().cast_decode_add_encode(
+            payload._a, own._a, target._a, dest, bfloat
+        ):
             self._vote(flag, target)
 
 
@@ -285,6 +287,7 @@ class DoubleBackend(backends.Backend):
 
         def apply():
             host[...] = source
+
         stream.enqueue("d2h", apply)
 
     def copy_in_async(self, host, x, stream) -> None:
@@ -294,11 +297,11 @@ class DoubleBackend(backends.Backend):
 
         def apply():
             target[...] = host
+
         stream.enqueue("h2d", apply)
 
     def codec_kernels(self):
-        if os.environ.get("CCBENCH_DOUBLE_KERNELS", "1") == "0" or \
-                fused.host_kernels() is None:
+        if os.environ.get("CCBENCH_DOUBLE_KERNELS", "1") == "0" or fused.host_kernels() is None:
             return None
         return KERNELS
 

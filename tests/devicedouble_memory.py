@@ -19,13 +19,13 @@ class Stats:
         self.reset()
 
     def reset(self) -> None:
-        self.syncs = 0            # every host synchronisation
-        self.timed = 0            # inside a timed region
-        self.undeclared = 0       # inside a timed region, not declared by ccbench
-        self.transfers = 0        # explicit host <-> device copies
-        self.allocs = 0           # device allocations (new storage, not views)
-        self.timed_allocs = 0     # among them, those inside a timed region
-        self.pinned = 0           # page-locked host allocations (counted in allocs too)
+        self.syncs = 0  # every host synchronisation
+        self.timed = 0  # inside a timed region
+        self.undeclared = 0  # inside a timed region, not declared by ccbench
+        self.transfers = 0  # explicit host <-> device copies
+        self.allocs = 0  # device allocations (new storage, not views)
+        self.timed_allocs = 0  # among them, those inside a timed region
+        self.pinned = 0  # page-locked host allocations (counted in allocs too)
         self.timed_transfers = 0  # synchronous explicit copies inside a timed region
         self.copies = {"d2h": 0, "h2d": 0}  # asynchronous copies on copy streams
         self.copy_waits = {"d2h": 0, "h2d": 0}  # copies the host waited for
@@ -34,12 +34,20 @@ class Stats:
         self.alloc_where: list[str] = []  # the first timed allocations' places
 
     def snapshot(self) -> dict:
-        return {"syncs": self.syncs, "timed": self.timed, "undeclared": self.undeclared,
-                "transfers": self.transfers, "allocs": self.allocs,
-                "timed_allocs": self.timed_allocs, "pinned": self.pinned,
-                "timed_transfers": self.timed_transfers, "copies": dict(self.copies),
-                "copy_waits": dict(self.copy_waits), "where": list(self.where),
-                "alloc_where": list(self.alloc_where)}
+        return {
+            "syncs": self.syncs,
+            "timed": self.timed,
+            "undeclared": self.undeclared,
+            "transfers": self.transfers,
+            "allocs": self.allocs,
+            "timed_allocs": self.timed_allocs,
+            "pinned": self.pinned,
+            "timed_transfers": self.timed_transfers,
+            "copies": dict(self.copies),
+            "copy_waits": dict(self.copy_waits),
+            "where": list(self.where),
+            "alloc_where": list(self.alloc_where),
+        }
 
 
 STATS = Stats()
@@ -104,8 +112,10 @@ def _unwrap(value):
     if isinstance(value, DoubleArray):
         return value._a
     if isinstance(value, np.ndarray):
-        raise TypeError("Unsupported type <class 'numpy.ndarray'>: device arrays do not "
-                        "mix with host arrays (copy explicitly)")
+        raise TypeError(
+            "Unsupported type <class 'numpy.ndarray'>: device arrays do not "
+            "mix with host arrays (copy explicitly)"
+        )
     if isinstance(value, list | tuple):
         return type(value)(_unwrap(v) for v in value)
     return value
@@ -129,6 +139,7 @@ def _binary(name: str):
     def op(self, other):
         with np.errstate(**_QUIET):
             return _wrap(getattr(self._a, name)(_unwrap(other)))
+
     op.__name__ = name
     return op
 
@@ -138,6 +149,7 @@ def _inplace(name: str):
         with np.errstate(**_QUIET):
             getattr(self._a, name)(_unwrap(other))
         return self
+
     op.__name__ = name
     return op
 
@@ -175,8 +187,10 @@ class DoubleArray:
 
     # implicit conversions: refused, or counted as the synchronisations they are
     def __array__(self, *args, **kwargs):
-        raise TypeError("Implicit conversion to a NumPy array is not allowed. Please use "
-                        "`.get()` to construct a NumPy array explicitly.")
+        raise TypeError(
+            "Implicit conversion to a NumPy array is not allowed. Please use "
+            "`.get()` to construct a NumPy array explicitly."
+        )
 
     def _scalar(self, what: str):
         record_sync(what)
@@ -280,8 +294,27 @@ def _index(key):
     return key
 
 
-for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor",
-              "lshift", "rshift", "lt", "le", "gt", "ge", "eq", "ne", "matmul"):
+for _name in (
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "floordiv",
+    "mod",
+    "pow",
+    "and",
+    "or",
+    "xor",
+    "lshift",
+    "rshift",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "eq",
+    "ne",
+    "matmul",
+):
     setattr(DoubleArray, f"__{_name}__", _binary(f"__{_name}__"))
     if _name not in ("lt", "le", "gt", "ge", "eq", "ne"):
         setattr(DoubleArray, f"__r{_name}__", _binary(f"__r{_name}__"))

@@ -18,11 +18,13 @@ REPO = Path(__file__).resolve().parent.parent
 # exit early close their sockets) when ranks exit non-zero, and MPICH a line per
 # MPI_Abort; they are not ccbench's.
 _HELP_RULE = re.compile(r"^-{20,}$")
-_LAUNCHER_LINE = re.compile(r"^(prterun|mpiexec|mpirun)\b.*(detected|noticed|exited)"
-                            r"|^\[[\w.-]+:\d+\] (PMIX|PRTE) ERROR"
-                            r"|^\[warn\] Epoll \w+\(\d+\) on fd \d+ failed"
-                            r"|^Abort\(\d+\) on node \d+ \(rank \d+ in comm \d+\): "
-                            r"application called MPI_Abort")
+_LAUNCHER_LINE = re.compile(
+    r"^(prterun|mpiexec|mpirun)\b.*(detected|noticed|exited)"
+    r"|^\[[\w.-]+:\d+\] (PMIX|PRTE) ERROR"
+    r"|^\[warn\] Epoll \w+\(\d+\) on fd \d+ failed"
+    r"|^Abort\(\d+\) on node \d+ \(rank \d+ in comm \d+\): "
+    r"application called MPI_Abort"
+)
 
 
 def without_launcher_notices(stderr: str) -> str:
@@ -44,8 +46,10 @@ def hydra_skip() -> str | None:
     from ccbench.scripts.launchers import MPICH, find_mpiexec, mpi_family
 
     if mpi_family(find_mpiexec()) != MPICH:
-        return ("`ccbench cluster run` drives MPICH's Hydra; this environment's MPI is "
-                "another (docs/emulated-cluster.md shows the Open MPI equivalent)")
+        return (
+            "`ccbench cluster run` drives MPICH's Hydra; this environment's MPI is "
+            "another (docs/emulated-cluster.md shows the Open MPI equivalent)"
+        )
     return None
 
 
@@ -59,8 +63,13 @@ def is_case_driver(module: str) -> bool:
     return module.startswith("tests.drivers.") and module.endswith("_cases")
 
 
-def mpirun(nranks: int, args: list[str], timeout: float = 120, env: dict | None = None,
-           cwd: Path | None = None) -> subprocess.CompletedProcess:
+def mpirun(
+    nranks: int,
+    args: list[str],
+    timeout: float = 120,
+    env: dict | None = None,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess:
     """Run `args` under `mpiexec -n nranks` with this Python; output captured as text.
 
     A run that outlives `timeout` is killed and raises subprocess.TimeoutExpired, so a
@@ -78,10 +87,18 @@ def mpirun(nranks: int, args: list[str], timeout: float = 120, env: dict | None 
         # mpi4py's runner calls MPI_Abort on an uncaught exception: a rank that raises
         # ends the launch at once instead of leaving the others waiting in a collective
         args = ["-m", "mpi4py", *args]
-    command = mpiexec_command(nranks, [sys.executable, *args],
-                              bind=binding_enabled(environ=full_env))
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                          env=full_env, cwd=cwd or REPO, stdin=subprocess.DEVNULL)
+    command = mpiexec_command(
+        nranks, [sys.executable, *args], bind=binding_enabled(environ=full_env)
+    )
+    proc = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=cwd or REPO,
+        stdin=subprocess.DEVNULL,
+    )
     proc.stderr = without_launcher_notices(proc.stderr)
     return proc
 

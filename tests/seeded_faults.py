@@ -26,11 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class Fault:
-    behaviour: str   # the class of behaviour the fault breaks
-    path: str        # file, from the repository root
-    old: str         # text that occurs exactly once in it
-    new: str         # its faulty replacement
-    tests: str       # pytest arguments that must fail under it
+    behaviour: str  # the class of behaviour the fault breaks
+    path: str  # file, from the repository root
+    old: str  # text that occurs exactly once in it
+    new: str  # its faulty replacement
+    tests: str  # pytest arguments that must fail under it
 
 
 CODEC = "tests/test_behaviours_codec.py"
@@ -52,13 +52,14 @@ TRACES = "tests/test_trace_checks.py"
 FLOOR = "tests/test_floor.py"
 DEVICE_KERNELS = "tests/test_codec_device.py -k emulated"
 
+# fmt: off
 FAULTS = [
     # bfp's shared exponent steps up at max|x| = 2**e (1 - 2**-R), in each implementation
     Fault("bfp-edge", "kernels/codec_bfp.py",
           "bump = xp.astype(amax_bits.view(xp.float32) >= edge",
           "bump = xp.astype(amax_bits.view(xp.float32) > edge", CODEC),
-    Fault("bfp-edge", "kernels/codec_bfp.py", "edge = pow2 - pow2 * 2.0**-self.rate",
-          "edge = pow2 - pow2 * 2.0**-(self.rate + 1)", CODEC),
+    Fault("bfp-edge", "kernels/codec_bfp.py", 'edge = pow2 - pow2 * 2.0**-self.rate  # exact',
+          'edge = pow2 - pow2 * 2.0 ** -(self.rate + 1)  # exact', CODEC),
     Fault("bfp-edge", "kernels/fused_bfp.c", "exponents[j] = (uint8_t)(e + (a >= edge));",
           "exponents[j] = (uint8_t)(e + (a > edge));", CODEC),
     Fault("bfp-edge", "kernels/fused_bfp.c", "amax[j] = e + (a >= edge);",
@@ -73,20 +74,38 @@ FAULTS = [
           "return AlphaBeta(2 * np.log2(p) * self.hop_latency_us,",
           "return AlphaBeta(np.log2(p) * self.hop_latency_us,", COSTMODEL),
     Fault("rabenseifner", "collectives/costmodel.py",
-          "self.hop_latency_us,\n                         2 * (p - 1) / p * self.us_per_byte)"
-          "\n\n    def allreduce",
-          "self.hop_latency_us,\n                         (p - 1) / p * self.us_per_byte)"
-          "\n\n    def allreduce", COSTMODEL),
+          'return AlphaBeta(2 * np.log2(p) * self.hop_latency_us, 2 * (p - 1) / p * self.us_per_byte)',
+          'return AlphaBeta(2 * np.log2(p) * self.hop_latency_us, (p - 1) / p * self.us_per_byte)', COSTMODEL),
     Fault("rabenseifner", "collectives/costmodel.py",
-          '"rabenseifner": self.rabenseifner_allreduce}', '"rabenseifner": self.ring_allreduce}',
+          'return {"ring": self.ring_allreduce, "rabenseifner": self.rabenseifner_allreduce}[\n'
+          '                algorithm\n'
+          '            ](p)', 'return {"ring": self.ring_allreduce, "rabenseifner": self.ring_allreduce}[algorithm](p)',
           COSTMODEL),
     # bus bandwidth factors beyond two ranks
-    Fault("busbw", "collectives/spec.py", "reduces=False, busbw=lambda n: (n - 1) / n",
-          "reduces=False, busbw=lambda n: 1 / n", BUSBW),
-    Fault("busbw", "collectives/spec.py", "reduces=False, busbw=lambda n: (n - 1) / n",
-          "reduces=False, busbw=lambda n: 1 - 1 / n**2", BUSBW),
-    Fault("busbw", "collectives/spec.py", "reduces=True, busbw=lambda n: (n - 1) / n",
-          "reduces=True, busbw=lambda n: 1 / n", BUSBW),
+    Fault("busbw", "collectives/spec.py", 'reduces=False,\n'
+                                          '            busbw=lambda n: (n - 1) / n,\n'
+                                          '            ring_hops=lambda n: n - 1,\n'
+                                          '            counts=_gathered,',
+          'reduces=False,\n'
+          '            busbw=lambda n: 1 / n,\n'
+          '            ring_hops=lambda n: n - 1,\n'
+          '            counts=_gathered,', BUSBW),
+    Fault("busbw", "collectives/spec.py", 'reduces=False,\n'
+                                          '            busbw=lambda n: (n - 1) / n,\n'
+                                          '            ring_hops=lambda n: n - 1,\n'
+                                          '            counts=_gathered,',
+          'reduces=False,\n'
+          '            busbw=lambda n: 1 - 1 / n**2,\n'
+          '            ring_hops=lambda n: n - 1,\n'
+          '            counts=_gathered,', BUSBW),
+    Fault("busbw", "collectives/spec.py", 'reduces=True,\n'
+                                          '            busbw=lambda n: (n - 1) / n,\n'
+                                          '            ring_hops=lambda n: n - 1,\n'
+                                          '            counts=_scattered,',
+          'reduces=True,\n'
+          '            busbw=lambda n: 1 / n,\n'
+          '            ring_hops=lambda n: n - 1,\n'
+          '            counts=_scattered,', BUSBW),
     Fault("busbw", "collectives/spec.py", "busbw=lambda n: 2 * (n - 1) / n",
           "busbw=lambda n: n / (2 * (n - 1))", BUSBW),
     Fault("busbw", "benchmarks/harness.py", "spec(case.collective).busbw(case.ranks)",
@@ -97,8 +116,10 @@ FAULTS = [
     Fault("header", "benchmarks/results.py", "if list(header) != list(columns):",
           "if sorted(header) != sorted(columns):", RESULTS),
     # the gate: fail at B/A >= threshold with the interval above 1
-    Fault("gate", "scripts/comparisons/gate.py", 'row["ratio"] >= threshold',
-          'row["ratio"] > threshold', RESULTS),
+    Fault("gate", "scripts/comparisons/gate.py", 'return (\n'
+                                                 '        row.get("ratio") is not None and row["ratio"] >= threshold and low is not None and low > 1\n'
+                                                 '    )',
+          'return row.get("ratio") is not None and row["ratio"] > threshold and low is not None and low > 1', RESULTS),
     Fault("gate", "scripts/comparisons/gate.py", "and low > 1", "and low >= 1", RESULTS),
     Fault("gate", "scripts/comparisons/gate.py", "and low > 1", "and low > 0", RESULTS),
     # the time breakdown: encode and decode in their own columns, the critical rank's row
@@ -119,8 +140,10 @@ FAULTS = [
           "            timed(self.breakdown, ENCODE, self.codec.decode, payload, out)",
           BREAKDOWN),
     Fault("breakdown", "collectives/compressed.py",
-          "timed(self.breakdown, DECODE, self.codec.decode,\n",
-          "timed(self.breakdown, ENCODE, self.codec.decode,\n", BREAKDOWN),
+          'DECODE,\n'
+          '                self.codec.decode,',
+          'ENCODE,\n'
+          '                self.codec.decode,', BREAKDOWN),
     Fault("breakdown", "benchmarks/compressed_base.py", "critical = max(range(len(everyone))",
           "critical = min(range(len(everyone))", BREAKDOWN),
     Fault("breakdown", "benchmarks/compressed_base.py",
@@ -178,11 +201,11 @@ FAULTS = [
           "return mirror, lambda: self._copy(t, mirror)", "return mirror, None", TORCH),
     Fault("torch-transport", "collectives/comm_torch.py",
           "return not self.stage_all and (t.device.type", "return (t.device.type", TORCH),
-    Fault("torch-transport", "collectives/comm_torch.py", '"min": self.dist.ReduceOp.MIN}',
-          '"min": self.dist.ReduceOp.MAX}', TORCH),
+    Fault("torch-transport", "collectives/comm_torch.py", '"min": self.dist.ReduceOp.MIN,',
+          '"min": self.dist.ReduceOp.MAX,', TORCH),
     Fault("torch-transport", "collectives/compressed_ordered.py",
-          "    if codec.fixed_size:\n        return slot[:codec.encoded_nbytes(",
-          "    if False:\n        return slot[:codec.encoded_nbytes(", TORCH),
+          'if codec.fixed_size:',
+          'if False:', TORCH),
     Fault("torch-transport", "collectives/compressed.py",
           "incoming = self.recv_payload[:capacity]", "incoming = self.recv_payload", TORCH),
     # the launch check: inside an srun step, the MPI launcher's size and rank win
@@ -211,7 +234,13 @@ FAULTS = [
           '_finding("ok", metric, point, r, "(missing)"', RESULTS_RUNS),
     # the gate: the second look's rounds run, each side's kernels recorded and compared
     Fault("gate-records", "scripts/comparisons/gate.py",
-          "run_rounds(suspects, launcher, 2 * rounds,", "run_rounds(suspects, launcher, rounds,",
+          'suspects,\n'
+          '                        launcher,\n'
+          '                        2 * rounds,\n'
+          '                        Path(tmp),\n'
+          '                        bar,\n'
+          '                        first=first,\n'
+          '                        after_round=keep,', 'suspects, launcher, rounds, Path(tmp), bar, first=first, after_round=keep',
           GATE_RECORDS),
     Fault("gate-records", "scripts/comparisons/gate.py", 'if base != "fused" and tree == "fused":',
           "if False:", GATE_RECORDS),
@@ -296,8 +325,12 @@ FAULTS = [
     Fault("floor", "benchmarks/compressed_base.py",
           "    return per_core, float(sum(1 for p in same_host if p[2] == device))",
           "    return per_core, 1.0", FLOOR),
-    Fault("floor", "plots/base.py", '_column(frame, "link_step_us").fillna(0.0) * 1e-6',
-          "0.0", FLOOR),
+    Fault("floor", "plots/base.py", 'wire_bytes(frame),\n'
+                                    '            rate_bps,\n'
+                                    '            _column(frame, "link_burst_bytes").fillna(0.0),\n'
+                                    '            steps,\n'
+                                    '            _column(frame, "link_step_us").fillna(0.0) * 1e-6,',
+          'wire_bytes(frame), rate_bps, _column(frame, "link_burst_bytes").fillna(0.0), steps, 0.0', FLOOR),
     # the codec's floor from every sharing rank's fastest timed call, and the chunk model
     Fault("codec_floor", "collectives/costmodel.py",
           "return float(max(cpu.max(), cpu.mean() * codec_share))",
@@ -309,15 +342,31 @@ FAULTS = [
           "        return np.mean(rows, axis=0)", FLOOR),
     Fault("codec_floor", "collectives/costmodel.py",
           "    chunk = (p - 1) * n * max(chunk_s, 0.0)", "    chunk = 0.0", FLOOR),
-    Fault("codec_floor", "collectives/costmodel.py", "    gaps = (p - 2) * max(",
-          "    gaps = 0 * max(", FLOOR),
+    Fault("codec_floor", "collectives/costmodel.py", 'gaps = (\n'
+                                                     '        (p - 2) * max(0.0, b / (n * wire_bps) + b / (n * codec_bps) - b / wire_bps)\n'
+                                                     '        if reduces\n'
+                                                     '        else 0.0\n'
+                                                     '    )',
+          'gaps = 0 * max(0.0, b / (n * wire_bps) + b / (n * codec_bps) - b / wire_bps) if reduces else 0.0', FLOOR),
 ]
+# fmt: on
 
 
 def build_kernels() -> None:
     """Rebuild the compiled kernels in place (an editable install's)."""
-    subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()",
-                    "build_ext", "--inplace", "-q"], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from setuptools import setup; setup()",
+            "build_ext",
+            "--inplace",
+            "-q",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
 
 
 def run_fault(fault: Fault) -> tuple[bool, str]:
@@ -325,16 +374,30 @@ def run_fault(fault: Fault) -> tuple[bool, str]:
     path = ROOT / fault.path
     text = path.read_text()
     if text.count(fault.old) != 1:
-        raise SystemExit(f"seeded_faults: {fault.path}: the text to change occurs "
-                         f"{text.count(fault.old)} times, not once: {fault.old!r}")
+        raise SystemExit(
+            f"seeded_faults: {fault.path}: the text to change occurs "
+            f"{text.count(fault.old)} times, not once: {fault.old!r}"
+        )
     path.write_text(text.replace(fault.old, fault.new))
     try:
         if path.suffix == ".c":
             build_kernels()
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p",
-                               "no:cacheprovider", *fault.tests.split()],
-                              cwd=ROOT, capture_output=True, text=True,
-                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-x",
+                "-p",
+                "no:cacheprovider",
+                *fault.tests.split(),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )
     finally:
         path.write_text(text)
         if path.suffix == ".c":
@@ -346,24 +409,30 @@ def run_fault(fault: Fault) -> tuple[bool, str]:
 def main(argv: list[str]) -> int:
     if "--list" in argv:
         for i, f in enumerate(FAULTS):
-            print(f"{i:3} {f.behaviour:<17} {f.path}: {f.new.strip().splitlines()[0][:60]!r}"
-                  if f.new.strip() else f"{i:3} {f.behaviour:<17} {f.path}: (removed) "
-                  f"{f.old.strip().splitlines()[0][:50]!r}")
+            print(
+                f"{i:3} {f.behaviour:<17} {f.path}: {f.new.strip().splitlines()[0][:60]!r}"
+                if f.new.strip()
+                else f"{i:3} {f.behaviour:<17} {f.path}: (removed) "
+                f"{f.old.strip().splitlines()[0][:50]!r}"
+            )
         return 0
     unknown = [a for a in argv if not a.isdigit() and a not in {f.behaviour for f in FAULTS}]
     if unknown:
         raise SystemExit(f"seeded_faults: no class {', '.join(unknown)} (--list shows them)")
-    chosen = [(i, f) for i, f in enumerate(FAULTS)
-              if not argv or f.behaviour in argv or str(i) in argv]
+    chosen = [
+        (i, f) for i, f in enumerate(FAULTS) if not argv or f.behaviour in argv or str(i) in argv
+    ]
     missed = 0
     for i, fault in chosen:
         started = time.monotonic()
         caught, last = run_fault(fault)
         missed += not caught
         change = (fault.new.strip() or "(removed) " + fault.old.strip()).splitlines()[0][:60]
-        print(f"{i:3} {fault.behaviour:<17} {'caught' if caught else 'MISSED':<7} "
-              f"{fault.path}: {change!r}  [{last}] {time.monotonic() - started:.0f}s",
-              flush=True)
+        print(
+            f"{i:3} {fault.behaviour:<17} {'caught' if caught else 'MISSED':<7} "
+            f"{fault.path}: {change!r}  [{last}] {time.monotonic() - started:.0f}s",
+            flush=True,
+        )
     print(f"# {len(chosen)} faults, {len(chosen) - missed} caught, {missed} missed")
     return 1 if missed else 0
 

@@ -13,13 +13,30 @@ from ccbench.plots.advice import advice_html, read_advice
 from ccbench.plots.advise_map import option_colours
 
 ROWS = [  # two options, worked by hand: 3.3 s against the ring's 8.6 s is x2.61
-    {"rank": "1", "option": "coll_compressed bfp:rate=8", "step_ms": "3300.04",
-     "exposed_comm_pct": "41.25", "exposed_codec_pct": "3.5", "speedup_vs_ring": "2.6060",
-     "speedup_vs_library": "2.2", "rel_l2_per_step": "0.0097", "break_even_bytes": "65536",
-     "assumed_inputs": ""},
-    {"rank": "2", "option": "ring", "step_ms": "8600", "exposed_comm_pct": "80",
-     "exposed_codec_pct": "0", "speedup_vs_ring": "1", "speedup_vs_library": "0.85",
-     "rel_l2_per_step": "0", "break_even_bytes": "", "assumed_inputs": "link latency"},
+    {
+        "rank": "1",
+        "option": "coll_compressed bfp:rate=8",
+        "step_ms": "3300.04",
+        "exposed_comm_pct": "41.25",
+        "exposed_codec_pct": "3.5",
+        "speedup_vs_ring": "2.6060",
+        "speedup_vs_library": "2.2",
+        "rel_l2_per_step": "0.0097",
+        "break_even_bytes": "65536",
+        "assumed_inputs": "",
+    },
+    {
+        "rank": "2",
+        "option": "ring",
+        "step_ms": "8600",
+        "exposed_comm_pct": "80",
+        "exposed_codec_pct": "0",
+        "speedup_vs_ring": "1",
+        "speedup_vs_library": "0.85",
+        "rel_l2_per_step": "0",
+        "break_even_bytes": "",
+        "assumed_inputs": "link latency",
+    },
 ]
 
 
@@ -47,10 +64,20 @@ def test_the_check_puts_each_prediction_beside_its_measurement(tmp_path):
     write_advice(tmp_path / "advice")
     page = "\n".join(advice_html(read_advice(tmp_path / "advice", tmp_path / "out")))
     assert "Not checked against replays" in page
-    check = [{"option": "coll_compressed:bfp:rate=8", "predicted_ms": "3319.4",
-              "measured_ms": "3560.2", "low_ms": "3376", "high_ms": "3744", "rounds": "3",
-              "error_pct": "-6.76", "suspect_input": "", "load_start": "7.35",
-              "load_end": "6.70"}]
+    check = [
+        {
+            "option": "coll_compressed:bfp:rate=8",
+            "predicted_ms": "3319.4",
+            "measured_ms": "3560.2",
+            "low_ms": "3376",
+            "high_ms": "3744",
+            "rounds": "3",
+            "error_pct": "-6.76",
+            "suspect_input": "",
+            "load_start": "7.35",
+            "load_end": "6.70",
+        }
+    ]
     with (tmp_path / "advice" / "advise-check.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(check[0]))
         writer.writeheader()
@@ -63,8 +90,10 @@ def test_the_check_puts_each_prediction_beside_its_measurement(tmp_path):
 
 def test_plot_refuses_an_advice_folder_without_its_table(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    assert cli.main([str(tmp_path), "--advice", str(tmp_path / "empty"), "-o",
-                     str(tmp_path / "figs")]) == 2
+    assert (
+        cli.main([str(tmp_path), "--advice", str(tmp_path / "empty"), "-o", str(tmp_path / "figs")])
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no advise.csv there" in err[0]
     assert not (tmp_path / "figs").exists()

@@ -63,7 +63,7 @@ def assert_powers_of_two(y, rate, where, below=False):
         # below it, the largest q of exponent e
         expected = sign * 2.0**e * ((1 - 2.0 ** (1 - rate)) if below else 1)
         assert float(y[j]) == expected, (where, rate, e, sign, below, float(y[j]))
-    assert not np.any(np.asarray(y)[len(EDGES):])
+    assert not np.any(np.asarray(y)[len(EDGES) :])
 
 
 @pytest.mark.parametrize("below", [False, True], ids=["at", "below"])

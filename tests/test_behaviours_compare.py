@@ -23,8 +23,15 @@ class RecordingLauncher:
 
     def run(self, side, common, csv, env=None):
         RecordingLauncher.log.append((common[0], side.label))
-        return [{"size_bytes": "4096", "avg_us": "12" if side.label == "B" else "10",
-                 "iterations": "5", "collective": "allgather", "ranks": "2"}]
+        return [
+            {
+                "size_bytes": "4096",
+                "avg_us": "12" if side.label == "B" else "10",
+                "iterations": "5",
+                "collective": "allgather",
+                "ranks": "2",
+            }
+        ]
 
     def run_paired(self, a, b, common, turns, out, env=None, first="A"):
         raise AssertionError("separate launches were asked for")
@@ -35,17 +42,28 @@ class PairedRecordingLauncher(RecordingLauncher):
 
     def run_paired(self, a, b, common, turns, out, env=None, first="A"):
         RecordingLauncher.log.append(first)
-        return {"collective": "allgather", "ranks": 2, "points": {"4096|": {
-            "size_bytes": 4096, "config": {}, "iterations": {"A": 5, "B": 5},
-            "times": {"A": {"avg_us": [10.0] * turns}, "B": {"avg_us": [12.0] * turns}}}}}
+        return {
+            "collective": "allgather",
+            "ranks": 2,
+            "points": {
+                "4096|": {
+                    "size_bytes": 4096,
+                    "config": {},
+                    "iterations": {"A": 5, "B": 5},
+                    "times": {"A": {"avg_us": [10.0] * turns}, "B": {"avg_us": [12.0] * turns}},
+                }
+            },
+        }
 
 
 def test_rounds_alternate_the_first_side_and_interleave_comparisons(tmp_path):
     from ccbench.scripts.comparisons.rounds import Comparison, Side, run_rounds
 
     RecordingLauncher.log = []
-    jobs = [(Comparison(Side("A", ["baseline"]), Side("B", ["baseline"]), "avg", 0.03), [job])
-            for job in ("job0", "job1")]
+    jobs = [
+        (Comparison(Side("A", ["baseline"]), Side("B", ["baseline"]), "avg", 0.03), [job])
+        for job in ("job0", "job1")
+    ]
     run_rounds(jobs, RecordingLauncher(), 4, tmp_path)
     expected = []
     for k in range(4):  # round k of every job before round k + 1 of any
@@ -64,8 +82,22 @@ def test_compare_with_separate_launches_alternates_across_rounds(tmp_path, monke
     monkeypatch.setattr(compare, "Launcher", RecordingLauncher)
     out = tmp_path / "cmp.csv"
     monkeypatch.setenv("CCBENCH_STATE", str(tmp_path / "state"))
-    assert compare.main(["baseline", "baseline --algorithm ring", "--rounds", "4",
-                         "--separate-launches", "-m", "4K", "--csv", str(out)]) == 0
+    assert (
+        compare.main(
+            [
+                "baseline",
+                "baseline --algorithm ring",
+                "--rounds",
+                "4",
+                "--separate-launches",
+                "-m",
+                "4K",
+                "--csv",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert [side for _, side in RecordingLauncher.log] == ALTERNATING
     assert "launches" in out.read_text()
 
@@ -87,6 +119,7 @@ def test_turns_inside_a_launch_alternate_and_keep_each_sides_times(tmp_path, mon
 
         def run():
             inner()
+
         run.side = "A" if ctx.opts.algorithm == "mpi" else "B"
         prepared.run = run
         return prepared
@@ -94,16 +127,39 @@ def test_turns_inside_a_launch_alternate_and_keep_each_sides_times(tmp_path, mon
     def measure(comm, run, iterations, warmup, timing, **_):
         log.append(run.side)
         n = float(len(log))
-        return {"iterations": iterations, "avg_us": n, "fastest_us": n, "p50_us": n,
-                "timer": "python"}
+        return {
+            "iterations": iterations,
+            "avg_us": n,
+            "fastest_us": n,
+            "p50_us": n,
+            "timer": "python",
+        }
 
     monkeypatch.setattr(paired, "prepare_case", prepare)
     monkeypatch.setattr(paired, "measure", measure)
     out = tmp_path / "pairs.json"
-    status = paired.run_pairs(["--a", "baseline --algorithm mpi", "--b",
-                               "baseline --algorithm ring", "--turns", "4", "--json", str(out),
-                               "--", "--collective", "allgather", "-m", "4K,8K", "-i", "2",
-                               "-x", "0"], Communicator(MPI.COMM_SELF))
+    status = paired.run_pairs(
+        [
+            "--a",
+            "baseline --algorithm mpi",
+            "--b",
+            "baseline --algorithm ring",
+            "--turns",
+            "4",
+            "--json",
+            str(out),
+            "--",
+            "--collective",
+            "allgather",
+            "-m",
+            "4K,8K",
+            "-i",
+            "2",
+            "-x",
+            "0",
+        ],
+        Communicator(MPI.COMM_SELF),
+    )
     assert status == 0
     assert log == ALTERNATING * 2  # the 4 KiB point's turns, then the 8 KiB point's
     points = json.loads(out.read_text())["points"]
@@ -125,8 +181,12 @@ def test_in_launch_rounds_alternate_which_side_starts(tmp_path, monkeypatch):
     RecordingLauncher.log = []
     monkeypatch.setattr(compare, "Launcher", PairedRecordingLauncher)
     monkeypatch.setenv("CCBENCH_STATE", str(tmp_path / "state"))
-    assert compare.main(["baseline", "baseline --algorithm ring", "--rounds", "4",
-                         "--turns", "3", "-m", "4K"]) == 0
+    assert (
+        compare.main(
+            ["baseline", "baseline --algorithm ring", "--rounds", "4", "--turns", "3", "-m", "4K"]
+        )
+        == 0
+    )
     assert RecordingLauncher.log == ["A", "B", "A", "B"]
 
 
@@ -146,14 +206,37 @@ def test_a_paired_launch_started_by_b_times_b_first(tmp_path, monkeypatch):
 
     def measure(comm, run, iterations, warmup, timing, **_):
         log.append(run.side)
-        return {"iterations": iterations, "avg_us": 1.0, "fastest_us": 1.0, "p50_us": 1.0,
-                "timer": "python"}
+        return {
+            "iterations": iterations,
+            "avg_us": 1.0,
+            "fastest_us": 1.0,
+            "p50_us": 1.0,
+            "timer": "python",
+        }
 
     monkeypatch.setattr(paired, "prepare_case", prepare)
     monkeypatch.setattr(paired, "measure", measure)
-    status = paired.run_pairs(["--a", "baseline --algorithm mpi", "--b",
-                               "baseline --algorithm ring", "--turns", "3", "--first", "B",
-                               "--json", str(tmp_path / "p.json"), "--", "-m", "4K:4K", "-i",
-                               "2", "-x", "0"], Communicator(MPI.COMM_SELF))
+    status = paired.run_pairs(
+        [
+            "--a",
+            "baseline --algorithm mpi",
+            "--b",
+            "baseline --algorithm ring",
+            "--turns",
+            "3",
+            "--first",
+            "B",
+            "--json",
+            str(tmp_path / "p.json"),
+            "--",
+            "-m",
+            "4K:4K",
+            "-i",
+            "2",
+            "-x",
+            "0",
+        ],
+        Communicator(MPI.COMM_SELF),
+    )
     assert status == 0
     assert log == ["B", "A", "A", "B", "B", "A"]  # B A | A B | B A

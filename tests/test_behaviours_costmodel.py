@@ -21,9 +21,9 @@ LINK = LinkModel(link_gbps=10.0, hop_latency_us=5.0)
 
 # p: (alpha us, beta us/B), by hand: alpha = 2 lg p x 5 us, beta = 2 (p-1)/p x 8e-4
 HAND = {
-    2: (2 * 1 * 5.0, 2 * (1 / 2) * 8e-4),        # 10 us, 8e-4
-    4: (2 * 2 * 5.0, 2 * (3 / 4) * 8e-4),        # 20 us, 1.2e-3
-    8: (2 * 3 * 5.0, 2 * (7 / 8) * 8e-4),        # 30 us, 1.4e-3
+    2: (2 * 1 * 5.0, 2 * (1 / 2) * 8e-4),  # 10 us, 8e-4
+    4: (2 * 2 * 5.0, 2 * (3 / 4) * 8e-4),  # 20 us, 1.2e-3
+    8: (2 * 3 * 5.0, 2 * (7 / 8) * 8e-4),  # 30 us, 1.4e-3
     1024: (2 * 10 * 5.0, 2 * (1023 / 1024) * 8e-4),  # 100 us
 }
 
@@ -60,8 +60,11 @@ def test_simulator_single_merge_under_rabenseifner_closed_form():
     # iteration = 1500 + 2 lg p x 10 + 2 (p-1)/p x 40,000 x 8e-3
     profile = Profile.from_arrays("c", [4000] * 10, [1000.0] + [0] * 9, forward_us=500)
     link = LinkModel(1.0, 10.0)
-    expected = {4: 1500 + 40 + 480.0, 64: 1500 + 120 + 2 * 63 / 64 * 320,
-                2048: 1500 + 220 + 2 * 2047 / 2048 * 320}
+    expected = {
+        4: 1500 + 40 + 480.0,
+        64: 1500 + 120 + 2 * 63 / 64 * 320,
+        2048: 1500 + 220 + 2 * 2047 / 2048 * 320,
+    }
     sims = simulate(profile, link, sorted(expected), ["single"], algorithm="rabenseifner")
     assert [s.ranks for s in sims] == sorted(expected)
     for sim in sims:
@@ -69,10 +72,25 @@ def test_simulator_single_merge_under_rabenseifner_closed_form():
 
 
 def _profile(path) -> None:
-    rows = [{"model": "two", "order": i, "param": f"w{i}", "shape": "1000", "numel": 1000,
-             "dtype": "float32", "bytes": 4000, "backward_us": 100.0, "ready_us": 100.0 * (i + 1),
-             "forward_us": 50.0, "batch": 1, "width": 1, "device": "cpu", "iterations": 1}
-            for i in range(2)]
+    rows = [
+        {
+            "model": "two",
+            "order": i,
+            "param": f"w{i}",
+            "shape": "1000",
+            "numel": 1000,
+            "dtype": "float32",
+            "bytes": 4000,
+            "backward_us": 100.0,
+            "ready_us": 100.0 * (i + 1),
+            "forward_us": 50.0,
+            "batch": 1,
+            "width": 1,
+            "device": "cpu",
+            "iterations": 1,
+        }
+        for i in range(2)
+    ]
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, PROFILE_COLUMNS)
         writer.writeheader()
@@ -84,8 +102,24 @@ def test_simulate_cli_writes_the_rabenseifner_model(tmp_path, capsys):
 
     profile, out = tmp_path / "two.csv", tmp_path / "sim.csv"
     _profile(profile)
-    assert main(["--profile", str(profile), "--ranks", "2:1024", "--strategy", "single",
-                 "--algorithm", "rabenseifner", "--csv", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "--profile",
+                str(profile),
+                "--ranks",
+                "2:1024",
+                "--strategy",
+                "single",
+                "--algorithm",
+                "rabenseifner",
+                "--csv",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     rows = list(csv.DictReader(open(out)))
     assert [int(r["ranks"]) for r in rows] == [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
     for r in rows:
@@ -95,6 +129,10 @@ def test_simulate_cli_writes_the_rabenseifner_model(tmp_path, capsys):
         assert float(r["alpha_us"]) == pytest.approx(2 * lg * 5.0, rel=1e-12)
         assert float(r["beta_us_per_byte"]) == pytest.approx(2 * (p - 1) / p * 8e-4, rel=1e-12)
     # a rank count the model has no steps for is refused, not extrapolated
-    assert main(["--profile", str(profile), "--ranks", "4,6", "--algorithm", "rabenseifner",
-                 "--quiet"]) == 2
+    assert (
+        main(
+            ["--profile", str(profile), "--ranks", "4,6", "--algorithm", "rabenseifner", "--quiet"]
+        )
+        == 2
+    )
     assert "power of two" in capsys.readouterr().err

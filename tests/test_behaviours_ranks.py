@@ -31,11 +31,18 @@ def rows_of(nranks: int, case: str) -> list[dict]:
 
 # nccl-tests' factors by hand: allgather and reduce-scatter (n-1)/n, allreduce 2(n-1)/n
 HAND_FACTORS = {
-    ("allgather", 3): 2 / 3, ("allgather", 4): 3 / 4, ("allgather", 8): 7 / 8,
-    ("reduce_scatter", 3): 2 / 3, ("reduce_scatter", 4): 3 / 4, ("reduce_scatter", 8): 7 / 8,
-    ("allreduce", 3): 4 / 3, ("allreduce", 4): 3 / 2, ("allreduce", 8): 7 / 4,
-    ("allgather", 1): 0.0, ("allreduce", 1): 0.0,
-}  # fmt: skip
+    ("allgather", 3): 2 / 3,
+    ("allgather", 4): 3 / 4,
+    ("allgather", 8): 7 / 8,
+    ("reduce_scatter", 3): 2 / 3,
+    ("reduce_scatter", 4): 3 / 4,
+    ("reduce_scatter", 8): 7 / 8,
+    ("allreduce", 3): 4 / 3,
+    ("allreduce", 4): 3 / 2,
+    ("allreduce", 8): 7 / 4,
+    ("allgather", 1): 0.0,
+    ("allreduce", 1): 0.0,
+}
 
 
 def test_busbw_factors_beyond_two_ranks():
@@ -46,8 +53,9 @@ def test_busbw_factors_beyond_two_ranks():
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("collective, factor", [
-    ("allgather", 3 / 4), ("reduce_scatter", 3 / 4), ("allreduce", 3 / 2)])
+@pytest.mark.parametrize(
+    "collective, factor", [("allgather", 3 / 4), ("reduce_scatter", 3 / 4), ("allreduce", 3 / 2)]
+)
 def test_busbw_column_on_four_ranks(collective, factor):
     rows = rows_of(4, f"busbw-{collective}")
     assert [int(r["size_bytes"]) for r in rows] == [1024, 65536]
@@ -73,13 +81,15 @@ def test_slots_set_the_streams_of_every_aggregator():
     comm = SimpleNamespace(rank=0, size=4)
     for slots, aggregators, owners in ((3, 0, range(4)), (5, 1, [3]), (1, 2, [2, 3])):
         variant = SparseStreaming()
-        opts = parse_options(variant, ["-m", "1M:1M", "--slots", str(slots), "--aggregators",
-                                       str(aggregators)], comm)
+        opts = parse_options(
+            variant, ["-m", "1M:1M", "--slots", str(slots), "--aggregators", str(aggregators)], comm
+        )
         (case, *_), _ = plan_cases(variant, opts, comm)
         layout = variant.layout(case)
         # 1 MiB: 1024 blocks of 256 floats, enough for every slot to have a stream
         assert {r: len(layout.streams_of(r)) for r in range(4)} == {
-            r: slots if r in owners else 0 for r in range(4)}
+            r: slots if r in owners else 0 for r in range(4)
+        }
 
 
 def omnireduce_wire(ranks: int, slots: int, nblocks: int, fusion: int, block_bytes: int) -> int:
@@ -93,29 +103,37 @@ def omnireduce_wire(ranks: int, slots: int, nblocks: int, fusion: int, block_byt
     A rank works for the (ranks - 1) x slots streams of the others and answers the
     ranks - 1 remote workers of its own slots streams.
     """
+
     def pad16(n):
         return -(-n // 16) * 16
 
     length = nblocks // (ranks * slots)
     columns = min(fusion, length)
     rows = length // columns
-    one_way = pad16(4 * (4 + columns)) + rows * (pad16(4 * (4 + 2 * columns))
-                                                 + columns * block_bytes)
+    one_way = pad16(4 * (4 + columns)) + rows * (
+        pad16(4 * (4 + 2 * columns)) + columns * block_bytes
+    )
     return 2 * slots * (ranks - 1) * one_way
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("slots, expected", [
-    # 64 KiB: 64 blocks of 1 KiB; fusion 4; one way per stream 32 + R x (48 + 4096):
-    (1, 99_648),   # L 16, R 4: 2 x 1 x 3 x (32 + 4 x 4144)
-    (2, 99_840),   # L 8,  R 2: 2 x 2 x 3 x (32 + 2 x 4144)
-    (4, 100_224),  # L 4,  R 1: 2 x 4 x 3 x (32 + 4144)
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "slots, expected",
+    [
+        # 64 KiB: 64 blocks of 1 KiB; fusion 4; one way per stream 32 + R x (48 + 4096):
+        (1, 99_648),  # L 16, R 4: 2 x 1 x 3 x (32 + 4 x 4144)
+        (2, 99_840),  # L 8,  R 2: 2 x 2 x 3 x (32 + 2 x 4144)
+        (4, 100_224),  # L 4,  R 1: 2 x 4 x 3 x (32 + 4144)
+    ],
+)
 def test_slots_per_aggregator_in_the_wire_bytes(slots, expected):
     assert omnireduce_wire(4, slots, 64, 4, 1024) == expected
     (row,) = rows_of(4, f"slots-{slots}")
-    assert (row["slots"], row["protocol"], row["validation"]) == (str(slots), "request-driven",
-                                                                   "Pass")
+    assert (row["slots"], row["protocol"], row["validation"]) == (
+        str(slots),
+        "request-driven",
+        "Pass",
+    )
     assert int(row["wire_bytes_per_rank"]) == expected
 
 
@@ -141,7 +159,7 @@ def test_breakdown_puts_a_slow_encode_in_the_encode_column(variant):
     (row,) = rows_of(2, f"breakdown-{variant}-slow-encode")
     encode, decode = float(row["encode_us"]), float(row["decode_us"])
     assert encode >= ENCODES_PER_CALL[variant] * SLEEP_US
-    assert decode < SLEEP_US            # the fast side never holds a sleep
+    assert decode < SLEEP_US  # the fast side never holds a sleep
     assert float(row["call_us"]) >= encode
 
 

@@ -18,11 +18,14 @@ ROW = {"run_id": "r1", "size_bytes": 4096, "avg_us": 12.5}
 # ----------------------------------------------------------------------------- CSV headers
 
 
-@pytest.mark.parametrize("other", [
-    ("run_id", "avg_us", "size_bytes"),   # the same names, two swapped
-    ("avg_us", "run_id", "size_bytes"),   # rotated
-    ("run_id", "size_bytes", "p50_us"),   # one renamed, same width
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "other",
+    [
+        ("run_id", "avg_us", "size_bytes"),  # the same names, two swapped
+        ("avg_us", "run_id", "size_bytes"),  # rotated
+        ("run_id", "size_bytes", "p50_us"),  # one renamed, same width
+    ],
+)
 def test_same_width_but_other_columns_is_refused_and_the_file_kept(tmp_path, other):
     path = tmp_path / "r.csv"
     append_rows(path, [ROW], COLUMNS)
@@ -41,7 +44,9 @@ def test_the_same_columns_append_and_keep_the_earlier_rows(tmp_path):
     header, rows = read_rows(path)
     assert header == list(COLUMNS)
     assert [(r["run_id"], r["size_bytes"], r["avg_us"]) for r in rows] == [
-        ("r1", "4096", "12.5"), ("r2", "8192", "20.0")]
+        ("r1", "4096", "12.5"),
+        ("r2", "8192", "20.0"),
+    ]
 
 
 def test_a_tool_refuses_a_reordered_header_before_any_work(tmp_path, capsys):
@@ -61,8 +66,11 @@ def test_a_tool_refuses_a_reordered_header_before_any_work(tmp_path, capsys):
 def test_numpy_floats_are_written_as_numbers(tmp_path):
     # numpy 2 prints np.float64(0.1) as "np.float64(0.1)"; a CSV needs the number
     path = tmp_path / "n.csv"
-    write_csv_atomic(path, [{"a": np.float64(0.1), "b": np.float32(2.5), "c": np.float64("nan"),
-                             "d": np.int64(3)}], ["a", "b", "c", "d"])
+    write_csv_atomic(
+        path,
+        [{"a": np.float64(0.1), "b": np.float32(2.5), "c": np.float64("nan"), "d": np.int64(3)}],
+        ["a", "b", "c", "d"],
+    )
     assert path.read_text() == "a,b,c,d\n0.1,2.5,nan,3\n"
     (row,) = csv.DictReader(path.open())
     assert float(row["a"]) == 0.1
@@ -101,13 +109,16 @@ def test_a_comparison_exactly_at_the_threshold_fails_the_gate():
     from ccbench.scripts.comparisons.rounds import LAUNCHES, Comparison, Side, result_rows
 
     def gate_rows(a_us, b_us):
-        comparison = Comparison(Side("A", ["baseline"]), Side("B", ["baseline"]), "p50", 0.03,
-                                LAUNCHES)
+        comparison = Comparison(
+            Side("A", ["baseline"]), Side("B", ["baseline"]), "p50", 0.03, LAUNCHES
+        )
         for a, b in zip(a_us, b_us, strict=True):
-            comparison.add(comparison.a, [{"size_bytes": "4096", "p50_us": str(a),
-                                           "iterations": "10"}])
-            comparison.add(comparison.b, [{"size_bytes": "4096", "p50_us": str(b),
-                                           "iterations": "10"}])
+            comparison.add(
+                comparison.a, [{"size_bytes": "4096", "p50_us": str(a), "iterations": "10"}]
+            )
+            comparison.add(
+                comparison.b, [{"size_bytes": "4096", "p50_us": str(b), "iterations": "10"}]
+            )
         return result_rows(comparison, len(a_us), {})
 
     # every round 13 us against 10 us: B/A = 1.3 exactly, the interval [1.3, 1.3]

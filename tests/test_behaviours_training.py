@@ -83,9 +83,10 @@ def test_error_feedback_through_the_fp16_transport():
     from ccbench.collectives.comm import Communicator
     from ccbench.training.gradient_comm import ErrorFeedback, GradientCommSpec, GradientCommunicator
 
-    transport = GradientCommunicator(Communicator(MPI.COMM_SELF),
-                          GradientCommSpec(variant="coll_compressed", codec="fp16",
-                                        error_feedback=True))
+    transport = GradientCommunicator(
+        Communicator(MPI.COMM_SELF),
+        GradientCommSpec(variant="coll_compressed", codec="fp16", error_feedback=True),
+    )
     feedback = ErrorFeedback(transport)
     grad = torch.tensor(G)
     feedback.residuals["b"] = torch.tensor(OLD)
@@ -101,8 +102,13 @@ def test_sharded_trainer_error_feedback_worked_by_hand():
     from ccbench.training.sharded import ShardedTrainer
 
     torch.manual_seed(0)
-    trainer = ShardedTrainer(torch.nn.Linear(5, 3), Communicator(MPI.COMM_SELF),
-                             variant="coll_compressed", codec="fp16", error_feedback=True)
+    trainer = ShardedTrainer(
+        torch.nn.Linear(5, 3),
+        Communicator(MPI.COMM_SELF),
+        variant="coll_compressed",
+        codec="fp16",
+        error_feedback=True,
+    )
     n = trainer.flat.grads.numel()
     trainer.flat.grads.copy_(_tiled(G, n))
     trainer.residual.copy_(_tiled(OLD, n))

@@ -43,7 +43,6 @@ from tests.mpirun import variant_module
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 
 
-
 @pytest.fixture(scope="module")
 def cluster():
     if can_build() is not None:
@@ -60,8 +59,10 @@ def cluster():
 # ----------------------------------------------------------------------------- no root
 
 
-@pytest.mark.parametrize("text, bps", [("1gbit", 10**9), ("100mbit", 10**8),
-                                       ("2.5gbit", 25 * 10**8), ("500Mbit", 5 * 10**8)])
+@pytest.mark.parametrize(
+    "text, bps",
+    [("1gbit", 10**9), ("100mbit", 10**8), ("2.5gbit", 25 * 10**8), ("500Mbit", 5 * 10**8)],
+)
 def test_parse_rate(text, bps):
     assert cluster_layout.parse_rate(text) == bps
 
@@ -84,12 +85,15 @@ def test_bad_names_rejected(name):
 
 
 def test_interface_names_fit_and_subnets_differ():
-    c = cluster_layout.Cluster("abcdefgh", cluster_layout.MAX_RANKS, 10**9, 0, 1500, 125000,
-                               1 << 20)
+    c = cluster_layout.Cluster(
+        "abcdefgh", cluster_layout.MAX_RANKS, 10**9, 0, 1500, 125000, 1 << 20
+    )
     assert max(len(n) for n in [*c.ports, c.bridge, c.rank_iface]) <= 15
     assert len(set(c.addresses)) == cluster_layout.MAX_RANKS
-    subnets = {cluster_layout.Cluster(n, 2, 10**9, 0, 1500, 1, 1).subnet
-               for n in ("ccb", "ccbt", "ccbu", "ccbv", "ccbsweep")}
+    subnets = {
+        cluster_layout.Cluster(n, 2, 10**9, 0, 1500, 1, 1).subnet
+        for n in ("ccb", "ccbt", "ccbu", "ccbv", "ccbsweep")
+    }
     assert len(subnets) == 5
     assert all(s.startswith("10.") and s.endswith(".0/24") for s in subnets)
 
@@ -106,22 +110,40 @@ def test_mpiexec_command_puts_each_rank_in_its_namespace():
     # the floor's payload rate before any selfcheck: the TCP ceiling, 1448 of 1514 bytes
     ceiling = f"{(1500 - 52) / (1500 + 14):.6g}"
     # a transfer's lower bound: that ceiling, and the token bucket's burst as built
-    assert pairs == {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi",
-                     "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "ccb-eth", "CCBENCH_LINK_GBPS": "1",
-                     "CCBENCH_LINK_GOODPUT_GBPS": ceiling,
-                     "CCBENCH_LINK_CEILING_GBPS": ceiling, "CCBENCH_LINK_BURST_BYTES": "125000"}
+    assert pairs == {
+        "MPIR_CVAR_NOLOCAL": "1",
+        "MPIR_CVAR_CH4_NETMOD": "ofi",
+        "FI_PROVIDER": "tcp",
+        "FI_TCP_IFACE": "ccb-eth",
+        "CCBENCH_LINK_GBPS": "1",
+        "CCBENCH_LINK_GOODPUT_GBPS": ceiling,
+        "CCBENCH_LINK_CEILING_GBPS": ceiling,
+        "CCBENCH_LINK_BURST_BYTES": "125000",
+    }
     c.goodput_bps = 0.9e9  # measured by selfcheck: that one
     args = cluster_run.mpiexec_command(c, ["python", "-m", "x"], 3, "/bin/mpiexec")
     assert args[args.index("CCBENCH_LINK_GOODPUT_GBPS") + 1] == "0.9"
 
 
 def test_userns_commands_enter_the_keeper():
-    c = cluster_layout.Cluster("ccb", 2, 10**9, 0, 1500, 125000, 1 << 20,
-                               mode=cluster_layout.USERNS, keeper_pid=4242)
-    enter = ["nsenter", "-t", "4242", "-U", "-m", "-n", "--preserve-credentials",
-             f"--wd={os.getcwd()}", "--"]
-    assert cluster_run.mpiexec_command(c, ["x"], 2, "/bin/mpiexec")[:len(enter) + 1] == [
-        *enter, "/bin/mpiexec"]
+    c = cluster_layout.Cluster(
+        "ccb", 2, 10**9, 0, 1500, 125000, 1 << 20, mode=cluster_layout.USERNS, keeper_pid=4242
+    )
+    enter = [
+        "nsenter",
+        "-t",
+        "4242",
+        "-U",
+        "-m",
+        "-n",
+        "--preserve-credentials",
+        f"--wd={os.getcwd()}",
+        "--",
+    ]
+    assert cluster_run.mpiexec_command(c, ["x"], 2, "/bin/mpiexec")[: len(enter) + 1] == [
+        *enter,
+        "/bin/mpiexec",
+    ]
     assert cluster_netns.enter_command(cluster_layout.Cluster("ccb", 2, 10**9, 0, 1500, 1, 1)) == []
 
 
@@ -144,7 +166,8 @@ def test_regime_rate_by_hand():
     # 2.8389 GB/s / 2 x 8 / 9 = 1.26173 Gbit/s, kept to 3 significant digits
     odd = {**two, "round_trip_bps": 2.8389e9}
     assert regime_rate("bfp:rate=8", 9, ranks=4, cores=2, measured=odd)["rate_bps"] == (
-        1_260_000_000)
+        1_260_000_000
+    )
     # fewer ranks than cores: each has a whole core, no more
     assert regime_rate("fp16", 8, ranks=1, cores=2, measured=two)["rate_bps"] == 2 * 10**9
 
@@ -159,8 +182,24 @@ def test_codec_throughput_is_measured():
 def test_up_refuses_rate_and_codec_together(capsys):
     if can_build() is not None:
         pytest.skip(can_build())
-    assert cl.main(["up", "--name", "ccbv", "--ranks", "2", "--rate", "1gbit", "--codec",
-                    "fp16", "--codec-ratio", "4"]) == 2
+    assert (
+        cl.main(
+            [
+                "up",
+                "--name",
+                "ccbv",
+                "--ranks",
+                "2",
+                "--rate",
+                "1gbit",
+                "--codec",
+                "fp16",
+                "--codec-ratio",
+                "4",
+            ]
+        )
+        == 2
+    )
     assert "not both" in capsys.readouterr().err
     assert cl.main(["up", "--name", "ccbv", "--ranks", "2", "--codec", "fp16"]) == 2
     assert "go together" in capsys.readouterr().err
@@ -178,10 +217,24 @@ def unprivileged(*args: str) -> subprocess.CompletedProcess:
     if setpriv is None or os.geteuid() != 0:
         pytest.skip("needs root and setpriv to drop privileges")
     return subprocess.run(
-        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-         "--bounding-set=-all", sys.executable, "-m", "ccbench.scripts.cluster", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=60, env=dict(os.environ),
-    )  # fmt: skip
+        [
+            setpriv,
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            sys.executable,
+            "-m",
+            "ccbench.scripts.cluster",
+            *args,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
 
 
 def test_without_privileges_one_line():
@@ -262,8 +315,7 @@ def test_mpi_ranks_run_in_their_namespaces_over_tcp(cluster):
     # Hydra may merge the ranks' lines: take every JSON object wherever it sits.
     ranks = [json.loads(m) for m in re.findall(r"\{[^{}]*\}", proc.stdout)]
     assert sorted(r["rank"] for r in ranks) == list(range(RANKS))
-    assert all(r["ok"] and r["link"] == "0.2" and r["iface"] == cluster.rank_iface
-               for r in ranks)  # fmt: skip
+    assert all(r["ok"] and r["link"] == "0.2" and r["iface"] == cluster.rank_iface for r in ranks)
     own = os.readlink("/proc/self/ns/net")
     assert len({r["netns"] for r in ranks} | {own}) == RANKS + 1
     # Every rank's 1 MiB block reached the other ranks through the shapers (no shared memory).
@@ -299,8 +351,17 @@ def test_torch_distributed_joins_every_namespace(cluster):
 @needs_namespaces
 @needs_hydra
 def test_run_subset_and_errors(cluster):
-    proc = ccb("run", "--name", NAME, "-n", "2", "--", "python", "-c",
-               "from mpi4py import MPI; print(f'size {MPI.COMM_WORLD.size}')")  # fmt: skip
+    proc = ccb(
+        "run",
+        "--name",
+        NAME,
+        "-n",
+        "2",
+        "--",
+        "python",
+        "-c",
+        "from mpi4py import MPI; print(f'size {MPI.COMM_WORLD.size}')",
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("size 2") == 2
     bad = ccb("run", "--name", NAME, "-n", str(RANKS + 1), "--", "true")
@@ -315,9 +376,28 @@ def test_run_subset_and_errors(cluster):
 @needs_hydra
 def test_compressed_allgather_validates_inside(cluster, tmp_path):
     csv = tmp_path / "cc.csv"
-    proc = ccb("run", "--name", NAME, "--", "python", *variant_module("coll_compressed"),
-               "--collective", "allgather", "--codec", "fp16", "-m", "64K:256K",
-               "-i", "3", "-x", "1", "-c", "--csv", str(csv), timeout=120)  # fmt: skip
+    proc = ccb(
+        "run",
+        "--name",
+        NAME,
+        "--",
+        "python",
+        *variant_module("coll_compressed"),
+        "--collective",
+        "allgather",
+        "--codec",
+        "fp16",
+        "-m",
+        "64K:256K",
+        "-i",
+        "3",
+        "-x",
+        "1",
+        "-c",
+        "--csv",
+        str(csv),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     import pandas as pd
 
@@ -347,8 +427,11 @@ def test_selfcheck_reports_against_the_rate(cluster):
     ceiling, burst, steps = state.tcp_goodput_bps(), state.burst_bytes, RANKS - 1
     costs = []
     for n, size, fastest, wire, cost in re.findall(
-            r"^mpi  (\d+) ring steps of (\d+) B: fastest (\d+) us \(median \d+\), wire floor "
-            r"(\d+) us, fixed cost (\d+) us per step$", proc.stdout, re.MULTILINE):
+        r"^mpi  (\d+) ring steps of (\d+) B: fastest (\d+) us \(median \d+\), wire floor "
+        r"(\d+) us, fixed cost (\d+) us per step$",
+        proc.stdout,
+        re.MULTILINE,
+    ):
         assert int(n) == steps
         by_hand = max(steps * int(size) - burst, 0) * 8 / ceiling * 1e6
         assert abs(int(wire) - by_hand) <= 0.5, (wire, by_hand)
@@ -356,8 +439,9 @@ def test_selfcheck_reports_against_the_rate(cluster):
         costs.append(int(cost))
     assert len(costs) == 3, proc.stdout
     assert abs(state.step_us - min(costs)) <= 1  # kept for `run` (CCBENCH_LINK_STEP_US)
-    assert cluster_run.rank_environment(state, RANKS)["CCBENCH_LINK_STEP_US"] == \
-        f"{state.step_us:.6g}"
+    assert (
+        cluster_run.rank_environment(state, RANKS)["CCBENCH_LINK_STEP_US"] == f"{state.step_us:.6g}"
+    )
 
 
 @needs_namespaces
@@ -371,7 +455,8 @@ def test_second_cluster_coexists_and_reconfigures(cluster):
         assert proc.returncode == 0 and "removed the previous layout" in proc.stdout
         again = cluster_layout.load_state(other)
         assert again.ranks == 2 and tbf(f"{other}-1", again.rank_iface)["options"]["rate"] == (
-            300_000_000 // 8)
+            300_000_000 // 8
+        )
     finally:
         down_and_check_gone(other)
     assert cl.intact(cluster_layout.load_state(NAME))  # the other cluster was left alone

@@ -46,8 +46,19 @@ def userns_cluster():
     if why:
         pytest.skip(why)
     ccb("down", "--name", USERNS_NAME)
-    proc = ccb("up", "--name", USERNS_NAME, "--ranks", "2", "--userns", "--codec", "bfp:rate=8",
-               "--codec-ratio", str(USERNS_RATIO), timeout=120)
+    proc = ccb(
+        "up",
+        "--name",
+        USERNS_NAME,
+        "--ranks",
+        "2",
+        "--userns",
+        "--codec",
+        "bfp:rate=8",
+        "--codec-ratio",
+        str(USERNS_RATIO),
+        timeout=120,
+    )
     try:
         assert proc.returncode == 0, proc.stderr
         yield cluster_layout.load_state(USERNS_NAME), proc.stdout
@@ -69,8 +80,19 @@ def test_userns_cluster_leaves_the_host_alone(userns_cluster):
     assert c.rate_bps == pytest.approx(bps, rel=5e-3)
     assert f"/ {USERNS_RATIO:g} -> links of {cluster_layout.format_rate(c.rate_bps)}" in printed
     # the same regime again is the same cluster, though its measurement moved
-    proc = ccb("up", "--name", USERNS_NAME, "--ranks", "2", "--userns", "--codec",
-               "bfp:rate=8", "--codec-ratio", str(USERNS_RATIO), timeout=120)
+    proc = ccb(
+        "up",
+        "--name",
+        USERNS_NAME,
+        "--ranks",
+        "2",
+        "--userns",
+        "--codec",
+        "bfp:rate=8",
+        "--codec-ratio",
+        str(USERNS_RATIO),
+        timeout=120,
+    )
     assert proc.returncode == 0 and "already up" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -80,9 +102,26 @@ def test_userns_ranks_run_over_the_shaped_links(userns_cluster, tmp_path):
     c, _ = userns_cluster
     before = json.loads(ccb("status", "--name", USERNS_NAME, "--json").stdout)
     out = tmp_path / "b.csv"
-    proc = ccb("run", "--name", USERNS_NAME, "--", "python", *variant_module("baseline"),
-               "--collective", "allgather", "-m", "1M:1M", "-i", "3", "-x", "1", "-c",
-               "--csv", str(out), timeout=120)  # fmt: skip
+    proc = ccb(
+        "run",
+        "--name",
+        USERNS_NAME,
+        "--",
+        "python",
+        *variant_module("baseline"),
+        "--collective",
+        "allgather",
+        "-m",
+        "1M:1M",
+        "-i",
+        "3",
+        "-x",
+        "1",
+        "-c",
+        "--csv",
+        str(out),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     import pandas as pd
 
@@ -132,17 +171,37 @@ def test_an_unprivileged_user_builds_uses_and_removes_a_cluster():
     home = Path(tempfile.mkdtemp(prefix="ccbench-nobody-"))
     os.chmod(home, 0o755)
     os.chown(home, 65534, 65534)
-    env = {**os.environ, "HOME": str(home), "TMPDIR": str(home),
-           "XDG_CACHE_HOME": str(home / "cache"), "CCBENCH_STATE": str(home / "state"),
-           "CCBENCH_CORPUS": str(home / "no-corpus")}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "CCBENCH_STATE": str(home / "state"),
+        "CCBENCH_CORPUS": str(home / "no-corpus"),
+    }
     env.pop("XDG_RUNTIME_DIR", None)
 
     def as_nobody(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-             "--bounding-set=-all", sys.executable, "-m", "ccbench.scripts.cluster", *args],
-            cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env,
-            stdin=subprocess.DEVNULL)  # fmt: skip
+            [
+                setpriv,
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                sys.executable,
+                "-m",
+                "ccbench.scripts.cluster",
+                *args,
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
 
     check = as_nobody("check")
     if check.returncode != 0:
@@ -177,9 +236,26 @@ def run_as_nobody(as_nobody, home: Path, check) -> None:
         assert up.returncode == 0, up.stdout + up.stderr
         status = json.loads(as_nobody("status", "--name", name, "--json").stdout)
         assert status["mode"] == cluster_layout.USERNS and status["ranks"] == 2
-        run = as_nobody("run", "--name", name, "--", sys.executable,
-                        *variant_module("baseline"), "--collective", "allgather", "-m",
-                        "256K:256K", "-i", "3", "-x", "1", "-c", "--csv", str(out), timeout=180)
+        run = as_nobody(
+            "run",
+            "--name",
+            name,
+            "--",
+            sys.executable,
+            *variant_module("baseline"),
+            "--collective",
+            "allgather",
+            "-m",
+            "256K:256K",
+            "-i",
+            "3",
+            "-x",
+            "1",
+            "-c",
+            "--csv",
+            str(out),
+            timeout=180,
+        )
         assert run.returncode == 0, run.stdout + run.stderr
         import pandas as pd
 

@@ -27,8 +27,14 @@ from ccbench.kernels.inputs import values
 from tests import codec_emulation
 from tests.codec_emulation import placed
 
-SPECS = ["fp16", "bf16", *(f"bfp:rate={r}" for r in range(2, 17)), "bfp:rate=3,block=8",
-         "bfp:rate=12,block=64", "bfp:rate=8,block=256"]
+SPECS = [
+    "fp16",
+    "bf16",
+    *(f"bfp:rate={r}" for r in range(2, 17)),
+    "bfp:rate=3,block=8",
+    "bfp:rate=12,block=64",
+    "bfp:rate=8,block=256",
+]
 LENGTHS = (1, 33, 8193, 3 * 8192 + 100)
 
 
@@ -36,18 +42,19 @@ def spread(count: int, seed: int, low: int = -20, high: int = 15) -> np.ndarray:
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(count) * 2.0 ** rng.integers(low, high, count)).astype(np.float32)
     x[::97] = 0.0
-    x[1::101] = np.float32(1e-41)                 # subnormals
+    x[1::101] = np.float32(1e-41)  # subnormals
     return x
 
 
 def host(spec: str):
     codec = parse_codec(spec)
     if codec_fused.host_kernels() is None:
-        codec.kernels = "reference"               # the reference: the same bytes
+        codec.kernels = "reference"  # the reference: the same bytes
     return codec
 
 
 # ---------------------------------------------------------------- on a GPU
+
 
 def _device():
     try:
@@ -64,8 +71,10 @@ def _device():
 def cupy():
     module = _device()
     if module is None:
-        pytest.skip("no CUDA device seen by cupy (the device kernels run only on a GPU; "
-                    "the emulated tests below check their source on the CPU)")
+        pytest.skip(
+            "no CUDA device seen by cupy (the device kernels run only on a GPU; "
+            "the emulated tests below check their source on the CPU)"
+        )
     return module
 
 
@@ -203,8 +212,11 @@ def test_timed_device_codec_calls_neither_allocate_nor_wait(spec):
         assert double.STATS.timed_allocs == 0, double.STATS.alloc_where
         assert double.STATS.timed == 0, double.STATS.where
 
-    timed(lambda: codec.encode(dx, out=payload), lambda: codec.decode(payload, out),
-          lambda: codec.decode_add_encode(payload, down, target, sent))
+    timed(
+        lambda: codec.encode(dx, out=payload),
+        lambda: codec.decode(payload, out),
+        lambda: codec.decode_add_encode(payload, down, target, sent),
+    )
     codec.check_deferred()
     expected = fast.encode(x)
     decoded, summed, resent = np.empty_like(x), np.empty_like(x), np.zeros_like(expected)
@@ -227,8 +239,9 @@ def test_timed_device_codec_calls_neither_allocate_nor_wait(spec):
     timed(lambda: codec.encode(dx, out=payload))
     codec.check_deferred()  # the flag was reset: the good data passes
 
-    big = arrays.from_numpy("double", np.full(n, accepted_below(spec) * np.float32(0.75),
-                                              np.float32), "float32")
+    big = arrays.from_numpy(
+        "double", np.full(n, accepted_below(spec) * np.float32(0.75), np.float32), "float32"
+    )
     codec.encode(big, out=payload)
     codec.check_deferred()
     timed(lambda: codec.decode_add_encode(payload, big, target, sent))  # sums past the range
@@ -238,6 +251,7 @@ def test_timed_device_codec_calls_neither_allocate_nor_wait(spec):
 
 
 # ---------------------------------------------------------------- emulated on the CPU
+
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
@@ -292,8 +306,9 @@ def test_emulated_device_kernels_match_the_host(emulated, spec, count):
         assert flag[0] == 0 and emulated.atomics() == 0
 
 
-@pytest.mark.parametrize("spec", ["fp16", "bf16", "bfp:rate=8", "bfp:rate=16", "bfp:rate=3",
-                                  "bfp:rate=13,block=8"])
+@pytest.mark.parametrize(
+    "spec", ["fp16", "bf16", "bfp:rate=8", "bfp:rate=16", "bfp:rate=3", "bfp:rate=13,block=8"]
+)
 def test_emulated_kernels_on_gradient_like_data_and_a_payload_written_in_place(emulated, spec):
     """Gradient-like values; the hop writing its payload over the one it reads."""
     x = values("gradient-like", 5 * 8192 + 37, 0, 2, 3).astype(np.float32)
@@ -321,8 +336,9 @@ def refused_from(spec: str) -> np.float32:
         return np.float32(2.0 ** (102 + codec.rate))
     largest = {"fp16": np.finfo(np.float16).max, "bf16": np.float32(3.3895313892515355e38)}
     mantissa = {"fp16": 10, "bf16": 7}[spec]
-    return np.float32(float(largest[spec]) + 2.0 ** (np.floor(np.log2(float(largest[spec])))
-                                                     - mantissa - 1))
+    return np.float32(
+        float(largest[spec]) + 2.0 ** (np.floor(np.log2(float(largest[spec]))) - mantissa - 1)
+    )
 
 
 def accepted_below(spec: str) -> np.float32:
@@ -357,12 +373,20 @@ def test_emulated_vote_flags_bad_data_alone(emulated, spec):
     good[-2] = taken
     for offset in (0, 4):
         flag = np.zeros(1, np.int32)
-        emulated.encode(spec, placed(good, offset), placed(np.zeros(host(spec).encoded_nbytes(
-            count), np.uint8), offset), flag)
+        emulated.encode(
+            spec,
+            placed(good, offset),
+            placed(np.zeros(host(spec).encoded_nbytes(count), np.uint8), offset),
+            flag,
+        )
         assert flag[0] == 0 and emulated.atomics() == 0
     host(spec).encode(good)  # the host takes it too
-    for bad in (np.float32(np.nan), np.float32(np.inf), np.finfo(np.float32).max,
-                refused_from(spec)):
+    for bad in (
+        np.float32(np.nan),
+        np.float32(np.inf),
+        np.finfo(np.float32).max,
+        refused_from(spec),
+    ):
         for where in bad_places(count):
             x = good.copy()
             x[where] = -bad
@@ -391,10 +415,14 @@ def test_emulated_hop_votes_on_its_sums(emulated, spec):
     fast.decode_add_encode(payload, own, summed)
     flag = np.zeros(1, np.int32)
     target = placed(np.zeros_like(x), 0)
-    emulated.hop(spec, placed(payload, 0), placed(own, 0), target, placed(
-        np.zeros_like(payload), 0), flag)
-    assert flag[0] == int(np.abs(summed).view(np.int32).max()) >= int(
-        np.array(refused_from(spec)).view(np.int32))
+    emulated.hop(
+        spec, placed(payload, 0), placed(own, 0), target, placed(np.zeros_like(payload), 0), flag
+    )
+    assert (
+        flag[0]
+        == int(np.abs(summed).view(np.int32).max())
+        >= int(np.array(refused_from(spec)).view(np.int32))
+    )
     assert emulated.atomics() == 1
     flag[0] = 0
     emulated.hop(spec, placed(payload, 0), placed(own, 0), target, None, flag)
@@ -411,14 +439,14 @@ def test_codec_throughput_times_the_device_hop_on_the_double(spec, monkeypatch):
     name = "bfp_decode_add_encode" if spec.startswith("bfp") else "cast_decode_add_encode"
     hops = []
     fused_hop = getattr(double.Kernels, name)
-    monkeypatch.setattr(double.Kernels, name,
-                        lambda self, *args: hops.append(1) or fused_hop(self, *args))
+    monkeypatch.setattr(
+        double.Kernels, name, lambda self, *args: hops.append(1) or fused_hop(self, *args)
+    )
     double.STATS.reset()
     row = measure_codec(spec, "gradient-like", "double", "float32", 1 << 14, 2)
     assert row["kernels"] == "device" and row["hop_gbps"] > 0
     assert len(hops) >= 3  # the untimed try, then one per timed round
-    assert double.STATS.timed == 0 and double.STATS.timed_allocs == 0, \
-        double.STATS.alloc_where
+    assert double.STATS.timed == 0 and double.STATS.timed_allocs == 0, double.STATS.alloc_where
 
 
 def edge_values(spec: str) -> np.ndarray:
@@ -452,8 +480,9 @@ def edge_values(spec: str) -> np.ndarray:
     return x
 
 
-@pytest.mark.parametrize("spec", ["fp16", "bf16", "bfp:rate=8", "bfp:rate=16", "bfp:rate=2",
-                                  "bfp:rate=5,block=8"])
+@pytest.mark.parametrize(
+    "spec", ["fp16", "bf16", "bfp:rate=8", "bfp:rate=16", "bfp:rate=2", "bfp:rate=5,block=8"]
+)
 def test_emulated_kernels_on_edge_values(emulated, spec):
     x = edge_values(spec)
     fast = host(spec)

@@ -37,13 +37,12 @@ if codec_fused.host_kernels() is None:
         pytest.fail(f"fused host kernels missing: {codec_fused.note()}", pytrace=False)
     pytest.skip(codec_fused.note(), allow_module_level=True)
 
-BFP_RATES = range(2, 17)                       # every rate the parser accepts
-BLOCKS = (8, 32, 64, 256)                      # the smallest, default and largest blocks
+BFP_RATES = range(2, 17)  # every rate the parser accepts
+BLOCKS = (8, 32, 64, 256)  # the smallest, default and largest blocks
 CASTS = ("fp16", "bf16")
 # lengths around a block (8..256 values) and a tile (B x 256 values)
 LENGTHS = (1, 7, 9, 31, 33, 255, 257, 8191, 8193, 3 * 8192 + 100, 65536 + 300)
-PROPERTY = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def pair(spec: str):
@@ -77,13 +76,14 @@ def check_equivalent(spec: str, x: np.ndarray) -> None:
     p_ref, p_fast = ref.encode(x), fast.encode(x)
     assert same_bits(p_fast, p_ref), f"{spec}: payloads differ"
     y_ref, y_fast = np.empty_like(x), np.empty_like(x)
-    ref.decode(p_fast, y_ref)             # fused encode -> reference decode
-    fast.decode(p_ref, y_fast)            # reference encode -> fused decode
+    ref.decode(p_fast, y_ref)  # fused encode -> reference decode
+    fast.decode(p_ref, y_fast)  # reference encode -> fused decode
     assert same_bits(y_fast, y_ref), f"{spec}: decoded values differ"
 
 
-def check_hop(spec: str, payload_of: np.ndarray, own: np.ndarray, encode: bool = True,
-              alias: bool = False) -> None:
+def check_hop(
+    spec: str, payload_of: np.ndarray, own: np.ndarray, encode: bool = True, alias: bool = False
+) -> None:
     """decode_add_encode, fused, against the reference's decode, add, encode."""
     ref, fast = pair(spec)
     payload = ref.encode(payload_of)
@@ -104,11 +104,11 @@ def check_hop(spec: str, payload_of: np.ndarray, own: np.ndarray, encode: bool =
 
 # ---------------------------------------------------------------- random and real data
 
+
 def spread(count: int, seed: int, low: int = -60, high: int = 60) -> np.ndarray:
     """Normal values times 2**k, k uniform in [low, high): every block a different scale."""
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal(count) * 2.0 ** rng.integers(low, high, count)).astype(
-        np.float32)
+    return (rng.standard_normal(count) * 2.0 ** rng.integers(low, high, count)).astype(np.float32)
 
 
 @pytest.mark.parametrize("spec", ALL_SPECS)
@@ -128,8 +128,24 @@ def real_gradients(tmp_path_factory):
         from ccbench.scripts.cli import main
 
         root = tmp_path_factory.mktemp("corpus")
-        assert main(["corpus", "--out", str(root), "--lm-model", "lm-tiny", "--digits-model",
-                     "none", "--steps", "2", "--ranks", "2"]) == 0
+        assert (
+            main(
+                [
+                    "corpus",
+                    "--out",
+                    str(root),
+                    "--lm-model",
+                    "lm-tiny",
+                    "--digits-model",
+                    "none",
+                    "--steps",
+                    "2",
+                    "--ranks",
+                    "2",
+                ]
+            )
+            == 0
+        )
         saved = os.environ.get("CCBENCH_CORPUS")
         os.environ["CCBENCH_CORPUS"] = str(root)
         try:
@@ -142,8 +158,9 @@ def real_gradients(tmp_path_factory):
     return values(kind, 300_000, 0, 1).astype(np.float32)
 
 
-@pytest.mark.parametrize("spec", ["fp16", "bf16", "bfp:rate=4", "bfp:rate=8", "bfp:rate=16",
-                                  "bfp:rate=5,block=64"])
+@pytest.mark.parametrize(
+    "spec", ["fp16", "bf16", "bfp:rate=4", "bfp:rate=8", "bfp:rate=16", "bfp:rate=5,block=64"]
+)
 def test_real_gradients(spec, real_gradients):
     grads = real_gradients
     check_equivalent(spec, grads)
@@ -158,26 +175,53 @@ def test_gradient_like(spec):
 
 @pytest.mark.parametrize("spec", ["fp16", "bf16", "bfp:rate=8", "bfp:rate=13"])
 @PROPERTY
-@given(x=np_arrays(np.float32, st.integers(1, 20_000), elements=st.floats(
-    min_value=-6e4, max_value=6e4, width=32, allow_nan=False, allow_subnormal=True)))
+@given(
+    x=np_arrays(
+        np.float32,
+        st.integers(1, 20_000),
+        elements=st.floats(
+            min_value=-6e4, max_value=6e4, width=32, allow_nan=False, allow_subnormal=True
+        ),
+    )
+)
 def test_property(spec, x):
     check_equivalent(spec, x)
 
 
 # ---------------------------------------------------------------- the edges of each format
 
+
 def test_zeros_and_subnormals():
-    tiny = np.array([0.0, -0.0, 1e-45, -1e-45, 1e-40, -3e-41, 5e-39, 1.1754942e-38,
-                     1.1754944e-38, -1.1754944e-38, 2e-38], np.float32)
+    tiny = np.array(
+        [
+            0.0,
+            -0.0,
+            1e-45,
+            -1e-45,
+            1e-40,
+            -3e-41,
+            5e-39,
+            1.1754942e-38,
+            1.1754944e-38,
+            -1.1754944e-38,
+            2e-38,
+        ],
+        np.float32,
+    )
     zeros = np.zeros(9000, np.float32)
     zeros[1::2] = -0.0
     rng = np.random.default_rng(7)
     sign = rng.integers(0, 2, 9000).astype(np.uint32) << 31
     subnormal = (rng.integers(1, 1 << 23, 9000).astype(np.uint32) | sign).view(
-        np.float32)                             # bit patterns below 2**-126, both signs
+        np.float32
+    )  # bit patterns below 2**-126, both signs
     for spec in ALL_SPECS:
-        for x in (tiny, zeros, subnormal, np.concatenate([subnormal, tiny, [1.0]]).astype(
-                np.float32)):
+        for x in (
+            tiny,
+            zeros,
+            subnormal,
+            np.concatenate([subnormal, tiny, [1.0]]).astype(np.float32),
+        ):
             check_equivalent(spec, x)
 
 
@@ -225,7 +269,7 @@ def test_bfp_rounding_ties(spec):
     codec = parse_codec(spec)
     count = codec.block * TILE_WIDTH
     x = np.zeros(count, np.float32)
-    top = 2 ** (codec.rate - 1) - 1                # largest |q|
+    top = 2 ** (codec.rate - 1) - 1  # largest |q|
     # every block has max |x| = 1 - 2**-R... below the edge: emax 0, step 2**(1-R)
     step = 2.0 ** (1 - codec.rate)
     q = np.random.default_rng(codec.rate).integers(-top, top, count)
@@ -237,8 +281,27 @@ def test_bfp_rounding_ties(spec):
 def cast_bit_patterns() -> np.ndarray:
     """Every upper 16 bits of a float32 with low halves around each rounding boundary."""
     high = np.arange(1 << 16, dtype=np.uint32) << 16
-    low = np.array([0, 1, 0xFFF, 0x1000, 0x1001, 0x1FFF, 0x2000, 0x2001, 0x3000, 0x4000,
-                    0x6000, 0x7FFF, 0x8000, 0x8001, 0xC000, 0xFFFF], np.uint32)
+    low = np.array(
+        [
+            0,
+            1,
+            0xFFF,
+            0x1000,
+            0x1001,
+            0x1FFF,
+            0x2000,
+            0x2001,
+            0x3000,
+            0x4000,
+            0x6000,
+            0x7FFF,
+            0x8000,
+            0x8001,
+            0xC000,
+            0xFFFF,
+        ],
+        np.uint32,
+    )
     return (high[:, None] | low[None, :]).ravel().view(np.float32)
 
 
@@ -275,7 +338,7 @@ def test_fp16_both_code_paths(fp16_code):
     x = cast_bit_patterns()
     x = x[np.isfinite(x) & (np.abs(x) <= largest_taken("fp16"))]
     check_equivalent("fp16", x)
-    for count in (1, 7, 8, 9, 15, 17, 1000):      # the 8-wide loop and its tail
+    for count in (1, 7, 8, 9, 15, 17, 1000):  # the 8-wide loop and its tail
         check_equivalent("fp16", spread(count, count, -26, 16))
         check_hop("fp16", spread(count, 1, -20, 12), spread(count, 2, -20, 12))
         check_hop("fp16", spread(count, 1, -20, 12), spread(count, 2, -20, 12), encode=False)
@@ -296,7 +359,7 @@ def test_bfp_decodes_any_payload(spec):
     for start in range(0, payload.shape[0], nbytes):  # exponent rows: E <= 102 + R + 126
         width = min(TILE_WIDTH, (payload.shape[0] - start) // ref.block_nbytes)
         at = start + (planes if width == TILE_WIDTH else width * ref.block * ref.rate // 8)
-        payload[at:at + width] = rng.integers(0, 229 + ref.rate, width)
+        payload[at : at + width] = rng.integers(0, 229 + ref.rate, width)
     y_ref, y_fast = np.empty(count, np.float32), np.empty(count, np.float32)
     ref.decode(payload, y_ref)
     fast.decode(payload, y_fast)
@@ -305,11 +368,11 @@ def test_bfp_decodes_any_payload(spec):
 
 # ---------------------------------------------------------------- bad data
 
+
 def bad_inputs(spec: str):
     big = np.float32(largest_taken(spec))
     first_refused = np.nextafter(big, np.float32(np.inf))
-    for value in (np.nan, np.inf, -np.inf, np.finfo(np.float32).max, -first_refused,
-                  first_refused):
+    for value in (np.nan, np.inf, -np.inf, np.finfo(np.float32).max, -first_refused, first_refused):
         for at in (0, 8191, 20_000):
             x = spread(30_000, 5, -20, 15)
             x[at] = value
@@ -348,14 +411,15 @@ def test_hop_sum_out_of_range_refused_alike(spec):
 
 # ---------------------------------------------------------------- the reduce-scatter hop
 
+
 @pytest.mark.parametrize("spec", ALL_SPECS)
 @pytest.mark.parametrize("count", [1, 33, 8193, 3 * 8192 + 100])
 def test_decode_add_encode(spec, count):
     scales = (-20, 12) if spec in CASTS else (-40, 40)
     a, b = spread(count, 1, *scales), spread(count, 2, *scales)
     check_hop(spec, a, b)
-    check_hop(spec, a, b, encode=False)     # the last hop: no re-encode
-    check_hop(spec, a, b, alias=True)       # target is own itself
+    check_hop(spec, a, b, encode=False)  # the last hop: no re-encode
+    check_hop(spec, a, b, alias=True)  # target is own itself
 
 
 def test_hop_is_the_composition_of_the_three_steps():
@@ -367,12 +431,14 @@ def test_hop_is_the_composition_of_the_three_steps():
     codec.decode(payload, decoded)
     expected = codec.encode(decoded + b)
     target = np.empty_like(a)
-    got = codec.decode_add_encode(payload, b, target, np.empty(codec.encoded_nbytes(9000),
-                                                               np.uint8))
+    got = codec.decode_add_encode(
+        payload, b, target, np.empty(codec.encoded_nbytes(9000), np.uint8)
+    )
     assert same_bits(target, decoded + b) and same_bits(got, expected)
 
 
 # ---------------------------------------------------------------- buffers, dtypes, dispatch
+
 
 @pytest.mark.parametrize("spec", ["fp16", "bf16", "bfp:rate=8", "bfp:rate=16"])
 def test_torch_tensors_and_unaligned_payloads(spec):
@@ -471,5 +537,4 @@ def test_collectives_agree_on_both_paths():
 
     results = case_results("tests.drivers.kernel_paths_cases", 4, timeout=280)
     assert len(results) == 20
-    assert all(r["ok"] for r in results.values()), [c for c, r in results.items()
-                                                     if not r["ok"]]
+    assert all(r["ok"] for r in results.values()), [c for c, r in results.items() if not r["ok"]]

@@ -19,8 +19,24 @@ def corpus(tmp_path_factory):
     from ccbench.scripts.cli import main
 
     root = tmp_path_factory.mktemp("corpus")
-    assert main(["corpus", "--out", str(root), "--lm-model", "lm-tiny", "--digits-model",
-                 "none", "--steps", "2", "--ranks", "2"]) == 0
+    assert (
+        main(
+            [
+                "corpus",
+                "--out",
+                str(root),
+                "--lm-model",
+                "lm-tiny",
+                "--digits-model",
+                "none",
+                "--steps",
+                "2",
+                "--ranks",
+                "2",
+            ]
+        )
+        == 0
+    )
     return root
 
 
@@ -35,9 +51,8 @@ def test_lossy_metrics_match_a_second_computation():
     diff = y - x
     assert row["lossless"] is False and row["data"] == "gradient-like"
     assert row["max_abs_err"] == pytest.approx(np.abs(diff).max(), rel=1e-12)
-    assert row["rel_l2_err"] == pytest.approx(np.sqrt((diff ** 2).sum() / (x ** 2).sum()),
-                                              rel=1e-9)  # fmt: skip
-    rmse = np.sqrt((diff ** 2).mean())
+    assert row["rel_l2_err"] == pytest.approx(np.sqrt((diff**2).sum() / (x**2).sum()), rel=1e-9)
+    rmse = np.sqrt((diff**2).mean())
     assert row["psnr_db"] == pytest.approx(20 * np.log10(np.abs(x).max() / rmse), rel=1e-9)
     cosine = (x * y).sum() / np.sqrt((x * x).sum() * (y * y).sum())
     assert row["cosine"] == pytest.approx(cosine, abs=1e-12)
@@ -82,8 +97,13 @@ def test_zstd_on_real_gradients_is_honest(corpus, monkeypatch):
 
 
 def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "ccbench.benchmarks.codec_throughput", *args],
-                          capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "ccbench.benchmarks.codec_throughput", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def test_cli_writes_the_new_columns(tmp_path, corpus):
@@ -91,33 +111,68 @@ def test_cli_writes_the_new_columns(tmp_path, corpus):
 
     out = tmp_path / "codecs.csv"
     env = {**os.environ, "CCBENCH_CORPUS": str(corpus)}
-    proc = run_cli("-m", "256K:256K", "-i", "1", "--codec", "zstd", "--codec", "bfp:rate=8",
-                   "--data", "gradient,weights,exact", "--csv", str(out), env=env)
+    proc = run_cli(
+        "-m",
+        "256K:256K",
+        "-i",
+        "1",
+        "--codec",
+        "zstd",
+        "--codec",
+        "bfp:rate=8",
+        "--data",
+        "gradient,weights,exact",
+        "--csv",
+        str(out),
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "zstd (lossless)" in proc.stdout
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
     # bfp on its fused kernels and on the array-API reference; zstd has one implementation
     assert [(r["codec"], r["kernels"], r["data"]) for r in rows] == [
-        (c, k, d) for c, k in (("zstd", "library"), ("bfp:rate=8", "fused"),
-                               ("bfp:rate=8", "reference"))
-        for d in ("grad:lm-tiny", "weights:lm-tiny", "exact")]  # fmt: skip
+        (c, k, d)
+        for c, k in (("zstd", "library"), ("bfp:rate=8", "fused"), ("bfp:rate=8", "reference"))
+        for d in ("grad:lm-tiny", "weights:lm-tiny", "exact")
+    ]
     for r in rows:
         assert r["lossless"] == str(r["codec"] == "zstd")
         assert (r["cosine"] != "") == (r["data"] == "grad:lm-tiny")
-        for column in ("rel_l2_err", "psnr_db", "max_abs_err", "encode_gbps", "hop_gbps",
-                       "hop_vs_copy"):
+        for column in (
+            "rel_l2_err",
+            "psnr_db",
+            "max_abs_err",
+            "encode_gbps",
+            "hop_gbps",
+            "hop_vs_copy",
+        ):
             float(r[column])
     # both paths: the same bytes, so the same ratio and errors
     fused, reference = rows[3:6], rows[6:9]
     for a, b in zip(fused, reference, strict=True):
         assert (a["ratio"], a["max_abs_err"], a["rel_l2_err"]) == (
-            b["ratio"], b["max_abs_err"], b["rel_l2_err"])
+            b["ratio"],
+            b["max_abs_err"],
+            b["rel_l2_err"],
+        )
 
 
 def test_kernels_option(tmp_path):
-    proc = run_cli("-m", "64K:64K", "-i", "1", "--codec", "fp16", "--codec", "zstd", "--data",
-                   "normal", "--kernels", "reference")
+    proc = run_cli(
+        "-m",
+        "64K:64K",
+        "-i",
+        "1",
+        "--codec",
+        "fp16",
+        "--codec",
+        "zstd",
+        "--data",
+        "normal",
+        "--kernels",
+        "reference",
+    )
     assert proc.returncode == 0, proc.stderr
     lines = [line.split() for line in proc.stdout.splitlines() if not line.startswith("#")]
     assert [line[:2] for line in lines] == [["fp16", "reference"], ["zstd", "(lossless)"]]

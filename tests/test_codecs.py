@@ -24,15 +24,27 @@ torch = pytest.importorskip("torch")
 zfpy = pytest.importorskip("zfpy")
 pytest.importorskip("zstandard")
 
-LOSSY = ["fp16", "bf16", "bfp:rate=2", "bfp:rate=3,block=8", "bfp:rate=4", "bfp:rate=8",
-         "bfp:rate=12,block=64", "bfp:rate=16", "zfp:rate=3", "zfp:rate=8", "zfp:rate=16",
-         "zfp:rate=32", "zfp:tol=1e-3", "zfp:tol=1e-6"]
+LOSSY = [
+    "fp16",
+    "bf16",
+    "bfp:rate=2",
+    "bfp:rate=3,block=8",
+    "bfp:rate=4",
+    "bfp:rate=8",
+    "bfp:rate=12,block=64",
+    "bfp:rate=16",
+    "zfp:rate=3",
+    "zfp:rate=8",
+    "zfp:rate=16",
+    "zfp:rate=32",
+    "zfp:tol=1e-3",
+    "zfp:tol=1e-6",
+]
 LOSSLESS = ["none", "zstd", "zstd:level=5"]
 ALL = LOSSY + LOSSLESS
 # the largest magnitude each lossy codec carries (exclusive for bfp)
 LIMIT = {"fp16": 65504.0, "bf16": 3.3895313892515355e38}
-PROPERTY = settings(max_examples=40, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def limit_of(spec: str) -> float:
@@ -40,7 +52,7 @@ def limit_of(spec: str) -> float:
     if spec in LIMIT:
         return LIMIT[spec]
     if codec.name == "bfp":
-        return float(np.nextafter(np.float32(2.0 ** codec.max_exponent), np.float32(0)))
+        return float(np.nextafter(np.float32(2.0**codec.max_exponent), np.float32(0)))
     if codec.name == "zfp":
         return float(np.nextafter(np.float32(2.0**120), np.float32(0)))
     return float(np.finfo(np.float32).max)
@@ -54,34 +66,61 @@ def roundtrip(codec, x, out_dtype=None):
 
 
 def max_err(x, y) -> float:
-    return float(np.abs(np.asarray(y, np.float64) - np.asarray(x, np.float64)).max()) \
-        if x.size else 0.0
+    return (
+        float(np.abs(np.asarray(y, np.float64) - np.asarray(x, np.float64)).max())
+        if x.size
+        else 0.0
+    )
 
 
 # ---------------------------------------------------------------- spec parser
 
-@pytest.mark.parametrize("spec, canonical", [
-    ("fp16", "fp16"), ("BF16", "bf16"), ("bfp:rate=8", "bfp:rate=8"),
-    ("bfp:rate=8,block=32", "bfp:rate=8"), ("bfp: block=64 , rate=4", "bfp:rate=4,block=64"),
-    ("zfp:rate=16", "zfp:rate=16"), ("zfp:tol=0.001", "zfp:tol=0.001"),
-    ("zstd", "zstd"), ("zstd:level=1", "zstd"), ("zstd:level=9", "zstd:level=9"),
-    ("none", "none"),
-])
+
+@pytest.mark.parametrize(
+    "spec, canonical",
+    [
+        ("fp16", "fp16"),
+        ("BF16", "bf16"),
+        ("bfp:rate=8", "bfp:rate=8"),
+        ("bfp:rate=8,block=32", "bfp:rate=8"),
+        ("bfp: block=64 , rate=4", "bfp:rate=4,block=64"),
+        ("zfp:rate=16", "zfp:rate=16"),
+        ("zfp:tol=0.001", "zfp:tol=0.001"),
+        ("zstd", "zstd"),
+        ("zstd:level=1", "zstd"),
+        ("zstd:level=9", "zstd:level=9"),
+        ("none", "none"),
+    ],
+)
 def test_canonical_spec(spec, canonical):
     assert parse_codec(spec).spec == canonical
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("gzip", "unknown codec"), ("", "unknown codec"), ("bfp", "needs rate"),
-    ("bfp:rate=1", "rate must be an integer in 2..16"), ("bfp:rate=17", "2..16"),
-    ("bfp:rate=eight", "2..16"), ("bfp:rate=8,block=12", "multiple of 8"),
-    ("bfp:rate=8,block=512", "8..256"), ("bfp:rate=8,rate=4", "given twice"),
-    ("bfp:rate=8,foo=1", "unknown parameter"), ("fp16:rate=8", "unknown parameter"),
-    ("zfp", "exactly one of"), ("zfp:rate=8,tol=1e-3", "exactly one of"),
-    ("zfp:rate=2", "3..32"), ("zfp:rate=33", "3..32"), ("zfp:tol=0", "positive"),
-    ("zfp:tol=-1", "positive"), ("zfp:tol=nan", "positive"), ("zstd:level=23", "-7..22"),
-    ("bfp:rate", "unknown parameter"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("gzip", "unknown codec"),
+        ("", "unknown codec"),
+        ("bfp", "needs rate"),
+        ("bfp:rate=1", "rate must be an integer in 2..16"),
+        ("bfp:rate=17", "2..16"),
+        ("bfp:rate=eight", "2..16"),
+        ("bfp:rate=8,block=12", "multiple of 8"),
+        ("bfp:rate=8,block=512", "8..256"),
+        ("bfp:rate=8,rate=4", "given twice"),
+        ("bfp:rate=8,foo=1", "unknown parameter"),
+        ("fp16:rate=8", "unknown parameter"),
+        ("zfp", "exactly one of"),
+        ("zfp:rate=8,tol=1e-3", "exactly one of"),
+        ("zfp:rate=2", "3..32"),
+        ("zfp:rate=33", "3..32"),
+        ("zfp:tol=0", "positive"),
+        ("zfp:tol=-1", "positive"),
+        ("zfp:tol=nan", "positive"),
+        ("zstd:level=23", "-7..22"),
+        ("bfp:rate", "unknown parameter"),
+    ],
+)
 def test_bad_specs_raise_usage_error(spec, words):
     with pytest.raises(UsageError, match=words):
         parse_codec(spec)
@@ -97,6 +136,7 @@ def test_unsupported_buffers_and_dtypes():
 
 
 # ---------------------------------------------------------------- sizes and payloads
+
 
 @pytest.mark.parametrize("spec", ALL)
 @pytest.mark.parametrize("count", [1, 3, 4, 31, 32, 257, 8192, 8193, 20000])
@@ -120,11 +160,19 @@ def test_payload_is_contiguous_uint8_of_stated_size(spec, count):
     assert np.array_equal(out, y)
 
 
-@pytest.mark.parametrize("spec, dtype, ratio", [
-    ("fp16", "float32", 2.0), ("bf16", "float64", 4.0), ("bfp:rate=8", "float32", 32 / 8.25),
-    ("bfp:rate=4,block=64", "float32", 32 / 4.125), ("bfp:rate=16", "float16", 16 / 16.25),
-    ("zfp:rate=8", "float32", 4.0), ("zfp:rate=16", "float64", 4.0), ("none", "float32", 1.0),
-])
+@pytest.mark.parametrize(
+    "spec, dtype, ratio",
+    [
+        ("fp16", "float32", 2.0),
+        ("bf16", "float64", 4.0),
+        ("bfp:rate=8", "float32", 32 / 8.25),
+        ("bfp:rate=4,block=64", "float32", 32 / 4.125),
+        ("bfp:rate=16", "float16", 16 / 16.25),
+        ("zfp:rate=8", "float32", 4.0),
+        ("zfp:rate=16", "float64", 4.0),
+        ("none", "float32", 1.0),
+    ],
+)
 def test_nominal_ratio(spec, dtype, ratio):
     assert parse_codec(spec).nominal_ratio(dtype) == pytest.approx(ratio, rel=1e-6)
 
@@ -210,8 +258,15 @@ def test_cast_codecs_without_torch_round_to_nearest_even(spec, without_torch):
 
 @pytest.mark.parametrize("spec", ["fp16", "bf16"])
 @PROPERTY
-@given(x=np_arrays(np.float32, st.integers(1, 500), elements=st.floats(
-    min_value=-60000, max_value=60000, width=32, allow_nan=False, allow_subnormal=True)))
+@given(
+    x=np_arrays(
+        np.float32,
+        st.integers(1, 500),
+        elements=st.floats(
+            min_value=-60000, max_value=60000, width=32, allow_nan=False, allow_subnormal=True
+        ),
+    )
+)
 def test_cast_codecs_without_torch_property(spec, x):
     from ccbench.kernels import codec_cast
 
@@ -231,8 +286,9 @@ def test_cast_codecs_with_torch_round_to_nearest_even(spec):
     x = cast_inputs(spec)
     expected = nearest_even(x, spec)
     assert np.array_equal(codec.encode(x).view(np.uint16), expected)
-    assert np.array_equal(codec.encode(torch.from_numpy(x.copy())).numpy().view(np.uint16),
-                          expected)
+    assert np.array_equal(
+        codec.encode(torch.from_numpy(x.copy())).numpy().view(np.uint16), expected
+    )
 
 
 def test_bfp_unaligned_torch_payload():
@@ -293,11 +349,13 @@ def test_collective_error_bounds_hand_worked():
 
     # allgather, collective level: one round trip of the largest input (M = 5)
     assert error_bound(fp16, "coll", "allgather", [3.0, 5.0], "float32") == pytest.approx(
-        e(5.0), rel=1e-12)
+        e(5.0), rel=1e-12
+    )
     # point to point on 3 ranks: two hops, the second re-encodes the first's output
     first = e(4.0)
     assert error_bound(fp16, "p2p", "allgather", [1.0, 2.0, 4.0], "float32") == pytest.approx(
-        first + e(4.0 + first), rel=1e-12)
+        first + e(4.0 + first), rel=1e-12
+    )
     # reduce-scatter on 2 ranks (S = 3): one hop re-encodes the partial sum and adds in
     # float32, plus rounding the inputs (1, 2) and the reference (3)
     hop = e(3.0) + r(3.0)
@@ -306,11 +364,13 @@ def test_collective_error_bounds_hand_worked():
     assert rs == pytest.approx(hop + inputs, rel=1e-6)
     # allreduce, collective level: that, then one more round trip of the sums
     assert error_bound(fp16, "coll", "allreduce", [1.0, 2.0], "float32") == pytest.approx(
-        rs + e(3.0 + rs), rel=1e-12)
+        rs + e(3.0 + rs), rel=1e-12
+    )
     assert error_bound(none, "coll", "allreduce", [1.0, 2.0], "float32") is None
 
 
 # ---------------------------------------------------------------- bad data
+
 
 @pytest.mark.parametrize("spec", LOSSY)
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -322,9 +382,17 @@ def test_nan_and_inf_raise_data_error(spec, bad):
         codec.encode(x)
 
 
-@pytest.mark.parametrize("spec, value", [("fp16", 70000.0), ("fp16", -1e6),
-                                         ("bfp:rate=8", 2.0**110), ("bfp:rate=2", -2.0**104),
-                                         ("zfp:rate=3", 3e38), ("zfp:tol=1", -2.0**121)])
+@pytest.mark.parametrize(
+    "spec, value",
+    [
+        ("fp16", 70000.0),
+        ("fp16", -1e6),
+        ("bfp:rate=8", 2.0**110),
+        ("bfp:rate=2", -(2.0**104)),
+        ("zfp:rate=3", 3e38),
+        ("zfp:tol=1", -(2.0**121)),
+    ],
+)
 def test_out_of_range_raises_data_error(spec, value):
     x = np.zeros(100, np.float32)
     x[3] = value
@@ -343,9 +411,11 @@ def test_lossless_keeps_nan_inf_bits(spec):
 
 # ---------------------------------------------------------------- properties
 
+
 def float32_arrays(limit: float):
-    elements = st.floats(min_value=-limit, max_value=limit, width=32, allow_nan=False,
-                         allow_subnormal=True)
+    elements = st.floats(
+        min_value=-limit, max_value=limit, width=32, allow_nan=False, allow_subnormal=True
+    )
     special = st.sampled_from([0.0, -0.0, 1e-45, -1e-45, 1.2e-38, 1e-30, 1.0, limit, -limit])
     return np_arrays(np.float32, st.integers(1, 700), elements=st.one_of(elements, special))
 
@@ -368,8 +438,13 @@ def test_lossy_roundtrip_within_bound(spec, data):
 def test_lossy_roundtrip_float64_within_bound(spec, data):
     codec = parse_codec(spec)
     limit = min(limit_of(spec), 1e30)
-    x = data.draw(np_arrays(np.float64, st.integers(1, 300), elements=st.floats(
-        min_value=-limit, max_value=limit, allow_nan=False)))
+    x = data.draw(
+        np_arrays(
+            np.float64,
+            st.integers(1, 300),
+            elements=st.floats(min_value=-limit, max_value=limit, allow_nan=False),
+        )
+    )
     _, y = roundtrip(codec, x)
     assert max_err(x, y) <= codec.error_bound(float(np.abs(x).max()), "float64")
 
@@ -387,7 +462,7 @@ def test_lossless_roundtrip_is_bit_exact(spec, x):
 def test_bfp_bound_is_tight_and_exact(scale, rate):
     """The stated bound is reached (half a step) and never passed, at any magnitude."""
     codec = parse_codec(f"bfp:rate={rate}")
-    x = (np.random.default_rng(scale + 200).uniform(-1, 1, 4096) * 2.0**scale)
+    x = np.random.default_rng(scale + 200).uniform(-1, 1, 4096) * 2.0**scale
     x = x.astype(np.float32)
     _, y = roundtrip(codec, x)
     bound = codec.error_bound(float(np.abs(x).max()))

@@ -32,8 +32,9 @@ def test_counts_of_an_osu_size_by_hand():
         spec("gather")
 
 
-@pytest.mark.parametrize("ranks, gather, reduce", [(2, 0.5, 1.0), (3, 2 / 3, 4 / 3),
-                                                    (4, 0.75, 1.5), (8, 0.875, 1.75)])
+@pytest.mark.parametrize(
+    "ranks, gather, reduce", [(2, 0.5, 1.0), (3, 2 / 3, 4 / 3), (4, 0.75, 1.5), (8, 0.875, 1.75)]
+)
 def test_bus_bandwidth_factors_are_nccl_tests(ranks, gather, reduce):
     assert SPECS["allgather"].busbw(ranks) == pytest.approx(gather, rel=1e-15)
     assert SPECS["reduce_scatter"].busbw(ranks) == pytest.approx(gather, rel=1e-15)
@@ -67,16 +68,26 @@ def test_references_by_hand():
 
 def _own_blocks(inputs, rank):
     blocks = block_bounds(inputs[0].shape[0], len(inputs))
-    return np.concatenate([x[a:b] for x, (a, b) in zip(inputs, blocks, strict=True)]
-                          ).astype(np.float64)
+    return np.concatenate([x[a:b] for x, (a, b) in zip(inputs, blocks, strict=True)]).astype(
+        np.float64
+    )
 
 
 GATHER_BLOCKS = replace(
-    SPECS["allgather"], name="gather_blocks", osu_title="Gather_blocks", label="Gather blocks",
-    size_convention="Size = the whole buffer", counts=SPECS["allreduce"].counts,
-    recv_count=lambda sent, n: sent, reference=_own_blocks, ring_block_is_send=False,
-    counts_of_whole=lambda n, p: (n, n), mpi_call="Allgather", torch_calls=(),
-    staged_pieces=PIECES_WHOLE)
+    SPECS["allgather"],
+    name="gather_blocks",
+    osu_title="Gather_blocks",
+    label="Gather blocks",
+    size_convention="Size = the whole buffer",
+    counts=SPECS["allreduce"].counts,
+    recv_count=lambda sent, n: sent,
+    reference=_own_blocks,
+    ring_block_is_send=False,
+    counts_of_whole=lambda n, p: (n, n),
+    mpi_call="Allgather",
+    torch_calls=(),
+    staged_pieces=PIECES_WHOLE,
+)
 
 
 @pytest.fixture
@@ -105,8 +116,9 @@ def _run_ring(described, inputs, recv_count):
     outs = [np.zeros(recv_count, dtype=np.float32) for _ in range(size)]
 
     def rank_main(r):
-        ring_collective(comms[r], described, inputs[r], outs[r],
-                        ring_scratch(described, inputs[r], size))
+        ring_collective(
+            comms[r], described, inputs[r], outs[r], ring_scratch(described, inputs[r], size)
+        )
 
     with ThreadPoolExecutor(size) as pool:
         list(pool.map(rank_main, range(size)))
@@ -131,12 +143,16 @@ def test_a_new_collective_is_one_entry(with_gather_blocks):
         assert out.tolist() == by_hand
     # rank r sends its own block, then the one it received: 3 + 2, 2 + 3, 2 + 2 values
     assert wire == [20, 20, 16]
-    assert [ring_raw_bytes(described.phases, ring_blocks(described, 7, 3), r, 3, 4)
-            for r in range(3)] == wire
+    assert [
+        ring_raw_bytes(described.phases, ring_blocks(described, 7, 3), r, 3, 4) for r in range(3)
+    ] == wire
     # a gather phase: the collective-level ring encodes each block once, point-to-point
     # compression at each of the P-1 hops, the library once
-    assert [compressions_on_path(v, "gather_blocks", 3) for v in ("coll", "p2p", "library")
-            ] == [1, 2, 1]
+    assert [compressions_on_path(v, "gather_blocks", 3) for v in ("coll", "p2p", "library")] == [
+        1,
+        2,
+        1,
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))

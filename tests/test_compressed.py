@@ -41,10 +41,10 @@ def test_compressed_collective(nranks, case_id):
 
 # ------------------------------------------------------------------ the scripts
 
+
 def run_script(nranks: int, variant: str, args: list[str], tmp_path, timeout: float = 120):
     out = tmp_path / f"{variant}.csv"
-    proc = mpirun(nranks, [*variant_module(variant), *args, "--csv", str(out)],
-                  timeout=timeout)
+    proc = mpirun(nranks, [*variant_module(variant), *args, "--csv", str(out)], timeout=timeout)
     rows = list(csv.DictReader(out.open())) if out.exists() else []
     return proc, rows
 
@@ -52,9 +52,26 @@ def run_script(nranks: int, variant: str, args: list[str], tmp_path, timeout: fl
 @pytest.mark.timeout(150)
 def test_coll_reduce_scatter_rows(tmp_path):
     """4 ranks, bfp: every size validates, and the row's numbers agree with each other."""
-    proc, rows = run_script(4, "coll_compressed", [
-        "--collective", "reduce_scatter", "--codec", "bfp:rate=8", "--chunk-bytes", "8K",
-        "-m", "512:256K", "-i", "3", "-x", "1", "-c"], tmp_path)
+    proc, rows = run_script(
+        4,
+        "coll_compressed",
+        [
+            "--collective",
+            "reduce_scatter",
+            "--codec",
+            "bfp:rate=8",
+            "--chunk-bytes",
+            "8K",
+            "-m",
+            "512:256K",
+            "-i",
+            "3",
+            "-x",
+            "1",
+            "-c",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(rows) == 10
     for row in rows:
@@ -79,9 +96,26 @@ def test_coll_reduce_scatter_rows(tmp_path):
 @pytest.mark.timeout(150)
 def test_p2p_allreduce_lossless_odd_counts(tmp_path):
     """zstd is exact; -m 12 gives 3 values on 2 ranks (blocks of 2 and 1)."""
-    proc, rows = run_script(2, "p2p_compressed", [
-        "--collective", "allreduce", "--codec", "zstd", "--threshold", "1K",
-        "-m", "12:48K", "-i", "3", "-x", "1", "-c"], tmp_path)
+    proc, rows = run_script(
+        2,
+        "p2p_compressed",
+        [
+            "--collective",
+            "allreduce",
+            "--codec",
+            "zstd",
+            "--threshold",
+            "1K",
+            "-m",
+            "12:48K",
+            "-i",
+            "3",
+            "-x",
+            "1",
+            "-c",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [int(r["size_bytes"]) for r in rows][:2] == [12, 24]
     for row in rows:
@@ -96,9 +130,28 @@ def test_p2p_allreduce_lossless_odd_counts(tmp_path):
 
 @pytest.mark.timeout(150)
 def test_coll_allgather_torch_bfloat16(tmp_path):
-    proc, rows = run_script(2, "coll_compressed", [
-        "--collective", "allgather", "--codec", "bfp:rate=4", "-d", "torch", "-T", "bfloat16",
-        "-m", "2K:64K", "-i", "2", "-x", "1", "-c"], tmp_path)
+    proc, rows = run_script(
+        2,
+        "coll_compressed",
+        [
+            "--collective",
+            "allgather",
+            "--codec",
+            "bfp:rate=4",
+            "-d",
+            "torch",
+            "-T",
+            "bfloat16",
+            "-m",
+            "2K:64K",
+            "-i",
+            "2",
+            "-x",
+            "1",
+            "-c",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert {r["validation"] for r in rows} == {"Pass"}
     big = rows[-1]
@@ -109,9 +162,23 @@ def test_coll_allgather_torch_bfloat16(tmp_path):
 @pytest.mark.timeout(120)
 def test_lossy_rows_carry_errors_without_c(tmp_path):
     """Every row reports its accuracy on the timed data, even without -c (no Pass/Fail)."""
-    proc, rows = run_script(2, "p2p_compressed", [
-        "--collective", "allgather", "--codec", "bfp:rate=16", "-m", "1K:4K", "-i", "2",
-        "-x", "1"], tmp_path)
+    proc, rows = run_script(
+        2,
+        "p2p_compressed",
+        [
+            "--collective",
+            "allgather",
+            "--codec",
+            "bfp:rate=16",
+            "-m",
+            "1K:4K",
+            "-i",
+            "2",
+            "-x",
+            "1",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     for row in rows:
         assert row["validation"] == "" and row["error_bound"] == ""
@@ -121,20 +188,29 @@ def test_lossy_rows_carry_errors_without_c(tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("variant, args, words", [
-    ("p2p_compressed", ["--codec", "bfp:rate=99"], "rate must be an integer in 2..16"),
-    ("coll_compressed", ["--codec", "lz77"], "unknown codec 'lz77'"),
-    ("coll_compressed", ["--codec", "zfp:rate=8,tol=1"], "exactly one of"),
-    ("coll_compressed", ["--codec", "fp16", "-T", "int8"], "dtype int8 is not supported"),
-    ("p2p_compressed", ["--threshold", "-1"], "bad message size"),
-    ("coll_compressed", ["--algorithm", "library", "--chunk-bytes", "4K"],
-     "--chunk-bytes: the ring's pipeline options; --algorithm library"),
-    # library is the default over torch: the ring's options name the ring
-    ("coll_compressed", ["--transport", "torch", "--no-fuse", "--wait", "yield"],
-     "--wait, --no-fuse: the ring's pipeline options; --algorithm library makes one library "
-     "call per phase (use --algorithm ring)"),
-    ("coll_compressed", ["--algorithm", "tree"], "invalid choice: 'tree'"),
-])
+@pytest.mark.parametrize(
+    "variant, args, words",
+    [
+        ("p2p_compressed", ["--codec", "bfp:rate=99"], "rate must be an integer in 2..16"),
+        ("coll_compressed", ["--codec", "lz77"], "unknown codec 'lz77'"),
+        ("coll_compressed", ["--codec", "zfp:rate=8,tol=1"], "exactly one of"),
+        ("coll_compressed", ["--codec", "fp16", "-T", "int8"], "dtype int8 is not supported"),
+        ("p2p_compressed", ["--threshold", "-1"], "bad message size"),
+        (
+            "coll_compressed",
+            ["--algorithm", "library", "--chunk-bytes", "4K"],
+            "--chunk-bytes: the ring's pipeline options; --algorithm library",
+        ),
+        # library is the default over torch: the ring's options name the ring
+        (
+            "coll_compressed",
+            ["--transport", "torch", "--no-fuse", "--wait", "yield"],
+            "--wait, --no-fuse: the ring's pipeline options; --algorithm library makes one library "
+            "call per phase (use --algorithm ring)",
+        ),
+        ("coll_compressed", ["--algorithm", "tree"], "invalid choice: 'tree'"),
+    ],
+)
 def test_bad_input_one_line_exit_2(variant, args, words):
     proc = mpirun(2, [*variant_module(variant), *args, "-m", "1K:1K"], timeout=60)
     assert proc.returncode == 2, proc.stderr
@@ -146,14 +222,30 @@ def test_bad_input_one_line_exit_2(variant, args, words):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("variant", ["p2p_compressed", "coll_compressed"])
 def test_nan_input_stops_the_job(variant):
-    proc = mpirun(2, ["-m", "tests.drivers.compressed_nan", variant, "--codec", "bfp:rate=8",
-                      "-m", "1K:4K", "-i", "2", "-x", "1"], timeout=60)
+    proc = mpirun(
+        2,
+        [
+            "-m",
+            "tests.drivers.compressed_nan",
+            variant,
+            "--codec",
+            "bfp:rate=8",
+            "-m",
+            "1K:4K",
+            "-i",
+            "2",
+            "-x",
+            "1",
+        ],
+        timeout=60,
+    )
     assert proc.returncode == 3, proc.stderr
     assert "rank 1: codec bfp:rate=8: input contains NaN" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 # ------------------------------------------------------------------ pipeline: floor, chunks
+
 
 def test_auto_chunk_bytes_by_hand():
     from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, auto_chunk_bytes
@@ -198,11 +290,13 @@ def chunk_by_hand(block: int, ranks: int, row: dict, wire_bps: float, reduces: b
     best = None
     for size in sorted(set(max(64 << 10, x) for x in sizes)):
         n = -(-block // size)
-        t = max((ranks - 1) * block / wire_bps, s * (ranks - 1) * block / c) \
-            + (ranks - 1) * n * o + 2 * block / (n * c)
+        t = (
+            max((ranks - 1) * block / wire_bps, s * (ranks - 1) * block / c)
+            + (ranks - 1) * n * o
+            + 2 * block / (n * c)
+        )
         if reduces:
-            t += (ranks - 2) * max(0.0, block / (n * wire_bps) + block / (n * c)
-                                   - block / wire_bps)
+            t += (ranks - 2) * max(0.0, block / (n * wire_bps) + block / (n * c) - block / wire_bps)
         if best is None or t <= best[0] * (1 + 1e-9):
             best = (t, size)
     return best[1]
@@ -215,11 +309,33 @@ def test_auto_measures_the_gloo_transport(tmp_path):
     them (a chunk costs at least its message) and chooses for that rate: with 2
     ranks no gaps, the model of docs/compression.md worked from the row's numbers."""
     out = tmp_path / "coll.csv"
-    proc = mpirun(2, [*variant_module("coll_compressed"), "--collective", "reduce_scatter",
-                      "--codec", "fp16", "--transport", "torch", "--backend", "gloo",
-                      "--algorithm", "ring", "-m", "4M:4M", "-i", "2", "-x", "1",
-                      "--chunk-bytes", "auto",
-                      "--csv", str(out)], timeout=100)
+    proc = mpirun(
+        2,
+        [
+            *variant_module("coll_compressed"),
+            "--collective",
+            "reduce_scatter",
+            "--codec",
+            "fp16",
+            "--transport",
+            "torch",
+            "--backend",
+            "gloo",
+            "--algorithm",
+            "ring",
+            "-m",
+            "4M:4M",
+            "-i",
+            "2",
+            "-x",
+            "1",
+            "--chunk-bytes",
+            "auto",
+            "--csv",
+            str(out),
+        ],
+        timeout=100,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (row,) = list(csv.DictReader(out.open()))
     message_s = float(row["transport_message_us"]) * 1e-6
@@ -249,7 +365,7 @@ def test_sub_chunks_only_for_concatenating_payloads():
         parts = [np.asarray(codec.encode(x[a:b])) for a, b in sub_ranges(x.size, piece)]
         assert np.array_equal(whole, np.concatenate(parts)), spec
     assert not splittable(parse_codec("bfp:rate=8"), "float32", 1000)  # not whole tiles
-    assert not splittable(parse_codec("zstd"), "float32", 1024)        # variable size
+    assert not splittable(parse_codec("zstd"), "float32", 1024)  # variable size
 
 
 @pytest.mark.timeout(150)
@@ -260,18 +376,50 @@ def test_breakdown_wire_floor_and_auto_chunk_from_closed_forms(tmp_path):
     stub codecs in test_behaviours_compare.py)."""
 
     out = tmp_path / "coll.csv"
-    proc = mpirun(4, [*variant_module("coll_compressed"), "--collective", "allgather",
-                      "--codec", "bfp:rate=8", "-m", "256K:1M", "-i", "4", "-x", "1",
-                      "--chunk-bytes", "auto", "--csv", str(out)],
-                  env={"CCBENCH_LINK_GOODPUT_GBPS": "0.5", "CCBENCH_LINK_BURST_BYTES": "20000",
-                       "CCBENCH_LINK_STEP_US": "100"}, timeout=120)
+    proc = mpirun(
+        4,
+        [
+            *variant_module("coll_compressed"),
+            "--collective",
+            "allgather",
+            "--codec",
+            "bfp:rate=8",
+            "-m",
+            "256K:1M",
+            "-i",
+            "4",
+            "-x",
+            "1",
+            "--chunk-bytes",
+            "auto",
+            "--csv",
+            str(out),
+        ],
+        env={
+            "CCBENCH_LINK_GOODPUT_GBPS": "0.5",
+            "CCBENCH_LINK_BURST_BYTES": "20000",
+            "CCBENCH_LINK_STEP_US": "100",
+        },
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = list(csv.DictReader(out.open()))
     assert [int(r["size_bytes"]) for r in rows] == [256 << 10, 512 << 10, 1 << 20]
     for row in rows:
-        f = {k: float(row[k]) for k in ("call_us", "encode_us", "decode_us", "reduce_us",
-                                         "wait_us", "idle_us", "wire_floor_us", "floor_us",
-                                         "wire_bytes_per_rank")}
+        f = {
+            k: float(row[k])
+            for k in (
+                "call_us",
+                "encode_us",
+                "decode_us",
+                "reduce_us",
+                "wait_us",
+                "idle_us",
+                "wire_floor_us",
+                "floor_us",
+                "wire_bytes_per_rank",
+            )
+        }
         # a rank forwards the 3 other blocks of the 4-rank ring, each bfp:rate=8 coded:
         # per 32 values one exponent byte and 32 bytes of 8-bit integers
         values = int(row["size_bytes"]) // 4
@@ -323,11 +471,13 @@ def test_library_error_bounds_by_hand():
     ring += e(7.0 + ring)
     ring += r32(7.0 + ring)
     assert error_bound(fp16, "coll", "reduce_scatter", amaxes, "float32") == pytest.approx(
-        ring + inputs, rel=1e-12)
+        ring + inputs, rel=1e-12
+    )
     assert got < 0.7 * (ring + inputs)
     # allreduce: the reduce-scatter's, then the reduced block's one round trip
     got = error_bound(fp16, "library", "allreduce", amaxes, "float32")
     assert got == pytest.approx(rs + e(7.0 + rs), rel=1e-12)
-    assert [compressions_on_path("library", c, 3)
-            for c in ("allgather", "reduce_scatter", "allreduce")] == [1, 1, 2]
+    assert [
+        compressions_on_path("library", c, 3) for c in ("allgather", "reduce_scatter", "allreduce")
+    ] == [1, 1, 2]
     assert error_bound(parse_codec("zstd"), "library", "allreduce", amaxes, "float32") is None

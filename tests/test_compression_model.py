@@ -52,8 +52,11 @@ def test_reduce_scatter_codec_work_by_hand():
     # 8 MiB over 4 ranks: 2 MiB blocks; encode one, 2 middle hops, decode one
     work = cm.codec_work_bytes(cm.COLL, "reduce_scatter", 8 * MIB, 4)
     assert work == {"encode": 2 * MIB, "decode": 2 * MIB, "hop": 4 * MIB}
-    assert cm.codec_work_bytes(cm.RING, "allreduce", 8 * MIB, 4) == \
-        {"encode": 0.0, "decode": 0.0, "hop": 0.0}
+    assert cm.codec_work_bytes(cm.RING, "allreduce", 8 * MIB, 4) == {
+        "encode": 0.0,
+        "decode": 0.0,
+        "hop": 0.0,
+    }
 
 
 @pytest.mark.parametrize("collective", ["allgather", "reduce_scatter", "allreduce"])
@@ -62,10 +65,14 @@ def test_wire_bytes_are_the_rings_over_the_ratio(collective, ranks):
     size = 48 * MIB
     ring = spec(collective).ring_wire_bytes(size, ranks)
     assert cm.wire_bytes(cm.Option(cm.RING), collective, size, ranks) == ring
-    assert cm.wire_bytes(cm.Option(cm.COLL, codec(ratio=4.0)), collective, size,
-                         ranks) == pytest.approx(ring / 4)
-    expected = {"allgather": (ranks - 1) * size, "reduce_scatter": (ranks - 1) / ranks * size,
-                "allreduce": 2 * (ranks - 1) / ranks * size}[collective]
+    assert cm.wire_bytes(
+        cm.Option(cm.COLL, codec(ratio=4.0)), collective, size, ranks
+    ) == pytest.approx(ring / 4)
+    expected = {
+        "allgather": (ranks - 1) * size,
+        "reduce_scatter": (ranks - 1) / ranks * size,
+        "allreduce": 2 * (ranks - 1) / ranks * size,
+    }[collective]
     assert ring == pytest.approx(expected)
 
 
@@ -93,9 +100,15 @@ def test_rabenseifner_is_the_projects_model(ranks):
 def test_step_timeline_by_hand():
     # call 0 issued at 1 ms runs 3 ms (ends 4); call 1 issued at 2 ms waits for the
     # stream, ends 5; wait(0) at 2 ms -> 4; 2 ms compute -> 6; drain (5) -> 6; tail 1 -> 7
-    step = Step(events=[Event("call", 1000, id=0, collective="allgather", count=4),
-                        Event("call", 1000, id=1, collective="allgather", count=4),
-                        Event("wait", 0, id=0), Event("drain", 2000)], tail_us=1000)
+    step = Step(
+        events=[
+            Event("call", 1000, id=0, collective="allgather", count=4),
+            Event("call", 1000, id=1, collective="allgather", count=4),
+            Event("wait", 0, id=0),
+            Event("drain", 2000),
+        ],
+        tail_us=1000,
+    )
     assert cm.step_timeline(step, [3e-3, 1e-3]) == pytest.approx(7e-3)
     # without overlap every call blocks: 1 + 3 + 1 + 1 + 2 + 1 = 9 ms
     assert cm.step_timeline(step, [3e-3, 1e-3], overlap=False) == pytest.approx(9e-3)
@@ -109,8 +122,16 @@ def test_step_agrees_with_mgwfbp_timeline():
     net = cm.Network(1e9, 50e-6)
     cost = cm.uncompressed_alpha_beta(net, "allreduce", 4, "ring")
     plan = evaluate(profile, cost, wfbp_stops(profile))
-    events = [Event("call", backward[i] + (profile.forward_us if i == 0 else 0.0), id=i,
-                    collective="allreduce", count=int(nbytes[i]) // 4) for i in range(4)]
+    events = [
+        Event(
+            "call",
+            backward[i] + (profile.forward_us if i == 0 else 0.0),
+            id=i,
+            collective="allreduce",
+            count=int(nbytes[i]) // 4,
+        )
+        for i in range(4)
+    ]
     step = Step(events=[*events, Event("drain", 0.0)])
     predicted = cm.predict_step(cm.Option(cm.RING), net, step, 4)
     assert predicted.step_s * 1e6 == pytest.approx(plan.iteration_us)
@@ -119,32 +140,47 @@ def test_step_agrees_with_mgwfbp_timeline():
 
 def step_of(sizes_mib):
     """A step of blocking allgathers (no compute): every call exposed."""
-    return Step(events=[Event("call", 0.0, id=i, collective="allgather",
-                              count=s * MIB // 4, blocking=True)
-                        for i, s in enumerate(sizes_mib)])
+    return Step(
+        events=[
+            Event("call", 0.0, id=i, collective="allgather", count=s * MIB // 4, blocking=True)
+            for i, s in enumerate(sizes_mib)
+        ]
+    )
 
 
 def test_ranking_on_a_known_case():
     # a slow link and fast codecs: bfp (ratio 4) then fp16 (2) then the uncompressed ones,
     # the library ahead of the ring (fewer steps); an error budget that leaves bfp out
     net = cm.Network(0.1e9, 100e-6)
-    options = {o.label: o for o in (
-        cm.Option(cm.LIBRARY), cm.Option(cm.RING),
-        cm.Option(cm.COLL, codec("fp16", 2.0, 10e9, 2e-4)),
-        cm.Option(cm.COLL, codec("bfp:rate=8", 4.0, 10e9, 1e-2)))}
+    options = {
+        o.label: o
+        for o in (
+            cm.Option(cm.LIBRARY),
+            cm.Option(cm.RING),
+            cm.Option(cm.COLL, codec("fp16", 2.0, 10e9, 2e-4)),
+            cm.Option(cm.COLL, codec("bfp:rate=8", 4.0, 10e9, 1e-2)),
+        )
+    }
     step = step_of([8, 8, 32])
     predictions = {k: cm.predict_step(o, net, step, 4) for k, o in options.items()}
     errors = {k: cm.step_error(o, step, 4) for k, o in options.items()}
     assert cm.rank_options(predictions, errors, None) == [
-        "coll_compressed:bfp:rate=8", "coll_compressed:fp16", "library", "ring"]
+        "coll_compressed:bfp:rate=8",
+        "coll_compressed:fp16",
+        "library",
+        "ring",
+    ]
     assert cm.rank_options(predictions, errors, 1e-3)[0] == "coll_compressed:fp16"
     # allgather: one round trip per element (collective level)
     assert errors["coll_compressed:fp16"] == pytest.approx(2e-4)
     # a fast link and a slow codec: nothing compressed pays
     fast = cm.Network(400e9, 100e-6)
-    slow = {k: cm.Option(o.variant, cm.CodecRates(o.codec.spec, o.codec.ratio, 1e9, 1e9,
-                                                  1e9)) if o.codec else o
-            for k, o in options.items()}
+    slow = {
+        k: cm.Option(o.variant, cm.CodecRates(o.codec.spec, o.codec.ratio, 1e9, 1e9, 1e9))
+        if o.codec
+        else o
+        for k, o in options.items()
+    }
     predictions = {k: cm.predict_step(o, fast, step, 4) for k, o in slow.items()}
     assert cm.rank_options(predictions, errors, None)[0] == "library"
 
@@ -155,8 +191,12 @@ def test_break_even_by_hand():
     net = cm.Network(1e9, 100e-6)
     option = cm.Option(cm.COLL, codec(rate=1e15), efficiency=1.2)
     assert cm.break_even_bytes(option, cm.Option(cm.RING), net, "allgather", 4) == 8192
-    assert cm.break_even_bytes(cm.Option(cm.COLL, codec(rate=1e15)), cm.Option(cm.RING),
-                               net, "allgather", 4) == 0.0
+    assert (
+        cm.break_even_bytes(
+            cm.Option(cm.COLL, codec(rate=1e15)), cm.Option(cm.RING), net, "allgather", 4
+        )
+        == 0.0
+    )
     slow = cm.Option(cm.COLL, codec(rate=1e6))
     assert cm.break_even_bytes(slow, cm.Option(cm.RING), net, "allgather", 4) is None
 

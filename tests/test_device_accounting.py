@@ -79,8 +79,13 @@ def encode_checked(codec, x):
 
 
 def expected_path(path: str) -> str:
-    return {"fused-f16c": "fused", "fused-integer": "fused", "reference": "reference",
-            "double": "device", "double-reference": "reference"}[path]
+    return {
+        "fused-f16c": "fused",
+        "fused-integer": "fused",
+        "reference": "reference",
+        "double": "device",
+        "double-reference": "reference",
+    }[path]
 
 
 @pytest.mark.parametrize("spec", ["fp16", "bf16"])
@@ -96,8 +101,7 @@ def test_the_first_refused_value_is_refused_and_the_one_below_it_kept(path, spec
         codec.decode(encode_checked(codec, x), out)
         assert arrays.to_numpy(out).tolist() == [0.5, sign * largest, -1.0]
         with pytest.raises(DataError, match="refusing to send"):
-            encode_checked(codec, array(path, np.array([0.5, sign * refused, -1.0],
-                                                       np.float32)))
+            encode_checked(codec, array(path, np.array([0.5, sign * refused, -1.0], np.float32)))
 
 
 # every tail the 8-wide loops leave (n % 8 = 0..7), and arrays shorter than one vector
@@ -131,8 +135,11 @@ def test_the_hop_refuses_a_sum_out_of_range_in_its_last_value(path, spec):
         payload = codec.encode(array(path, incoming))
         codec.check_deferred()
         target = array(path, np.zeros(n, np.float32))
-        out = array(path, np.zeros(2 * n, np.float32)).view(np.uint8) \
-            if path.startswith("double") else np.zeros(2 * n, np.uint8)
+        out = (
+            array(path, np.zeros(2 * n, np.float32)).view(np.uint8)
+            if path.startswith("double")
+            else np.zeros(2 * n, np.uint8)
+        )
         with pytest.raises(DataError):
             codec.decode_add_encode(payload, array(path, own), target, out)
             codec.check_deferred()
@@ -200,8 +207,20 @@ def test_host_syncs_are_per_call_when_the_interval_decides_the_calls(tmp_path, m
 
     monkeypatch.delenv("CCBENCH_GPU_AWARE", raising=False)
     out = tmp_path / "b.csv"
-    argv = ["-d", "double", "--collective", "allreduce", "-m", "4K:4K", "-i", "3", "-x", "1",
-            "--csv", str(out)]
+    argv = [
+        "-d",
+        "double",
+        "--collective",
+        "allreduce",
+        "-m",
+        "4K:4K",
+        "-i",
+        "3",
+        "-x",
+        "1",
+        "--csv",
+        str(out),
+    ]
     assert baseline.main(argv) == 0
     assert baseline.main([*argv, "--ci-target", "0.0001", "--time-budget", "0.3"]) == 0
     fixed, adaptive = csv.DictReader(out.open())

@@ -68,10 +68,10 @@ def test_explicit_copies_follow_cupys_rules():
 def test_declared_waits_are_counted_apart():
     x = arrays.from_numpy("double", np.ones(8), "float32")
     double.STATS.in_region = True
-    arrays.host_sync(x)        # declared: a GPU-aware MPI's wait
+    arrays.host_sync(x)  # declared: a GPU-aware MPI's wait
     host = np.empty(32, np.uint8)
-    arrays.to_host(x, host)    # declared: staging through host memory
-    float(x[0])                # not declared
+    arrays.to_host(x, host)  # declared: staging through host memory
+    float(x[0])  # not declared
     double.STATS.in_region = False
     assert double.STATS.timed == 3 and double.STATS.undeclared == 1
 
@@ -114,8 +114,7 @@ def test_codecs_never_wait_and_match_the_host_bit_for_bit(spec, kernels, path):
 @pytest.mark.parametrize("kernels, path", KERNELS)
 @pytest.mark.parametrize("spec", ["fp16", "bf16", "bfp:rate=8"])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, float(np.finfo(np.float32).max)])
-def test_a_device_range_check_is_deferred_and_refuses_as_the_host_does(spec, bad, kernels,
-                                                                       path):
+def test_a_device_range_check_is_deferred_and_refuses_as_the_host_does(spec, bad, kernels, path):
     x = np.random.default_rng(2).standard_normal(9000).astype(np.float32)
     x[1234] = bad
     with pytest.raises(DataError) as on_host:

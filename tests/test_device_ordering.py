@@ -129,8 +129,10 @@ def test_the_comm_thread_takes_the_device_and_orders_its_work_on_events():
 
 def test_on_the_cpu_or_inline_the_thread_touches_no_cuda():
     cuda = RecordingCuda()
-    for stream in (CommStream(overlap=True, device=torch.device("cpu"), cuda=cuda),
-                   CommStream(overlap=False, device=torch.device("cuda", 0), cuda=cuda)):
+    for stream in (
+        CommStream(overlap=True, device=torch.device("cpu"), cuda=cuda),
+        CommStream(overlap=False, device=torch.device("cuda", 0), cuda=cuda),
+    ):
         try:
             assert stream.wait(stream.submit(lambda: 7)) == 7
         finally:
@@ -171,6 +173,7 @@ class ReadCounter:
                     self.reads += 1
                     self.reads_in_region += double.STATS.in_region
                 return fn(*args)
+
             return wrapper
 
         monkeypatch.setattr(backend, "event", counted(event, "create"))
@@ -206,8 +209,9 @@ def test_breakdown_events_are_read_after_each_timed_region_and_reused(monkeypatc
     # every call resolved from its own events: call time present, pieces inside it
     assert (rows[:, pipeline.CALL] > 0).all()
     assert (rows[:, pipeline.CODEC_CPU] <= rows[:, pipeline.CALL]).all()
-    np.testing.assert_allclose(rows[:, pipeline.CODEC_CPU],
-                               rows[:, pipeline.ENCODE] + rows[:, pipeline.DECODE])
+    np.testing.assert_allclose(
+        rows[:, pipeline.CODEC_CPU], rows[:, pipeline.ENCODE] + rows[:, pipeline.DECODE]
+    )
     assert mean[pipeline.CALL] == pytest.approx(rows[:, pipeline.CALL].mean())
 
 
@@ -221,15 +225,16 @@ def test_training_under_mpi_starts_a_gloo_default_group_on_a_gpu_model(monkeypat
     from ccbench.training import comm_stream, frameworks, loop, rendezvous
 
     started, streams = [], []
-    monkeypatch.setattr(rendezvous, "init_torch_distributed",
-                        lambda comm, backend=None: started.append(backend))
-    monkeypatch.setattr(comm_stream, "CommStream",
-                        lambda overlap, device: streams.append(device) or "stream")
+    monkeypatch.setattr(
+        rendezvous, "init_torch_distributed", lambda comm, backend=None: started.append(backend)
+    )
+    monkeypatch.setattr(
+        comm_stream, "CommStream", lambda overlap, device: streams.append(device) or "stream"
+    )
     monkeypatch.setattr(frameworks, "DDPTrainer", lambda *args: args)
     config = loop.TrainConfig(framework="ddp", variant="coll_compressed", codec="fp16")
     cuda = torch.device("cuda", 0)
-    loop._build_stream_trainer(Communicator(MPI.COMM_SELF), config, None, None, 0.1,
-                               None, cuda)
+    loop._build_stream_trainer(Communicator(MPI.COMM_SELF), config, None, None, 0.1, None, cuda)
     assert started == ["gloo"] and streams == [cuda]
     # over torch.distributed: the communicator's own group (NCCL where it runs NCCL)
     torch_comm = types.SimpleNamespace(transport="torch", torch_backend="nccl")
@@ -253,8 +258,7 @@ def test_nccl_on_two_ranks_of_one_gpu_is_refused_before_nccl_starts(monkeypatch)
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
-    monkeypatch.setattr(torch.distributed, "init_process_group",
-                        lambda *a, **k: started.append(a))
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **k: started.append(a))
     monkeypatch.delenv("NCCL_HOSTID", raising=False)
     with pytest.raises(UsageError, match=r"ranks 0, 1 share one GPU .*NCCL_HOSTID"):
         comm_torch.init_default_group("nccl", 0, 2, 0, mpi_comm=TwoRanksOneProcess())
@@ -263,9 +267,11 @@ def test_nccl_on_two_ranks_of_one_gpu_is_refused_before_nccl_starts(monkeypatch)
 
 def test_which_ranks_nccl_sees_on_one_gpu():
     gpu = "GPU-0123"
-    comm_torch.refuse_shared_gpu([("node1", "GPU-a"), ("node1", "GPU-b"),
-                                  ("node2", "GPU-a"), ("node2", "GPU-b")])
+    comm_torch.refuse_shared_gpu(
+        [("node1", "GPU-a"), ("node1", "GPU-b"), ("node2", "GPU-a"), ("node2", "GPU-b")]
+    )
     comm_torch.refuse_shared_gpu([("ccb-r0", gpu), ("ccb-r1", gpu)])  # per-rank host ids
     with pytest.raises(UsageError, match="ranks 1, 3 share one GPU on node1"):
-        comm_torch.refuse_shared_gpu([("node1", "GPU-a"), ("node1", gpu),
-                                      ("node2", gpu), ("node1", gpu)])
+        comm_torch.refuse_shared_gpu(
+            [("node1", "GPU-a"), ("node1", gpu), ("node2", gpu), ("node1", gpu)]
+        )

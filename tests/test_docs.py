@@ -47,8 +47,7 @@ RUN_LANGS = {"sh", "bash", "shell"}
 COMMAND_LANGS = RUN_LANGS | {"", "console", "text"}  # blocks that may show commands
 
 TINY_BYTES = 256 * 1024
-HARNESS_VARIANTS = ("baseline", "p2p_compressed", "coll_compressed", "sparse_streaming",
-                    "overhead")  # fmt: skip
+HARNESS_VARIANTS = ("baseline", "p2p_compressed", "coll_compressed", "sparse_streaming", "overhead")
 TINY = {
     **{v: ["-i", "2", "-x", "1"] for v in HARNESS_VARIANTS},
     "codec_throughput": ["-i", "2"],
@@ -59,10 +58,21 @@ TINY = {
     "compare": ["--rounds", "2"],  # before its `--`: what follows goes to both sides
 }
 TINY_MGWFBP = ["--profile-iterations", "1", "--fit-seconds", "0.01"]  # training's mgwfbp
-TINY_TRACE = {"capture": ["--steps", "4", "--warmup", "1"],  # ccbench trace ACTION
-              "replay": ["--steps", "2", "--warmup", "0", "--fit-seconds", "0.01"]}
-OUTPUT_OPTIONS = ("--csv", "--json", "--fit-csv", "-o", "--outdir", "--out", "--out-dir",
-                  "--output-dir", "--merged")  # fmt: skip
+TINY_TRACE = {
+    "capture": ["--steps", "4", "--warmup", "1"],  # ccbench trace ACTION
+    "replay": ["--steps", "2", "--warmup", "0", "--fit-seconds", "0.01"],
+}
+OUTPUT_OPTIONS = (
+    "--csv",
+    "--json",
+    "--fit-csv",
+    "-o",
+    "--outdir",
+    "--out",
+    "--out-dir",
+    "--output-dir",
+    "--merged",
+)
 COMMAND_TIMEOUT = 300  # a hang guard per command
 
 FENCE = re.compile(r"^ {0,3}(`{3,})\s*([\w+-]*)\s*$")
@@ -99,8 +109,9 @@ def read_blocks(root: Path, page: str) -> list[Block]:
             blocks.append(block)
             pending, i = None, end
         elif lines[i].strip() and pending:
-            raise AssertionError(f"{page}:{pending[1]}: a doc-test marker must come right "
-                                 "before a fenced block")  # fmt: skip
+            raise AssertionError(
+                f"{page}:{pending[1]}: a doc-test marker must come right before a fenced block"
+            )
         i += 1
     return blocks
 
@@ -130,6 +141,7 @@ def parse_size(text: str) -> int | None:
 
 def cap_sizes(text: str) -> str:
     """`-m [MIN:]MAX` (or a list A,B,...) with sizes above TINY_BYTES cut to it."""
+
     def cap(part: str) -> str:
         size = parse_size(part)
         return part if size is None or size <= TINY_BYTES else f"{TINY_BYTES // 1024}K"
@@ -154,7 +166,7 @@ def tiny(argv: list[str]) -> list[str]:
     if tool == "training" and "mgwfbp" in argv:
         extra += TINY_MGWFBP
     if tool in ("trace", "trace_replay"):
-        action = "replay" if tool == "trace_replay" else (argv[at + 2:] or [""])[0]
+        action = "replay" if tool == "trace_replay" else (argv[at + 2 :] or [""])[0]
         extra = list(TINY_TRACE.get(action, []))
     end = out.index("--", at) if tool == "compare" and "--" in out[at:] else len(out)
     return out[:end] + extra + out[end:]
@@ -167,7 +179,8 @@ def split(command: str) -> tuple[dict, list[str]]:
     for word in words:
         assert not SHELL_SYNTAX.search(word), (
             f"`{command}`: not a simple command ({word!r}); mark the block "
-            "<!-- doc-test: skip (REASON) --> or show it as text")
+            "<!-- doc-test: skip (REASON) --> or show it as text"
+        )
     env = {}
     while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
         key, _, value = words.pop(0).partition("=")
@@ -203,12 +216,16 @@ def test_markers_commands_and_outputs(page):
             if run_by:
                 script = REPO / run_by.group(1)
                 text = " ".join(script.read_text().split()) if script.is_file() else ""
-                problems += [f"{where}: `{cmd}` is not in {run_by.group(1)}"
-                             for where, cmd in commands(block)
-                             if " ".join(shlex.split(cmd, comments=True)) not in text]
+                problems += [
+                    f"{where}: `{cmd}` is not in {run_by.group(1)}"
+                    for where, cmd in commands(block)
+                    if " ".join(shlex.split(cmd, comments=True)) not in text
+                ]
             elif not skip:
-                problems.append(f"{block.where(-1)}: unknown marker {block.marker!r}; use "
-                                "skip (REASON) or run-by PATH")  # fmt: skip
+                problems.append(
+                    f"{block.where(-1)}: unknown marker {block.marker!r}; use "
+                    "skip (REASON) or run-by PATH"
+                )
         if block.lang in RUN_LANGS and block.marker is None:
             for where, cmd in commands(block):
                 try:
@@ -226,8 +243,9 @@ def test_markers_commands_and_outputs(page):
             if "ccbench" in words or any(w.startswith("scripts/") for w in words):
                 for value in tokens_after(words, OUTPUT_OPTIONS):
                     if not (value.startswith("results/") or placeholder(value)):
-                        problems.append(f"{where}: output {value!r} is not under results/ "
-                                        "(git-ignored)")  # fmt: skip
+                        problems.append(
+                            f"{where}: output {value!r} is not under results/ (git-ignored)"
+                        )
     assert not problems, "\n".join(problems)
 
 
@@ -243,11 +261,17 @@ def test_python_blocks_compile_and_import_what_exists(page):
             problems.append(f"{block.where((e.lineno or 1) - 1)}: {e.msg}")
             continue
         for node in ast.walk(tree):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module
+                else []
+            )
             for name in names:
                 if importlib.util.find_spec(name.split(".")[0]) is None or (
-                        importlib.util.find_spec(name) is None):
+                    importlib.util.find_spec(name) is None
+                ):
                     problems.append(f"{block.where(node.lineno - 1)}: no module {name}")
     assert not problems, "\n".join(problems)
 
@@ -263,8 +287,17 @@ def anchors(path: Path) -> set[str]:
     return {slug(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.*)$", text, re.M)}
 
 
-TRACKED_TOP = ("kernels", "collectives", "training", "benchmarks", "plots", "scripts",
-               "sweeps", "tests", "docs")  # fmt: skip
+TRACKED_TOP = (
+    "kernels",
+    "collectives",
+    "training",
+    "benchmarks",
+    "plots",
+    "scripts",
+    "sweeps",
+    "tests",
+    "docs",
+)
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -300,8 +333,9 @@ def test_links_and_file_names_resolve(page):
 
 
 def git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                          check=True, timeout=120).stdout  # fmt: skip
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
 
 
 @pytest.fixture(scope="module")
@@ -311,8 +345,11 @@ def scratch(tmp_path_factory):
     console = Path(sys.executable).parent / "ccbench"
     if shutil.which("git") is None or not console.exists():
         pytest.skip("needs git and the installed `ccbench` console script")
-    listing = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "-co",
-                              "--exclude-standard"], capture_output=True, timeout=120)
+    listing = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "-co", "--exclude-standard"],
+        capture_output=True,
+        timeout=120,
+    )
     if listing.returncode != 0:
         pytest.skip("not a git checkout")
     base = tmp_path_factory.mktemp("docs")
@@ -324,16 +361,30 @@ def scratch(tmp_path_factory):
             shutil.copy2(source, root / name, follow_symlinks=False)
     git(root, "init", "-q")
     git(root, "add", "-A")
-    git(root, "-c", "user.name=doc-test", "-c", "user.email=doc-test@localhost",
-        "commit", "-q", "-m", "the working tree")  # fmt: skip
+    git(
+        root,
+        "-c",
+        "user.name=doc-test",
+        "-c",
+        "user.email=doc-test@localhost",
+        "commit",
+        "-q",
+        "-m",
+        "the working tree",
+    )
     package = base / "import" / "ccbench"  # `ccbench.<room>` is the copy's folder
     package.mkdir(parents=True)
     for room in ROOMS:
         (package / room).symlink_to(root / room)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("CCBENCH_") and k != "PYTHONPATH"}  # fmt: skip
-    env.update(PATH=os.pathsep.join([str(console.parent), env.get("PATH", "")]),
-               PYTHONPATH=str(package.parent), OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("CCBENCH_") and k != "PYTHONPATH"
+    }
+    env.update(
+        PATH=os.pathsep.join([str(console.parent), env.get("PATH", "")]),
+        PYTHONPATH=str(package.parent),
+        OMP_NUM_THREADS="1",
+        MPLBACKEND="Agg",
+    )
     return root, env
 
 
@@ -347,11 +398,19 @@ def test_commands_run_as_shown(page, scratch):
         for where, cmd in commands(block):
             extra, argv = split(cmd)
             argv = tiny(argv)
-            proc = subprocess.run(argv, cwd=root, env={**env, **extra}, capture_output=True,
-                                  text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                argv,
+                cwd=root,
+                env={**env, **extra},
+                capture_output=True,
+                text=True,
+                timeout=COMMAND_TIMEOUT,
+                stdin=subprocess.DEVNULL,
+            )
             assert proc.returncode == 0, (
                 f"{where}: `{cmd}` exited {proc.returncode} (run as: {shlex.join(argv)})\n"
-                f"{(proc.stdout + proc.stderr)[-3000:]}")
+                f"{(proc.stdout + proc.stderr)[-3000:]}"
+            )
     changed = git(root, "status", "--porcelain", "--untracked-files=all").splitlines()
     assert not changed, f"{page}'s commands changed the tree:\n" + "\n".join(changed)
 

@@ -68,8 +68,9 @@ def test_a_variant_refuses_a_malformed_sidecar_before_any_work(tmp_path):
     out = tmp_path / "b.csv"
     sidecar = malformed_sidecar(out)
     before = sidecar.read_bytes()
-    proc = mpirun(2, [*variant_module("baseline"), "-m", "4K:4K", "-i", "2", "-x", "0",
-                      "--csv", out])
+    proc = mpirun(
+        2, [*variant_module("baseline"), "-m", "4K:4K", "-i", "2", "-x", "0", "--csv", out]
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and f"{sidecar} is not valid JSON" in lines[0], proc.stderr
@@ -97,25 +98,39 @@ def test_a_world_smaller_than_the_launch_is_refused_in_one_line(tmp_path, procid
     --mpi=pmi2, any MPI under --mpi=none): each task is a world of 1 and would time itself
     alone. Both exit 2; only the launch's rank 0 says why; no CSV is written."""
     out = tmp_path / "b.csv"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI", "OMPI_", "SLURM_", "MASTER_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PMI", "OMPI_", "SLURM_", "MASTER_"))
+    }
     env.update(SLURM_STEP_NUM_TASKS="2", SLURM_NTASKS="2", SLURM_PROCID=procid)
-    proc = subprocess.run([sys.executable, *variant_module("baseline"), "-m", "1K", "--csv", out],
-                          capture_output=True, text=True, timeout=50, env=env,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, *variant_module("baseline"), "-m", "1K", "--csv", out],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == printed, proc.stderr
     if printed:
-        assert lines[0].startswith("ccbench: error: the launcher started 2 processes but "
-                                   "MPI sees a world of 1"), lines
+        assert lines[0].startswith(
+            "ccbench: error: the launcher started 2 processes but MPI sees a world of 1"
+        ), lines
     assert not out.exists()
 
 
 def sweep(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ccbench.scripts.cli", "sweep", *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "ccbench.scripts.cli", "sweep", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def two_task_spec(tmp_path: Path) -> Path:
@@ -123,7 +138,7 @@ def two_task_spec(tmp_path: Path) -> Path:
     spec.write_text(f"""
 [sweep]
 name = "exits"
-output = "{tmp_path / 'out'}"
+output = "{tmp_path / "out"}"
 sizes = "1K:2K"
 iterations = 2
 warmup = 0
@@ -170,8 +185,19 @@ def test_merge_refuses_a_malformed_sidecar(tmp_path, capsys):
     from ccbench.scripts.sweeps import merge
 
     good = tmp_path / "in" / "a.csv"
-    write_csv_atomic(good, [{"schema": "harness/3", "run_id": "r1", "variant": "baseline",
-                             "collective": "allgather", "size_bytes": 4}], COMMON_COLUMNS)
+    write_csv_atomic(
+        good,
+        [
+            {
+                "schema": "harness/3",
+                "run_id": "r1",
+                "variant": "baseline",
+                "collective": "allgather",
+                "size_bytes": 4,
+            }
+        ],
+        COMMON_COLUMNS,
+    )
     sidecar = malformed_sidecar(good)
     assert merge.main([str(tmp_path / "in"), "-o", str(tmp_path / "m.csv")]) == 2
     err = capsys.readouterr().err
@@ -188,8 +214,20 @@ def test_plot_names_a_file_whose_sidecar_is_malformed_and_draws_the_rest(tmp_pat
     # rows of a launch outside a sweep: its sidecar is read for the sweep it may belong to
     write(bad, seed000_rows([1 << 20], ranks=4, link=0, run="r2", sweep=""))
     malformed_sidecar(bad)
-    status = cli.main([str(tmp_path / "good.csv"), str(bad), "-o", str(tmp_path / "out"),
-                       "--only", "allgather", "--format", "png", "--dpi", "40"])
+    status = cli.main(
+        [
+            str(tmp_path / "good.csv"),
+            str(bad),
+            "-o",
+            str(tmp_path / "out"),
+            "--only",
+            "allgather",
+            "--format",
+            "png",
+            "--dpi",
+            "40",
+        ]
+    )
     captured = capsys.readouterr()
     assert status == 1
     assert f"{bad}.json is not valid JSON" in captured.err

@@ -26,7 +26,7 @@ def test_floor_steps_by_hand():
     assert floor_steps("reduce_scatter", 4) == 3
     assert floor_steps("allreduce", 4) == 6
     assert floor_steps("allgather", 4, "mpi") == 2
-    assert floor_steps("allreduce", 5, "mpi") == 3   # ceil(log2 5)
+    assert floor_steps("allreduce", 5, "mpi") == 3  # ceil(log2 5)
     assert floor_steps("allreduce", 8, "omnireduce") == 3
     assert floor_steps("allgather", 1) == 0
 
@@ -92,8 +92,7 @@ def test_pipeline_chunk_bytes_by_hand():
     assert chunk_candidates(16 << 10, 64 << 10) == [64 << 10]  # a block under the least
     # the times of test_pipeline_time_by_hand: the reduce-scatter's least is n = 2,
     # chunks of 128 KiB; the allgather's (no gaps) n = 1, the block
-    assert pipeline_chunk_bytes(b, 4, 1e-4, c, w, 64 << 10, share=2.0, reduces=True) \
-        == 128 << 10
+    assert pipeline_chunk_bytes(b, 4, 1e-4, c, w, 64 << 10, share=2.0, reduces=True) == 128 << 10
     assert pipeline_chunk_bytes(b, 4, 1e-4, c, w, 64 << 10, share=2.0) == b
     # 1 ms per chunk: C = 3 n ms; n = 1: 3 + 3 + 0.5 + 0.5 = 7 ms, n = 2: 3 + 6 + 0.25
     # = 9.25 ms: one chunk per step, the block
@@ -109,23 +108,43 @@ def test_the_codec_share_counts_ranks_per_core_and_per_device():
     from ccbench.benchmarks.compressed_base import codec_share
 
     # 4 ranks on host a over 2 cores, 1 rank on host b: 2 ranks per core on a
-    places = [("a", [0], None), ("a", [1], None), ("a", [0], None), ("a", [1], None),
-              ("b", [0, 1, 2, 3], None)]
+    places = [
+        ("a", [0], None),
+        ("a", [1], None),
+        ("a", [0], None),
+        ("a", [1], None),
+        ("b", [0, 1, 2, 3], None),
+    ]
     assert codec_share(places, 1, on_device=False) == (2.0, None)
     assert codec_share(places, 4, on_device=False) == (0.25, None)
     # on devices: 3 ranks of host a on device 0, 1 on device 1, host b's rank on device 0
-    places = [("a", [0], "gpu0"), ("a", [1], "gpu0"), ("a", [2], "gpu0"),
-              ("a", [3], "gpu1"), ("b", [0], "gpu0")]
+    places = [
+        ("a", [0], "gpu0"),
+        ("a", [1], "gpu0"),
+        ("a", [2], "gpu0"),
+        ("a", [3], "gpu1"),
+        ("b", [0], "gpu0"),
+    ]
     assert codec_share(places, 0, on_device=True) == (1.0, 3.0)
     assert codec_share(places, 3, on_device=True) == (1.0, 1.0)
     assert codec_share(places, 4, on_device=True) == (1.0, 1.0)  # another host's gpu0
 
 
 def floor_row(**extra) -> dict:
-    row = {"collective": "reduce_scatter", "ranks": 4, "algorithm": "ring",
-           "variant": "coll_compressed", "size_bytes": 4 << 20, "link_gbps": 1.0,
-           "link_ceiling_gbps": 0.95, "link_burst_bytes": 125000, "link_step_us": 200.0,
-           "wire_bytes_per_rank": 1_000_000, "codec_floor_us": 5000.0, "avg_us": 1.0}
+    row = {
+        "collective": "reduce_scatter",
+        "ranks": 4,
+        "algorithm": "ring",
+        "variant": "coll_compressed",
+        "size_bytes": 4 << 20,
+        "link_gbps": 1.0,
+        "link_ceiling_gbps": 0.95,
+        "link_burst_bytes": 125000,
+        "link_step_us": 200.0,
+        "wire_bytes_per_rank": 1_000_000,
+        "codec_floor_us": 5000.0,
+        "avg_us": 1.0,
+    }
     row.update(extra)
     return row
 
@@ -141,15 +160,24 @@ def test_every_user_of_the_floor_gets_the_same_number():
     hand = 875000 * 8 / 0.95e3 + 600
     frame = pd.DataFrame([floor_row()])
     assert float(floor_us(frame).iloc[0]) == pytest.approx(hand)
-    row = pipeline_floor(1_000_000, 0.95e9, 2.5e-3, 2.0, 125000,
-                         floor_steps("reduce_scatter", 4), 200e-6)
+    row = pipeline_floor(
+        1_000_000, 0.95e9, 2.5e-3, 2.0, 125000, floor_steps("reduce_scatter", 4), 200e-6
+    )
     assert row["floor"] * 1e6 == pytest.approx(hand)
     # the codec bounds it where it is larger
     frame = pd.DataFrame([floor_row(codec_floor_us=9000.0)])
     assert float(floor_us(frame).iloc[0]) == pytest.approx(9000.0)
     # the library's allgather: ceil(log2 4) = 2 steps, nothing of a codec
-    frame = pd.DataFrame([floor_row(variant="baseline", algorithm="mpi", collective="allgather",
-                                    codec_floor_us=float("nan"))])
+    frame = pd.DataFrame(
+        [
+            floor_row(
+                variant="baseline",
+                algorithm="mpi",
+                collective="allgather",
+                codec_floor_us=float("nan"),
+            )
+        ]
+    )
     assert float(floor_us(frame).iloc[0]) == pytest.approx(875000 * 8 / 0.95e3 + 400)
     # off a link: no floor
     frame = pd.DataFrame([floor_row(link_gbps=float("nan"))])
@@ -171,9 +199,10 @@ def test_a_row_under_its_codec_floor_is_named_with_its_reason():
     and the codec's sets its floor; one at 9,100 us is above."""
     from ccbench.plots.base import below_floor, below_floor_text
 
-    frame = pd.DataFrame([floor_row(codec_floor_us=9000.0, avg_us=t)
-                          for t in (8500.0, 7900.0, 9100.0)]
-                         + [floor_row(avg_us=7900.0)])
+    frame = pd.DataFrame(
+        [floor_row(codec_floor_us=9000.0, avg_us=t) for t in (8500.0, 7900.0, 9100.0)]
+        + [floor_row(avg_us=7900.0)]
+    )
     below = below_floor(frame)
     assert list(below.index) == [0, 1, 3]
     assert list(below["_bound"]) == ["codec", "codec", "wire"]
@@ -206,13 +235,20 @@ def test_the_rows_codec_floor_takes_every_sharing_ranks_fastest_call(monkeypatch
     floor alone; efficiency 12 / 6.5."""
     from ccbench.benchmarks.compressed_base import breakdown_columns
 
-    for name in ("CCBENCH_LINK_CEILING_GBPS", "CCBENCH_LINK_GOODPUT_GBPS", "CCBENCH_LINK_GBPS",
-                 "CCBENCH_LINK_BURST_BYTES", "CCBENCH_LINK_STEP_US"):
+    for name in (
+        "CCBENCH_LINK_CEILING_GBPS",
+        "CCBENCH_LINK_GOODPUT_GBPS",
+        "CCBENCH_LINK_GBPS",
+        "CCBENCH_LINK_BURST_BYTES",
+        "CCBENCH_LINK_STEP_US",
+    ):
         monkeypatch.delenv(name, raising=False)
     ms = 1e-3
     calls, codec, fastest = (10, 12, 9, 11), (4, 5, 3, 4), (3, 4, 2.5, 3.5)
-    everyone = [([t * ms, 0.0, 0.0, 0.0, 0.0, c * ms, 0.0], 1000, ("a", [r % 2], None), f * ms)
-                for r, (t, c, f) in enumerate(zip(calls, codec, fastest, strict=True))]
+    everyone = [
+        ([t * ms, 0.0, 0.0, 0.0, 0.0, c * ms, 0.0], 1000, ("a", [r % 2], None), f * ms)
+        for r, (t, c, f) in enumerate(zip(calls, codec, fastest, strict=True))
+    ]
     row = breakdown_columns(FourRanks(everyone), everyone[0][0], 1000, "allgather")
     assert row["call_us"] == pytest.approx(12000.0)
     assert row["codec_cpu_us"] == pytest.approx(5000.0)  # the critical rank's mean

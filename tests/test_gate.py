@@ -38,9 +38,9 @@ options = ["-i", "8", "-x", "1", "--data", "gradient-like"]
 """
 ENCODE = Path("kernels") / "codec_base.py"
 # Codec.encode's docstring: the sleep goes right after it, in the base class's encode
-ENCODE_DEF = ('        """Compress the 1-D array `x`; returns the payload (a view of `out` if '
-              'given)."""\n')
-
+ENCODE_DEF = (
+    '        """Compress the 1-D array `x`; returns the payload (a view of `out` if given)."""\n'
+)
 
 
 def interruptible() -> None:
@@ -49,16 +49,28 @@ def interruptible() -> None:
     ignored SIGINT ignored)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-def ccbench(*args: str, timeout: float = 300, cwd: Path = REPO, env: dict | None = None,
-            ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ccbench.scripts.cli", *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+def ccbench(
+    *args: str,
+    timeout: float = 300,
+    cwd: Path = REPO,
+    env: dict | None = None,
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ccbench.scripts.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -89,11 +101,15 @@ def commit_encode_sleep(clone: Path, seconds: float) -> str:
     """Commit a change that makes every codec's encode sleep `seconds`; its commit."""
     path = clone / ENCODE
     text = path.read_text()
-    text = re.sub(r"\n        __import__\('time'\)\.sleep\([0-9.]+\)  # gate test\n", "\n",
-                  text)
+    text = re.sub(r"\n        __import__\('time'\)\.sleep\([0-9.]+\)  # gate test\n", "\n", text)
     assert text.count(ENCODE_DEF) == 1
-    path.write_text(text.replace(ENCODE_DEF, ENCODE_DEF + f"        __import__('time').sleep("
-                                 f"{seconds})  # gate test\n", 1))
+    path.write_text(
+        text.replace(
+            ENCODE_DEF,
+            ENCODE_DEF + f"        __import__('time').sleep({seconds})  # gate test\n",
+            1,
+        )
+    )
     git(clone, "commit", "--quiet", "-am", f"every encode sleeps {seconds} s")
     return git(clone, "rev-parse", "HEAD")
 
@@ -107,19 +123,23 @@ def accept(clone: Path) -> str:
 
 
 def ratios(stdout: str) -> list[float]:
-    return [float(m) for m in re.findall(r"^coll fp16 allgather\s+4096\s+\S+\s+\S+\s+(\S+)",
-                                         stdout, re.MULTILINE)]
+    return [
+        float(m)
+        for m in re.findall(
+            r"^coll fp16 allgather\s+4096\s+\S+\s+\S+\s+(\S+)", stdout, re.MULTILINE
+        )
+    ]
 
 
 @pytest.mark.timeout(420)
 def test_a_committed_slowdown_near_the_threshold_fails_against_the_accepted_revision(
-        clone, spec, state):
+    clone, spec, state
+):
     base = commit_encode_sleep(clone, 0.02)
     assert base in accept(clone)
     commit_encode_sleep(clone, 0.03)  # about 1.5x: above the 1.3 threshold
     out = clone.parent / "gate.csv"
-    proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec), "--csv", str(out),
-                   env=state)
+    proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec), "--csv", str(out), env=state)
     # the base was built as its install builds it: its own compiled kernels, where this
     # checkout has them (the clone's tree, never built, borrows them or runs none)
     if kernel_path(link_rooms(REPO, clone.parent / "here")) == "fused":
@@ -133,8 +153,10 @@ def test_a_committed_slowdown_near_the_threshold_fails_against_the_accepted_revi
     assert "FAIL: slower" in proc.stdout and "1 failed" in proc.stdout
     assert all(r >= 1.3 for r in ratios(proc.stdout)), proc.stdout
     # measured again before it fails: 3 more rounds of that benchmark, 6 in the verdict
-    assert ("# 1 benchmark(s) past the threshold after 3 rounds: 3 more rounds of them; a "
-            "point fails only if it stays past it over all 6") in proc.stdout, proc.stdout
+    assert (
+        "# 1 benchmark(s) past the threshold after 3 rounds: 3 more rounds of them; a "
+        "point fails only if it stays past it over all 6"
+    ) in proc.stdout, proc.stdout
     # ... and they ran: the row's verdict is over 6 rounds
     assert [r["rounds"] for r in csv.DictReader(out.open())] == ["6"]
 
@@ -162,11 +184,28 @@ def test_an_accepted_revision_the_clone_lacks_is_one_line_exit_2(clone, spec):
 @pytest.mark.timeout(420)
 def test_an_interrupted_gate_keeps_its_rounds_and_resumes(clone, spec, state, tmp_path):
     accept(clone)
-    command = [sys.executable, "-m", "ccbench.scripts.cli", "gate", "--repo", str(clone),
-               "--spec", str(spec), "--csv", str(tmp_path / "gate.csv")]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=REPO, env={**os.environ, **state},
-                            stdin=subprocess.DEVNULL, preexec_fn=interruptible)
+    command = [
+        sys.executable,
+        "-m",
+        "ccbench.scripts.cli",
+        "gate",
+        "--repo",
+        str(clone),
+        "--spec",
+        str(spec),
+        "--csv",
+        str(tmp_path / "gate.csv"),
+    ]
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **state},
+        stdin=subprocess.DEVNULL,
+        preexec_fn=interruptible,
+    )
     checkpoints = Path(state["CCBENCH_STATE"])
     deadline = time.monotonic() + 240
     while not list(checkpoints.glob("gate-*.json")):  # a round has finished
@@ -177,11 +216,21 @@ def test_an_interrupted_gate_keeps_its_rounds_and_resumes(clone, spec, state, tm
     assert proc.returncode == 130, out + err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
-    assert re.fullmatch(r"ccbench gate: interrupted after [12] of 3 rounds; the [12] "
-                        r"finished kept: run the same command to resume", lines[0]), err
+    assert re.fullmatch(
+        r"ccbench gate: interrupted after [12] of 3 rounds; the [12] "
+        r"finished kept: run the same command to resume",
+        lines[0],
+    ), err
     assert not (tmp_path / "gate.csv").exists()
-    again = subprocess.run(command, capture_output=True, text=True, cwd=REPO,
-                           env={**os.environ, **state}, timeout=300, stdin=subprocess.DEVNULL)
+    again = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **state},
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     assert re.search(r"^# resuming: [12] round\(s\) already measured", again.stdout, re.M)
     (row,) = list(csv.DictReader((tmp_path / "gate.csv").open()))
@@ -189,11 +238,14 @@ def test_an_interrupted_gate_keeps_its_rounds_and_resumes(clone, spec, state, tm
     assert not list(checkpoints.glob("gate-*.json"))  # done: nothing left to resume
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--only", "nothing-like-this"], "matches no gated benchmark"),
-    (["--base", "no-such-revision"], "no-such-revision"),
-    (["--rounds", "1"], "at least 2"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--only", "nothing-like-this"], "matches no gated benchmark"),
+        (["--base", "no-such-revision"], "no-such-revision"),
+        (["--rounds", "1"], "at least 2"),
+    ],
+)
 def test_gate_bad_input_exits_2(clone, spec, args, words):
     proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec), *args, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -216,8 +268,12 @@ def test_this_checkout_records_an_accepted_revision_in_its_history():
 
     accepted = read_accepted(REPO)
     assert accepted is not None
-    assert subprocess.run(["git", "-C", str(REPO), "merge-base", "--is-ancestor", accepted,
-                           "HEAD"]).returncode == 0
+    assert (
+        subprocess.run(
+            ["git", "-C", str(REPO), "merge-base", "--is-ancestor", accepted, "HEAD"]
+        ).returncode
+        == 0
+    )
 
 
 # ---------------------------------------------------------------- compare's exit status
@@ -235,15 +291,35 @@ def tree_of(clone: Path, tmp_path: Path) -> dict:
 def test_compare_exits_1_and_marks_the_side_that_fails_validation(clone, tmp_path):
     ring = clone / "collectives" / "ring.py"
     text = ring.read_text()
-    broken = text.replace("    ring_allgather_inplace(comm, recvbuf, bounds)\n",
-                          "    ring_allgather_inplace(comm, recvbuf, bounds)\n"
-                          "    recvbuf[0] += 1\n", 1)
+    broken = text.replace(
+        "    ring_allgather_inplace(comm, recvbuf, bounds)\n",
+        "    ring_allgather_inplace(comm, recvbuf, bounds)\n    recvbuf[0] += 1\n",
+        1,
+    )
     assert broken != text
     ring.write_text(broken)
     out = tmp_path / "cmp.csv"
-    proc = ccbench("compare", "baseline --algorithm mpi", "baseline --algorithm ring", "-m",
-                   "4K:4K", "--rounds", "2", "--turns", "2", "--csv", str(out), "--", "-c",
-                   "-i", "5", "-x", "1", cwd=clone, env=tree_of(clone, tmp_path))
+    proc = ccbench(
+        "compare",
+        "baseline --algorithm mpi",
+        "baseline --algorithm ring",
+        "-m",
+        "4K:4K",
+        "--rounds",
+        "2",
+        "--turns",
+        "2",
+        "--csv",
+        str(out),
+        "--",
+        "-c",
+        "-i",
+        "5",
+        "-x",
+        "1",
+        cwd=clone,
+        env=tree_of(clone, tmp_path),
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (row,) = list(csv.DictReader(out.open()))
     assert row["validation"] == "Fail: B"
@@ -254,9 +330,26 @@ def test_compare_exits_1_and_marks_the_side_that_fails_validation(clone, tmp_pat
 @pytest.mark.timeout(300)
 def test_compare_records_pass_when_both_sides_validate(tmp_path):
     out = tmp_path / "cmp.csv"
-    proc = ccbench("compare", "baseline --algorithm mpi", "baseline --algorithm ring", "-m",
-                   "4K:4K", "--rounds", "2", "--turns", "2", "--csv", str(out), "--", "-c",
-                   "-i", "5", "-x", "1", env={"CCBENCH_STATE": str(tmp_path / "state")})
+    proc = ccbench(
+        "compare",
+        "baseline --algorithm mpi",
+        "baseline --algorithm ring",
+        "-m",
+        "4K:4K",
+        "--rounds",
+        "2",
+        "--turns",
+        "2",
+        "--csv",
+        str(out),
+        "--",
+        "-c",
+        "-i",
+        "5",
+        "-x",
+        "1",
+        env={"CCBENCH_STATE": str(tmp_path / "state")},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (row,) = list(csv.DictReader(out.open()))
     assert row["validation"] == "Pass"
@@ -266,12 +359,37 @@ def test_compare_records_pass_when_both_sides_validate(tmp_path):
 def test_an_interrupted_compare_keeps_its_rounds_and_resumes(tmp_path):
     state = {"CCBENCH_STATE": str(tmp_path / "state")}
     out = tmp_path / "cmp.csv"
-    command = [sys.executable, "-m", "ccbench.scripts.cli", "compare", "baseline",
-               "baseline --algorithm ring", "-m", "4K:4K", "--rounds", "5", "--turns", "2",
-               "--csv", str(out), "--", "-i", "400", "-x", "1"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=REPO, env={**os.environ, **state},
-                            stdin=subprocess.DEVNULL, preexec_fn=interruptible)
+    command = [
+        sys.executable,
+        "-m",
+        "ccbench.scripts.cli",
+        "compare",
+        "baseline",
+        "baseline --algorithm ring",
+        "-m",
+        "4K:4K",
+        "--rounds",
+        "5",
+        "--turns",
+        "2",
+        "--csv",
+        str(out),
+        "--",
+        "-i",
+        "400",
+        "-x",
+        "1",
+    ]
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **state},
+        stdin=subprocess.DEVNULL,
+        preexec_fn=interruptible,
+    )
     checkpoints = Path(state["CCBENCH_STATE"])
     deadline = time.monotonic() + 200
     while not list(checkpoints.glob("compare-*.json")):
@@ -283,10 +401,19 @@ def test_an_interrupted_compare_keeps_its_rounds_and_resumes(tmp_path):
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and re.fullmatch(
         r"ccbench compare: interrupted after [1-4] of 5 rounds; the [1-4] finished kept: "
-        r"run the same command to resume", lines[0]), err
+        r"run the same command to resume",
+        lines[0],
+    ), err
     assert not out.exists()
-    again = subprocess.run(command, capture_output=True, text=True, cwd=REPO,
-                           env={**os.environ, **state}, timeout=300, stdin=subprocess.DEVNULL)
+    again = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **state},
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert again.returncode == 0, again.stderr
     assert re.search(r"^# resuming: [1-4] round\(s\) already measured", again.stdout, re.M)
     (row,) = list(csv.DictReader(out.open()))
@@ -296,10 +423,25 @@ def test_an_interrupted_compare_keeps_its_rounds_and_resumes(tmp_path):
 @pytest.mark.timeout(300)
 def test_compare_two_variants_writes_ratios(tmp_path):
     out = tmp_path / "cmp.csv"
-    proc = ccbench("compare", "baseline --algorithm mpi", "baseline --algorithm ring",
-                   "-m", "4K,64K", "--rounds", "2", "--csv", str(out), "--",
-                   "--collective", "allreduce", "-i", "20", "-x", "2",
-                   env={"CCBENCH_STATE": str(tmp_path / "state")})
+    proc = ccbench(
+        "compare",
+        "baseline --algorithm mpi",
+        "baseline --algorithm ring",
+        "-m",
+        "4K,64K",
+        "--rounds",
+        "2",
+        "--csv",
+        str(out),
+        "--",
+        "--collective",
+        "allreduce",
+        "-i",
+        "20",
+        "-x",
+        "2",
+        env={"CCBENCH_STATE": str(tmp_path / "state")},
+    )
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.DictReader(out.open()))
     assert [r["size_bytes"] for r in rows] == ["4096", "65536"]
@@ -311,12 +453,15 @@ def test_compare_two_variants_writes_ratios(tmp_path):
         assert r["a"] == "baseline --algorithm mpi" and r["b"] == "baseline --algorithm ring"
 
 
-@pytest.mark.parametrize("args, words", [
-    (["nosuch"], "unknown variant"),
-    (["baseline"], "give two commands"),
-    (["baseline", "baseline", "--rounds", "1"], "at least 2"),
-    (["baseline", "baseline --csv x.csv"], "set by ccbench compare"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["nosuch"], "unknown variant"),
+        (["baseline"], "give two commands"),
+        (["baseline", "baseline", "--rounds", "1"], "at least 2"),
+        (["baseline", "baseline --csv x.csv"], "set by ccbench compare"),
+    ],
+)
 def test_compare_bad_input_exits_2(args, words):
     proc = ccbench("compare", *args, timeout=60)
     assert proc.returncode == 2, proc.stderr
@@ -341,8 +486,13 @@ def test_compare_reads_unsized_benchmarks_from_their_own_rows():
 
     mg = Comparison(Side("A", ["merged_gradient"]), Side("B", ["merged_gradient"]), "avg", 0.03)
     for side in (mg.a, mg.b):
-        mg.add(side, [{"strategy": "wfbp", "measured_us": "10", "iterations": "5"},
-                      {"strategy": "mgwfbp", "measured_us": "8", "iterations": "5"}])
+        mg.add(
+            side,
+            [
+                {"strategy": "wfbp", "measured_us": "10", "iterations": "5"},
+                {"strategy": "mgwfbp", "measured_us": "8", "iterations": "5"},
+            ],
+        )
     assert [p[1] for p in mg.points()] == ["strategy=mgwfbp", "strategy=wfbp"]
 
 
@@ -356,9 +506,16 @@ def test_compare_reads_codec_throughput_as_time_per_call_of_each_step():
     comparison = Comparison(a, b, "p50", 0.03)
 
     def row(encode_gbps):
-        return {"codec": "bfp:rate=8", "kernels": "fused", "data": "gradient-like",
-                "size_bytes": "4000000", "repeats": "10", "encode_gbps": str(encode_gbps),
-                "decode_gbps": "4", "hop_gbps": ""}
+        return {
+            "codec": "bfp:rate=8",
+            "kernels": "fused",
+            "data": "gradient-like",
+            "size_bytes": "4000000",
+            "repeats": "10",
+            "encode_gbps": str(encode_gbps),
+            "decode_gbps": "4",
+            "hop_gbps": "",
+        }
 
     for _ in range(2):
         comparison.add(a, [row(8)])

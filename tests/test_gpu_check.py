@@ -22,19 +22,31 @@ pytestmark = pytest.mark.mpi  # a cell that runs launches ranks (mpiexec_command
 def without_gpus() -> dict:
     """This environment with no NVIDIA driver in sight (whatever the host has), and this
     Python's folder (its MPI wheel's mpiexec) first on PATH."""
-    path = [p for p in os.environ.get("PATH", "").split(os.pathsep)
-            if not (p and os.path.exists(os.path.join(p, "nvidia-smi")))]
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), *path]),
-           "PYTHON": sys.executable}
+    path = [
+        p
+        for p in os.environ.get("PATH", "").split(os.pathsep)
+        if not (p and os.path.exists(os.path.join(p, "nvidia-smi")))
+    ]
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), *path]),
+        "PYTHON": sys.executable,
+    }
     env.pop("CCBENCH_MPIEXEC", None)
     return env
 
 
 @pytest.mark.timeout(120)
 def test_without_a_gpu_every_cell_is_skipped_with_its_reason(tmp_path):
-    proc = subprocess.run([str(REPO / "scripts" / "gpu-check.sh"), "--no-install", "--out",
-                           str(tmp_path)], capture_output=True, text=True, timeout=110,
-                          env=without_gpus(), cwd=REPO, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "gpu-check.sh"), "--no-install", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        env=without_gpus(),
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # what it uses, said first: the mpiexec of the environment (PATH), its MPI, torch
     mpiexec = Path(sys.executable).parent / "mpiexec"
@@ -47,8 +59,9 @@ def test_without_a_gpu_every_cell_is_skipped_with_its_reason(tmp_path):
     assert {r["status"] for r in rows} == {"skip"}
     assert all(r["reason"].startswith("no CUDA device") for r in rows), rows[0]
     # every variant, both device buffers, the three ways the bytes move
-    cells_run = {(r["command"].split()[0], r["buffer"], r["transport"]) for r in rows
-                 if r["kind"] != "goal"}
+    cells_run = {
+        (r["command"].split()[0], r["buffer"], r["transport"]) for r in rows if r["kind"] != "goal"
+    }
     for variant in ("baseline", "p2p_compressed", "coll_compressed", "sparse_streaming"):
         for buffer in ("cupy", "torch-cuda"):
             for transport in ("mpi-staged", "mpi-gpu-aware", "nccl"):
@@ -82,8 +95,9 @@ def test_one_gpu_shares_it_between_two_ranks(monkeypatch):
     monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.baseline")
     m = machine(gpus=1, no_gpu_aware="no CUDA support")
     got = reasons(m, ranks=2)
-    assert {name for name, why in got.items() if why} == \
-        {name for name in got if name.endswith("/ mpi-gpu-aware")}
+    assert {name for name, why in got.items() if why} == {
+        name for name in got if name.endswith("/ mpi-gpu-aware")
+    }
     plan = {c.name: c for c in cells(2, 1)}
     staged = plan["coll_compressed --codec fp16 allreduce / torch-cuda / mpi-staged"]
     assert staged.ranks == 2 and staged.sharing == "2 ranks share 1 GPU"
@@ -99,10 +113,10 @@ def test_each_rank_gets_its_own_nccl_host_id(tmp_path):
     (nccl,) = [c for c in cells(2, 1) if c.per_rank_hostid][:1]
     command = gpu_check.command_of(nccl, tmp_path / "x.csv")
     python = command.index(sys.executable)
-    probe = [*command[:python], sys.executable, "-c",
-             "import os; print(os.environ['NCCL_HOSTID'])"]
-    out = subprocess.run(probe, capture_output=True, text=True, timeout=60,
-                         stdin=subprocess.DEVNULL)
+    probe = [*command[:python], sys.executable, "-c", "import os; print(os.environ['NCCL_HOSTID'])"]
+    out = subprocess.run(
+        probe, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
     assert sorted(out.stdout.split()) == ["ccb-r0", "ccb-r1"], out.stdout + out.stderr
 
 
@@ -122,23 +136,43 @@ def test_each_missing_piece_skips_only_what_needs_it(monkeypatch):
     assert got["codec_throughput / torch-cuda"] == "a CPU build"
     # no MPI: the one-process codec cells alone (the device tests launch ranks too)
     got = reasons(machine(no_mpi="mpiexec not found"))
-    assert sorted(name for name, why in got.items() if not why) == \
-        ["codec_throughput / cupy", "codec_throughput / torch-cuda"]
+    assert sorted(name for name, why in got.items() if not why) == [
+        "codec_throughput / cupy",
+        "codec_throughput / torch-cuda",
+    ]
     # a tree without the staging benchmark (before its merge): that cell alone
     monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.no_such_module")
     got = reasons(machine())
     assert {name: why for name, why in got.items() if why} == {
-        "staging_bound 16M / cupy / mpi-staged":
-            "skipped: benchmarks.staging_bound not available"}
+        "staging_bound 16M / cupy / mpi-staged": "skipped: benchmarks.staging_bound not available"
+    }
 
 
 def test_report_lines_of_a_cell_that_ran(tmp_path):
     """A cell's report line reads its CSV: busbw of the largest size, the failures."""
     folder = tmp_path / "runs"
     folder.mkdir()
-    cell = gpu_check.Cell("baseline allreduce / numpy / mpi", "collective",
-                          ["baseline", "--collective", "allreduce", "-m", "1K:4K", "-i", "2",
-                           "-x", "1", "-c", "--data", "gradient-like"], "numpy", "mpi", 2)
+    cell = gpu_check.Cell(
+        "baseline allreduce / numpy / mpi",
+        "collective",
+        [
+            "baseline",
+            "--collective",
+            "allreduce",
+            "-m",
+            "1K:4K",
+            "-i",
+            "2",
+            "-x",
+            "1",
+            "-c",
+            "--data",
+            "gradient-like",
+        ],
+        "numpy",
+        "mpi",
+        2,
+    )
     (line,) = gpu_check.run_cell(cell, folder)
     assert line["status"] == "pass", line
     assert line["size_bytes"] == "4096" and float(line["busbw_gbps"]) > 0
@@ -147,9 +181,14 @@ def test_report_lines_of_a_cell_that_ran(tmp_path):
 
 
 def test_a_failing_cell_is_named_and_the_run_exits_1(tmp_path, monkeypatch, capsys):
-    bad = gpu_check.Cell("baseline / numpy / mpi", "collective",
-                         ["baseline", "--collective", "allreduce", "-m", "1K:1K", "-T",
-                          "bogus"], "numpy", "mpi", 2)
+    bad = gpu_check.Cell(
+        "baseline / numpy / mpi",
+        "collective",
+        ["baseline", "--collective", "allreduce", "-m", "1K:1K", "-T", "bogus"],
+        "numpy",
+        "mpi",
+        2,
+    )
     monkeypatch.setattr(gpu_check, "survey", lambda: machine())
     monkeypatch.setattr(gpu_check, "cells", lambda ranks, gpus: [bad])
     assert gpu_check.main(["--out", str(tmp_path)]) == 1
@@ -162,22 +201,43 @@ def test_a_failing_cell_is_named_and_the_run_exits_1(tmp_path, monkeypatch, caps
 
 
 def codec_row(codec, encode, decode, hop, copy=400.0):
-    return {"codec": codec, "kernels": "device", "size_bytes": str(64 << 20),
-            "encode_gbps": encode * copy, "decode_gbps": decode * copy,
-            "hop_gbps": hop * copy, "copy_gbps": copy, "encode_vs_copy": encode,
-            "decode_vs_copy": decode, "hop_vs_copy": hop}
+    return {
+        "codec": codec,
+        "kernels": "device",
+        "size_bytes": str(64 << 20),
+        "encode_gbps": encode * copy,
+        "decode_gbps": decode * copy,
+        "hop_gbps": hop * copy,
+        "copy_gbps": copy,
+        "encode_vs_copy": encode,
+        "decode_vs_copy": decode,
+        "hop_vs_copy": hop,
+    }
 
 
 def staging_row(ratio, size=16 << 20, ranks=2):
     bound = 1000.0
-    return {"buffer": "cupy", "size_bytes": size, "ranks": ranks, "d2h_pinned_us": 300,
-            "host_allgather_us": 400, "h2d_pinned_us": 300, "bound_us": bound,
-            "staged_us": ratio * bound, "staged_vs_bound": ratio}
+    return {
+        "buffer": "cupy",
+        "size_bytes": size,
+        "ranks": ranks,
+        "d2h_pinned_us": 300,
+        "host_allgather_us": 400,
+        "h2d_pinned_us": 300,
+        "bound_us": bound,
+        "staged_us": ratio * bound,
+        "staged_vs_bound": ratio,
+    }
 
 
 def timing_row(avg_us, size=16 << 20):
-    return {"size_bytes": size, "avg_us": avg_us, "algbw_gbps": 1.0, "busbw_gbps": 0.5,
-            "validation": ""}
+    return {
+        "size_bytes": size,
+        "avg_us": avg_us,
+        "algbw_gbps": 1.0,
+        "busbw_gbps": 0.5,
+        "validation": "",
+    }
 
 
 class FakeLaunches:
@@ -198,8 +258,7 @@ class FakeLaunches:
         elif "staging_bound" in text:
             rows = self.staging
         elif "16M:16M" in text:
-            rows = [timing_row(self.compressed_us if "coll_compressed" in text
-                               else self.nccl_us)]
+            rows = [timing_row(self.compressed_us if "coll_compressed" in text else self.nccl_us)]
         else:
             rows = [{**timing_row(10.0), "validation": "Pass"}]
         with path.open("w", newline="") as f:
@@ -211,21 +270,29 @@ class FakeLaunches:
 
 def goals_of(tmp_path, monkeypatch, fake) -> tuple[int, dict]:
     monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.baseline")
-    monkeypatch.setattr(gpu_check, "survey",
-                        lambda: machine(gpus=1, no_gpu_aware="no CUDA support"))
+    monkeypatch.setattr(
+        gpu_check, "survey", lambda: machine(gpus=1, no_gpu_aware="no CUDA support")
+    )
     monkeypatch.setattr(gpu_check.subprocess, "run", fake)
     status = gpu_check.main(["--out", str(tmp_path), "--jobs", "2"])
     rows = list(csv.DictReader((tmp_path / "report.csv").open()))
     return status, {(r["cell"], r["figure"]): r for r in rows if r["kind"] == "goal"}
 
 
-GOOD_CODECS = [codec_row("fp16", 0.95, 0.9, 0.6), codec_row("bf16", 0.8, 0.8, 0.5),
-               codec_row("bfp:rate=8", 0.85, 0.82, 0.55)]
+GOOD_CODECS = [
+    codec_row("fp16", 0.95, 0.9, 0.6),
+    codec_row("bf16", 0.8, 0.8, 0.5),
+    codec_row("bfp:rate=8", 0.85, 0.82, 0.55),
+]
 
 
 def test_goals_met_are_reported_beside_their_bounds(tmp_path, monkeypatch):
-    fake = FakeLaunches(GOOD_CODECS, [staging_row(1.1, 8 << 20), staging_row(1.3)],
-                        nccl_us=1500.0, compressed_us=1000.0)
+    fake = FakeLaunches(
+        GOOD_CODECS,
+        [staging_row(1.1, 8 << 20), staging_row(1.3)],
+        nccl_us=1500.0,
+        compressed_us=1000.0,
+    )
     status, goals = goals_of(tmp_path, monkeypatch, fake)
     assert status == 0
     assert {r["status"] for r in goals.values()} == {"pass"}
@@ -238,22 +305,34 @@ def test_goals_met_are_reported_beside_their_bounds(tmp_path, monkeypatch):
     (nccl,) = [r for (name, fig), r in goals.items() if fig == "speedup_vs_nccl"]
     assert nccl["measured"] == "1.500" and nccl["bound"] == "NCCL's allgather 1500 us"
     report = (tmp_path / "report.md").read_text()
-    assert "| codec fp16 encode / cupy | encode_vs_copy | 0.950 | device copy 400.0 GB/s " \
-           "| >= 0.8 | pass |" in report
+    assert (
+        "| codec fp16 encode / cupy | encode_vs_copy | 0.950 | device copy 400.0 GB/s "
+        "| >= 0.8 | pass |" in report
+    )
 
 
 @pytest.mark.parametrize("miss", ["encode", "decode", "hop", "staging", "nccl"])
 def test_each_goal_missed_fails_alone(tmp_path, monkeypatch, miss):
     codecs = [dict(r) for r in GOOD_CODECS]
-    figure = {"encode": "encode_vs_copy", "decode": "decode_vs_copy", "hop": "hop_vs_copy",
-              "staging": "staged_vs_bound", "nccl": "speedup_vs_nccl"}[miss]
+    figure = {
+        "encode": "encode_vs_copy",
+        "decode": "decode_vs_copy",
+        "hop": "hop_vs_copy",
+        "staging": "staged_vs_bound",
+        "nccl": "speedup_vs_nccl",
+    }[miss]
     if miss in ("encode", "decode"):
-        codecs[1] = codec_row("bf16", *(0.79 if p == miss else 0.8 for p in
-                                         ("encode", "decode")), 0.5)
+        codecs[1] = codec_row(
+            "bf16", *(0.79 if p == miss else 0.8 for p in ("encode", "decode")), 0.5
+        )
     elif miss == "hop":
         codecs[1] = codec_row("bf16", 0.8, 0.8, 0.49)
-    fake = FakeLaunches(codecs, [staging_row(1.31 if miss == "staging" else 1.29)],
-                        nccl_us=1490.0 if miss == "nccl" else 1510.0, compressed_us=1000.0)
+    fake = FakeLaunches(
+        codecs,
+        [staging_row(1.31 if miss == "staging" else 1.29)],
+        nccl_us=1490.0 if miss == "nccl" else 1510.0,
+        compressed_us=1000.0,
+    )
     status, goals = goals_of(tmp_path, monkeypatch, fake)
     assert status == 1
     failed = [key for key, r in goals.items() if r["status"] == "fail"]
@@ -263,8 +342,9 @@ def test_each_goal_missed_fails_alone(tmp_path, monkeypatch, miss):
 
 def test_a_goal_without_its_row_or_its_cell_is_not_met(tmp_path, monkeypatch):
     # staging measured at 8 MiB only; the compressed cell's CSV without the 16 MiB row
-    fake = FakeLaunches(GOOD_CODECS, [staging_row(1.0, 8 << 20)], nccl_us=1500.0,
-                        compressed_us=1000.0)
+    fake = FakeLaunches(
+        GOOD_CODECS, [staging_row(1.0, 8 << 20)], nccl_us=1500.0, compressed_us=1000.0
+    )
     fake.staging[0]["size_bytes"] = 8 << 20
     status, goals = goals_of(tmp_path, monkeypatch, fake)
     assert status == 1
@@ -274,11 +354,13 @@ def test_a_goal_without_its_row_or_its_cell_is_not_met(tmp_path, monkeypatch):
 
 def test_goals_of_skipped_cells_are_skipped_with_the_reason():
     skipped = {name: "cupy is not installed" for name in ("codec_throughput / cupy",)}
-    skipped["staging_bound 16M / cupy / mpi-staged"] = \
+    skipped["staging_bound 16M / cupy / mpi-staged"] = (
         "skipped: benchmarks.staging_bound not available"
+    )
     skipped["baseline library allgather 16M / torch-cuda / nccl"] = "torch has no NCCL"
-    results = {"codec_throughput / torch-cuda": [
-        {"status": "pass", "rows": [r]} for r in GOOD_CODECS]}
+    results = {
+        "codec_throughput / torch-cuda": [{"status": "pass", "rows": [r]} for r in GOOD_CODECS]
+    }
     goals = gpu_check.goal_rows(results, skipped)
     by = {(r["cell"], r["figure"]): r for r in goals}
     assert by[("codec fp16 hop / cupy", "hop_vs_copy")]["status"] == "skip"

@@ -17,12 +17,41 @@ pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 QUICK = ["-i", "5", "-x", "1"]
 # The README's Results table; the harness may add columns of its own
 DOCUMENTED_COLUMNS = (
-    "run_id", "timestamp", "variant", "algorithm", "collective", "codec", "dtype", "buffer",
-    "ranks", "nodes", "size_bytes", "bytes_per_rank", "total_bytes", "count", "iterations",
-    "warmup", "timing", "avg_us", "min_us", "max_us", "p50_us", "p99_us", "algbw_gbps",
-    "busbw_gbps", "wire_bytes_per_rank", "compression_ratio", "max_abs_err", "max_rel_err",
-    "error_bound", "validation", "link_gbps", "mpi_library", "hostname", "git_sha",
-)  # fmt: skip
+    "run_id",
+    "timestamp",
+    "variant",
+    "algorithm",
+    "collective",
+    "codec",
+    "dtype",
+    "buffer",
+    "ranks",
+    "nodes",
+    "size_bytes",
+    "bytes_per_rank",
+    "total_bytes",
+    "count",
+    "iterations",
+    "warmup",
+    "timing",
+    "avg_us",
+    "min_us",
+    "max_us",
+    "p50_us",
+    "p99_us",
+    "algbw_gbps",
+    "busbw_gbps",
+    "wire_bytes_per_rank",
+    "compression_ratio",
+    "max_abs_err",
+    "max_rel_err",
+    "error_bound",
+    "validation",
+    "link_gbps",
+    "mpi_library",
+    "hostname",
+    "git_sha",
+)
 
 
 def parse_osu(stdout: str) -> list[list[str]]:
@@ -47,16 +76,37 @@ def error_lines(stderr: str) -> list[str]:
 def test_full_validated_sweep_writes_osu_rows_csv_and_json(tmp_path, collective):
     out = tmp_path / "out.csv"
     report = tmp_path / "run.json"
-    proc = mpirun(2, [*variant_module("baseline"), "--collective", collective, "-m", "1:64K",
-                      "-f", "-c", "--csv", out, "--json", report, *QUICK], timeout=100)
+    proc = mpirun(
+        2,
+        [
+            *variant_module("baseline"),
+            "--collective",
+            collective,
+            "-m",
+            "1:64K",
+            "-f",
+            "-c",
+            "--csv",
+            out,
+            "--json",
+            report,
+            *QUICK,
+        ],
+        timeout=100,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    title = {"allgather": "Allgather", "reduce_scatter": "Reduce_scatter",
-             "allreduce": "Allreduce"}[collective]  # fmt: skip
+    title = {
+        "allgather": "Allgather",
+        "reduce_scatter": "Reduce_scatter",
+        "allreduce": "Allreduce",
+    }[collective]
     assert lines[0] == f"# OSU MPI {title} Latency Test v7.4"
     header = next(line for line in lines if line.startswith("# Size"))
-    assert header.startswith("# Size       Avg Latency(us)   Min Latency(us)   Max Latency(us)"
-                             "  Iterations        Validation")
+    assert header.startswith(
+        "# Size       Avg Latency(us)   Min Latency(us)   Max Latency(us)"
+        "  Iterations        Validation"
+    )
     rows = parse_osu(proc.stdout)
     smallest = {"allgather": 4, "reduce_scatter": 8, "allreduce": 4}[collective]
     assert [int(r[0]) for r in rows] == [2**k for k in range(17) if 2**k >= smallest]
@@ -72,11 +122,19 @@ def test_full_validated_sweep_writes_osu_rows_csv_and_json(tmp_path, collective)
     assert int(big["size_bytes"]) == 65536 and big["validation"] == "Pass"
     assert big["ranks"] == "2" and big["codec"] == "none" and big["algorithm"] == "mpi"
     assert (big["variant"], big["collective"], big["dtype"], big["buffer"], big["timing"]) == (
-        "baseline", collective, "float32", "numpy", "per-call")
+        "baseline",
+        collective,
+        "float32",
+        "numpy",
+        "per-call",
+    )
     assert (big["iterations"], big["warmup"], big["nodes"]) == ("5", "1", "1")
     assert int(big["count"]) == 65536 // 4  # float32 elements in size_bytes
-    per_rank, total = {"allgather": (65536, 131072), "reduce_scatter": (32768, 65536),
-                       "allreduce": (65536, 65536)}[collective]  # fmt: skip
+    per_rank, total = {
+        "allgather": (65536, 131072),
+        "reduce_scatter": (32768, 65536),
+        "allreduce": (65536, 65536),
+    }[collective]
     assert (int(big["bytes_per_rank"]), int(big["total_bytes"])) == (per_rank, total)
     factor = 1.0 if collective == "allreduce" else 0.5  # nccl-tests' busbw factor on 2 ranks
     assert float(big["busbw_gbps"]) == pytest.approx(float(big["algbw_gbps"]) * factor)
@@ -94,8 +152,22 @@ def test_full_validated_sweep_writes_osu_rows_csv_and_json(tmp_path, collective)
 def test_ring_reports_measured_wire_bytes_and_appends(tmp_path):
     out = tmp_path / "ring.csv"
     for _ in range(2):  # a second run appends; the first run's rows stay
-        proc = mpirun(4, [*variant_module("baseline"), "--collective", "allreduce",
-                          "--algorithm", "ring", "-m", "4K:4K", "-c", "--csv", out, *QUICK])
+        proc = mpirun(
+            4,
+            [
+                *variant_module("baseline"),
+                "--collective",
+                "allreduce",
+                "--algorithm",
+                "ring",
+                "-m",
+                "4K:4K",
+                "-c",
+                "--csv",
+                out,
+                *QUICK,
+            ],
+        )
         assert proc.returncode == 0, proc.stderr
     with open(out, newline="") as f:
         table = list(csv.DictReader(f))
@@ -112,8 +184,21 @@ def test_ring_reports_measured_wire_bytes_and_appends(tmp_path):
 @pytest.mark.timeout(120)
 def test_batch_timing_is_recorded(tmp_path):
     out = tmp_path / "batch.csv"
-    proc = mpirun(2, [*variant_module("baseline"), "-m", "1:8", "--timing", "batch",
-                      "-T", "float64", "--csv", out, *QUICK])
+    proc = mpirun(
+        2,
+        [
+            *variant_module("baseline"),
+            "-m",
+            "1:8",
+            "--timing",
+            "batch",
+            "-T",
+            "float64",
+            "--csv",
+            out,
+            *QUICK,
+        ],
+    )
     assert proc.returncode == 0, proc.stderr
     with open(out, newline="") as f:
         (row,) = list(csv.DictReader(f))
@@ -155,8 +240,7 @@ def test_csv_of_another_schema_is_refused_and_kept(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_validation_failure_prints_fail_and_exits_1():
-    proc = mpirun(2, ["-m", "tests.drivers.faulty_variants", "wrong", "-m", "4:16", "-c",
-                      *QUICK])
+    proc = mpirun(2, ["-m", "tests.drivers.faulty_variants", "wrong", "-m", "4:16", "-c", *QUICK])
     assert proc.returncode == 1, proc.stderr
     assert [r[2] for r in parse_osu(proc.stdout)] == ["Fail", "Fail", "Fail"]
 
@@ -169,9 +253,24 @@ def test_lossy_error_beyond_its_bound_fails_and_exits_1(tmp_path):
     from ccbench.kernels.inputs import values
 
     out = tmp_path / "over.csv"
-    proc = mpirun(2, ["-m", "tests.drivers.faulty_variants", "overbound", "--collective",
-                      "allgather", "-m", "4K:16K", "-c", "--data", "gradient-like", "--csv", out,
-                      *QUICK])  # fmt: skip
+    proc = mpirun(
+        2,
+        [
+            "-m",
+            "tests.drivers.faulty_variants",
+            "overbound",
+            "--collective",
+            "allgather",
+            "-m",
+            "4K:16K",
+            "-c",
+            "--data",
+            "gradient-like",
+            "--csv",
+            out,
+            *QUICK,
+        ],
+    )
     assert proc.returncode == 1, proc.stderr
     assert [r[2] for r in parse_osu(proc.stdout)] == ["Fail", "Fail", "Fail"]
     with open(out, newline="") as f:
@@ -179,8 +278,10 @@ def test_lossy_error_beyond_its_bound_fails_and_exits_1(tmp_path):
     assert [r["validation"] for r in table] == ["Fail"] * 3
     for row in table:
         count = int(row["size_bytes"]) // 4
-        amax = max(float(np.abs(values("gradient-like", count, r, 2, 0).astype(np.float32)).max())
-                   for r in range(2))  # fmt: skip
+        amax = max(
+            float(np.abs(values("gradient-like", count, r, 2, 0).astype(np.float32)).max())
+            for r in range(2)
+        )
         bound = 2.0**-11 * amax + 2.0**-25
         assert float(row["error_bound"]) == pytest.approx(bound, rel=1e-9)
         # beyond the bound, and by less than 10x: a bound 10 times too loose would pass it
@@ -193,8 +294,9 @@ def test_a_failing_rank_ends_the_job_instead_of_hanging(fault):
     """Rank 1 fails in the middle of the timed loop: the job ends (the timeout would tell
     a hang). A rank that raises says so in one line and aborts with 1; a rank that dies
     without a word leaves the status to the launcher, never 0."""
-    proc = mpirun(2, ["-m", "tests.drivers.faulty_variants", fault, "-m", "4:4", "-i", "50"],
-                  timeout=50)
+    proc = mpirun(
+        2, ["-m", "tests.drivers.faulty_variants", fault, "-m", "4:4", "-i", "50"], timeout=50
+    )
     if fault == "raise":
         assert proc.returncode == 1, proc.stderr
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -206,8 +308,9 @@ def test_a_failing_rank_ends_the_job_instead_of_hanging(fault):
 
 @pytest.mark.timeout(60)
 def test_an_interrupted_rank_ends_the_job_with_130():
-    proc = mpirun(2, ["-m", "tests.drivers.faulty_variants", "interrupt", "-m", "4:4", "-i",
-                      "50"], timeout=50)
+    proc = mpirun(
+        2, ["-m", "tests.drivers.faulty_variants", "interrupt", "-m", "4:4", "-i", "50"], timeout=50
+    )
     assert proc.returncode == 130, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines == ["ccbench: error: rank 1: interrupted"], lines
@@ -227,8 +330,12 @@ def test_a_rank_raising_in_a_case_driver_ends_the_launch():
 
 
 def test_list_says_which_variants_run_without_mpiexec():
-    proc = subprocess.run([sys.executable, "-m", "ccbench.scripts.cli", "list"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "ccbench.scripts.cli", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = {line.split()[0]: line for line in proc.stdout.splitlines()[1:] if line.strip()}
     assert "no mpiexec" in lines["codec_throughput"]  # one process, no MPI

@@ -21,8 +21,18 @@ from ccbench.kernels.errors import UsageError
 torch = pytest.importorskip("torch")
 scipy_stats = pytest.importorskip("scipy.stats")
 
-TINY = ["--lm-model", "lm-tiny", "--digits-model", "digits-mlp", "--steps", "2",
-        "--ranks", "3", "--seed", "5"]  # fmt: skip
+TINY = [
+    "--lm-model",
+    "lm-tiny",
+    "--digits-model",
+    "digits-mlp",
+    "--steps",
+    "2",
+    "--ranks",
+    "3",
+    "--seed",
+    "5",
+]
 SYNTHETIC = ["exact", "normal", "gradient-like", "sparse:0.1"]
 
 
@@ -69,7 +79,7 @@ def test_gradient_like_has_a_scale_per_4096_values():
 
     x = values("gradient-like", 4096 * 64, 0, 2, seed=0)
     blocks = x.reshape(64, 4096)
-    rms = np.sqrt((blocks ** 2).mean(axis=1))
+    rms = np.sqrt((blocks**2).mean(axis=1))
     assert rms.max() / rms.min() > 5  # log-normal scales, sigma 1 over 64 blocks
     standardized = (blocks / rms[:, None]).ravel()
     assert abs(standardized.mean()) < 0.01 and abs(standardized.std() - 1) < 0.01
@@ -94,8 +104,20 @@ def test_normal_is_standard_normal():
     assert abs(x.mean()) < 0.01 and abs(x.std() - 1) < 0.01
 
 
-@pytest.mark.parametrize("spec", ["foo", "grad:", "grad", "grad:lm-tiny:late:x", "sparse:2",
-                                  "sparse:x", "grad:lm-tiny:later", "act::late", ""])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "foo",
+        "grad:",
+        "grad",
+        "grad:lm-tiny:late:x",
+        "sparse:2",
+        "sparse:x",
+        "grad:lm-tiny:later",
+        "act::late",
+        "",
+    ],
+)
 def test_bad_kinds_fail_with_one_line(spec, tmp_path, monkeypatch):
     from ccbench.kernels.inputs import parse_data_kind
 
@@ -105,8 +127,9 @@ def test_bad_kinds_fail_with_one_line(spec, tmp_path, monkeypatch):
     assert "\n" not in str(info.value) and str(info.value)
 
 
-@pytest.mark.parametrize("spec", ["gradient", "weights", "activations", "grad:lm-small:late",
-                                  "act:digits-cnn"])
+@pytest.mark.parametrize(
+    "spec", ["gradient", "weights", "activations", "grad:lm-small:late", "act:digits-cnn"]
+)
 def test_a_missing_corpus_names_the_command_that_builds_it(spec, tmp_path, monkeypatch):
     from ccbench.kernels.inputs import parse_data_kind
 
@@ -176,15 +199,14 @@ def test_manifest_matches_the_files(corpus):
         for k, entropy in enumerate(t["lane_entropy"]):
             assert entropy == pytest.approx(independent_entropy(lanes[:, k]), abs=1e-5)
         bits = data.dtype.itemsize * 8
-        assert t["lane_order0_ratio"] == pytest.approx(bits / sum(t["lane_entropy"]),
-                                                       rel=1e-5)  # fmt: skip
-        values = (data if t["dtype"] == "float32"
-                  else (data.astype(np.uint32) << 16).view(np.float32))  # fmt: skip
+        assert t["lane_order0_ratio"] == pytest.approx(bits / sum(t["lane_entropy"]), rel=1e-5)
+        values = (
+            data if t["dtype"] == "float32" else (data.astype(np.uint32) << 16).view(np.float32)
+        )
         assert t["max_abs"] == pytest.approx(float(np.abs(values).max()), rel=1e-6)
         assert t["zero_fraction"] == pytest.approx(float((values == 0).mean()))
         assert (t["rank"] is None) == (t["tensor"] == "weights")
-    assert manifest["total_bytes"] == sum(os.path.getsize(corpus / t["file"])
-                                          for t in tensors)  # fmt: skip
+    assert manifest["total_bytes"] == sum(os.path.getsize(corpus / t["file"]) for t in tensors)
 
 
 def test_bfloat16_files_are_the_float32_tensors_rounded(corpus):
@@ -192,8 +214,7 @@ def test_bfloat16_files_are_the_float32_tensors_rounded(corpus):
         if t["dtype"] != "bfloat16":
             continue
         twin = t["file"].replace(".bfloat16.npy", ".float32.npy")
-        assert np.array_equal(np.load(corpus / t["file"]),
-                              bfloat16_bits(np.load(corpus / twin)))
+        assert np.array_equal(np.load(corpus / t["file"]), bfloat16_bits(np.load(corpus / twin)))
 
 
 def test_gradients_are_real_and_per_rank(corpus):
@@ -284,15 +305,15 @@ def test_each_rank_takes_its_own_simulated_rank_first(use_corpus):
         assert x.dtype == np.float32
         for i, phase in enumerate(("late", "middle", "early")):
             own = load(corpus, f"lm-tiny/grad-{phase}-r{rank}.float32.npy")
-            assert np.array_equal(x[i * n:(i + 1) * n], own)
+            assert np.array_equal(x[i * n : (i + 1) * n], own)
         assert kind.fill_note(3 * n, rank, 2) is None
     # rank 0 of 2 also owns simulated rank 2 (0, 2, 4, ... are rank 0's)
     x = values(kind, 4 * n, 0, 2)
-    assert np.array_equal(x[3 * n:], load(corpus, "lm-tiny/grad-late-r2.float32.npy"))
+    assert np.array_equal(x[3 * n :], load(corpus, "lm-tiny/grad-late-r2.float32.npy"))
     # one rank (codec_throughput) takes every simulated rank, then repeats
     x = values(kind, 9 * n + 10, 0, 1)
-    assert np.array_equal(x[3 * n:4 * n], load(corpus, "lm-tiny/grad-late-r1.float32.npy"))
-    assert np.array_equal(x[9 * n:], x[:10])
+    assert np.array_equal(x[3 * n : 4 * n], load(corpus, "lm-tiny/grad-late-r1.float32.npy"))
+    assert np.array_equal(x[9 * n :], x[:10])
     assert "repeats" in kind.fill_note(9 * n + 10, 0, 1)
     assert kind.fill_note(9 * n, 0, 1) is None
 
@@ -305,8 +326,8 @@ def test_a_phase_kind_borrows_other_ranks_then_repeats(use_corpus):
     r0, r1, r2 = (load(corpus, f"lm-tiny/grad-middle-r{r}.float32.npy") for r in range(3))
     n = r0.size
     x = values(kind, 3 * n + 3, 1, 2)  # its own, then the others from rank 1 + 1 on
-    assert np.array_equal(x[:n], r1) and np.array_equal(x[n:2 * n], r2)
-    assert np.array_equal(x[2 * n:3 * n], r0) and np.array_equal(x[3 * n:], r1[:3])
+    assert np.array_equal(x[:n], r1) and np.array_equal(x[n : 2 * n], r2)
+    assert np.array_equal(x[2 * n : 3 * n], r0) and np.array_equal(x[3 * n :], r1[:3])
     assert kind.fill_note(n, 1, 2) is None
     assert "other simulated ranks" in kind.fill_note(2 * n, 1, 2)
     # more ranks than simulated ones: rank 3 reuses rank 0's tensors at another offset
@@ -321,17 +342,19 @@ def test_weights_are_shards_of_one_sequence(use_corpus):
 
     corpus = use_corpus
     kind = parse_data_kind("weights:digits-mlp")
-    sequence = np.concatenate([load(corpus, f"digits-mlp/weights-{p}.float32.npy")
-                               for p in ("late", "middle", "early")])  # fmt: skip
+    sequence = np.concatenate(
+        [load(corpus, f"digits-mlp/weights-{p}.float32.npy") for p in ("late", "middle", "early")]
+    )
     count = 1000
     for rank in range(3):
-        assert np.array_equal(values(kind, count, rank, 3),
-                              sequence[rank * count:(rank + 1) * count])
+        assert np.array_equal(
+            values(kind, count, rank, 3), sequence[rank * count : (rank + 1) * count]
+        )
     big = sequence.size // 2 + 1
     assert kind.fill_note(big, 0, 2) is not None and kind.fill_note(big - 1, 0, 2) is None
     wrapped = values(kind, big, 1, 2)
-    assert np.array_equal(wrapped[:big - 2], sequence[big:])
-    assert np.array_equal(wrapped[big - 2:], sequence[:2])
+    assert np.array_equal(wrapped[: big - 2], sequence[big:])
+    assert np.array_equal(wrapped[big - 2 :], sequence[:2])
 
 
 def test_activations_follow_the_manifest_layout(use_corpus):

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-FLOORS = {"kernels": 1, "collectives": 2, "training": 3, "benchmarks": 4, "plots": 5,
-          "scripts": 6}
+FLOORS = {"kernels": 1, "collectives": 2, "training": 3, "benchmarks": 4, "plots": 5, "scripts": 6}
 # The bottom of the bottom floor: they import nothing of ccbench.
 FOUNDATION = {"ccbench.kernels.errors", "ccbench.kernels.vocabulary", "ccbench.kernels.variants"}
 
@@ -54,8 +53,11 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
             # `from ccbench.kernels import arrays` names the module ccbench.kernels.arrays
-            names.update(f"{node.module}.{alias.name}" for alias in node.names
-                         if f"{node.module}.{alias.name}" in MODULES)
+            names.update(
+                f"{node.module}.{alias.name}"
+                for alias in node.names
+                if f"{node.module}.{alias.name}" in MODULES
+            )
     return names
 
 
@@ -96,8 +98,9 @@ def test_the_foundation_imports_nothing_of_ccbench():
 
 
 def test_no_import_loops():
-    graph = {m: {t for t in ccbench_imports(p) if t in MODULES and t != m}
-             for m, p in MODULES.items()}
+    graph = {
+        m: {t for t in ccbench_imports(p) if t in MODULES and t != m} for m, p in MODULES.items()
+    }
     # a package's __init__ is imported on the way to its modules: not an edge of the data
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -107,7 +110,7 @@ def test_no_import_loops():
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                loop = stack[stack.index(nxt):] + [nxt]
+                loop = stack[stack.index(nxt) :] + [nxt]
                 pytest.fail("import loop: " + " -> ".join(loop))
             if nxt not in state:
                 visit(nxt)
@@ -121,10 +124,23 @@ def test_no_import_loops():
 
 def test_benchmarks_hold_the_harness_and_variants_only():
     """No tool in benchmarks/: its modules are the harness pieces and the variants."""
-    harness = {"__init__", "harness", "options", "osu_format", "results", "environment",
-               "compressed_base", "progress", "statistics", "accuracy", "timing_c",
-               "timing", "agreement", "schemas",
-               "paired"}  # paired: two variants in one launch, for ccbench compare
+    harness = {
+        "__init__",
+        "harness",
+        "options",
+        "osu_format",
+        "results",
+        "environment",
+        "compressed_base",
+        "progress",
+        "statistics",
+        "accuracy",
+        "timing_c",
+        "timing",
+        "agreement",
+        "schemas",
+        "paired",
+    }  # paired: two variants in one launch, for ccbench compare
     from ccbench.scripts.cli import VARIANTS
 
     names = {p.stem for p in (REPO / "benchmarks").glob("*.py")}
@@ -151,10 +167,13 @@ def test_the_transport_contract_imports_neither_library():
     import subprocess
     import sys
 
-    probe = ("import sys, ccbench.collectives.communicator, ccbench.collectives.comm_torch; "
-             "print(sorted({'mpi4py', 'torch'} & set(sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True).stdout.strip()
+    probe = (
+        "import sys, ccbench.collectives.communicator, ccbench.collectives.comm_torch; "
+        "print(sorted({'mpi4py', 'torch'} & set(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == "[]"
 
 
@@ -165,7 +184,7 @@ LIBRARY_IMPORTERS = {
     "ccbench.collectives.comm": "the MPI communicator",
     "ccbench.collectives.mpi_staging": "the MPI communicator's staged device requests",
     "ccbench.collectives.comm_torch": "the torch.distributed communicator (MPI_Abort of an "
-                                      "mpiexec launch)",
+    "mpiexec launch)",
     "ccbench.collectives.launch": "the launcher: tells mpiexec, torchrun and srun apart",
     "ccbench.benchmarks": "the MPI thread level, asked for before MPI starts",
     "ccbench.benchmarks.environment": "the MPI library's version and thread level, reported",
@@ -176,14 +195,14 @@ LIBRARY_IMPORTERS = {
     "ccbench.training.torch_hooks": "FSDP2's and DDP's communication hooks and their types",
     "ccbench.training.comm_stream": "a dist.Work for FSDP to wait on",
     "ccbench.training.gradient_comm": "the torch variant (torch.distributed's own "
-                                      "collectives); MPI's in-place calls on host tensors",
+    "collectives); MPI's in-place calls on host tensors",
     "ccbench.scripts.cluster.selfcheck": "the emulated cluster's self-check times plain MPI",
     "ccbench.scripts.gpu.survey": "reports the MPI library and torch's NCCL",
 }
 
 
 def library_imports(source: str) -> set[str]:
-    """"mpi4py" and "torch.distributed" where the source imports them (anywhere)."""
+    """ "mpi4py" and "torch.distributed" where the source imports them (anywhere)."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -202,8 +221,10 @@ def library_imports(source: str) -> set[str]:
 def test_only_the_listed_modules_import_mpi4py_or_torch_distributed():
     importing = {m for m, p in MODULES.items() if library_imports(p.read_text())}
     new = importing - set(LIBRARY_IMPORTERS)
-    assert not new, (f"{sorted(new)} import mpi4py or torch.distributed: move the data "
-                     "through the communicator (collectives/communicator.py)")
+    assert not new, (
+        f"{sorted(new)} import mpi4py or torch.distributed: move the data "
+        "through the communicator (collectives/communicator.py)"
+    )
     done = set(LIBRARY_IMPORTERS) - importing
     assert not done, f"{sorted(done)} no longer import either library: take them off the list"
 
@@ -235,8 +256,7 @@ def variant_lists(path: Path, names: set[str]) -> list[tuple[int, list[str]]]:
             elements = [k for k in node.keys if k is not None]
         else:
             continue
-        named = {e.value for e in elements
-                 if isinstance(e, ast.Constant) and e.value in names}
+        named = {e.value for e in elements if isinstance(e, ast.Constant) and e.value in names}
         if len(named) >= 3:
             found.append((node.lineno, sorted(named)))
     return found
@@ -247,8 +267,7 @@ def test_variants_are_listed_only_in_the_registry(module):
     if module == REGISTRY_MODULE:
         return
     lists = variant_lists(MODULES[module], _variant_names())
-    assert not lists, (f"{module} lists variants itself at {lists}: read them from "
-                       f"{REGISTRY_MODULE}")
+    assert not lists, f"{module} lists variants itself at {lists}: read them from {REGISTRY_MODULE}"
 
 
 def test_the_variant_check_sees_a_list():
@@ -256,10 +275,13 @@ def test_the_variant_check_sees_a_list():
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "m.py"
-        path.write_text('ORDER = {"baseline": 0, "p2p_compressed": 1, "coll_compressed": 2}\n'
-                        'PAIR = ("baseline", "torch")\n')
+        path.write_text(
+            'ORDER = {"baseline": 0, "p2p_compressed": 1, "coll_compressed": 2}\n'
+            'PAIR = ("baseline", "torch")\n'
+        )
         assert variant_lists(path, _variant_names()) == [
-            (1, ["baseline", "coll_compressed", "p2p_compressed"])]
+            (1, ["baseline", "coll_compressed", "p2p_compressed"])
+        ]
 
 
 def _declares_variant(path: Path, name: str) -> bool:
@@ -267,9 +289,12 @@ def _declares_variant(path: Path, name: str) -> bool:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ClassDef):
             for item in node.body:
-                if (isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant)
-                        and item.value.value == name
-                        and any(getattr(t, "id", "") == "name" for t in item.targets)):
+                if (
+                    isinstance(item, ast.Assign)
+                    and isinstance(item.value, ast.Constant)
+                    and item.value.value == name
+                    and any(getattr(t, "id", "") == "name" for t in item.targets)
+                ):
                     return True
     return False
 
@@ -277,8 +302,9 @@ def _declares_variant(path: Path, name: str) -> bool:
 def test_the_registry_says_which_variants_the_harness_drives():
     from ccbench.kernels.variants import COMMANDS, HARNESS_VARIANTS
 
-    driven = {name for name in COMMANDS
-              if _declares_variant(MODULES[f"ccbench.benchmarks.{name}"], name)}
+    driven = {
+        name for name in COMMANDS if _declares_variant(MODULES[f"ccbench.benchmarks.{name}"], name)
+    }
     assert driven == set(HARNESS_VARIANTS)
 
 
@@ -308,22 +334,28 @@ def collective_comparisons(path: Path) -> list[int]:
             sides = [node.left, *node.comparators]
             for op, left, right in zip(node.ops, sides[:-1], sides[1:], strict=True):
                 if isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) and (
-                        _names_a_collective(left) or _names_a_collective(right)):
+                    _names_a_collective(left) or _names_a_collective(right)
+                ):
                     lines.append(node.lineno)
                     break
         elif isinstance(node, ast.match_case):
-            if any(isinstance(p, ast.MatchValue) and _names_a_collective(p.value)
-                   for p in ast.walk(node.pattern)):
+            if any(
+                isinstance(p, ast.MatchValue) and _names_a_collective(p.value)
+                for p in ast.walk(node.pattern)
+            ):
                 lines.append(node.pattern.lineno)
     return sorted(set(lines))
 
 
 def test_only_the_collectives_description_branches_on_a_collective():
-    branching = {m: collective_comparisons(p) for m, p in MODULES.items()
-                 if m not in COLLECTIVE_OWNERS}
+    branching = {
+        m: collective_comparisons(p) for m, p in MODULES.items() if m not in COLLECTIVE_OWNERS
+    }
     branching = {m: lines for m, lines in branching.items() if lines}
-    assert not branching, (f"{branching} (module: lines) compare a collective's name: make "
-                           "it a field or a function of collectives/spec.py's entries")
+    assert not branching, (
+        f"{branching} (module: lines) compare a collective's name: make "
+        "it a field or a function of collectives/spec.py's entries"
+    )
 
 
 def test_the_collectives_description_has_no_branch_on_a_name():
@@ -332,11 +364,13 @@ def test_the_collectives_description_has_no_branch_on_a_name():
 
 def test_the_collective_check_sees_every_spelling(tmp_path):
     path = tmp_path / "m.py"
-    path.write_text('if c == "allgather":\n    pass\n'
-                    'if "allreduce" != c:\n    pass\n'
-                    'if c in ("reduce_scatter", "allreduce"):\n    pass\n'
-                    'if c not in {"allgather"}:\n    pass\n'
-                    'match c:\n    case "x" | "allgather":\n        pass\n'
-                    'if c == "broadcast" or c in ("a", "b") or c is None:\n    pass\n'
-                    'f(c, "allgather")\n')
+    path.write_text(
+        'if c == "allgather":\n    pass\n'
+        'if "allreduce" != c:\n    pass\n'
+        'if c in ("reduce_scatter", "allreduce"):\n    pass\n'
+        'if c not in {"allgather"}:\n    pass\n'
+        'match c:\n    case "x" | "allgather":\n        pass\n'
+        'if c == "broadcast" or c in ("a", "b") or c is None:\n    pass\n'
+        'f(c, "allgather")\n'
+    )
     assert collective_comparisons(path) == [1, 3, 5, 7, 10]

@@ -113,7 +113,7 @@ def reference_stops(strategy, nbytes, backward_us, forward_us, alpha, beta):
     best, last_cut = [0.0] + [np.inf] * n, [0] * (n + 1)
     for j in range(1, n + 1):
         for i in range(1, j + 1):  # the last group is tensors i-1 .. j-1
-            end = max(best[i - 1], ready[j - 1]) + alpha + beta * float(np.sum(nbytes[i - 1:j]))
+            end = max(best[i - 1], ready[j - 1]) + alpha + beta * float(np.sum(nbytes[i - 1 : j]))
             if end < best[j]:
                 best[j], last_cut[j] = end, i - 1
     stops, j = [], n
@@ -128,11 +128,13 @@ def check_row_against_reference(r, nbytes, backward_us, forward_us):
     alpha, beta = float(r["alpha_us"]), float(r["beta_us_per_byte"])
     stops = [int(x) for x in r["plan"].split()]
     want = reference_stops(r["strategy"], nbytes, backward_us, forward_us, alpha, beta)
-    iteration, nonoverlapped, comm = reference_timeline(want, nbytes, backward_us, forward_us,
-                                                        alpha, beta)  # fmt: skip
+    iteration, nonoverlapped, comm = reference_timeline(
+        want, nbytes, backward_us, forward_us, alpha, beta
+    )
     if r["strategy"] == "optimal":  # ties may pick other groups of the same time
-        assert reference_timeline(stops, nbytes, backward_us, forward_us, alpha,
-                                  beta)[0] == pytest.approx(iteration, rel=1e-9)  # fmt: skip
+        assert reference_timeline(stops, nbytes, backward_us, forward_us, alpha, beta)[
+            0
+        ] == pytest.approx(iteration, rel=1e-9)
     else:
         assert stops == want, r["strategy"]
     assert int(r["groups"]) == len(stops)
@@ -160,11 +162,13 @@ def brute_force_best(profile, cost):
     return best
 
 
-profiles = st.integers(2, 40).flatmap(lambda n: st.tuples(
-    st.lists(st.integers(0, 4_000_000), min_size=n, max_size=n),
-    st.lists(st.one_of(st.just(0.0), st.floats(0, 5000)), min_size=n, max_size=n),
-    st.floats(0, 1000),
-))
+profiles = st.integers(2, 40).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.integers(0, 4_000_000), min_size=n, max_size=n),
+        st.lists(st.one_of(st.just(0.0), st.floats(0, 5000)), min_size=n, max_size=n),
+        st.floats(0, 1000),
+    )
+)
 costs = st.tuples(st.floats(0, 2000), st.floats(0, 0.05))
 
 
@@ -205,13 +209,21 @@ def test_wfbp_and_single_are_the_extremes_and_optimal_is_never_worse(raw, ab):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(2, 9).flatmap(lambda n: st.tuples(
-    st.lists(st.integers(0, 1000), min_size=n, max_size=n),
-    st.lists(st.floats(0, 500), min_size=n, max_size=n), st.just(0.0))), costs)
+@given(
+    st.integers(2, 9).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.integers(0, 1000), min_size=n, max_size=n),
+            st.lists(st.floats(0, 500), min_size=n, max_size=n),
+            st.just(0.0),
+        )
+    ),
+    costs,
+)
 def test_optimal_equals_brute_force(raw, ab):
     profile, cost = make(raw), AlphaBeta(ab[0], ab[1] * 10)
     assert plan("optimal", profile, cost).iteration_us == pytest.approx(
-        brute_force_best(profile, cost), rel=1e-12, abs=1e-9)
+        brute_force_best(profile, cost), rel=1e-12, abs=1e-9
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -257,15 +269,18 @@ def test_limits_of_the_model():
     free = AlphaBeta(0.0, 0.01)
     profile = Profile.from_arrays("x", sizes, tb)
     assert plan("wfbp", profile, free).iteration_us == pytest.approx(
-        plan("optimal", profile, free).iteration_us)
+        plan("optimal", profile, free).iteration_us
+    )
     assert plan("mgwfbp", profile, free).iteration_us == pytest.approx(
-        plan("optimal", profile, free).iteration_us)
+        plan("optimal", profile, free).iteration_us
+    )
     # every gradient ready at once: nothing to overlap, one allreduce is best
     instant = Profile.from_arrays("y", sizes, np.zeros(50))
     cost = AlphaBeta(50.0, 0.01)
     assert plan("mgwfbp", instant, cost).stops == (50,)
     assert plan("optimal", instant, cost).iteration_us == pytest.approx(
-        plan("single", instant, cost).iteration_us)
+        plan("single", instant, cost).iteration_us
+    )
 
 
 def test_fixed_fusion_never_overflows_its_buffer():
@@ -286,7 +301,8 @@ def test_ddp_buckets_match_torch():
         tensors = [torch.empty(int(n), device="meta") for n in numel]  # sizes only
         cap = int(rng.choice([25 << 20, 4 << 20, 2 << 20]))
         buckets, _ = dist._compute_bucket_assignment_by_size(
-            tensors, [dist._DEFAULT_FIRST_BUCKET_BYTES, cap], [False] * len(tensors))
+            tensors, [dist._DEFAULT_FIRST_BUCKET_BYTES, cap], [False] * len(tensors)
+        )
         expected = [max(b) + 1 for b in buckets]
         profile = Profile.from_arrays("ddp", numel * 4, np.ones(numel.size))
         assert list(plan(f"ddp:{cap}", profile, AlphaBeta(1, 0)).stops) == expected
@@ -304,17 +320,28 @@ def test_comm_timeline_closed_form_equals_the_recurrence():
         prev = s + d[k]
 
 
-@pytest.mark.parametrize("spec, label", [
-    ("wfbp", "wfbp"), ("single", "single"), ("mgwfbp", "mgwfbp"), ("optimal", "optimal"),
-    ("fixed", "fixed:64MB"), ("ddp", "ddp:25MB"), ("fixed:64MB", "fixed:64MB"),
-    ("ddp:25MiB", "ddp:25MB"), ("FIXED:512k", "fixed:512KB"), ("ddp:1000", "ddp:1000"),
-])
+@pytest.mark.parametrize(
+    "spec, label",
+    [
+        ("wfbp", "wfbp"),
+        ("single", "single"),
+        ("mgwfbp", "mgwfbp"),
+        ("optimal", "optimal"),
+        ("fixed", "fixed:64MB"),
+        ("ddp", "ddp:25MB"),
+        ("fixed:64MB", "fixed:64MB"),
+        ("ddp:25MiB", "ddp:25MB"),
+        ("FIXED:512k", "fixed:512KB"),
+        ("ddp:1000", "ddp:1000"),
+    ],
+)
 def test_parse_strategy(spec, label):
     assert parse_strategy(spec).label == label
 
 
-@pytest.mark.parametrize("spec", ["", "mg", "fixed:", "fixed:-1", "ddp:12XB", "wfbp:1MB",
-                                  "fixed:0", "single,bogus"])
+@pytest.mark.parametrize(
+    "spec", ["", "mg", "fixed:", "fixed:-1", "ddp:12XB", "wfbp:1MB", "fixed:0", "single,bogus"]
+)
 def test_parse_strategy_rejects_bad_specs(spec):
     with pytest.raises(UsageError):
         parse_strategies(spec)
@@ -418,8 +445,25 @@ def test_profile_layers_writes_backward_order(tmp_path):
     pytest.importorskip("torch")
     from ccbench.scripts.profile_layers import main
 
-    assert main(["--model", "lstm", "--width", "0.05", "--batch", "2", "--warmup", "0",
-                 "--iterations", "2", "--out-dir", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                "lstm",
+                "--width",
+                "0.05",
+                "--batch",
+                "2",
+                "--warmup",
+                "0",
+                "--iterations",
+                "2",
+                "--out-dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     profile = read_profile(tmp_path / "lstm.csv")
     assert profile.params[:2] == ("decoder.bias", "decoder.weight")
     assert profile.params[-1] == "encoder.weight"
@@ -434,10 +478,24 @@ def write_profile(path, sizes, tb, forward_us):
     rows, ready = [], 0.0
     for i, (n, t) in enumerate(zip(sizes, tb, strict=True)):
         ready += t
-        rows.append({"model": "tiny", "order": i, "param": f"layer{i}.weight", "shape": str(n),
-                     "numel": n, "dtype": "float32", "bytes": 4 * n, "backward_us": t,
-                     "ready_us": ready, "forward_us": forward_us, "batch": 1, "width": 1,
-                     "device": "cpu", "iterations": 1})
+        rows.append(
+            {
+                "model": "tiny",
+                "order": i,
+                "param": f"layer{i}.weight",
+                "shape": str(n),
+                "numel": n,
+                "dtype": "float32",
+                "bytes": 4 * n,
+                "backward_us": t,
+                "ready_us": ready,
+                "forward_us": forward_us,
+                "batch": 1,
+                "width": 1,
+                "device": "cpu",
+                "iterations": 1,
+            }
+        )
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, PROFILE_COLUMNS)
         writer.writeheader()
@@ -458,8 +516,20 @@ def test_simulate_cli(tiny_profile, tmp_path, capsys):
     from ccbench.scripts.simulate import main
 
     out = tmp_path / "sim.csv"
-    assert main(["--profile", str(tiny_profile), "--ranks", "4:2048", "--csv", str(out),
-                 "--show-groups"]) == 0
+    assert (
+        main(
+            [
+                "--profile",
+                str(tiny_profile),
+                "--ranks",
+                "4:2048",
+                "--csv",
+                str(out),
+                "--show-groups",
+            ]
+        )
+        == 0
+    )
     rows = list(csv.DictReader(open(out)))
     assert len(rows) == 10 * len(DEFAULT_STRATEGIES)
     nbytes, backward, forward = profile_arrays(tiny_profile)
@@ -467,8 +537,7 @@ def test_simulate_cli(tiny_profile, tmp_path, capsys):
         # the default network, 10 Gbit/s and 5 us per hop, as a ring allreduce on p ranks
         p = int(r["ranks"])
         assert float(r["alpha_us"]) == pytest.approx(2 * (p - 1) * 5.0, rel=1e-12)
-        assert float(r["beta_us_per_byte"]) == pytest.approx(2 * (p - 1) / p * 8 / 10e3,
-                                                             rel=1e-12)  # fmt: skip
+        assert float(r["beta_us_per_byte"]) == pytest.approx(2 * (p - 1) / p * 8 / 10e3, rel=1e-12)
         iteration = check_row_against_reference(r, nbytes, backward, forward)
         efficiency = (forward + backward.sum()) / iteration
         assert float(r["scaling_efficiency"]) == pytest.approx(efficiency, abs=1e-6)  # 6 digits
@@ -486,15 +555,32 @@ def test_simulate_from_a_measured_fit(tiny_profile, tmp_path):
     measured = tmp_path / "mg.csv"
     row = dict.fromkeys(COLUMNS, "")
     cost = LinkModel(1.0, 50.0).ring_allreduce(4)
-    row.update(ranks=4, measured_us=1000, alpha_us=cost.alpha_us,
-               beta_us_per_byte=cost.beta_us_per_byte)
+    row.update(
+        ranks=4, measured_us=1000, alpha_us=cost.alpha_us, beta_us_per_byte=cost.beta_us_per_byte
+    )
     with open(measured, "w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS)
         writer.writeheader()
         writer.writerow(row)
     out = tmp_path / "sim.csv"
-    assert main(["--profile", str(tiny_profile), "--measured", str(measured), "--ranks", "4,8",
-                 "--strategy", "single", "--csv", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "--profile",
+                str(tiny_profile),
+                "--measured",
+                str(measured),
+                "--ranks",
+                "4,8",
+                "--strategy",
+                "single",
+                "--csv",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     rows = list(csv.DictReader(open(out)))
     assert float(rows[0]["link_gbps"]) == pytest.approx(1.0)
     assert float(rows[0]["hop_latency_us"]) == pytest.approx(50.0)
@@ -502,12 +588,22 @@ def test_simulate_from_a_measured_fit(tiny_profile, tmp_path):
     assert float(rows[1]["alpha_us"]) == pytest.approx(2 * 7 * 50.0)
 
 
-@pytest.mark.parametrize("module", ["ccbench.scripts.simulate",
-                                    "ccbench.benchmarks.merged_gradient",
-                                    "ccbench.scripts.profile_layers"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "ccbench.scripts.simulate",
+        "ccbench.benchmarks.merged_gradient",
+        "ccbench.scripts.profile_layers",
+    ],
+)
 def test_help_lists_the_models(module):
-    out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
-                         text=True, timeout=60, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     for name in TENSORS:
         assert name in out.stdout
@@ -516,9 +612,26 @@ def test_help_lists_the_models(module):
 @pytest.fixture(scope="module")
 def execution(tiny_profile, tmp_path_factory):
     out = tmp_path_factory.mktemp("mg") / "mg.csv"
-    proc = mpirun(2, [*variant_module("merged_gradient"), "--profile", str(tiny_profile),
-                      "--strategy", "all", "-i", "3", "-x", "1", "-c", "--fit-seconds", "0.02",
-                      "--csv", str(out)], timeout=120)
+    proc = mpirun(
+        2,
+        [
+            *variant_module("merged_gradient"),
+            "--profile",
+            str(tiny_profile),
+            "--strategy",
+            "all",
+            "-i",
+            "3",
+            "-x",
+            "1",
+            "-c",
+            "--fit-seconds",
+            "0.02",
+            "--csv",
+            str(out),
+        ],
+        timeout=120,
+    )
     return proc, out
 
 
@@ -543,20 +656,65 @@ def test_execution_on_two_ranks(execution, tiny_profile, strategy):
 @pytest.mark.timeout(150)
 def test_execution_other_allreduces_and_bad_input(tiny_profile, tmp_path):
     out = tmp_path / "ring.csv"
-    proc = mpirun(2, [*variant_module("merged_gradient"), "--profile", str(tiny_profile),
-                      "--strategy", "wfbp,mgwfbp", "--allreduce", "ring", "-i", "1", "-x", "0",
-                      "-c", "--fit-seconds", "0.01", "--csv", str(out)], timeout=120)
+    proc = mpirun(
+        2,
+        [
+            *variant_module("merged_gradient"),
+            "--profile",
+            str(tiny_profile),
+            "--strategy",
+            "wfbp,mgwfbp",
+            "--allreduce",
+            "ring",
+            "-i",
+            "1",
+            "-x",
+            "0",
+            "-c",
+            "--fit-seconds",
+            "0.01",
+            "--csv",
+            str(out),
+        ],
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("Pass") == 2
     assert {r["transport"] for r in csv.DictReader(open(out))} == {"ring"}  # its column
     # a lossy compressed allreduce, by the option's former name: checked against the
     # compressed ring's error bound
-    proc = mpirun(2, [*variant_module("merged_gradient"), "--profile", str(tiny_profile),
-                      "--strategy", "single,optimal", "--transport", "coll:bfp:rate=8", "-i", "1",
-                      "-x", "0", "-c", "--fit-seconds", "0.01"], timeout=120)
+    proc = mpirun(
+        2,
+        [
+            *variant_module("merged_gradient"),
+            "--profile",
+            str(tiny_profile),
+            "--strategy",
+            "single,optimal",
+            "--transport",
+            "coll:bfp:rate=8",
+            "-i",
+            "1",
+            "-x",
+            "0",
+            "-c",
+            "--fit-seconds",
+            "0.01",
+        ],
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("Pass") == 2 and "(coll:bfp:rate=8)" in proc.stdout
-    proc = mpirun(2, [*variant_module("merged_gradient"), "--profile", str(tiny_profile),
-                      "--strategy", "mgwfbp,fixed:lots"], timeout=120)
+    proc = mpirun(
+        2,
+        [
+            *variant_module("merged_gradient"),
+            "--profile",
+            str(tiny_profile),
+            "--strategy",
+            "mgwfbp,fixed:lots",
+        ],
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("error") == 1 and "Traceback" not in proc.stderr

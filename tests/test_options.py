@@ -11,12 +11,23 @@ from ccbench.kernels.errors import UsageError
 
 def case_shape(collective, size, ranks, dtype):
     shape = spec(collective).shape(size, ranks, dtype)
-    return None if shape is None else (shape.count, shape.send_count, shape.recv_count,
-                                       shape.bytes_per_rank, shape.total_bytes)
+    return (
+        None
+        if shape is None
+        else (
+            shape.count,
+            shape.send_count,
+            shape.recv_count,
+            shape.bytes_per_rank,
+            shape.total_bytes,
+        )
+    )
 
 
-@pytest.mark.parametrize(("text", "value"), [("1", 1), ("4K", 4096), ("4k", 4096),
-                                             ("1M", 1 << 20), ("2G", 2 << 30), ("8KiB", 8192)])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1", 1), ("4K", 4096), ("4k", 4096), ("1M", 1 << 20), ("2G", 2 << 30), ("8KiB", 8192)],
+)
 def test_parse_size(text, value):
     assert parse_size(text) == value
 
@@ -87,12 +98,25 @@ def test_a_letter_means_the_same_thing_in_every_program():
     """-m, -i, -x, -c, -d, -T (and --csv, --json, --seed) are declared once
     (benchmarks/options.py): wherever a program has one, it has the same long name, and its
     help opens with the same words."""
-    opening = {"-m": "message sizes", "-i": "timed repetitions of each point",
-               "-x": "untimed warm-up repetitions of each point", "-c": "validate:",
-               "-d": "buffer backend", "-T": "element type", "--csv": "append ",
-               "--json": "write this run's rows and environment", "--seed": "seed of "}
-    long_names = {"-m": "--message-size", "-i": "--iterations", "-x": "--warmup",
-                  "-c": "--validate", "-d": "--buffer", "-T": "--dtype"}
+    opening = {
+        "-m": "message sizes",
+        "-i": "timed repetitions of each point",
+        "-x": "untimed warm-up repetitions of each point",
+        "-c": "validate:",
+        "-d": "buffer backend",
+        "-T": "element type",
+        "--csv": "append ",
+        "--json": "write this run's rows and environment",
+        "--seed": "seed of ",
+    }
+    long_names = {
+        "-m": "--message-size",
+        "-i": "--iterations",
+        "-x": "--warmup",
+        "-c": "--validate",
+        "-d": "--buffer",
+        "-T": "--dtype",
+    }
     seen = {}
     for program, parser in entry_point_parsers().items():
         for action in parser._actions:
@@ -100,32 +124,40 @@ def test_a_letter_means_the_same_thing_in_every_program():
                 if flag not in opening:
                     continue
                 seen.setdefault(flag, []).append(program)
-                assert (action.help or "").startswith(opening[flag]), (program, flag,
-                                                                       action.help)
+                assert (action.help or "").startswith(opening[flag]), (program, flag, action.help)
                 if flag in long_names:
                     assert long_names[flag] in action.option_strings, (program, flag)
     # the letters that several programs share are indeed shared
     assert len(seen["-m"]) >= 4 and len(seen["-i"]) >= 4 and len(seen["--csv"]) >= 5
 
 
-@pytest.mark.parametrize(("variant", "codec", "canonical"), [
-    ("baseline", "none", "none"), ("sparse_streaming", "none", "none"),
-    ("torch", "none", "none"), ("coll_compressed", "fp16", "fp16"),
-    ("p2p_compressed", "FP16", "fp16"), ("p2p_compressed", "bfp:rate=08", "bfp:rate=8"),
-])
+@pytest.mark.parametrize(
+    ("variant", "codec", "canonical"),
+    [
+        ("baseline", "none", "none"),
+        ("sparse_streaming", "none", "none"),
+        ("torch", "none", "none"),
+        ("coll_compressed", "fp16", "fp16"),
+        ("p2p_compressed", "FP16", "fp16"),
+        ("p2p_compressed", "bfp:rate=08", "bfp:rate=8"),
+    ],
+)
 def test_a_gradient_variant_takes_the_codec_its_registry_entry_says(variant, codec, canonical):
     from ccbench.benchmarks.options import check_gradient_codec
 
     assert check_gradient_codec(variant, codec) == canonical
 
 
-@pytest.mark.parametrize(("variant", "codec", "said"), [
-    ("baseline", "fp16", "sends uncompressed data"),
-    ("sparse_streaming", "bf16", "sends uncompressed data"),
-    ("torch", "fp16", "sends uncompressed data"),
-    ("coll_compressed", "none", "needs a codec"),
-    ("p2p_compressed", "nosuch", "nosuch"),
-])
+@pytest.mark.parametrize(
+    ("variant", "codec", "said"),
+    [
+        ("baseline", "fp16", "sends uncompressed data"),
+        ("sparse_streaming", "bf16", "sends uncompressed data"),
+        ("torch", "fp16", "sends uncompressed data"),
+        ("coll_compressed", "none", "needs a codec"),
+        ("p2p_compressed", "nosuch", "nosuch"),
+    ],
+)
 def test_a_gradient_variant_refuses_a_codec_it_cannot_take(variant, codec, said):
     from ccbench.benchmarks.options import check_gradient_codec
 

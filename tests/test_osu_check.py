@@ -52,8 +52,14 @@ def fake_osu(directory: Path) -> Path:
 
 def osu_check(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "OMPI_"))}
-    return subprocess.run([sys.executable, "-m", "ccbench.scripts.cli", "osu-check", *args],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ccbench.scripts.cli", "osu-check", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_osu_latency_reads_the_average_of_the_size_asked():
@@ -66,37 +72,83 @@ def test_the_table_by_hand():
     """ccbench/OSU is the median of the per-round ratios, its interval the 1st and 6th of
     6 sorted ratios (P(Binomial(6, 1/2) = 0) = 1/64 <= 0.025, P(X <= 1) = 7/64 is not).
     OSU takes 10 us in every round; ccbench 10 us times the ratios below."""
-    ratios = {Point("allgather", 4096): [1.0, 1.02, 1.04, 1.06, 1.08, 1.5],   # median 1.05
-              Point("allreduce", 4096): [1.2, 1.25, 1.3, 1.3, 1.35, 1.4],     # all above
-              Point("reduce_scatter", 4096): [0.8, 1.0, 1.15, 1.2, 1.3, 1.4],  # 1.175
-              Point("allgather", 65536): [1.0, 1.0, 1.0, 1.0, 1.0, 3.0]}      # one spoiled
+    ratios = {
+        Point("allgather", 4096): [1.0, 1.02, 1.04, 1.06, 1.08, 1.5],  # median 1.05
+        Point("allreduce", 4096): [1.2, 1.25, 1.3, 1.3, 1.35, 1.4],  # all above
+        Point("reduce_scatter", 4096): [0.8, 1.0, 1.15, 1.2, 1.3, 1.4],  # 1.175
+        Point("allgather", 65536): [1.0, 1.0, 1.0, 1.0, 1.0, 3.0],
+    }  # one spoiled
     times = {p: ([10.0] * 6, [10.0 * r for r in rs]) for p, rs in ratios.items()}
     header, agree, differ, unsure, spoiled = table(times, 0.10)
-    assert header.split() == ["Collective", "Size", "OSU(us)", "ccbench(us)", "ccbench/OSU",
-                              "CI95", "low", "CI95", "high", "Verdict"]
-    assert agree.split() == ["allgather", "4096", "10.00", "10.50", "1.050", "1", "1.5",
-                             "agrees"]
-    assert differ.split() == ["allreduce", "4096", "10.00", "13.00", "1.300", "1.2", "1.4",
-                              "differs"]
-    assert unsure.split() == ["reduce_scatter", "4096", "10.00", "11.75", "1.175", "0.8",
-                              "1.4", "inconclusive"]
+    assert header.split() == [
+        "Collective",
+        "Size",
+        "OSU(us)",
+        "ccbench(us)",
+        "ccbench/OSU",
+        "CI95",
+        "low",
+        "CI95",
+        "high",
+        "Verdict",
+    ]
+    assert agree.split() == ["allgather", "4096", "10.00", "10.50", "1.050", "1", "1.5", "agrees"]
+    assert differ.split() == [
+        "allreduce",
+        "4096",
+        "10.00",
+        "13.00",
+        "1.300",
+        "1.2",
+        "1.4",
+        "differs",
+    ]
+    assert unsure.split() == [
+        "reduce_scatter",
+        "4096",
+        "10.00",
+        "11.75",
+        "1.175",
+        "0.8",
+        "1.4",
+        "inconclusive",
+    ]
     # the geometric mean, 3^(1/6) = 1.20, would call this round's spell a difference
-    assert spoiled.split() == ["allgather", "65536", "10.00", "10.00", "1.000", "1", "3",
-                               "agrees"]
+    assert spoiled.split() == ["allgather", "65536", "10.00", "10.00", "1.000", "1", "3", "agrees"]
 
 
 def test_both_sides_run_the_same_calls_and_a_differing_point_exits_1(tmp_path):
     osu = fake_osu(tmp_path / "osu")
-    proc = osu_check("--osu", str(osu), "-n", "2", "-m", "1,4096", "--rounds", "6",
-                     "--collective", "allgather,reduce_scatter", "-i", "3", "-x", "1")
+    proc = osu_check(
+        "--osu",
+        str(osu),
+        "-n",
+        "2",
+        "-m",
+        "1,4096",
+        "--rounds",
+        "6",
+        "--collective",
+        "allgather,reduce_scatter",
+        "-i",
+        "3",
+        "-x",
+        "1",
+    )
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout
     assert "2 ranks, 6 interleaved rounds" in out and "load average" in out
     assert "Reduce-Scatter at 1 B left out: 1 B is fewer than one element per rank" in out
-    rows = [line.split() for line in out.splitlines()
-            if line.startswith(("allgather", "reduce_scatter"))]
-    assert [(r[0], r[1]) for r in rows] == [("allgather", "1"), ("allgather", "4096"),
-                                            ("reduce_scatter", "4096")]
+    rows = [
+        line.split()
+        for line in out.splitlines()
+        if line.startswith(("allgather", "reduce_scatter"))
+    ]
+    assert [(r[0], r[1]) for r in rows] == [
+        ("allgather", "1"),
+        ("allgather", "4096"),
+        ("reduce_scatter", "4096"),
+    ]
     for row in rows:
         assert float(row[2]) == FAKE_LATENCY_US  # OSU's column is what OSU printed
         assert 0 < float(row[3]) < FAKE_LATENCY_US / 100  # ccbench's real calls
@@ -106,11 +158,14 @@ def test_both_sides_run_the_same_calls_and_a_differing_point_exits_1(tmp_path):
     calls = [shlex.split(line) for line in (osu / "calls.log").read_text().splitlines()]
     # one OSU launch per point and round, with the calls, warm-ups and element type that
     # ccbench ran: float32 as MPI_FLOAT, one byte as OSU's default MPI_CHAR
-    assert sorted(" ".join(c) for c in calls) == sorted(6 * [
-        "osu_allgather -m 1:1 -i 3 -x 1",
-        "osu_allgather -m 4096:4096 -i 3 -x 1 -T mpi_float",
-        "osu_reduce_scatter -m 4096:4096 -i 3 -x 1 -T mpi_float",
-    ])
+    assert sorted(" ".join(c) for c in calls) == sorted(
+        6
+        * [
+            "osu_allgather -m 1:1 -i 3 -x 1",
+            "osu_allgather -m 4096:4096 -i 3 -x 1 -T mpi_float",
+            "osu_reduce_scatter -m 4096:4096 -i 3 -x 1 -T mpi_float",
+        ]
+    )
 
 
 def test_a_missing_osu_binary_is_one_line_and_exit_2(tmp_path):
@@ -126,6 +181,8 @@ def test_fewer_rounds_than_a_median_interval_needs_is_one_line_and_exit_2(tmp_pa
     osu = fake_osu(tmp_path / "osu")
     proc = osu_check("--osu", str(osu), "--collective", "allreduce", "--rounds", "5")
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("ccbench osu-check: error: --rounds must be at least 6 "
-                                   "(a median's 95% interval needs that many)")
+    assert proc.stderr.strip() == (
+        "ccbench osu-check: error: --rounds must be at least 6 "
+        "(a median's 95% interval needs that many)"
+    )
     assert proc.stdout == "" and not (osu / "calls.log").exists()

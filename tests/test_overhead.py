@@ -16,8 +16,21 @@ pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 @pytest.mark.timeout(120)
 def test_runs_in_place_under_mpiexec(tmp_path):
     out = tmp_path / "overhead.json"
-    proc = mpirun(2, [*variant_module("overhead"), "-m", "1:2", "-i", "200", "--rounds", "2",
-                      "--json", str(out)], timeout=90)
+    proc = mpirun(
+        2,
+        [
+            *variant_module("overhead"),
+            "-m",
+            "1:2",
+            "-i",
+            "200",
+            "--rounds",
+            "2",
+            "--json",
+            str(out),
+        ],
+        timeout=90,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["ranks"] == 2 and [r["size"] for r in result["rows"]] == [1, 2]
@@ -32,11 +45,14 @@ def test_runs_in_place_under_mpiexec(tmp_path):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("args, words", [
-    (["--rounds", "0"], "at least 1"),
-    (["-m", "4:2"], "greater than MAX"),
-    (["--bogus"], "unrecognized arguments"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--rounds", "0"], "at least 1"),
+        (["-m", "4:2"], "greater than MAX"),
+        (["--bogus"], "unrecognized arguments"),
+    ],
+)
 def test_bad_input_one_line(args, words):
     proc = mpirun(2, [*variant_module("overhead"), *args], timeout=60)
     assert proc.returncode == 2, proc.stderr

@@ -23,30 +23,53 @@ def result_rows(seed: int = 0) -> list[dict]:
     """A small, realistic result set: the baseline (mpi, ring) and two compressed variants,
     with times that depend on the size and a little seeded noise."""
     rng = np.random.default_rng(seed)
-    series = [("baseline", "mpi", "none", 1.0, None), ("baseline", "ring", "none", 1.0, None),
-              ("coll_compressed", "ring", "fp16", 2.0, 1e-3),
-              ("coll_compressed", "ring", "zfp:rate=8", 4.0, 2e-2)]  # fmt: skip
+    series = [
+        ("baseline", "mpi", "none", 1.0, None),
+        ("baseline", "ring", "none", 1.0, None),
+        ("coll_compressed", "ring", "fp16", 2.0, 1e-3),
+        ("coll_compressed", "ring", "zfp:rate=8", 4.0, 2e-2),
+    ]
     speed = {"mpi": 1.0, "ring": 1.6}
     rows = []
     for (variant, algo, codec, ratio, err), collective, size in itertools.product(
         series, ("allgather", "allreduce"), SIZES
     ):
         t = (20 + size / 2000) * speed[algo] / (ratio**0.5) * rng.uniform(0.9, 1.1)
-        rows.append({
-            "run_id": f"run{seed}", "timestamp": "2026-01-01T00:00:00+00:00",
-            "variant": variant, "algorithm": algo, "collective": collective, "codec": codec,
-            "dtype": "float32", "buffer": "numpy", "ranks": 2, "nodes": 1, "size_bytes": size,
-            "bytes_per_rank": size, "total_bytes": 2 * size, "count": size // 4,
-            "iterations": 20, "warmup": 2, "timing": "per-call", "avg_us": t,
-            "min_us": 0.9 * t, "max_us": 1.1 * t, "algbw_gbps": 2 * size / t / 1e3,
-            "busbw_gbps": size / t / 1e3,
-            "wire_bytes_per_rank": None if algo == "mpi" else int(size / ratio),
-            "compression_ratio": ratio if codec != "none" else None,
-            "max_abs_err": 0.0 if err is None else err * 3.0,
-            "max_rel_err": 0.0 if err is None else err,
-            "error_bound": None if err is None else 10 * err,
-            "validation": "Pass", "mpi_library": "MPICH", "hostname": "h", "git_sha": "x",
-        })  # fmt: skip
+        rows.append(
+            {
+                "run_id": f"run{seed}",
+                "timestamp": "2026-01-01T00:00:00+00:00",
+                "variant": variant,
+                "algorithm": algo,
+                "collective": collective,
+                "codec": codec,
+                "dtype": "float32",
+                "buffer": "numpy",
+                "ranks": 2,
+                "nodes": 1,
+                "size_bytes": size,
+                "bytes_per_rank": size,
+                "total_bytes": 2 * size,
+                "count": size // 4,
+                "iterations": 20,
+                "warmup": 2,
+                "timing": "per-call",
+                "avg_us": t,
+                "min_us": 0.9 * t,
+                "max_us": 1.1 * t,
+                "algbw_gbps": 2 * size / t / 1e3,
+                "busbw_gbps": size / t / 1e3,
+                "wire_bytes_per_rank": None if algo == "mpi" else int(size / ratio),
+                "compression_ratio": ratio if codec != "none" else None,
+                "max_abs_err": 0.0 if err is None else err * 3.0,
+                "max_rel_err": 0.0 if err is None else err,
+                "error_bound": None if err is None else 10 * err,
+                "validation": "Pass",
+                "mpi_library": "MPICH",
+                "hostname": "h",
+                "git_sha": "x",
+            }
+        )
     return rows
 
 
@@ -86,8 +109,9 @@ def test_slower_machine_and_timing_noise_pass(tmp_path, capsys):
 
 
 def test_catches_validation_failure(tmp_path, capsys):
-    rows = edit(result_rows(), lambda r: is_zfp(r) and r["size_bytes"] == 16384,
-                validation=lambda v: "Fail")  # fmt: skip
+    rows = edit(
+        result_rows(), lambda r: is_zfp(r) and r["size_bytes"] == 16384, validation=lambda v: "Fail"
+    )
     assert gate(tmp_path, rows) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "validation" in out and "16384B" in out
@@ -101,8 +125,11 @@ def test_catches_validation_not_run(tmp_path, capsys):
 
 
 def test_catches_doubled_wire_bytes(tmp_path, capsys):
-    rows = edit(result_rows(), lambda r: r["algorithm"] == "ring" and r["codec"] == "fp16",
-                wire_bytes_per_rank=lambda w: 2 * w)  # fmt: skip
+    rows = edit(
+        result_rows(),
+        lambda r: r["algorithm"] == "ring" and r["codec"] == "fp16",
+        wire_bytes_per_rank=lambda w: 2 * w,
+    )
     assert gate(tmp_path, rows) == 1
     out = capsys.readouterr().out
     lines = [ln for ln in out.splitlines() if "wire_bytes_per_rank" in ln]
@@ -148,8 +175,11 @@ def test_error_relative_bound(tmp_path, capsys):
 
 
 def test_lossless_error_must_stay_zero(tmp_path):
-    rows = edit(result_rows(), lambda r: r["codec"] == "none" and r["algorithm"] == "ring",
-                max_abs_err=lambda e: 1e-7)  # fmt: skip
+    rows = edit(
+        result_rows(),
+        lambda r: r["codec"] == "none" and r["algorithm"] == "ring",
+        max_abs_err=lambda e: 1e-7,
+    )
     assert gate(tmp_path, rows) == 1
 
 
@@ -165,8 +195,9 @@ def test_tolerance_override(tmp_path):
     assert gate(tmp_path, rows, None, "--tolerance", "time_vs_baseline=:3.5") == 0
 
 
-@pytest.mark.parametrize("bad", [["--tolerance", "nonsense=1:2"], ["--tolerance", "avg_us"],
-                                 ["--baseline", "baseline"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad", [["--tolerance", "nonsense=1:2"], ["--tolerance", "avg_us"], ["--baseline", "baseline"]]
+)
 def test_bad_options_are_usage_errors(tmp_path, capsys, bad):
     assert gate(tmp_path, result_rows(), None, *bad) == 2
     err = capsys.readouterr().err
@@ -195,14 +226,20 @@ def test_reference_exact_metrics_follow_the_closed_forms():
     checked = collections.Counter()
     for r in rows:
         p, size, collective = int(r["ranks"]), int(r["size_bytes"]), r["collective"]
-        per_rank, total = {"allgather": (size, p * size), "reduce_scatter": (size // p, size),
-                           "allreduce": (size, size)}[collective]  # fmt: skip
+        per_rank, total = {
+            "allgather": (size, p * size),
+            "reduce_scatter": (size // p, size),
+            "allreduce": (size, size),
+        }[collective]
         assert (int(r["bytes_per_rank"]), int(r["total_bytes"])) == (per_rank, total), r
         assert int(r["count"]) == size // 4 and r["dtype"] == "float32", r
         assert r["validation"] == "Pass", r
         # what one rank sends per call in the uncompressed ring
-        ring = {"allgather": (p - 1) * size, "reduce_scatter": (p - 1) * size // p,
-                "allreduce": 2 * (p - 1) * size // p}[collective]  # fmt: skip
+        ring = {
+            "allgather": (p - 1) * size,
+            "reduce_scatter": (p - 1) * size // p,
+            "allreduce": 2 * (p - 1) * size // p,
+        }[collective]
         lossy = r["codec"] not in ("none", "zstd")
         if r["variant"] == "baseline":
             wire = "" if r["algorithm"] == "mpi" else str(ring)
@@ -234,11 +271,14 @@ def test_reference_covers_every_gated_metric():
     assert any(r["max_rel_err"] not in ("", "0.0") for r in rows)
 
 
-@pytest.mark.parametrize("column, change", [
-    ("validation", lambda v: "Fail"),
-    ("wire_bytes_per_rank", lambda w: str(2 * int(w))),
-    ("compression_ratio", lambda c: repr(float(c) * 0.9)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "column, change",
+    [
+        ("validation", lambda v: "Fail"),
+        ("wire_bytes_per_rank", lambda w: str(2 * int(w))),
+        ("compression_ratio", lambda c: repr(float(c) * 0.9)),
+    ],
+)
 def test_gate_catches_regressions_injected_into_the_real_reference(tmp_path, column, change):
     columns, rows = reference_rows()
     hit = [r for r in rows if r["variant"] == "coll_compressed" and r[column]]

@@ -26,29 +26,55 @@ pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 
 def harness_row(**changes) -> dict:
     row = {c: "" for c in COMMON_COLUMNS}
-    row.update(schema=HARNESS.tag, run_id="r1", sweep_id="s1", timestamp="2026-01-01T00:00:00",
-               variant="baseline", algorithm="mpi", collective="allgather", codec="none",
-               dtype="float32", buffer="numpy", ranks="2", nodes="1", size_bytes="4096",
-               iterations="100", timing="per-call", timer="c", data="gradient",
-               avg_us="10.0", validation="Pass")
+    row.update(
+        schema=HARNESS.tag,
+        run_id="r1",
+        sweep_id="s1",
+        timestamp="2026-01-01T00:00:00",
+        variant="baseline",
+        algorithm="mpi",
+        collective="allgather",
+        codec="none",
+        dtype="float32",
+        buffer="numpy",
+        ranks="2",
+        nodes="1",
+        size_bytes="4096",
+        iterations="100",
+        timing="per-call",
+        timer="c",
+        data="gradient",
+        avg_us="10.0",
+        validation="Pass",
+    )
     row.update(changes)
     return row
 
 
-@pytest.mark.parametrize("column, other", [("data", "gradient-like"), ("timing", "batch"),
-                                            ("timer", "python"), ("ci_target_pct", "2.0"),
-                                            ("time_budget_s", "5.0"), ("transport", "torch"),
-                                            ("backend", "gloo")])
-def test_merge_and_plots_keep_apart_rows_that_differ_in_one_setting(tmp_path, column,
-                                                                    other):
+@pytest.mark.parametrize(
+    "column, other",
+    [
+        ("data", "gradient-like"),
+        ("timing", "batch"),
+        ("timer", "python"),
+        ("ci_target_pct", "2.0"),
+        ("time_budget_s", "5.0"),
+        ("transport", "torch"),
+        ("backend", "gloo"),
+    ],
+)
+def test_merge_and_plots_keep_apart_rows_that_differ_in_one_setting(tmp_path, column, other):
     """Two rows of one run that differ in one setting measured two points; two that differ
     only in what was measured are one point. Merge and the plots must agree on both."""
     from ccbench.plots.data import load
     from ccbench.scripts.sweeps.merge import merge_rows
 
-    rows = [harness_row(), harness_row(**{column: other}),
-            # the first point again, later and slower: one point, the newest kept
-            harness_row(avg_us="20.0", timestamp="2026-01-01T00:01:00")]
+    rows = [
+        harness_row(),
+        harness_row(**{column: other}),
+        # the first point again, later and slower: one point, the newest kept
+        harness_row(avg_us="20.0", timestamp="2026-01-01T00:01:00"),
+    ]
     path = tmp_path / "rows.csv"
     write_csv_atomic(path, rows, COMMON_COLUMNS)
     _, _, merged, _ = merge_rows([path])
@@ -72,8 +98,7 @@ def test_identity_spells_a_value_one_way():
 def test_roles_by_hand():
     # settings say which point, measurements what was measured, provenance which run
     assert HARNESS.role("codec") == "setting" and HARNESS.role("timer") == "setting"
-    assert HARNESS.role("avg_us") == "measurement" and HARNESS.role("iterations") == \
-        "measurement"
+    assert HARNESS.role("avg_us") == "measurement" and HARNESS.role("iterations") == "measurement"
     assert HARNESS.role("run_id") == "provenance" and HARNESS.role("schema") == "provenance"
     assert HARNESS.role("total_bytes") == "derived"
     # a variant's own columns, as its table declares them (benchmarks/schemas.py)
@@ -105,8 +130,21 @@ def test_an_older_version_is_read_by_its_number_and_upgraded(tmp_path):
 
     v1 = [c for c in TRAINING.names if c not in ("schema", "warmup_steps", "final_window")]
     path = tmp_path / "old.csv"
-    write_csv_atomic(path, [{"run_id": "r", "row": "step", "step": 1, "loss": 2.0,
-                             "step_us": 10.0, "variant": "baseline", "codec": "none"}], v1)
+    write_csv_atomic(
+        path,
+        [
+            {
+                "run_id": "r",
+                "row": "step",
+                "step": 1,
+                "loss": 2.0,
+                "step_us": 10.0,
+                "variant": "baseline",
+                "codec": "none",
+            }
+        ],
+        v1,
+    )
     table = results.read_table(path)
     assert (table.schema, table.version) == (TRAINING, 1)
     (row,) = table.current()
@@ -119,8 +157,11 @@ def test_an_older_version_is_read_by_its_number_and_upgraded(tmp_path):
 def test_harness_rows_of_version_1_ran_over_mpi(tmp_path):
     """Before the torch transport every row ran over MPI: version-1 rows say so once
     upgraded; which device a rank used is provenance, not part of a point."""
-    v1 = [c for c in COMMON_COLUMNS if c not in ("schema", "hugepages", "transport",
-                                                 "backend", "host_syncs", "device")]
+    v1 = [
+        c
+        for c in COMMON_COLUMNS
+        if c not in ("schema", "hugepages", "transport", "backend", "host_syncs", "device")
+    ]
     path = tmp_path / "old.csv"
     write_csv_atomic(path, [{k: v for k, v in harness_row().items() if k in v1}], v1)
     table = results.read_table(path)
@@ -149,12 +190,18 @@ def test_harness_rows_of_version_2_ran_over_mpi_and_keep_their_own_settings(tmp_
     """Version 2 recorded the paging and the sparse-streaming settings but not the
     transport: upgraded, its rows ran over MPI, and nothing they recorded is replaced
     (not their paging, not a sparse-streaming setting they gave, none added to a ring)."""
-    v2 = [c for c in COMMON_COLUMNS if c not in ("transport", "backend", "host_syncs",
-                                                 "device")] + ["block_size"]
+    v2 = [
+        c for c in COMMON_COLUMNS if c not in ("transport", "backend", "host_syncs", "device")
+    ] + ["block_size"]
     ring = harness_row(schema="harness/2", hugepages="off")
-    sparse = harness_row(schema="harness/2", variant="sparse_streaming",
-                         algorithm="omnireduce", collective="allreduce", hugepages="off",
-                         block_size="64")
+    sparse = harness_row(
+        schema="harness/2",
+        variant="sparse_streaming",
+        algorithm="omnireduce",
+        collective="allreduce",
+        hugepages="off",
+        block_size="64",
+    )
     path = tmp_path / "v2.csv"
     write_csv_atomic(path, [{k: r.get(k, "") for k in v2} for r in (ring, sparse)], v2)
     table = results.read_table(path)
@@ -162,7 +209,11 @@ def test_harness_rows_of_version_2_ran_over_mpi_and_keep_their_own_settings(tmp_
     ring_now, sparse_now = table.current()
     for row in (ring_now, sparse_now):
         assert (row["schema"], row["transport"], row["backend"], row["hugepages"]) == (
-            "harness/4", "mpi", "mpi", "off")
+            "harness/4",
+            "mpi",
+            "mpi",
+            "off",
+        )
     assert ring_now["block_size"] == "" and "fusion" not in ring_now
     assert sparse_now["block_size"] == "64" and "fusion" not in sparse_now
 
@@ -171,12 +222,22 @@ def test_a_variants_own_older_defaults_fill_only_its_rows(tmp_path):
     """Version-1 harness rows: huge pages were numpy's default (madvise) for every row,
     the sparse-streaming settings only for sparse streaming's rows. Filling the latter into
     a ring's row would make it a different point from the same ring measured today."""
-    v1 = [c for c in COMMON_COLUMNS if c not in ("schema", "hugepages", "transport", "backend")
-          ] + ["density"]
-    ring = {"variant": "p2p_compressed", "algorithm": "ring", "collective": "allgather",
-            "size_bytes": 4096}
-    sparse = {"variant": "sparse_streaming", "algorithm": "omnireduce",
-              "collective": "allreduce", "size_bytes": 4096, "density": 0.1}
+    v1 = [c for c in COMMON_COLUMNS if c not in ("schema", "hugepages", "transport", "backend")] + [
+        "density"
+    ]
+    ring = {
+        "variant": "p2p_compressed",
+        "algorithm": "ring",
+        "collective": "allgather",
+        "size_bytes": 4096,
+    }
+    sparse = {
+        "variant": "sparse_streaming",
+        "algorithm": "omnireduce",
+        "collective": "allreduce",
+        "size_bytes": 4096,
+        "density": 0.1,
+    }
     path = tmp_path / "old.csv"
     write_csv_atomic(path, [ring, sparse], v1)
     table = results.read_table(path)
@@ -184,8 +245,13 @@ def test_a_variants_own_older_defaults_fill_only_its_rows(tmp_path):
     ring_now, sparse_now = table.current()
     assert ring_now["hugepages"] == sparse_now["hugepages"] == "madvise"
     assert "block_size" not in ring_now and "aggregators" not in ring_now
-    assert (sparse_now["block_size"], sparse_now["fusion"], sparse_now["overlap"],
-            sparse_now["threshold"], sparse_now["aggregators"]) == (256, 1024, "random", 0.0, 0)
+    assert (
+        sparse_now["block_size"],
+        sparse_now["fusion"],
+        sparse_now["overlap"],
+        sparse_now["threshold"],
+        sparse_now["aggregators"],
+    ) == (256, 1024, "random", 0.0, 0)
 
 
 def test_a_newer_version_is_refused_in_one_line(tmp_path):
@@ -219,8 +285,22 @@ def test_the_raw_times_beside_a_run_give_back_its_statistics(tmp_path):
     """The per-call times kept in <csv>.samples/<run id>.npz, recomputed here with numpy
     and scipy alone, give each row's mean, percentiles, fastest call and interval."""
     out = tmp_path / "b.csv"
-    proc = mpirun(2, [*variant_module("baseline"), "--algorithm", "ring", "-m", "4K:8K",
-                      "-i", "40", "-x", "2", "--csv", out])
+    proc = mpirun(
+        2,
+        [
+            *variant_module("baseline"),
+            "--algorithm",
+            "ring",
+            "-m",
+            "4K:8K",
+            "-i",
+            "40",
+            "-x",
+            "2",
+            "--csv",
+            out,
+        ],
+    )
     assert proc.returncode == 0, proc.stderr
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -232,9 +312,14 @@ def test_the_raw_times_beside_a_run_give_back_its_statistics(tmp_path):
         slowest = t.max(axis=0)
         per_call = t.mean(axis=0)
         half = stats.t.ppf(0.975, 39) * per_call.std(ddof=1) / np.sqrt(40)
-        expect = {"avg_us": t.mean(), "min_us": t.mean(axis=1).min(),
-                  "max_us": t.mean(axis=1).max(), "p50_us": np.percentile(slowest, 50),
-                  "p99_us": np.percentile(slowest, 99), "fastest_us": slowest.min()}
+        expect = {
+            "avg_us": t.mean(),
+            "min_us": t.mean(axis=1).min(),
+            "max_us": t.mean(axis=1).max(),
+            "p50_us": np.percentile(slowest, 50),
+            "p99_us": np.percentile(slowest, 99),
+            "fastest_us": slowest.min(),
+        }
         if per_call.mean() - half > 0:  # else a bootstrap interval (test_statistics)
             expect.update(ci_low_us=per_call.mean() - half, ci_high_us=per_call.mean() + half)
         else:

@@ -76,8 +76,9 @@ def test_the_plots_read_exactly_the_schemas_numbers_as_numbers():
     # text that looks like a number stays text where the schema says text
     assert frame["git_sha"].map(type).eq(str).all()
     for name, kind in KIND_BY_NAME.items():
-        assert set(kind.numeric) == {c.name for c in BY_KIND[name].known()
-                                     if c.type in (int, float)}
+        assert set(kind.numeric) == {
+            c.name for c in BY_KIND[name].known() if c.type in (int, float)
+        }
 
 
 def test_every_kind_declares_each_column_once_with_a_role_and_a_type():
@@ -90,10 +91,21 @@ def test_every_kind_declares_each_column_once_with_a_role_and_a_type():
 
 
 def test_staging_rows_are_built_on_their_schema(tmp_path):
-    values = {"buffer": "cupy", "size_bytes": 4096, "ranks": 2, "d2h_pinned_us": 1.5,
-              "host_allgather_us": 2.0, "h2d_pinned_us": 0.5, "bound_us": 4.0,
-              "staged_us": 5.0, "staged_vs_bound": 1.25, "staged_whole_us": 6.0,
-              "rounds": 3, "stage_chunk_bytes": 1 << 20, "device": "gpu0,gpu1"}
+    values = {
+        "buffer": "cupy",
+        "size_bytes": 4096,
+        "ranks": 2,
+        "d2h_pinned_us": 1.5,
+        "host_allgather_us": 2.0,
+        "h2d_pinned_us": 0.5,
+        "bound_us": 4.0,
+        "staged_us": 5.0,
+        "staged_vs_bound": 1.25,
+        "staged_whole_us": 6.0,
+        "rounds": 3,
+        "stage_chunk_bytes": 1 << 20,
+        "device": "gpu0,gpu1",
+    }
     path = tmp_path / "staging.csv"
     write_csv_atomic(path, [build_row(STAGING, values)], STAGING.names)
     assert path.read_text().splitlines()[1].split(",")[0] == "staging/2"

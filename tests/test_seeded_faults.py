@@ -20,8 +20,24 @@ def test_the_fault_applies_once_and_names_real_tests(fault):
 
 def test_every_behaviour_class_has_faults():
     behaviours = {f.behaviour for f in FAULTS}
-    assert behaviours == {"bfp-edge", "rabenseifner", "busbw", "header", "gate", "breakdown",
-                          "feedback", "alternation", "slots", "torch-transport",
-                          "launch-check", "results-model", "gate-records", "osu-check",
-                          "device-accounting", "device-kernels", "traces", "floor",
-                          "codec_floor"}
+    assert behaviours == {
+        "bfp-edge",
+        "rabenseifner",
+        "busbw",
+        "header",
+        "gate",
+        "breakdown",
+        "feedback",
+        "alternation",
+        "slots",
+        "torch-transport",
+        "launch-check",
+        "results-model",
+        "gate-records",
+        "osu-check",
+        "device-accounting",
+        "device-kernels",
+        "traces",
+        "floor",
+        "codec_floor",
+    }

@@ -31,8 +31,13 @@ def have_slurm_or_apt() -> bool:
 
 
 def cluster(action: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SLURM / "local-cluster.sh"), action], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.run(
+        [str(SLURM / "local-cluster.sh"), action],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +64,20 @@ def srun_joins_mpi(slurm) -> None:
     for plugin in ("pmi2", "pmix"):
         try:
             step = subprocess.run(
-                ["srun", "-n", "2", f"--mpi={plugin}", sys.executable, "-c",
-                 "from mpi4py import MPI; print(MPI.COMM_WORLD.Get_size())"],
-                capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+                [
+                    "srun",
+                    "-n",
+                    "2",
+                    f"--mpi={plugin}",
+                    sys.executable,
+                    "-c",
+                    "from mpi4py import MPI; print(MPI.COMM_WORLD.Get_size())",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                stdin=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
             continue
         worlds[plugin] = step.stdout.split()
@@ -75,16 +91,23 @@ def submit(spec: Path, srun_mpi: str | None = "pmi2") -> tuple[str, list[str]]:
     env["CCBENCH_PYTHON"] = sys.executable
     if srun_mpi:
         env["CCBENCH_SRUN_MPI"] = srun_mpi
-    proc = subprocess.run([str(SLURM / "submit.sh"), str(spec)], capture_output=True,
-                          text=True, timeout=60, env=env, cwd=spec.parent,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.run(
+        [str(SLURM / "submit.sh"), str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=spec.parent,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout, re.findall(r"^# submitted job (\d+)$", proc.stdout, re.MULTILINE)
 
 
 def queued(job_ids: list[str]) -> list[str]:
-    out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
-                         timeout=30).stdout.split()  # fmt: skip
+    out = subprocess.run(
+        ["squeue", "-h", "-o", "%i"], capture_output=True, text=True, timeout=30
+    ).stdout.split()
     return [j for j in out if j.split("_")[0] in job_ids]
 
 
@@ -147,7 +170,8 @@ def test_job_array_cancelled_resubmitted_and_merged(srun_joins_mpi, tmp_path):
     assert len(rows) == 16, rows
     assert {r["validation"] for r in rows} == {"Pass"}
     assert {(r["collective"], r["algorithm"]) for r in rows} == {
-        (c, a) for c in ("allgather", "allreduce") for a in ("mpi", "ring")}
+        (c, a) for c in ("allgather", "allreduce") for a in ("mpi", "ring")
+    }
     logs = sorted(p.name for p in (out / "slurm").iterdir())
     array_logs = [n for n in logs if re.fullmatch(rf"ccbench-slurmtest-{again[0]}_\d\.out", n)]
     assert len(array_logs) == left  # output named by job and array task
@@ -177,14 +201,17 @@ algorithm = ["mpi", "nosuch"]
 def completions() -> list[dict[str, str]]:
     """The job completion log local-cluster.sh configures, a dict per finished job."""
     log = Path(os.environ.get("CCBENCH_SLURM_DIR", "/var/tmp/ccbench-slurm")) / "jobcomp.log"
-    return [dict(f.split("=", 1) for f in line.split() if "=" in f)
-            for line in log.read_text().splitlines()]
+    return [
+        dict(f.split("=", 1) for f in line.split() if "=" in f)
+        for line in log.read_text().splitlines()
+    ]
 
 
 def job_states(array_job: str) -> dict[str, str]:
     """Array task id -> JobState of one job array."""
-    return {f["ArrayTaskId"]: f["JobState"] for f in completions()
-            if f.get("ArrayJobId") == array_job}
+    return {
+        f["ArrayTaskId"]: f["JobState"] for f in completions() if f.get("ArrayJobId") == array_job
+    }
 
 
 def job_state(job: str) -> str | None:
@@ -192,8 +219,7 @@ def job_state(job: str) -> str | None:
 
 
 @pytest.mark.timeout(300)
-def test_default_srun_mpi_works_and_a_failed_task_fails_its_array_task(srun_joins_mpi,
-                                                                        tmp_path):
+def test_default_srun_mpi_works_and_a_failed_task_fails_its_array_task(srun_joins_mpi, tmp_path):
     """No [slurm] mpi, no CCBENCH_SRUN_MPI: the task picks a --mpi this SLURM can run (here
     pmi2: Debian's SLURM lists pmix but has no PMIx library) and says so in its log. A task
     that fails is shown as failed, counts no points and ends its array task with FAILED."""
@@ -211,8 +237,9 @@ def test_default_srun_mpi_works_and_a_failed_task_fails_its_array_task(srun_join
     assert "sweep: 0/2 points, 1/1 tasks, 1 failed," in bad, bad
     assert "task 1 baseline_nosuch_r2 failed" in bad
     deadline = time.monotonic() + 30  # slurmctld writes the log as jobs complete
-    while ((len(states := job_states(jobs[0])) < 2 or job_state(jobs[1]) is None)
-           and time.monotonic() < deadline):
+    while (
+        len(states := job_states(jobs[0])) < 2 or job_state(jobs[1]) is None
+    ) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert states == {"0": "COMPLETED", "1": "FAILED"}, states
     with open(tmp_path / "out.csv", newline="") as f:  # the merge job still ran
@@ -229,8 +256,11 @@ def test_a_task_whose_mpi_cannot_join_srun_fails_in_one_line(slurm, tmp_path):
     """srun --mpi=none: every MPI makes each of the 2 tasks a world of 1. The task refuses
     to time one rank alone: one line from the step's rank 0, the array task FAILED."""
     spec = tmp_path / "spec.toml"
-    spec.write_text(FAILING.replace('"slurmfail"', '"slurmnone"')
-                    .replace('algorithm = ["mpi", "nosuch"]', 'algorithm = "mpi"'))
+    spec.write_text(
+        FAILING.replace('"slurmfail"', '"slurmnone"').replace(
+            'algorithm = ["mpi", "nosuch"]', 'algorithm = "mpi"'
+        )
+    )
     printed, jobs = submit(spec, srun_mpi="none")
     assert "# 1 of 1 tasks to run" in printed and len(jobs) == 2
     wait_gone(jobs, timeout=150)

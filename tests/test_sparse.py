@@ -25,8 +25,10 @@ def as_numpy(x) -> np.ndarray:
 
 
 def naive_mask(x: np.ndarray, block: int, threshold: float) -> np.ndarray:
-    return np.array([bool((np.abs(x[i:i + block]) > threshold).any())
-                     for i in range(0, x.size, block)], dtype=bool)
+    return np.array(
+        [bool((np.abs(x[i : i + block]) > threshold).any()) for i in range(0, x.size, block)],
+        dtype=bool,
+    )
 
 
 # Kernels, single process ------------------------------------------------------------------
@@ -45,8 +47,9 @@ def test_block_mask_matches_naive_scan(backend, count, block, threshold):
     t = BACKENDS[backend](x)
     expected = naive_mask(x, block, threshold)
     assert np.array_equal(as_numpy(block_mask(t, block, threshold)), expected)
-    assert np.array_equal(as_numpy(nonzero_block_ids(t, block, threshold)),
-                          np.flatnonzero(expected))
+    assert np.array_equal(
+        as_numpy(nonzero_block_ids(t, block, threshold)), np.flatnonzero(expected)
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -67,7 +70,7 @@ def test_gather_scatter_and_scatter_add_round_trip(backend, count, block):
     blocks = gather_blocks(t, ids, block)
     assert tuple(blocks.shape) == (ids.shape[0], block)
     if count % block and as_numpy(ids).size and as_numpy(ids)[-1] == count // block:
-        assert not as_numpy(blocks)[-1, count % block:].any()  # tail padded with zeros
+        assert not as_numpy(blocks)[-1, count % block :].any()  # tail padded with zeros
     out = BACKENDS[backend](np.zeros(count, np.float32))
     scatter_blocks(out, ids, blocks, block)
     assert np.array_equal(as_numpy(out), x)
@@ -109,8 +112,10 @@ def test_generator_meets_density_exactly_in_blocks(count, block, density, overla
     from ccbench.kernels.sparse_data import sparse_input
 
     nblocks = -(-count // block)
-    masks = [naive_mask(sparse_input(count, block, density, overlap, r, 4, seed=2), block, 0)
-             for r in range(4)]
+    masks = [
+        naive_mask(sparse_input(count, block, density, overlap, r, 4, seed=2), block, 0)
+        for r in range(4)
+    ]
     for mask in masks:
         assert mask.sum() == round(density * nblocks)
     if overlap == "all":
@@ -164,8 +169,7 @@ def test_layout_covers_every_block_once(size, aggregators, count, block):
     layout = make_layout(count, block, size, aggregators, streams_per_aggregator=3)
     covered = [b for start, stop in layout.streams for b in range(start, stop)]
     assert covered == list(range(layout.nblocks))
-    assert set(layout.aggregator_of) <= set(range(size - aggregators if aggregators else 0,
-                                                  size))
+    assert set(layout.aggregator_of) <= set(range(size - aggregators if aggregators else 0, size))
     assert layout.workers == tuple(range(size - aggregators))
 
 
@@ -191,8 +195,11 @@ def launched():
     def get(launch: str) -> dict:
         if launch not in results:
             nranks, aggregators = LAUNCHES[launch]
-            proc = mpirun(nranks, ["-m", "tests.drivers.sparse_cases",
-                                   "--aggregators", str(aggregators)], timeout=150)
+            proc = mpirun(
+                nranks,
+                ["-m", "tests.drivers.sparse_cases", "--aggregators", str(aggregators)],
+                timeout=150,
+            )
             assert proc.returncode == 0, proc.stderr[-2000:]
             lines = [json.loads(s) for s in proc.stdout.splitlines() if s.startswith("{")]
             results[launch] = {line["case"]: line for line in lines}
@@ -203,8 +210,7 @@ def launched():
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("launch,case_id", PARAMS)
-def test_sparse_allreduce_matches_numpy_and_moves_only_nonzero_blocks(launched, launch,
-                                                                       case_id):
+def test_sparse_allreduce_matches_numpy_and_moves_only_nonzero_blocks(launched, launch, case_id):
     result = launched(launch).get(case_id)
     assert result is not None, f"{case_id} did not report"
     assert result["ok"], result
@@ -239,9 +245,29 @@ def _rows(path) -> list[dict]:
 @pytest.mark.timeout(120)
 def test_script_density_sweep_validates_and_writes_columns(tmp_path):
     out = tmp_path / "sparse.csv"
-    proc = mpirun(2, [*variant_module("sparse_streaming"), "-m", "4K:64K", "-i", "3", "-x",
-                      "1", "--density", "0,0.1", "1", "--block-size", "100", "--fusion", "4",
-                      "-c", "--csv", out], timeout=100)
+    proc = mpirun(
+        2,
+        [
+            *variant_module("sparse_streaming"),
+            "-m",
+            "4K:64K",
+            "-i",
+            "3",
+            "-x",
+            "1",
+            "--density",
+            "0,0.1",
+            "1",
+            "--block-size",
+            "100",
+            "--fusion",
+            "4",
+            "-c",
+            "--csv",
+            out,
+        ],
+        timeout=100,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Fail" not in proc.stdout
     rows = _rows(out)
@@ -260,19 +286,46 @@ def test_script_density_sweep_validates_and_writes_columns(tmp_path):
 def test_script_baselines_overlap_threshold_and_dedicated_aggregators(tmp_path):
     common = [*variant_module("sparse_streaming"), "-m", "16K:16K", "-i", "2", "-x", "1", "-c"]
     for algorithm in ("dense", "dense-ring", "allgather-sparse"):
-        proc = mpirun(2, [*common, "--algorithm", algorithm, "--density", "0.3",
-                          "--csv", tmp_path / f"{algorithm}.csv"], timeout=60)
+        proc = mpirun(
+            2,
+            [
+                *common,
+                "--algorithm",
+                algorithm,
+                "--density",
+                "0.3",
+                "--csv",
+                tmp_path / f"{algorithm}.csv",
+            ],
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert {r["validation"] for r in _rows(tmp_path / f"{algorithm}.csv")} == {"Pass"}
-    proc = mpirun(2, [*common, "--overlap", "all", "--density", "0.25", "--threshold", "1",
-                      "--csv", tmp_path / "t.csv"], timeout=60)
+    proc = mpirun(
+        2,
+        [
+            *common,
+            "--overlap",
+            "all",
+            "--density",
+            "0.25",
+            "--threshold",
+            "1",
+            "--csv",
+            tmp_path / "t.csv",
+        ],
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (row,) = _rows(tmp_path / "t.csv")
     assert row["validation"] == "Pass" and float(row["error_bound"]) == 2.0
     assert 0 < float(row["dropped_mass_rel"]) < 1
     assert float(row["union_density"]) <= 0.25  # all-overlap: the same blocks everywhere
-    proc = mpirun(3, [*common, "--aggregators", "1", "--density", "0.2",
-                      "--csv", tmp_path / "k.csv"], timeout=60)
+    proc = mpirun(
+        3,
+        [*common, "--aggregators", "1", "--density", "0.2", "--csv", tmp_path / "k.csv"],
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (row,) = _rows(tmp_path / "k.csv")
     assert row["validation"] == "Pass" and row["aggregators"] == "1"
@@ -280,16 +333,37 @@ def test_script_baselines_overlap_threshold_and_dedicated_aggregators(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_script_protocols_validate_and_record_their_parameters(tmp_path):
-    common = [*variant_module("sparse_streaming"), "-m", "64K:64K", "-i", "2", "-x", "1",
-              "-c", "--density", "0.2", "--fusion", "16", "--csv", tmp_path / "p.csv"]
-    for extra in ([], ["--slots", "3"], ["--protocol", "stream-ahead"],
-                  ["--protocol", "stream-ahead", "--window", "2", "--streams", "1"]):
+    common = [
+        *variant_module("sparse_streaming"),
+        "-m",
+        "64K:64K",
+        "-i",
+        "2",
+        "-x",
+        "1",
+        "-c",
+        "--density",
+        "0.2",
+        "--fusion",
+        "16",
+        "--csv",
+        tmp_path / "p.csv",
+    ]
+    for extra in (
+        [],
+        ["--slots", "3"],
+        ["--protocol", "stream-ahead"],
+        ["--protocol", "stream-ahead", "--window", "2", "--streams", "1"],
+    ):
         proc = mpirun(2, [*common, *extra], timeout=60)
         assert proc.returncode == 0, proc.stderr[-2000:]
     rows = _rows(tmp_path / "p.csv")
     assert [(r["protocol"], r["slots"], r["window"], r["streams"]) for r in rows] == [
-        ("request-driven", "2", "", ""), ("request-driven", "3", "", ""),
-        ("stream-ahead", "", "4", "2"), ("stream-ahead", "", "2", "1")]
+        ("request-driven", "2", "", ""),
+        ("request-driven", "3", "", ""),
+        ("stream-ahead", "", "4", "2"),
+        ("stream-ahead", "", "2", "1"),
+    ]
     for row in rows:
         assert row["validation"] == "Pass"
         wire, minimum = int(row["wire_bytes_per_rank"]), int(row["wire_min_bytes_per_rank"])
@@ -302,17 +376,20 @@ def test_script_protocols_validate_and_record_their_parameters(tmp_path):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("args,message", [
-    (["--density", "1.5"], "outside [0, 1]"),
-    (["--algorithm", "dense", "--aggregators", "1"], "omnireduce only"),
-    (["--aggregators", "2"], "leaves no worker"),
-    (["--overlap", "some"], "invalid choice"),
-    (["-T", "int8"], "floating-point"),
-    (["--window", "2"], "stream-ahead only"),
-    (["--streams", "3"], "stream-ahead only"),
-    (["--protocol", "stream-ahead", "--slots", "3"], "request-driven only"),
-    (["--protocol", "ahead"], "invalid choice"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--density", "1.5"], "outside [0, 1]"),
+        (["--algorithm", "dense", "--aggregators", "1"], "omnireduce only"),
+        (["--aggregators", "2"], "leaves no worker"),
+        (["--overlap", "some"], "invalid choice"),
+        (["-T", "int8"], "floating-point"),
+        (["--window", "2"], "stream-ahead only"),
+        (["--streams", "3"], "stream-ahead only"),
+        (["--protocol", "stream-ahead", "--slots", "3"], "request-driven only"),
+        (["--protocol", "ahead"], "invalid choice"),
+    ],
+)
 def test_script_bad_options_fail_with_one_line(args, message):
     proc = mpirun(2, [*variant_module("sparse_streaming"), "-m", "4K:4K", *args], timeout=50)
     assert proc.returncode == 2

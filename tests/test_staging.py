@@ -61,15 +61,15 @@ def test_copies_land_only_when_waited_for():
     host = np.zeros(32, np.uint8)
     b.copy_out_async(b.byte_view(x), host, stream)
     b.record(event, stream)
-    assert not host.any()                  # under way
-    assert not b.event_done(event)         # the first poll: still under way
-    assert b.event_done(event)             # the second: landed, the host waited once
+    assert not host.any()  # under way
+    assert not b.event_done(event)  # the first poll: still under way
+    assert b.event_done(event)  # the second: landed, the host waited once
     assert np.array_equal(host.view(np.float32), np.arange(8.0))
     y = device(np.zeros(8))
     b.copy_in_async(host, b.byte_view(y), stream)
     b.record(event, stream)
-    assert not np.any(y.get())             # nobody waited: the old bytes
-    b.stream_wait(event)                   # the consumer's stream waits: it lands
+    assert not np.any(y.get())  # nobody waited: the old bytes
+    b.stream_wait(event)  # the consumer's stream waits: it lands
     assert np.array_equal(y.get(), np.arange(8.0))
     assert double.STATS.copy_waits == {"d2h": 1, "h2d": 0}
     assert double.STATS.copies == {"d2h": 1, "h2d": 1}
@@ -97,8 +97,9 @@ def test_a_device_buffer_is_staged_by_default(monkeypatch):
     assert np.array_equal(out.get(), np.arange(64.0))
 
 
-@pytest.mark.parametrize("count, chunk, pieces", [(4096, 4096, 4), (4097, 4096, 5),
-                                                  (4096, 0, 1), (4096, 1 << 21, 1)])
+@pytest.mark.parametrize(
+    "count, chunk, pieces", [(4096, 4096, 4), (4097, 4096, 5), (4096, 0, 1), (4096, 1 << 21, 1)]
+)
 def test_a_staged_library_allgather_waits_once_per_piece(count, chunk, pieces):
     """Hand count (1 rank): `pieces` = ceil(4 count / chunk) D2H copies, each waited for
     once by the host; as many H2D copies (one per rank per piece), none waited for; no
@@ -182,7 +183,7 @@ def test_a_receive_never_overwrites_a_mirror_an_h2d_copy_still_reads():
     mirror = comm._recv_mirror(out)
     comm.sendrecv(first, 0, out, 0)
     assert np.array_equal(out.get(), [1, 2, 3, 4])  # the current stream waited for it
-    assert comm._recv_mirror(out) is mirror        # landed: reused
+    assert comm._recv_mirror(out) is mirror  # landed: reused
     mirror.in_event.record(comm._stager(out).h2d)  # as if a copy were still under way
     comm._stager(out).h2d.enqueue("h2d", lambda: None)
     mirror.in_event.record(comm._stager(out).h2d)
@@ -216,7 +217,7 @@ def test_omnireduce_headers_stay_on_the_host():
     out, back = Message(like, layout, comm), Message(like, layout, comm)
     assert out.staged and back.staged
     out.blocks(2, 2)[...] = device(np.arange(32.0).reshape(2, 16))
-    out.raw[:HEADER_FIELDS * 4] = 0
+    out.raw[: HEADER_FIELDS * 4] = 0
     double.STATS.reset()
     out.write(2, 7, 0, np.array([3, 9]), nexts=np.array([4, 10]))
     requests = [back.receive(comm, 0, 11), out.send(comm, 0, 11)]
@@ -228,7 +229,7 @@ def test_omnireduce_headers_stay_on_the_host():
     # no header written to or read from the device: only the staging copies
     assert counts["transfers"] == 0 and counts["syncs"] == 0, counts
     assert counts["copies"] == {"d2h": 1, "h2d": 1}, counts
-    assert not np.any(out.raw[:HEADER_FIELDS * 4].get())
+    assert not np.any(out.raw[: HEADER_FIELDS * 4].get())
     assert np.array_equal(arrays.to_numpy(back.blocks(2, 2)), np.arange(32.0).reshape(2, 16))
 
 
@@ -285,17 +286,26 @@ def test_staging_bound_rows_are_complete_and_add_up():
     assert [int(r["size_bytes"]) for r in rows] == [4096, 65536]
     for row in rows:
         assert row["buffer"] == "double" and row["ranks"] == "2"
-        parts = [float(row[c]) for c in ("d2h_pinned_us", "host_allgather_us",
-                                         "h2d_pinned_us")]
+        parts = [float(row[c]) for c in ("d2h_pinned_us", "host_allgather_us", "h2d_pinned_us")]
         assert all(p > 0 for p in parts), row
         assert float(row["bound_us"]) == pytest.approx(sum(parts), abs=2e-3)
         assert float(row["staged_us"]) > 0 and float(row["staged_whole_us"]) > 0, row
         assert float(row["staged_vs_bound"]) == pytest.approx(
-            float(row["staged_us"]) / float(row["bound_us"]), rel=1e-4)
+            float(row["staged_us"]) / float(row["bound_us"]), rel=1e-4
+        )
     with open(got["csv"]) as f:
         header = next(csv.reader(f))
-    for column in ("buffer", "size_bytes", "ranks", "d2h_pinned_us", "host_allgather_us",
-                   "h2d_pinned_us", "bound_us", "staged_us", "staged_vs_bound"):
+    for column in (
+        "buffer",
+        "size_bytes",
+        "ranks",
+        "d2h_pinned_us",
+        "host_allgather_us",
+        "h2d_pinned_us",
+        "bound_us",
+        "staged_us",
+        "staged_vs_bound",
+    ):
         assert column in header
 
 
@@ -316,8 +326,11 @@ def test_staging_bound_exits_1_on_a_wrong_staged_result(monkeypatch, capsys, tmp
     # a staged call that leaves a wrong result behind
     monkeypatch.setattr(staging_bound.Setup, "staged_allgather", lambda self: self.recv.fill(1))
     out = tmp_path / "bound.csv"
-    status = run_main(staging_bound.body, ["-d", "double", "-m", "4K", "--rounds", "1",
-                                           "--csv", str(out)], Communicator(MPI.COMM_SELF))
+    status = run_main(
+        staging_bound.body,
+        ["-d", "double", "-m", "4K", "--rounds", "1", "--csv", str(out)],
+        Communicator(MPI.COMM_SELF),
+    )
     assert status == 1
     assert "wrong result on ranks [0]: not timed" in capsys.readouterr().out
     assert not out.exists()

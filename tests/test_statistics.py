@@ -103,16 +103,19 @@ def test_ratio_is_the_geometric_mean_of_round_ratios():
     assert (exact.ratio, exact.low, exact.high) == pytest.approx((2.0, 2.0, 2.0))
 
 
-@pytest.mark.parametrize("low, high, verdict", [
-    (0.50, 0.90, st.FASTER),
-    (0.90, 0.969, st.FASTER),            # below 1/1.03 = 0.9709
-    (0.95, 0.975, st.SAME),              # reaches into the margin
-    (0.98, 1.02, st.SAME),
-    (1.031, 1.2, st.SLOWER),
-    (1.02, 1.5, st.SAME),                # not all of it beyond the margin
-    (0.8, 1.3, st.SAME),                 # wide: cannot tell
-    (math.nan, math.nan, st.SAME),       # one round: no interval
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "low, high, verdict",
+    [
+        (0.50, 0.90, st.FASTER),
+        (0.90, 0.969, st.FASTER),  # below 1/1.03 = 0.9709
+        (0.95, 0.975, st.SAME),  # reaches into the margin
+        (0.98, 1.02, st.SAME),
+        (1.031, 1.2, st.SLOWER),
+        (1.02, 1.5, st.SAME),  # not all of it beyond the margin
+        (0.8, 1.3, st.SAME),  # wide: cannot tell
+        (math.nan, math.nan, st.SAME),  # one round: no interval
+    ],
+)
 def test_verdict_rule(low, high, verdict):
     assert st.verdict(low, high, margin=0.03) == verdict
 
@@ -144,8 +147,11 @@ def test_harness_statistics_with_known_times(case):
 @pytest.mark.parametrize("bind", ["1", "0"])
 def test_sidecar_records_placement(tmp_path, bind):
     out = tmp_path / "p.csv"
-    proc = mpirun(2, [*variant_module("baseline"), "-m", "64:64", "-i", "3", "-x", "1",
-                      "--csv", out], env={"CCBENCH_BIND": bind})
+    proc = mpirun(
+        2,
+        [*variant_module("baseline"), "-m", "64:64", "-i", "3", "-x", "1", "--csv", out],
+        env={"CCBENCH_BIND": bind},
+    )
     assert proc.returncode == 0, proc.stderr
     run = next(iter(json.loads(out.with_name("p.csv.json").read_text())["runs"].values()))
     affinity = run["affinity"]
@@ -159,7 +165,7 @@ def test_sidecar_records_placement(tmp_path, bind):
     else:
         assert all(cpus == mine for cpus in affinity.values())
         assert run["bound"] is (len(mine) == 1)
-    (host, facts), = run["hosts"].items()
+    ((host, facts),) = run["hosts"].items()
     assert facts["ranks"] == 2 and facts["cores"] == os.cpu_count()
     assert len(facts["load_average"]) == 3
     assert run["oversubscribed"] is (2 > os.cpu_count())
@@ -170,16 +176,27 @@ def test_oversubscription_warns_once(tmp_path):
     ranks = os.cpu_count() + 1
     if ranks > 8:
         pytest.skip("a host with many cores: oversubscribing it would take too many ranks")
-    proc = mpirun(ranks, [*variant_module("baseline"), "--collective", "allreduce",
-                          "-m", "64:64", "-i", "2", "-x", "1"])
+    proc = mpirun(
+        ranks,
+        [
+            *variant_module("baseline"),
+            "--collective",
+            "allreduce",
+            "-m",
+            "64:64",
+            "-i",
+            "2",
+            "-x",
+            "1",
+        ],
+    )
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
     assert len(warnings) == 1 and f"{ranks} ranks" in warnings[0], proc.stderr
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("tool", [["sweep", "sweeps/ci.toml", "--list"],
-                                  ["cluster", "status"]])
+@pytest.mark.parametrize("tool", [["sweep", "sweeps/ci.toml", "--list"], ["cluster", "status"]])
 def test_tools_that_launch_ranks_refuse_to_run_inside_a_launch(tool):
     proc = mpirun(2, ["-m", "ccbench.scripts.cli", *tool], timeout=50)
     assert proc.returncode == 2

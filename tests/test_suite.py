@@ -8,9 +8,11 @@ import re
 from tests.mpirun import REPO
 
 # what a module does when it starts ranks: the launcher helpers, or the tools that launch
-LAUNCHES = re.compile(r"\bmpirun\(|\bcase_results\(|\bmpiexec_command\(|\brun_cell\(|"
-                      r"ccbench\(\"(compare|gate|sweep)\"|\"ccbench\.scripts\.sweep\"|"
-                      r"\bccb\(\"run\"|as_nobody\(\"run\"")
+LAUNCHES = re.compile(
+    r"\bmpirun\(|\bcase_results\(|\bmpiexec_command\(|\brun_cell\(|"
+    r"ccbench\(\"(compare|gate|sweep)\"|\"ccbench\.scripts\.sweep\"|"
+    r"\bccb\(\"run\"|as_nobody\(\"run\""
+)
 
 
 # Modules that launch ranks as MPICH's launcher alone can: left out of the Open MPI leg
@@ -23,8 +25,9 @@ def test_every_module_that_launches_ranks_is_marked_mpi():
         if path.name in MPICH_ONLY:
             continue
         text = path.read_text()
-        if LAUNCHES.search(text) and not re.search(r"^pytestmark = .*pytest\.mark\.mpi\b",
-                                                   text, re.MULTILINE):
+        if LAUNCHES.search(text) and not re.search(
+            r"^pytestmark = .*pytest\.mark\.mpi\b", text, re.MULTILINE
+        ):
             unmarked.append(path.name)
     assert not unmarked, f"launch MPI ranks without pytestmark = pytest.mark.mpi: {unmarked}"
 

@@ -54,7 +54,10 @@ dtype = "float32"
 
 
 def test_spec_expands_lists_into_tasks_and_scalars_into_options(tmp_path):
-    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", """
+    spec = sweep_spec.load_spec(
+        write_spec(
+            tmp_path / "s.toml",
+            """
 [sweep]
 output = "out"
 ranks = [2, 4]
@@ -75,12 +78,24 @@ collective = ["allreduce"]
 ranks = [3]
 link_gbps = [1, 2.5]
 options = ["-c"]
-"""))
+""",
+        )
+    )
     assert len(spec.tasks) == 2 * 2 + 2
     first = spec.tasks[0]
     assert first.slug == "baseline_allgather_r2"
-    assert first.args == ("-m", "4K:64K", "-i", "7", "--algorithm", "ring", "--validate",
-                          "--collective", "allgather", "-f")  # fmt: skip
+    assert first.args == (
+        "-m",
+        "4K:64K",
+        "-i",
+        "7",
+        "--algorithm",
+        "ring",
+        "--validate",
+        "--collective",
+        "allgather",
+        "-f",
+    )
     assert first.sizes == (4096, 8192, 16384, 32768, 65536)
     assert [t.ranks for t in spec.tasks[:4]] == [2, 2, 4, 4]
     last = spec.tasks[-1]
@@ -91,7 +106,10 @@ options = ["-c"]
 
 
 def test_same_axes_with_other_options_get_distinct_files(tmp_path):
-    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", """
+    spec = sweep_spec.load_spec(
+        write_spec(
+            tmp_path / "s.toml",
+            """
 [[points]]
 variant = "baseline"
 collective = ["allgather"]
@@ -100,27 +118,37 @@ dtype = "float32"
 variant = "baseline"
 collective = ["allgather"]
 dtype = "float64"
-"""))
-    assert [t.slug for t in spec.tasks] == ["baseline_allgather_r2_float32",
-                                            "baseline_allgather_r2_float64"]
+""",
+        )
+    )
+    assert [t.slug for t in spec.tasks] == [
+        "baseline_allgather_r2_float32",
+        "baseline_allgather_r2_float64",
+    ]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[[points]]\nvariant = 'nosuch'\n", "no variant script"),
-    ("[[points]]\ncollective = ['allgather']\n", "needs variant"),
-    ("[sweep]\nrank = [2]\n[[points]]\nvariant = 'baseline'\n", "unknown keys rank"),
-    ("[sweep]\nname = 'x'\n", "no [[points]]"),
-    ("[[points]\nvariant = 1", "not valid TOML"),
-    ("[[points]]\nvariant = 'baseline'\nsizes = '8K:1K'\n", "greater than MAX"),
-    ("[[points]]\nvariant = 'baseline'\ncodec = []\n", "empty list"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[[points]]\nvariant = 'nosuch'\n", "no variant script"),
+        ("[[points]]\ncollective = ['allgather']\n", "needs variant"),
+        ("[sweep]\nrank = [2]\n[[points]]\nvariant = 'baseline'\n", "unknown keys rank"),
+        ("[sweep]\nname = 'x'\n", "no [[points]]"),
+        ("[[points]\nvariant = 1", "not valid TOML"),
+        ("[[points]]\nvariant = 'baseline'\nsizes = '8K:1K'\n", "greater than MAX"),
+        ("[[points]]\nvariant = 'baseline'\ncodec = []\n", "empty list"),
+    ],
+)
 def test_bad_specs_are_one_line_errors(tmp_path, text, message):
     with pytest.raises(UsageError, match=message.replace("[", r"\[")):
         sweep_spec.load_spec(write_spec(tmp_path / "s.toml", text))
 
 
 def test_variants_without_sizes_get_no_size_options(tmp_path):
-    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", """
+    spec = sweep_spec.load_spec(
+        write_spec(
+            tmp_path / "s.toml",
+            """
 [sweep]
 sizes = "1K:4K"
 iterations = 5
@@ -136,7 +164,9 @@ sizes = false
 variant = "training"
 "--variant" = ["baseline", "coll_compressed"]   # the script's own --variant option
 steps = 20
-"""))
+""",
+        )
+    )
     mg, base, train_base, train_coll = spec.tasks
     assert mg.args == ("--iterations", "3", "--model", "resnet50", "--strategy", "wfbp,mgwfbp")
     assert (mg.sizes, mg.points, base.args, base.sizes) == ((), 1, (), ())
@@ -145,7 +175,10 @@ steps = 20
 
 
 def test_compare_of_unsized_variants_takes_none_of_the_sweep_options(tmp_path):
-    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", """
+    spec = sweep_spec.load_spec(
+        write_spec(
+            tmp_path / "s.toml",
+            """
 [sweep]
 sizes = "1K:4K"
 iterations = 5
@@ -162,11 +195,13 @@ variant = "compare"
 a = "baseline --algorithm mpi"
 b = "coll_compressed --codec fp16"
 rounds = 3
-"""))
+""",
+        )
+    )
     training, micro = spec.tasks
     # what follows `--` goes to both sides: training takes --steps, not -i, -x or -c
-    assert training.args[training.args.index("--") + 1:] == ("--steps", "20")
-    assert micro.args[micro.args.index("--") + 1:] == ("-i", "5", "-x", "1", "-c")
+    assert training.args[training.args.index("--") + 1 :] == ("--steps", "20")
+    assert micro.args[micro.args.index("--") + 1 :] == ("-i", "5", "-x", "1", "-c")
 
 
 def test_array_ranges():
@@ -175,7 +210,9 @@ def test_array_ranges():
 
 
 def test_submit_dry_run_prints_one_array_per_rank_count_and_a_merge(tmp_path, capsys):
-    spec_path = write_spec(tmp_path / "s.toml", """
+    spec_path = write_spec(
+        tmp_path / "s.toml",
+        """
 [sweep]
 name = "gpu"
 output = "OUT"
@@ -189,7 +226,8 @@ time = "00:20:00"
 [[points]]
 variant = "baseline"
 collective = ["allgather", "allreduce"]
-""".replace("OUT", str(tmp_path / "out")))
+""".replace("OUT", str(tmp_path / "out")),
+    )
     assert sweep.main([str(spec_path), "--submit", "--dry-run", "--sbatch-arg=--account=a1"]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if "sbatch" in ln]
     assert len(lines) == 3
@@ -205,13 +243,18 @@ collective = ["allgather", "allreduce"]
 
 
 def test_srun_launch_uses_the_spec_mpi_unless_overridden(tmp_path, monkeypatch):
-    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", """
+    spec = sweep_spec.load_spec(
+        write_spec(
+            tmp_path / "s.toml",
+            """
 [slurm]
 mpi = "pmix"
 gpus_per_node = 2
 [[points]]
 variant = "baseline"
-"""))
+""",
+        )
+    )
     task = spec.tasks[0]
     cmd = sweep.launch_command(spec, task, list(task.args), tmp_path / "x.csv", "srun")
     assert cmd[:5] == ["srun", "--mpi=pmix", "--cpu-bind=cores", "-n", "2"]
@@ -235,15 +278,24 @@ esac
 """
 
 
-@pytest.mark.parametrize("listed, pmix_status, job, expected, why", [
-    ("\tpmi2\n\tpmix\nspecific pmix plugin versions available: pmix_v4\n", 1, "7", "pmi2",
-     "can not load PMIx library"),
-    ("\tpmi2\n\tpmix\n", 0, "7", "pmix", "a test step with it ran"),
-    ("\tpmi2\n", 0, "7", "pmi2", "offers cray_shasta, none, pmi2; no pmix"),
-    ("\tpmi2\n\tpmix\n", 1, None, "pmix", "not tried outside an allocation"),
-])  # fmt: skip
-def test_srun_mpi_prefers_pmix_only_where_it_works(tmp_path, monkeypatch, listed, pmix_status,
-                                                   job, expected, why):
+@pytest.mark.parametrize(
+    "listed, pmix_status, job, expected, why",
+    [
+        (
+            "\tpmi2\n\tpmix\nspecific pmix plugin versions available: pmix_v4\n",
+            1,
+            "7",
+            "pmi2",
+            "can not load PMIx library",
+        ),
+        ("\tpmi2\n\tpmix\n", 0, "7", "pmix", "a test step with it ran"),
+        ("\tpmi2\n", 0, "7", "pmi2", "offers cray_shasta, none, pmi2; no pmix"),
+        ("\tpmi2\n\tpmix\n", 1, None, "pmix", "not tried outside an allocation"),
+    ],
+)
+def test_srun_mpi_prefers_pmix_only_where_it_works(
+    tmp_path, monkeypatch, listed, pmix_status, job, expected, why
+):
     fake = tmp_path / "bin" / "srun"
     fake.parent.mkdir()
     fake.write_text(FAKE_SRUN)
@@ -257,12 +309,14 @@ def test_srun_mpi_prefers_pmix_only_where_it_works(tmp_path, monkeypatch, listed
     else:
         monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.setattr(slurm, "_SRUN_MPI", [])
-    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml",
-                                           "[[points]]\nvariant = 'baseline'\n"))
+    spec = sweep_spec.load_spec(
+        write_spec(tmp_path / "s.toml", "[[points]]\nvariant = 'baseline'\n")
+    )
     mpi, reason = slurm.srun_mpi(spec)
     assert mpi == expected and why in reason
-    cmd = sweep.launch_command(spec, spec.tasks[0], list(spec.tasks[0].args), tmp_path / "x.csv",
-                               "srun")  # fmt: skip
+    cmd = sweep.launch_command(
+        spec, spec.tasks[0], list(spec.tasks[0].args), tmp_path / "x.csv", "srun"
+    )
     assert cmd[:2] == ["srun", f"--mpi={expected}"]
     # the spec's [slurm] mpi, then CCBENCH_SRUN_MPI, win over the probe
     spec.slurm["mpi"] = "cray_shasta"
@@ -271,12 +325,15 @@ def test_srun_mpi_prefers_pmix_only_where_it_works(tmp_path, monkeypatch, listed
     assert slurm.srun_mpi(spec) == ("none", "from CCBENCH_SRUN_MPI")
 
 
-@pytest.mark.parametrize("visible, local_id, bind, expected", [
-    ("0,1,2,3", "2", "local", "2"),
-    ("4,5", "3", "local", "5"),   # more ranks than GPUs: round robin
-    ("0,1", "1", "none", "0,1"),  # CCBENCH_GPU_BIND=none leaves it alone
-    (None, "1", "local", "unset"),  # no GPU (and no nvidia-smi here): nothing changes
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "visible, local_id, bind, expected",
+    [
+        ("0,1,2,3", "2", "local", "2"),
+        ("4,5", "3", "local", "5"),  # more ranks than GPUs: round robin
+        ("0,1", "1", "none", "0,1"),  # CCBENCH_GPU_BIND=none leaves it alone
+        (None, "1", "local", "unset"),  # no GPU (and no nvidia-smi here): nothing changes
+    ],
+)
 def test_bind_gpu_gives_each_local_rank_one_gpu(visible, local_id, bind, expected):
     if visible is None and shutil.which("nvidia-smi"):
         pytest.skip("this host has nvidia-smi")
@@ -284,8 +341,13 @@ def test_bind_gpu_gives_each_local_rank_one_gpu(visible, local_id, bind, expecte
     env.update({"SLURM_LOCALID": local_id, "CCBENCH_GPU_BIND": bind})
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
-    out = subprocess.run([str(sweep.BIND_GPU), "sh", "-c", "echo ${CUDA_VISIBLE_DEVICES-unset}"],
-                         capture_output=True, text=True, env=env, timeout=30).stdout.strip()
+    out = subprocess.run(
+        [str(sweep.BIND_GPU), "sh", "-c", "echo ${CUDA_VISIBLE_DEVICES-unset}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    ).stdout.strip()
     assert out == expected
 
 
@@ -293,20 +355,40 @@ def test_bind_gpu_gives_each_local_rank_one_gpu(visible, local_id, bind, expecte
 
 
 def fake_rows(sizes, run_id, variant="baseline", **extra):
-    return [{c: "" for c in COMMON_COLUMNS} | {"run_id": run_id, "timestamp": f"t{run_id}",
-            "variant": variant, "algorithm": "mpi", "collective": "allgather", "codec": "none",
-            "dtype": "float32", "buffer": "numpy", "ranks": "2", "nodes": "1",
-            "size_bytes": str(s), "avg_us": "1.5"} | extra for s in sizes]  # fmt: skip
+    return [
+        {c: "" for c in COMMON_COLUMNS}
+        | {
+            "run_id": run_id,
+            "timestamp": f"t{run_id}",
+            "variant": variant,
+            "algorithm": "mpi",
+            "collective": "allgather",
+            "codec": "none",
+            "dtype": "float32",
+            "buffer": "numpy",
+            "ranks": "2",
+            "nodes": "1",
+            "size_bytes": str(s),
+            "avg_us": "1.5",
+        }
+        | extra
+        for s in sizes
+    ]
 
 
 def test_remaining_sizes_follow_the_harness_files(tmp_path):
-    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", f"""
+    spec = sweep_spec.load_spec(
+        write_spec(
+            tmp_path / "s.toml",
+            f"""
 [sweep]
-output = "{tmp_path / 'out'}"
+output = "{tmp_path / "out"}"
 sizes = "1K:16K"
 [[points]]
 variant = "baseline"
-"""))
+""",
+        )
+    )
     task = spec.tasks[0]
     path = sweep_spec.csv_path(spec, task)
     assert sweep_spec.remaining_sizes(spec, task) == [1024, 2048, 4096, 8192, 16384]
@@ -322,24 +404,33 @@ variant = "baseline"
 
 
 def test_resume_counts_only_the_points_of_the_tasks_own_configuration(tmp_path):
-    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", f"""
+    spec = sweep_spec.load_spec(
+        write_spec(
+            tmp_path / "s.toml",
+            f"""
 [sweep]
-output = "{tmp_path / 'out'}"
+output = "{tmp_path / "out"}"
 sizes = "1K:16K"
 [[points]]
 variant = "baseline"
 collective = "allreduce"
-"""))
+""",
+        )
+    )
     task = spec.tasks[0]
     path = sweep_spec.csv_path(spec, task)
     allreduce = {"collective": "allreduce"}
     # finished runs: the task's own at 1K and 2K, then another collective and another
     # rank count at every size (newest): keyed on size alone, they would finish the task
-    write_csv_atomic(path, [
-        *fake_rows([1024, 2048], "mine", **allreduce),
-        *fake_rows([1024, 2048, 4096, 8192, 16384], "gather"),
-        *fake_rows([4096, 8192, 16384], "four", ranks="4", **allreduce),
-    ], COMMON_COLUMNS)
+    write_csv_atomic(
+        path,
+        [
+            *fake_rows([1024, 2048], "mine", **allreduce),
+            *fake_rows([1024, 2048, 4096, 8192, 16384], "gather"),
+            *fake_rows([4096, 8192, 16384], "four", ranks="4", **allreduce),
+        ],
+        COMMON_COLUMNS,
+    )
     Path(f"{path}.json").write_text(json.dumps({"runs": {"mine": {}, "gather": {}, "four": {}}}))
     assert sweep_spec.remaining_sizes(spec, task) == [4096, 8192, 16384]
     # a run of its own killed at 8K: 4K is done, 8K may lack rows
@@ -349,12 +440,17 @@ collective = "allreduce"
 
 
 def test_a_task_without_sizes_is_done_when_its_last_run_finished(tmp_path):
-    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", f"""
+    spec = sweep_spec.load_spec(
+        write_spec(
+            tmp_path / "s.toml",
+            f"""
 [sweep]
-output = "{tmp_path / 'out'}"
+output = "{tmp_path / "out"}"
 [[points]]
 variant = "merged_gradient"
-"""))
+""",
+        )
+    )
     task = spec.tasks[0]
     path = sweep_spec.csv_path(spec, task)
     assert sweep_spec.remaining_sizes(spec, task) == [None]
@@ -380,7 +476,10 @@ def test_merge_keeps_the_newest_of_duplicates_and_copies_values_verbatim(tmp_pat
     header, rows = read_rows(out)
     assert header == list(COMMON_COLUMNS)
     assert [(r["size_bytes"], r["avg_us"]) for r in rows] == [
-        ("1024", "1.0000000000000002"), ("2048", "2.5"), ("4096", "2.5")]
+        ("1024", "1.0000000000000002"),
+        ("2048", "2.5"),
+        ("4096", "2.5"),
+    ]
     sidecar = json.loads(Path(f"{out}.json").read_text())
     assert sidecar["merge"]["duplicates_dropped"] == 1 and sidecar["runs"] == {"a": {"x": 1}}
 
@@ -420,18 +519,35 @@ def test_merge_refuses_mixed_schemas(tmp_path, capsys):
 def test_sweep_merges_each_kind_of_file_separately_and_merge_refuses_to_mix(tmp_path, capsys):
     out = tmp_path / "out"
     write_csv_atomic(out / "baseline.csv", fake_rows([1024], "a"), COMMON_COLUMNS)
-    write_csv_atomic(out / "merged_gradient_r2.csv", [{
-        "schema": "mgwfbp/2", "run_id": "b", "timestamp": "t", "variant": "merged_gradient",
-        "model": "m", "strategy": "wfbp", "measured_us": "3", "predicted_us": "2"}],
-        MGWFBP_COLUMNS)
-    spec = sweep_spec.load_spec(write_spec(tmp_path / "s.toml", f"""
+    write_csv_atomic(
+        out / "merged_gradient_r2.csv",
+        [
+            {
+                "schema": "mgwfbp/2",
+                "run_id": "b",
+                "timestamp": "t",
+                "variant": "merged_gradient",
+                "model": "m",
+                "strategy": "wfbp",
+                "measured_us": "3",
+                "predicted_us": "2",
+            }
+        ],
+        MGWFBP_COLUMNS,
+    )
+    spec = sweep_spec.load_spec(
+        write_spec(
+            tmp_path / "s.toml",
+            f"""
 [sweep]
 output = "{out}"
 [[points]]
 variant = "baseline"
 [[points]]
 variant = "merged_gradient"
-"""))
+""",
+        )
+    )
     written = {p.name: s["rows_written"] for p, s in sweep.merge_outputs(spec)}
     assert written == {"out.csv": 1, "out-merged_gradient.csv": 1}
     assert merge.main([str(out), "-o", str(tmp_path / "all.csv")]) == 2

@@ -30,9 +30,14 @@ pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 
 
 def run_sweep(spec: Path, *args, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ccbench.scripts.sweeps.sweep", str(spec), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "ccbench.scripts.sweeps.sweep", str(spec), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -74,9 +79,13 @@ def test_kill_group_returns_once_no_rank_of_the_launch_runs(tmp_path, rank):
     from ccbench.scripts.launchers import kill_group
 
     ready = tmp_path / f"rank-{rank}-ready"
-    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, _RANK, rank, str(ready)],
-                            stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LAUNCHER, _RANK, rank, str(ready)],
+        stdout=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "ready"
         assert len(processes_mentioning(str(ready))) == 2  # the launcher and its rank
@@ -100,9 +109,14 @@ def data_rows(path: Path) -> list[dict]:
 def test_sweep_killed_half_way_resumes_and_merges(tmp_path):
     out = tmp_path / "out"
     spec = write_spec(tmp_path / "t.toml", SPEC.format(out=out))
-    proc = subprocess.Popen([sys.executable, "-m", "ccbench.scripts.sweeps.sweep", str(spec)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ccbench.scripts.sweeps.sweep", str(spec)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     # kill it once the second task has started: the first is finished
     second_log = out / "logs" / "baseline_allgather_ring_r2.log"
     deadline = time.monotonic() + 90
@@ -145,9 +159,11 @@ def test_sweep_killed_half_way_resumes_and_merges(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_failed_task_is_reported_and_others_still_run(tmp_path):
-    spec = write_spec(tmp_path / "t.toml", f"""
+    spec = write_spec(
+        tmp_path / "t.toml",
+        f"""
 [sweep]
-output = "{tmp_path / 'out'}"
+output = "{tmp_path / "out"}"
 sizes = "1K:2K"
 iterations = 2
 warmup = 0
@@ -155,13 +171,16 @@ warmup = 0
 variant = "baseline"
 collective = ["allgather"]
 algorithm = ["nosuch", "mpi"]
-""")
+""",
+    )
     proc = run_sweep(spec)
     assert proc.returncode == 1
     assert "task 0 baseline_allgather_nosuch_r2 failed" in proc.stderr
     assert len(data_rows(tmp_path / "out" / "baseline_allgather_mpi_r2.csv")) == 2
-    assert "invalid choice" in (tmp_path / "out" / "logs" /
-                                "baseline_allgather_nosuch_r2.log").read_text()  # fmt: skip
+    assert (
+        "invalid choice"
+        in (tmp_path / "out" / "logs" / "baseline_allgather_nosuch_r2.log").read_text()
+    )
     # the failed task's 2 sizes are not progress: 2 of 4 points, and the failure is counted
     last = [ln for ln in proc.stderr.splitlines() if ln.startswith("sweep: ")][-1]
     assert last.startswith("sweep: 2/4 points, 2/2 tasks, 1 failed,"), proc.stderr
@@ -178,9 +197,11 @@ algorithm = ["nosuch", "mpi"]
 def test_link_rate_points_run_on_the_emulated_cluster(tmp_path):
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
         pytest.skip("needs root and iproute2 for the emulated cluster")
-    spec = write_spec(tmp_path / "t.toml", f"""
+    spec = write_spec(
+        tmp_path / "t.toml",
+        f"""
 [sweep]
-output = "{tmp_path / 'out'}"
+output = "{tmp_path / "out"}"
 link_gbps = [0.5]
 sizes = "64K:128K"
 iterations = 3
@@ -188,12 +209,15 @@ warmup = 1
 [[points]]
 variant = "baseline"
 collective = ["allgather"]
-""")
+""",
+    )
     proc = run_sweep(spec, timeout=150)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     rows = data_rows(tmp_path / "out.csv")
-    assert [(r["size_bytes"], r["link_gbps"]) for r in rows] == [("65536", "0.5"),
-                                                                 ("131072", "0.5")]
+    assert [(r["size_bytes"], r["link_gbps"]) for r in rows] == [
+        ("65536", "0.5"),
+        ("131072", "0.5"),
+    ]
     # the fixed cost of a ring step, measured when the sweep brought the cluster up
     assert all(r["link_step_us"] and float(r["link_step_us"]) >= 0 for r in rows), rows
     log = (tmp_path / "out" / "logs" / "baseline_allgather_r2_0.5gbps.log").read_text()
@@ -202,8 +226,12 @@ collective = ["allgather"]
     assert "ccbsweep-" not in namespaces  # the sweep took its cluster down
 
 
-SIZED_VARIANTS = {"baseline": "Baseline", "p2p_compressed": "P2PCompressed",
-                  "coll_compressed": "CollCompressed", "sparse_streaming": "SparseStreaming"}
+SIZED_VARIANTS = {
+    "baseline": "Baseline",
+    "p2p_compressed": "P2PCompressed",
+    "coll_compressed": "CollCompressed",
+    "sparse_streaming": "SparseStreaming",
+}
 
 
 SWEEP_SPECS = sorted(p for p in (REPO / "sweeps").glob("*.toml") if p.name != "gate.toml")
@@ -231,8 +259,12 @@ def test_every_shipped_sweeps_tasks_pass_their_variants_option_checks(path):
         except UsageError as exc:
             # what this machine lacks, not what the task asks for: the corpus (the default
             # data, built by set-up) or a device (the GPU cluster's sweeps)
-            missing = ("needs the real-data corpus" in str(exc) and not inputs.corpus_built()
-                       or "no CUDA device" in str(exc) or "not installed" in str(exc))
+            missing = (
+                "needs the real-data corpus" in str(exc)
+                and not inputs.corpus_built()
+                or "no CUDA device" in str(exc)
+                or "not installed" in str(exc)
+            )
             if not missing:
                 raise AssertionError(f"{path.name}: {task.slug}: {exc}") from None
 
@@ -256,7 +288,7 @@ def test_every_shipped_sweeps_trace_replays_pass_their_option_checks(path):
         except UsageError as exc:
             raise AssertionError(f"{path.name}: {task.slug}: {exc}") from None
         if opts.trace.startswith("model:"):
-            name, _, framework = opts.trace[len("model:"):].partition(":")
+            name, _, framework = opts.trace[len("model:") :].partition(":")
             assert name in trace_build.models(), f"{path.name}: {task.slug}: {name}"
             assert (framework or "fsdp") in trace_build.FRAMEWORKS, f"{task.slug}: {framework}"
         else:
@@ -272,9 +304,14 @@ def test_the_pages_seed000_headline_pairs_are_the_docs_comparisons():
     tables = sweep_spec.load_spec(repo / "sweeps" / "seed000-tables.toml")
 
     def seed000_pairs(spec):
-        return {(t.ranks, t.link_gbps, t.args) for t in spec.tasks
-                if t.variant == "compare" and t.link_gbps and "coll_compressed" in t.args[1]
-                and t.args[0].split()[0] in ("baseline", "p2p_compressed")}
+        return {
+            (t.ranks, t.link_gbps, t.args)
+            for t in spec.tasks
+            if t.variant == "compare"
+            and t.link_gbps
+            and "coll_compressed" in t.args[1]
+            and t.args[0].split()[0] in ("baseline", "p2p_compressed")
+        }
 
     page = seed000_pairs(main)
     # by hand: {fp16, bfp:rate=8} x {against MPI, against p2p} x {allgather, reduce-scatter}
@@ -287,7 +324,7 @@ def test_the_pages_seed000_headline_pairs_are_the_docs_comparisons():
     assert page <= seed000_pairs(tables)
     # and the docs print the command the tables ran, with the same rounds and target
     doc = (repo / "docs" / "compression.md").read_text()
-    assert ("-m 16M:16M --rounds 5 --turns 6 --ci-target 3 --max-rounds 10" in doc)
+    assert "-m 16M:16M --rounds 5 --turns 6 --ci-target 3 --max-rounds 10" in doc
     assert "ccbench sweep sweeps/seed000-tables.toml" in doc
 
 
@@ -310,8 +347,10 @@ def test_time_left_comes_from_the_tasks_costs():
 
 def test_a_spec_declares_a_tasks_cost(tmp_path):
     path = tmp_path / "s.toml"
-    path.write_text('[[points]]\nvariant = "baseline"\nsizes = "1K:1K"\ncost_s = 12\n'
-                    '[[points]]\nvariant = "baseline"\nsizes = "2K:2K"\n')
+    path.write_text(
+        '[[points]]\nvariant = "baseline"\nsizes = "1K:1K"\ncost_s = 12\n'
+        '[[points]]\nvariant = "baseline"\nsizes = "2K:2K"\n'
+    )
     first, second = sweep_spec.load_spec(path).tasks
     assert (first.cost_s, second.cost_s) == (12.0, None)
     assert "cost_s" not in " ".join(first.args) and "--cost" not in " ".join(first.args)

@@ -14,11 +14,17 @@ from tests.mpirun import case_results, mpirun, variant_module
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 
-needs_mpicc = pytest.mark.skipif(timing_c.find_mpicc() is None,
-                                 reason="no mpicc beside this Python or on PATH")
+needs_mpicc = pytest.mark.skipif(
+    timing_c.find_mpicc() is None, reason="no mpicc beside this Python or on PATH"
+)
 
-CASES = ["allgather-per-call-float32", "reduce_scatter-batch-float64",
-         "allreduce-per-call-int32", "allgather-batch-int8", "recognises-only-library-calls"]
+CASES = [
+    "allgather-per-call-float32",
+    "reduce_scatter-batch-float64",
+    "allreduce-per-call-int32",
+    "allgather-batch-int8",
+    "recognises-only-library-calls",
+]
 
 
 @needs_mpicc
@@ -64,9 +70,27 @@ def test_requested_timer():
 
 def baseline_rows(tmp_path, algorithm: str, env: dict | None = None, name: str = "b"):
     out = tmp_path / f"{name}.csv"
-    proc = mpirun(2, [*variant_module("baseline"), "--algorithm", algorithm, "-T", "int8",
-                      "-m", "1:64", "-i", "50", "-x", "5", "-c", "--csv", str(out)],
-                  env={"CCBENCH_CACHE": str(tmp_path / "cache"), **(env or {})}, timeout=120)
+    proc = mpirun(
+        2,
+        [
+            *variant_module("baseline"),
+            "--algorithm",
+            algorithm,
+            "-T",
+            "int8",
+            "-m",
+            "1:64",
+            "-i",
+            "50",
+            "-x",
+            "5",
+            "-c",
+            "--csv",
+            str(out),
+        ],
+        env={"CCBENCH_CACHE": str(tmp_path / "cache"), **(env or {})},
+        timeout=120,
+    )
     return proc, list(csv.DictReader(out.open())) if out.exists() else []
 
 
@@ -97,16 +121,17 @@ def test_bad_timer_request_is_one_line(tmp_path):
 def test_c_timer_without_a_compiler_is_one_line(tmp_path):
     """CCBENCH_TIMER=c where no mpicc can be found: one line, exit 2; auto falls back."""
     env = {"CCBENCH_TIMER": "c", "PATH": "/nonexistent"}
-    code = ("import sys; from ccbench.benchmarks import timing_c as t; "
-            "t.find_mpicc = lambda: None; from ccbench.benchmarks.baseline import main; "
-            "sys.exit(main(sys.argv[1:]))")
+    code = (
+        "import sys; from ccbench.benchmarks import timing_c as t; "
+        "t.find_mpicc = lambda: None; from ccbench.benchmarks.baseline import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
     args = ["-c", code, "-T", "int8", "-m", "1:4", "-i", "5", "-x", "1"]
     proc = mpirun(2, args, env=env, timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "no mpicc" in lines[0], proc.stderr
     out = tmp_path / "fallback.csv"
-    proc = mpirun(2, [*args, "--csv", str(out)], env={**env, "CCBENCH_TIMER": "auto"},
-                  timeout=60)
+    proc = mpirun(2, [*args, "--csv", str(out)], env={**env, "CCBENCH_TIMER": "auto"}, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert {r["timer"] for r in csv.DictReader(out.open())} == {"python"}

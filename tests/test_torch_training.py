@@ -37,8 +37,9 @@ def _get(cases, case) -> dict:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("framework,variant,algorithm,codec,compress,feedback", FRAMEWORK_CASES)
-def test_collectives_agree_with_torch_within_the_bound(cases, framework, variant, algorithm,
-                                                       codec, compress, feedback):
+def test_collectives_agree_with_torch_within_the_bound(
+    cases, framework, variant, algorithm, codec, compress, feedback
+):
     got = _get(cases, case_id(framework, variant, algorithm, codec, compress, feedback))
     expected = {"fsdp": ["allgather", "reduce_scatter"], "ddp": ["allreduce"]}[framework]
     assert got["kinds"] == expected
@@ -55,10 +56,13 @@ def test_collectives_agree_with_torch_within_the_bound(cases, framework, variant
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("framework,variant,algorithm,codec,compress,feedback",
-                         [c for c in FRAMEWORK_CASES if c[2] == "ring"])
-def test_wire_bytes_follow_the_codec(cases, framework, variant, algorithm, codec, compress,
-                                     feedback):
+@pytest.mark.parametrize(
+    "framework,variant,algorithm,codec,compress,feedback",
+    [c for c in FRAMEWORK_CASES if c[2] == "ring"],
+)
+def test_wire_bytes_follow_the_codec(
+    cases, framework, variant, algorithm, codec, compress, feedback
+):
     base = _get(cases, case_id(framework, "baseline", "ring", "none"))["wire"][0]
     got = _get(cases, case_id(framework, variant, algorithm, codec, compress, feedback))
     wire = got["wire"][-1]
@@ -73,8 +77,7 @@ def test_wire_bytes_follow_the_codec(cases, framework, variant, algorithm, codec
 @pytest.mark.parametrize("framework", ["fsdp", "ddp"])
 def test_without_the_communication_thread_results_are_the_same(cases, framework):
     threaded = _get(cases, case_id(framework, "coll_compressed", "ring", "fp16"))
-    inline = _get(cases, case_id(framework, "coll_compressed", "ring", "fp16",
-                                 overlap=False))
+    inline = _get(cases, case_id(framework, "coll_compressed", "ring", "fp16", overlap=False))
     assert inline["losses"] == threaded["losses"]
     assert inline["params_sum"] == threaded["params_sum"]
 
@@ -96,8 +99,7 @@ def test_fsdp_accumulates_gradients_as_torch_does(cases):
 @pytest.mark.timeout(300)
 def test_mgwfbp_on_the_real_backward_trains_as_ddp(cases):
     got = _get(cases, "mgwfbp")
-    assert got["strategies"] == ["wfbp", "single", "fixed:64MB", "ddp:25MB", "mgwfbp",
-                                 "optimal"]
+    assert got["strategies"] == ["wfbp", "single", "fixed:64MB", "ddp:25MB", "mgwfbp", "optimal"]
     assert got["per_step"] == list(range(6))  # steps rotate through the strategies
     assert got["tensors"] == got["nparams"]
     assert got["groups"][0] == got["tensors"] and got["groups"][1] == 1
@@ -112,17 +114,35 @@ def test_mgwfbp_on_the_real_backward_trains_as_ddp(cases):
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("framework,extra", [
-    ("fsdp", ["--variant", "coll_compressed", "--codec", "fp16"]),
-    ("ddp", ["--variant", "torch", "--codec", "fp16"]),
-    ("mgwfbp", ["--strategy", "mgwfbp,ddp:25MB", "--fit-seconds", "0.02"]),
-])
+@pytest.mark.parametrize(
+    "framework,extra",
+    [
+        ("fsdp", ["--variant", "coll_compressed", "--codec", "fp16"]),
+        ("ddp", ["--variant", "torch", "--codec", "fp16"]),
+        ("mgwfbp", ["--strategy", "mgwfbp,ddp:25MB", "--fit-seconds", "0.02"]),
+    ],
+)
 def test_cli_frameworks_write_rows(tmp_path, framework, extra):
     pytest.importorskip("torch")
     out = tmp_path / "train.csv"
-    proc = mpirun(2, [*variant_module("training"), "--model", "lm-tiny", "--steps", "4",
-                      "--warmup", "1", "--framework", framework, *extra, "--csv", out],
-                  timeout=180)
+    proc = mpirun(
+        2,
+        [
+            *variant_module("training"),
+            "--model",
+            "lm-tiny",
+            "--steps",
+            "4",
+            "--warmup",
+            "1",
+            "--framework",
+            framework,
+            *extra,
+            "--csv",
+            out,
+        ],
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "communication exposed" in proc.stdout
     with open(out, newline="") as f:
@@ -141,17 +161,24 @@ def test_cli_frameworks_write_rows(tmp_path, framework, extra):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("args,words", [
-    (["--framework", "fsdp", "--variant", "sparse_streaming"], "allreduce"),
-    (["--framework", "fsdp", "--variant", "torch", "--codec", "fp16"], "DDP"),
-    (["--framework", "own", "--variant", "torch"], "framework"),
-    (["--framework", "ddp", "--variant", "torch", "--codec", "zfp:rate=8"], "powersgd"),
-    (["--framework", "mgwfbp", "--strategy", "bogus"], "strategy"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--framework", "fsdp", "--variant", "sparse_streaming"], "allreduce"),
+        (["--framework", "fsdp", "--variant", "torch", "--codec", "fp16"], "DDP"),
+        (["--framework", "own", "--variant", "torch"], "framework"),
+        (["--framework", "ddp", "--variant", "torch", "--codec", "zfp:rate=8"], "powersgd"),
+        (["--framework", "mgwfbp", "--strategy", "bogus"], "strategy"),
+    ],
+)
 def test_cli_bad_combinations_are_one_line(args, words):
-    proc = mpirun(2, [*variant_module("training"), "--model", "lm-tiny", "--steps", "1",
-                      *args], timeout=50)
+    proc = mpirun(
+        2, [*variant_module("training"), "--model", "lm-tiny", "--steps", "1", *args], timeout=50
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = [x for x in proc.stderr.splitlines() if x.strip() and "Warning" not in x
-             and "warn" not in x and "return func" not in x]
+    lines = [
+        x
+        for x in proc.stderr.splitlines()
+        if x.strip() and "Warning" not in x and "warn" not in x and "return func" not in x
+    ]
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr

@@ -56,8 +56,9 @@ def matched(logs: list) -> list[tuple]:
     out = []
     for pair in sends:
         assert len(sends[pair]) == len(recvs[pair]), pair  # every send has its receive
-        out += [(*pair, k, s, r) for k, (s, r)
-                in enumerate(zip(sends[pair], recvs[pair], strict=True))]
+        out += [
+            (*pair, k, s, r) for k, (s, r) in enumerate(zip(sends[pair], recvs[pair], strict=True))
+        ]
     return out
 
 
@@ -82,7 +83,7 @@ def test_each_ranks_wire_bytes_are_the_bytes_it_sent(cid):
     got = case(cid)
     for rank, log in enumerate(got["logs"]):
         last = max(i for i, (kind, _, _) in enumerate(log) if kind == "reset")
-        sent = sum(size for kind, _, size in log[last + 1:] if kind == "send")
+        sent = sum(size for kind, _, size in log[last + 1 :] if kind == "send")
         assert got["wire"][rank] == sent > 0, (rank, got["wire"], sent)
 
 

@@ -42,8 +42,12 @@ def test_capture_keeps_the_mean_over_ranks_of_every_figure(transport):
     # call: gap, gap's CPU time, run; wait: gap, CPU time, waited
     assert got["events"] == [[15.0, 7.5, 45.0, None], [30.0, 12.0, None, 6.0]]
     assert got["tail"] == [150.0, 135.0]
-    assert got["measured"] == {"step_us": 1500.0, "comm_us": 60.0, "compute_us": 1350.0,
-                               "comm_busy_us": 90.0}
+    assert got["measured"] == {
+        "step_us": 1500.0,
+        "comm_us": 60.0,
+        "compute_us": 1350.0,
+        "comm_busy_us": 90.0,
+    }
 
 
 def worked_trace() -> Trace:
@@ -52,13 +56,25 @@ def worked_trace() -> Trace:
     2 (waits 4), a tail of 50. Step 2: D (async allreduce) after 9, a drain after 1
     (waits 2), a tail of 10. Async calls' own run times (30, 25, 12) are off the
     training thread: they move no later timestamp."""
-    one = Step([Event("call", 10.0, None, 0, "allreduce", 1024, run_us=30.0),
-                Event("call", 5.0, None, 1, "allgather", 2048, blocking=True, run_us=40.0),
-                Event("wait", 20.0, None, 0, waited_us=7.0),
-                Event("call", 3.0, None, 2, "reduce_scatter", 4096, run_us=25.0),
-                Event("drain", 2.0, waited_us=4.0)], tail_us=50.0, number=1)
-    two = Step([Event("call", 9.0, None, 0, "allreduce", 512, run_us=12.0),
-                Event("drain", 1.0, waited_us=2.0)], tail_us=10.0, number=2)
+    one = Step(
+        [
+            Event("call", 10.0, None, 0, "allreduce", 1024, run_us=30.0),
+            Event("call", 5.0, None, 1, "allgather", 2048, blocking=True, run_us=40.0),
+            Event("wait", 20.0, None, 0, waited_us=7.0),
+            Event("call", 3.0, None, 2, "reduce_scatter", 4096, run_us=25.0),
+            Event("drain", 2.0, waited_us=4.0),
+        ],
+        tail_us=50.0,
+        number=1,
+    )
+    two = Step(
+        [
+            Event("call", 9.0, None, 0, "allreduce", 512, run_us=12.0),
+            Event("drain", 1.0, waited_us=2.0),
+        ],
+        tail_us=10.0,
+        number=2,
+    )
     return Trace(ranks=2, steps=[one, two], source={"kind": "handmade"})
 
 
@@ -67,11 +83,17 @@ def test_param_export_timestamps_follow_the_worked_timeline():
     got = [(r["comms"], r["req"], r["startTime_ns"]) for r in records]
     # A at 10; B at 15, ends 55; wait(A) at 75, ends 82; C at 85; drain (C) at 87, ends
     # 91; tail to 141. D at 150; drain (D) at 151.
-    assert got == [("all_reduce", 0, 10_000), ("all_gather", 1, 15_000),
-                   ("wait", 0, 75_000), ("reduce_scatter", 2, 85_000),
-                   ("wait", 2, 87_000), ("all_reduce", 3, 150_000), ("wait", 3, 151_000)]
+    assert got == [
+        ("all_reduce", 0, 10_000),
+        ("all_gather", 1, 15_000),
+        ("wait", 0, 75_000),
+        ("reduce_scatter", 2, 85_000),
+        ("wait", 2, 87_000),
+        ("all_reduce", 3, 150_000),
+        ("wait", 3, 151_000),
+    ]
     # and PARAM's record reads back as the same steps
     back = from_param(to_param(worked_trace()), "export")
-    assert [[(e.op, e.gap_us, e.collective, e.count) for e in s.events] for s in back.steps] \
-        == [[(e.op, e.gap_us, e.collective, e.count) for e in s.events]
-            for s in worked_trace().steps]
+    assert [[(e.op, e.gap_us, e.collective, e.count) for e in s.events] for s in back.steps] == [
+        [(e.op, e.gap_us, e.collective, e.count) for e in s.events] for s in worked_trace().steps
+    ]

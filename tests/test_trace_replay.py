@@ -18,8 +18,9 @@ pytestmark = pytest.mark.mpi
 def run(tmp_path_factory):
     pytest.importorskip("torch")
     folder = tmp_path_factory.mktemp("traces")
-    proc = mpirun(2, ["-m", "tests.drivers.trace_cases"], timeout=600,
-                  env={"CCBENCH_TRACE_DIR": str(folder)})
+    proc = mpirun(
+        2, ["-m", "tests.drivers.trace_cases"], timeout=600, env={"CCBENCH_TRACE_DIR": str(folder)}
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     cases = {}
     for line in proc.stdout.splitlines():
@@ -34,8 +35,10 @@ def number(row, column) -> float:
 
 
 def signature(trace) -> list:
-    return [(e.op, e.id, e.collective, e.count, e.dtype, e.blocking, e.label)
-            for e in trace.steps[0].events]
+    return [
+        (e.op, e.id, e.collective, e.count, e.dtype, e.blocking, e.label)
+        for e in trace.steps[0].events
+    ]
 
 
 @pytest.mark.timeout(660)
@@ -84,19 +87,27 @@ def test_replays_run_validate_and_their_rows_agree(run, case):
     assert len(steps) == STEPS + WARMUP and summary["row"] == "summary"
     assert summary["validation"] == "Pass"
     for r in steps:
-        assert number(r, "step_us") == pytest.approx(number(r, "compute_us")
-                                                     + number(r, "comm_us"))
+        assert number(r, "step_us") == pytest.approx(number(r, "compute_us") + number(r, "comm_us"))
         assert number(r, "comm_us") >= 0 and number(r, "emulated_us") > 0
         assert number(r, "max_step_us") >= number(r, "step_us") * 0.999
     timed = steps[WARMUP:]
     assert number(summary, "step_us") == pytest.approx(
-        sum(number(r, "step_us") for r in timed) / len(timed))
-    assert number(summary, "step_ci_low_us") <= number(summary, "step_us") <= number(
-        summary, "step_ci_high_us")
+        sum(number(r, "step_us") for r in timed) / len(timed)
+    )
+    assert (
+        number(summary, "step_ci_low_us")
+        <= number(summary, "step_us")
+        <= number(summary, "step_ci_high_us")
+    )
     compressed = summary["codec"] != "none"
     assert (number(summary, "codec_us") > 0) == compressed
-    expected = {"fsdp-coll-bfp-cpu": "busy-cpu", "fsdp-torch-sleep": "sleep",
-                "built-ring": "sleep", "sparse-omnireduce": "sleep", "param-ring": "sleep"}
+    expected = {
+        "fsdp-coll-bfp-cpu": "busy-cpu",
+        "fsdp-torch-sleep": "sleep",
+        "built-ring": "sleep",
+        "sparse-omnireduce": "sleep",
+        "param-ring": "sleep",
+    }
     assert summary["compute_wait"] == expected.get(case, "busy")
 
 
@@ -141,34 +152,71 @@ def test_sparse_calls_go_through_omnireduce(run):
 def test_a_process_group_of_some_ranks_is_refused_in_one_line(run):
     _, cases, stderr = run
     assert cases["subgroup"]["status"] == 2 and cases["subgroup"]["rows"] == []
-    assert "runs on process group 1 (ranks [0]); the replay runs collectives over every " \
-           "rank only" in stderr
+    assert (
+        "runs on process group 1 (ranks [0]); the replay runs collectives over every "
+        "rank only" in stderr
+    )
     assert "Traceback" not in stderr
 
 
 def test_check_options_follow_the_training():
     from ccbench.scripts.tracing.check import replay_options, without_variant
 
-    training = ["--model", "lm-tiny", "--framework", "fsdp", "--variant", "baseline",
-                "--algorithm", "ring", "--steps", "12", "--warmup", "3"]
-    assert replay_options(training) == ["--variant", "baseline", "--algorithm", "ring",
-                                        "--steps", "9", "--warmup", "1"]
-    assert without_variant(training) == ["--model", "lm-tiny", "--framework", "fsdp",
-                                         "--steps", "12", "--warmup", "3"]
+    training = [
+        "--model",
+        "lm-tiny",
+        "--framework",
+        "fsdp",
+        "--variant",
+        "baseline",
+        "--algorithm",
+        "ring",
+        "--steps",
+        "12",
+        "--warmup",
+        "3",
+    ]
+    assert replay_options(training) == [
+        "--variant",
+        "baseline",
+        "--algorithm",
+        "ring",
+        "--steps",
+        "9",
+        "--warmup",
+        "1",
+    ]
+    assert without_variant(training) == [
+        "--model",
+        "lm-tiny",
+        "--framework",
+        "fsdp",
+        "--steps",
+        "12",
+        "--warmup",
+        "3",
+    ]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--", "--model", "lm-tiny"], "with --framework fsdp, ddp or mgwfbp"),
-    (["--rounds", "1", "--", "--framework", "ddp"], "--rounds at least 2"),
-    (["--", "--framework", "ddp", "--trace", "x.json"], "--trace after --"),
-    (["--variant=--codec fp16", "--", "--framework", "ddp"], "a variant and its options"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--", "--model", "lm-tiny"], "with --framework fsdp, ddp or mgwfbp"),
+        (["--rounds", "1", "--", "--framework", "ddp"], "--rounds at least 2"),
+        (["--", "--framework", "ddp", "--trace", "x.json"], "--trace after --"),
+        (["--variant=--codec fp16", "--", "--framework", "ddp"], "a variant and its options"),
+    ],
+)
 def test_check_bad_input_is_one_line(args, message):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "ccbench.scripts.cli", "trace", "check",
-                           *args], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ccbench.scripts.cli", "trace", "check", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and message in proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -182,17 +230,45 @@ def test_check_runs_its_rounds_and_writes_compare_rows(tmp_path):
 
     csv = tmp_path / "check.csv"
     proc = subprocess.run(
-        [sys.executable, "-m", "ccbench.scripts.cli", "trace", "check", "-n", "2",
-         "--rounds", "2", "--variant", "coll_compressed --codec fp16", "--csv", str(csv),
-         "--", "--model", "lm-tiny", "--framework", "ddp", "--algorithm", "ring",
-         "--steps", "3", "--warmup", "1"], capture_output=True, text=True, timeout=560)
+        [
+            sys.executable,
+            "-m",
+            "ccbench.scripts.cli",
+            "trace",
+            "check",
+            "-n",
+            "2",
+            "--rounds",
+            "2",
+            "--variant",
+            "coll_compressed --codec fp16",
+            "--csv",
+            str(csv),
+            "--",
+            "--model",
+            "lm-tiny",
+            "--framework",
+            "ddp",
+            "--algorithm",
+            "ring",
+            "--steps",
+            "3",
+            "--warmup",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=560,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     header, rows = read_rows(csv)
     assert header == list(COMPARE.names) and len(rows) == 4
     assert [r["config"] for r in rows] == [
-        "the replay of its trace", "the replay against the run it captured",
+        "the replay of its trace",
+        "the replay against the run it captured",
         "real saving of coll_compressed --codec fp16",
-        "replayed saving of coll_compressed --codec fp16"]
+        "replayed saving of coll_compressed --codec fp16",
+    ]
     for r in rows:
         assert r["rounds"] == "2" and float(r["ratio"]) > 0
         assert float(r["ratio_low"]) <= float(r["ratio"]) <= float(r["ratio_high"])

@@ -38,14 +38,31 @@ def fsdp_like() -> Trace:
         Event("call", 5.0, 4.0, 3, "allreduce", 100, blocking=True, run_us=7.0),
         Event("drain", 1.5, 1.0),
     ]
-    return Trace(ranks=2, steps=[Step(events, tail_us=20.0, tail_cpu_us=18.0, number=4,
-                                      measured={"step_us": 130.0})],
-                 source={"kind": "captured", "model": "m", "framework": "fsdp"})
+    return Trace(
+        ranks=2,
+        steps=[Step(events, tail_us=20.0, tail_cpu_us=18.0, number=4, measured={"step_us": 130.0})],
+        source={"kind": "captured", "model": "m", "framework": "fsdp"},
+    )
 
 
 def signature(trace: Trace) -> list:
-    return [[(e.op, e.id, e.collective, e.count, e.dtype, e.blocking, e.label,
-              round(e.gap_us, 3), e.gap_cpu_us) for e in s.events] for s in trace.steps]
+    return [
+        [
+            (
+                e.op,
+                e.id,
+                e.collective,
+                e.count,
+                e.dtype,
+                e.blocking,
+                e.label,
+                round(e.gap_us, 3),
+                e.gap_cpu_us,
+            )
+            for e in s.events
+        ]
+        for s in trace.steps
+    ]
 
 
 # ------------------------------------------------------------------------ the format
@@ -65,14 +82,17 @@ def test_the_format_round_trips_through_json(tmp_path):
     assert again.has_cpu_times and again.steps[0].nbytes == (4096 + 8192 * 2 + 100) * 4
 
 
-@pytest.mark.parametrize("edit,message", [
-    (lambda e: e.insert(0, Event("wait", 0.0, id=7)), "no earlier async call"),
-    (lambda e: e.pop(), "never waited for"),
-    (lambda e: setattr(e[0], "collective", "alltoall"), "collective 'alltoall'"),
-    (lambda e: setattr(e[0], "dtype", "int32"), "dtype 'int32'"),
-    (lambda e: setattr(e[0], "gap_us", -1.0), "gap_us must be"),
-    (lambda e: setattr(e[2], "id", 0), "two calls with one id"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda e: e.insert(0, Event("wait", 0.0, id=7)), "no earlier async call"),
+        (lambda e: e.pop(), "never waited for"),
+        (lambda e: setattr(e[0], "collective", "alltoall"), "collective 'alltoall'"),
+        (lambda e: setattr(e[0], "dtype", "int32"), "dtype 'int32'"),
+        (lambda e: setattr(e[0], "gap_us", -1.0), "gap_us must be"),
+        (lambda e: setattr(e[2], "id", 0), "two calls with one id"),
+    ],
+)
 def test_check_refuses_what_a_replay_could_not_run(edit, message):
     trace = fsdp_like()
     edit(trace.steps[0].events)
@@ -101,11 +121,17 @@ def test_param_round_trip_keeps_every_event():
     records = to_param(trace)
     assert records[0]["comms"] == "init" and records[0]["world_size"] == 2
     comms = [r["comms"] for r in records[1:]]
-    assert comms == ["all_gather", "wait", "all_gather", "wait", "reduce_scatter",
-                     "all_reduce", "wait"]
+    assert comms == [
+        "all_gather",
+        "wait",
+        "all_gather",
+        "wait",
+        "reduce_scatter",
+        "all_reduce",
+        "wait",
+    ]
     gather = records[1]
-    assert (gather["in_msg_size"], gather["out_msg_size"], gather["dtype"]) == (2048, 4096,
-                                                                                "float")
+    assert (gather["in_msg_size"], gather["out_msg_size"], gather["dtype"]) == (2048, 4096, "float")
     scatter = records[5]
     assert (scatter["in_msg_size"], scatter["out_msg_size"]) == (8192, 4096)
     again = from_param(json.loads(json.dumps(records)), "t.json")
@@ -116,39 +142,69 @@ def test_param_round_trip_keeps_every_event():
 def test_a_plain_param_trace_replays_by_its_start_times():
     """PARAM's basic comms trace: gaps from startTime_ns, async from the waits."""
     records = [
-        {"comms": "init", "pg_id": 0, "req": -1, "global_ranks": [0, 1, 2, 3],
-         "world_size": 4},
-        {"comms": "all_gather", "req": 1, "in_msg_size": 256, "out_msg_size": 1024,
-         "dtype": "Float", "pg_id": 0, "startTime_ns": 1_000_000, "markers": ["fwd"]},
+        {"comms": "init", "pg_id": 0, "req": -1, "global_ranks": [0, 1, 2, 3], "world_size": 4},
+        {
+            "comms": "all_gather",
+            "req": 1,
+            "in_msg_size": 256,
+            "out_msg_size": 1024,
+            "dtype": "Float",
+            "pg_id": 0,
+            "startTime_ns": 1_000_000,
+            "markers": ["fwd"],
+        },
         {"comms": "barrier", "req": 2, "startTime_ns": 1_500_000},
         {"comms": "wait", "req": 1, "startTime_ns": 2_000_000},
         {"compute": "gemm", "count": 1, "mm_dim": 64, "dtype": "float"},
-        {"comms": "allReduce", "req": 3, "in_msg_size": 64, "out_msg_size": 64,
-         "dtype": "half", "startTime_ns": 5_000_000},
-        {"comms": "reduce_scatter_base", "req": 4, "in_msg_size": 1024, "out_msg_size": 256,
-         "dtype": "bfloat16", "startTime_ns": 5_500_000},
+        {
+            "comms": "allReduce",
+            "req": 3,
+            "in_msg_size": 64,
+            "out_msg_size": 64,
+            "dtype": "half",
+            "startTime_ns": 5_000_000,
+        },
+        {
+            "comms": "reduce_scatter_base",
+            "req": 4,
+            "in_msg_size": 1024,
+            "out_msg_size": 256,
+            "dtype": "bfloat16",
+            "startTime_ns": 5_500_000,
+        },
     ]
     trace = from_param(records, "param.json")
     assert trace.ranks == 4 and trace.source["kind"] == "param"
     ops = [(e.op, e.collective, e.count, e.dtype, e.blocking) for e in trace.steps[0].events]
-    assert ops == [("call", "allgather", 1024, "float32", False), ("wait", "", 0, "float32",
-                                                                     False),
-                   ("call", "allreduce", 64, "float16", True),
-                   ("call", "reduce_scatter", 1024, "bfloat16", True)]
+    assert ops == [
+        ("call", "allgather", 1024, "float32", False),
+        ("wait", "", 0, "float32", False),
+        ("call", "allreduce", 64, "float16", True),
+        ("call", "reduce_scatter", 1024, "bfloat16", True),
+    ]
     gaps = [e.gap_us for e in trace.steps[0].events]
     assert gaps == [0.0, 1000.0, 3000.0, 500.0]  # the barrier's time stays in the next gap
     assert trace.steps[0].events[0].label == "fwd"
 
 
-@pytest.mark.parametrize("record,message", [
-    ({"comms": "all_to_allv", "in_msg_size": 1, "out_msg_size": 1, "dtype": "float"},
-     "'all_to_allv' is not replayed"),
-    ({"comms": "all_reduce", "in_msg_size": 1, "out_msg_size": 1, "dtype": "complex"},
-     "dtype 'complex'"),
-    ({"comms": "all_reduce", "in_msg_size": 1.5, "out_msg_size": 1, "dtype": "float"},
-     "element counts"),
-    ({"nothing": 1}, "needs \"comms\""),
-])
+@pytest.mark.parametrize(
+    "record,message",
+    [
+        (
+            {"comms": "all_to_allv", "in_msg_size": 1, "out_msg_size": 1, "dtype": "float"},
+            "'all_to_allv' is not replayed",
+        ),
+        (
+            {"comms": "all_reduce", "in_msg_size": 1, "out_msg_size": 1, "dtype": "complex"},
+            "dtype 'complex'",
+        ),
+        (
+            {"comms": "all_reduce", "in_msg_size": 1.5, "out_msg_size": 1, "dtype": "float"},
+            "element counts",
+        ),
+        ({"nothing": 1}, 'needs "comms"'),
+    ],
+)
 def test_param_records_ccbench_cannot_replay_are_named(record, message):
     with pytest.raises(UsageError, match=message):
         from_param([record], "p.json")
@@ -157,11 +213,16 @@ def test_param_records_ccbench_cannot_replay_are_named(record, message):
 # ------------------------------------------------------------------------ built traces
 
 
-@pytest.mark.parametrize("name,params", [
-    ("gpt2-small", 124_439_808), ("gpt2-medium", 354_823_168),
-    ("llama-1b", 1_235_814_400), ("llama-7b", 6_738_415_616)])
-def test_published_configurations_have_their_parameter_counts_on_the_meta_device(name,
-                                                                                 params):
+@pytest.mark.parametrize(
+    "name,params",
+    [
+        ("gpt2-small", 124_439_808),
+        ("gpt2-medium", 354_823_168),
+        ("llama-1b", 1_235_814_400),
+        ("llama-7b", 6_738_415_616),
+    ],
+)
+def test_published_configurations_have_their_parameter_counts_on_the_meta_device(name, params):
     import torch
 
     from ccbench.training.trace_build import models
@@ -187,8 +248,10 @@ def test_gpt2_small_fsdp_trace_has_fsdp2s_schedule():
     # the FLOP rate: an A100 at 40% of its peak
     assert trace.source["flop_rate"] == pytest.approx(0.4 * 312e12)
     compute = step.compute_us
-    assert compute == pytest.approx(trace.source["flops_per_step"] / 124.8e12 * 1e6
-                                    + 124_439_808 / 8 * 28 / 1.555e12 * 1e6, rel=1e-6)
+    assert compute == pytest.approx(
+        trace.source["flops_per_step"] / 124.8e12 * 1e6 + 124_439_808 / 8 * 28 / 1.555e12 * 1e6,
+        rel=1e-6,
+    )
     from torch import nn
 
     assert fsdp_count([nn.Parameter(__import__("torch").empty(5, 3, device="meta"))], 4) == 24
@@ -255,7 +318,7 @@ def test_replay_rows_are_their_own_kind_and_compare_reads_their_summary():
     assert schema is REPLAY and version == 2
     identities = {point_identity(r, REPLAY, header) for r in rows}
     assert len(identities) == len(rows)  # every step and summary is its own point
-    points = unsized_points("trace_replay", rows[:len(rows) // 3])
+    points = unsized_points("trace_replay", rows[: len(rows) // 3])
     assert [(p, n) for p, _, n in points] == [((0, "step"), 4)]
 
 
@@ -273,8 +336,13 @@ def test_the_local_sweep_replays_the_gpt2_trace():
 
 
 def ccbench(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ccbench.scripts.cli", *args],
-                          capture_output=True, text=True, timeout=120, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "ccbench.scripts.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
 
 
 def test_show_and_convert_read_both_formats(tmp_path):
@@ -291,12 +359,15 @@ def test_show_and_convert_read_both_formats(tmp_path):
     assert signature(read(tmp_path / "c.json")) == signature(fsdp_like())
 
 
-@pytest.mark.parametrize("args,message", [
-    (["trace", "show", "no-such.json"], "no-such.json: no such trace"),
-    (["trace", "build", "--model", "gpt5", "-o", "x.json"], "unknown model 'gpt5'"),
-    (["trace", "frobnicate"], "unknown action 'frobnicate'"),
-    (["trace", "capture", "--model", "lm-tiny"], "give the trace's path"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["trace", "show", "no-such.json"], "no-such.json: no such trace"),
+        (["trace", "build", "--model", "gpt5", "-o", "x.json"], "unknown model 'gpt5'"),
+        (["trace", "frobnicate"], "unknown action 'frobnicate'"),
+        (["trace", "capture", "--model", "lm-tiny"], "give the trace's path"),
+    ],
+)
 def test_bad_input_is_one_line_and_status_2(args, message, tmp_path):
     proc = ccbench(*args, cwd=tmp_path)
     assert proc.returncode == 2

@@ -18,8 +18,9 @@ from tests.mpirun import mpirun, variant_module
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 
 # Sharded training without compression against one process training on the whole batch.
-EQUIVALENCE = [(model, algorithm) for model in ("lm-tiny", "digits-cnn")
-               for algorithm in ("mpi", "ring")]  # fmt: skip
+EQUIVALENCE = [
+    (model, algorithm) for model in ("lm-tiny", "digits-cnn") for algorithm in ("mpi", "ring")
+]
 EQUIVALENCE_STEPS = 6
 # Every variant for a few steps: (variant, codec, error feedback, what is compressed).
 VARIANTS = [
@@ -96,12 +97,15 @@ def _equivalence_cases(comm, emit):
             result = run_training(comm, config, task=task, keep_params=True)
             if comm.rank == 0:
                 losses, params = reference
-                emit(_case_id("equivalence", model, algorithm), {
-                    "loss_diff": float(np.abs(np.array(losses) - result.loss).max()),
-                    "param_diff": float(np.abs(params - result.final_params).max()),
-                    "param_count": int(params.size),
-                    "sharded_count": int(result.final_params.size),
-                })
+                emit(
+                    _case_id("equivalence", model, algorithm),
+                    {
+                        "loss_diff": float(np.abs(np.array(losses) - result.loss).max()),
+                        "param_diff": float(np.abs(params - result.final_params).max()),
+                        "param_count": int(params.size),
+                        "sharded_count": int(result.final_params.size),
+                    },
+                )
 
 
 def _variant_cases(comm, emit):
@@ -111,17 +115,27 @@ def _variant_cases(comm, emit):
     task = make_task("lm-tiny")
     for variant, codec, feedback, compress in VARIANTS:
         algorithm = "ring"  # counts its wire bytes, as the compressed rings do
-        config = TrainConfig(model="lm-tiny", variant=variant, algorithm=algorithm,
-                             codec=codec, error_feedback=feedback, compress=compress,
-                             steps=4, warmup=1)
+        config = TrainConfig(
+            model="lm-tiny",
+            variant=variant,
+            algorithm=algorithm,
+            codec=codec,
+            error_feedback=feedback,
+            compress=compress,
+            steps=4,
+            warmup=1,
+        )
         result = run_training(comm, config, task=task)
-        emit(_case_id("variant", variant, codec, int(feedback), compress), {
-            "losses": [float(x) for x in result.loss],
-            "wire_bytes": float(result.wire_bytes[-1]),
-            "shard_bytes": 4 * (-(-result.params // (comm.size * 256)) * 256),
-            "ranks": comm.size,
-            "times": {k: float(v.min()) for k, v in result.times.items()},
-        })
+        emit(
+            _case_id("variant", variant, codec, int(feedback), compress),
+            {
+                "losses": [float(x) for x in result.loss],
+                "wire_bytes": float(result.wire_bytes[-1]),
+                "shard_bytes": 4 * (-(-result.params // (comm.size * 256)) * 256),
+                "ranks": comm.size,
+                "times": {k: float(v.min()) for k, v in result.times.items()},
+            },
+        )
 
 
 def _convergence_cases(comm, emit):
@@ -130,15 +144,24 @@ def _convergence_cases(comm, emit):
 
     task = make_task("digits-mlp")
     for variant, codec, feedback in CONVERGENCE:
-        config = TrainConfig(model="digits-mlp", variant=variant, codec=codec,
-                             error_feedback=feedback, steps=CONVERGENCE_STEPS)
+        config = TrainConfig(
+            model="digits-mlp",
+            variant=variant,
+            codec=codec,
+            error_feedback=feedback,
+            steps=CONVERGENCE_STEPS,
+        )
         result = run_training(comm, config, task=task)
         summary = result.summary()
-        emit(_case_id("converge", variant, codec, int(feedback)), {
-            "first_loss": float(result.loss[0]), "final_loss": summary["loss"],
-            "held_out_loss": summary["held_out_loss"],
-            "held_out_accuracy": summary["held_out_accuracy"],
-        })
+        emit(
+            _case_id("converge", variant, codec, int(feedback)),
+            {
+                "first_loss": float(result.loss[0]),
+                "final_loss": summary["loss"],
+                "held_out_loss": summary["held_out_loss"],
+                "held_out_accuracy": summary["held_out_accuracy"],
+            },
+        )
 
 
 def _error_feedback_case(emit):
@@ -154,8 +177,9 @@ def _error_feedback_case(emit):
     comm = Communicator(MPI.COMM_SELF)
     torch.manual_seed(1)
     model = torch.nn.Linear(40, 30)
-    trainer = ShardedTrainer(model, comm, variant="coll_compressed", codec="bfp:rate=4",
-                             error_feedback=True)
+    trainer = ShardedTrainer(
+        model, comm, variant="coll_compressed", codec="bfp:rate=4", error_feedback=True
+    )
     rng = np.random.default_rng(3)
     grads = torch.from_numpy(rng.standard_normal(trainer.flat.padded).astype(np.float32))
     old = torch.from_numpy(rng.standard_normal(trainer.flat.padded).astype(np.float32) * 0.1)
@@ -166,11 +190,16 @@ def _error_feedback_case(emit):
     codec = parse_codec("bfp:rate=4")
     decoded = np.empty_like(compensated)
     codec.decode(codec.encode(compensated), decoded)
-    emit("error-feedback", {
-        "sent_diff": float(np.abs(trainer.flat.grads.numpy() - compensated).max()),
-        "residual_diff": float(np.abs(trainer.residual.numpy() - (compensated - decoded)).max()),
-        "residual_max": float(np.abs(trainer.residual.numpy()).max()),
-    })
+    emit(
+        "error-feedback",
+        {
+            "sent_diff": float(np.abs(trainer.flat.grads.numpy() - compensated).max()),
+            "residual_diff": float(
+                np.abs(trainer.residual.numpy() - (compensated - decoded)).max()
+            ),
+            "residual_max": float(np.abs(trainer.residual.numpy()).max()),
+        },
+    )
 
 
 def driver() -> int:
@@ -240,8 +269,7 @@ def test_every_variant_trains(cases, variant, codec, feedback, compress):
 
 
 @pytest.mark.parametrize("variant,codec,feedback,compress", VARIANTS[1:])
-def test_first_loss_sees_only_parameter_compression(cases, variant, codec, feedback,
-                                                      compress):
+def test_first_loss_sees_only_parameter_compression(cases, variant, codec, feedback, compress):
     """Step 1's loss sees compressed parameters only when the allgather compresses."""
     base = _get(cases, _case_id("variant", *VARIANTS[0][:2], 0, VARIANTS[0][3]))
     got = _get(cases, _case_id("variant", variant, codec, int(feedback), compress))
@@ -276,9 +304,23 @@ def test_error_feedback_keeps_the_codec_error(cases):
 def test_cli_writes_step_and_summary_rows(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "train.csv"
-    proc = mpirun(2, [*variant_module("training"), "--model", "lm-tiny", "--steps", "5",
-                      "--warmup", "1", "--csv", out, "--json", tmp_path / "train.json"],
-                  timeout=100)
+    proc = mpirun(
+        2,
+        [
+            *variant_module("training"),
+            "--model",
+            "lm-tiny",
+            "--steps",
+            "5",
+            "--warmup",
+            "1",
+            "--csv",
+            out,
+            "--json",
+            tmp_path / "train.json",
+        ],
+        timeout=100,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "time per step" in proc.stdout and "held-out loss" in proc.stdout
     with open(out, newline="") as f:
@@ -304,8 +346,11 @@ def test_cli_writes_step_and_summary_rows(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_cli_usage_error_is_one_line(tmp_path):
-    proc = mpirun(2, [*variant_module("training"), "--variant", "coll_compressed",
-                      "--codec", "bfp:rate=99"], timeout=50)
+    proc = mpirun(
+        2,
+        [*variant_module("training"), "--variant", "coll_compressed", "--codec", "bfp:rate=99"],
+        timeout=50,
+    )
     assert proc.returncode == 2
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "rate" in lines[0] and "Traceback" not in proc.stderr

@@ -48,8 +48,7 @@ def test_every_variant_validates_over_torch_gloo(nranks, case_id):
         return
     over_mpi = case_id.startswith("mpi-")
     for r in rows:
-        assert (r["transport"], r["backend"]) == (("mpi", "mpi") if over_mpi else
-                                                  ("torch", "gloo"))
+        assert (r["transport"], r["backend"]) == (("mpi", "mpi") if over_mpi else ("torch", "gloo"))
         assert r["device"] == ",".join(["cpu"] * nranks)  # every rank's device, in order
         assert r["host_syncs"] == ""  # host buffers: nothing to wait for
         if "coll-library-" in case_id:  # the default over torch, named over MPI
@@ -66,12 +65,15 @@ def test_every_variant_validates_over_torch_gloo(nranks, case_id):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("args, words", [
-    (["--transport", "torch", "--backend", "nccl"], "nccl moves device buffers only"),
-    (["--backend", "gloo"], "--backend applies to --transport torch"),
-    (["--transport", "torch", "--algorithm", "mpi"], "--algorithm library"),
-    (["--transport", "torch", "-d", "torch-cuda"], "no CUDA device"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--transport", "torch", "--backend", "nccl"], "nccl moves device buffers only"),
+        (["--backend", "gloo"], "--backend applies to --transport torch"),
+        (["--transport", "torch", "--algorithm", "mpi"], "--algorithm library"),
+        (["--transport", "torch", "-d", "torch-cuda"], "no CUDA device"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, words):
     proc = mpirun(2, [*variant_module("baseline"), "-m", "4K:4K", "-i", "2", *args])
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -81,8 +83,9 @@ def test_bad_input_is_one_line_and_exit_2(args, words):
 
 @pytest.mark.timeout(120)
 def test_omnireduce_over_torch_is_refused_in_one_line():
-    proc = mpirun(2, [*variant_module("sparse_streaming"), "--transport", "torch", "-m",
-                      "64K:64K", "-i", "2"])
+    proc = mpirun(
+        2, [*variant_module("sparse_streaming"), "--transport", "torch", "-m", "64K:64K", "-i", "2"]
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--transport mpi" in lines[0], lines
@@ -93,8 +96,21 @@ def test_omnireduce_over_torch_is_refused_in_one_line():
 def test_a_failing_rank_ends_the_job_over_torch(fault):
     """Rank 1 fails in the middle of the timed loop, its peer waiting in gloo: the job
     ends (the timeout would tell a hang)."""
-    proc = mpirun(2, ["-m", "tests.drivers.faulty_variants", fault, "-m", "4:4", "-i", "50",
-                      "--transport", "torch"], timeout=80)
+    proc = mpirun(
+        2,
+        [
+            "-m",
+            "tests.drivers.faulty_variants",
+            fault,
+            "-m",
+            "4:4",
+            "-i",
+            "50",
+            "--transport",
+            "torch",
+        ],
+        timeout=80,
+    )
     if fault == "raise":
         assert proc.returncode == 1, proc.stderr
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -111,23 +127,57 @@ def torchrun(args: list[str], port: int, timeout: float = 180) -> subprocess.Com
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     for name in ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_FD"):
         env.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
-                           "2", "--master-port", str(port), *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=REPO,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(port),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.mark.timeout(200)
 def test_torchrun_runs_the_torch_transport_without_mpi(tmp_path):
     out = tmp_path / "b.csv"
-    proc = torchrun(["-m", "ccbench.benchmarks.coll_compressed", "--transport", "torch",
-                     "--codec", "fp16", "--collective", "allreduce", "-m", "4K,16388", "-i",
-                     "2", "-x", "1", "-c", "--csv", str(out)], 29561)
+    proc = torchrun(
+        [
+            "-m",
+            "ccbench.benchmarks.coll_compressed",
+            "--transport",
+            "torch",
+            "--codec",
+            "fp16",
+            "--collective",
+            "allreduce",
+            "-m",
+            "4K,16388",
+            "-i",
+            "2",
+            "-x",
+            "1",
+            "-c",
+            "--csv",
+            str(out),
+        ],
+        29561,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = list(csv.DictReader(out.open()))
     assert {r["validation"] for r in rows} == {"Pass"} and len(rows) == 2
     assert {(r["transport"], r["backend"], r["device"]) for r in rows} == {
-        ("torch", "gloo", "cpu,cpu")}
+        ("torch", "gloo", "cpu,cpu")
+    }
     assert {r["mpi_library"] for r in rows} == {""}  # MPI was never started
     import json
 
@@ -143,11 +193,15 @@ def test_torchrun_runs_the_torch_transport_without_mpi(tmp_path):
 def test_the_launch_is_told_from_the_environment():
     from ccbench.collectives.launch import EnvLaunch, env_launch
 
-    torchrun = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "n0",
-                "MASTER_PORT": "29400"}
+    torchrun = {
+        "RANK": "3",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "n0",
+        "MASTER_PORT": "29400",
+    }
     assert env_launch(torchrun) == EnvLaunch("torchrun", 3, 8, 1, "n0", 29400)
-    srun = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
-            "MASTER_ADDR": "n1"}
+    srun = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "MASTER_ADDR": "n1"}
     assert env_launch(srun) == EnvLaunch("srun", 5, 8, 1, "n1", 29500)
     # an MPI launcher's variables: MPI starts, and gives rank, size and rendezvous
     assert env_launch({**srun, "PMI_RANK": "5"}) is None
@@ -160,8 +214,10 @@ def test_torchrun_refuses_the_mpi_transport_in_one_line():
     proc = torchrun(["-m", "ccbench.benchmarks.baseline", "-m", "4K:4K"], 29562)
     assert proc.returncode != 0
     ours = [line for line in proc.stderr.splitlines() if line.startswith("ccbench:")]
-    assert ours == ["ccbench: error: --transport mpi needs an MPI launch (mpiexec, or srun "
-                    "with MPI); under torchrun add --transport torch"], proc.stderr
+    assert ours == [
+        "ccbench: error: --transport mpi needs an MPI launch (mpiexec, or srun "
+        "with MPI); under torchrun add --transport torch"
+    ], proc.stderr
 
 
 @pytest.mark.timeout(120)
@@ -171,9 +227,30 @@ def test_a_paired_launch_puts_mpi_beside_torch(tmp_path):
     import json
 
     out = tmp_path / "pairs.json"
-    proc = mpirun(2, [*variant_module("paired"), "--turns", "2", "--a", "baseline",
-                      "--b", "baseline --transport torch", "--json", out, "--",
-                      "--collective", "allreduce", "-m", "4K:8K", "-i", "3", "-x", "1", "-c"])
+    proc = mpirun(
+        2,
+        [
+            *variant_module("paired"),
+            "--turns",
+            "2",
+            "--a",
+            "baseline",
+            "--b",
+            "baseline --transport torch",
+            "--json",
+            out,
+            "--",
+            "--collective",
+            "allreduce",
+            "-m",
+            "4K:8K",
+            "-i",
+            "3",
+            "-x",
+            "1",
+            "-c",
+        ],
+    )
     assert proc.returncode == 0, proc.stderr
     points = json.loads(out.read_text())["points"].values()
     assert sorted(p["size_bytes"] for p in points) == [4096, 8192]

@@ -30,7 +30,7 @@ class Ticket:
     def __init__(self):
         self.event = threading.Event()
         self.ready = None  # CUDA event on the caller's stream at submission
-        self.done = None   # CUDA event on the communication stream after the call
+        self.done = None  # CUDA event on the communication stream after the call
         self.error: BaseException | None = None
         self.result = None
         self.run_s = 0.0  # the collective's own time, wherever it ran
@@ -93,8 +93,9 @@ class CommStream:
             self.busy[kind] = self.busy.get(kind, 0.0) + ticket.run_s
             ticket.event.set()
 
-    def submit(self, call, kind: str = "other", tensor=None, label: str = "",
-               blocking: bool = False) -> Ticket:
+    def submit(
+        self, call, kind: str = "other", tensor=None, label: str = "", blocking: bool = False
+    ) -> Ticket:
         """Run ``call()`` on the stream (inline without overlap); returns its ticket.
         ``kind`` (allgather, reduce_scatter, allreduce) files its time in ``busy``;
         ``tensor`` (the whole vector: allgather's output, the others' input), ``label``

@@ -42,8 +42,7 @@ FRAMEWORKS = ("own", "fsdp", "ddp", "mgwfbp")
 def shard_units(model: nn.Module) -> list[nn.Module]:
     """The submodules FSDP wraps one by one: the items of every ModuleList (transformer
     blocks), else every direct child that holds parameters."""
-    units = [m for child in model.children() if isinstance(child, nn.ModuleList)
-             for m in child]
+    units = [m for child in model.children() if isinstance(child, nn.ModuleList) for m in child]
     if not units:
         units = [c for c in model.children() if any(True for _ in c.parameters())]
     return units
@@ -54,8 +53,14 @@ class StreamTrainer:
 
     framework = ""
 
-    def __init__(self, model: nn.Module, comm, gradient_comm: GradientCommunicator,
-                 stream: CommStream, lr: float):
+    def __init__(
+        self,
+        model: nn.Module,
+        comm,
+        gradient_comm: GradientCommunicator,
+        stream: CommStream,
+        lr: float,
+    ):
         self.model, self.comm, self.gradient_comm, self.stream = model, comm, gradient_comm, stream
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
         self.strategy_index = 0
@@ -93,12 +98,18 @@ class StreamTrainer:
         exposed = stream.waited_s * 1e6
         busy = {k: v * 1e6 for k, v in stream.busy.items()}
         return StepRecord(
-            loss=float(loss.detach()), step_us=total,
-            allgather_us=busy.get("allgather", 0.0), compute_us=total - exposed,
-            reduce_scatter_us=busy.get("reduce_scatter", 0.0), wire_bytes=comm.wire_bytes,
-            forward_us=(t1 - t0) * 1e6, backward_us=(t2 - t1) * 1e6,
-            optimizer_us=(t3 - t2) * 1e6, comm_us=exposed,
-            allreduce_us=busy.get("allreduce", 0.0), comm_busy_us=sum(busy.values()),
+            loss=float(loss.detach()),
+            step_us=total,
+            allgather_us=busy.get("allgather", 0.0),
+            compute_us=total - exposed,
+            reduce_scatter_us=busy.get("reduce_scatter", 0.0),
+            wire_bytes=comm.wire_bytes,
+            forward_us=(t1 - t0) * 1e6,
+            backward_us=(t2 - t1) * 1e6,
+            optimizer_us=(t3 - t2) * 1e6,
+            comm_us=exposed,
+            allreduce_us=busy.get("allreduce", 0.0),
+            comm_busy_us=sum(busy.values()),
             strategy=self.strategy_index,
         )
 
@@ -107,8 +118,12 @@ class StreamTrainer:
         return self.model
 
     def final_parameters(self) -> np.ndarray:
-        return torch.cat([p.detach().reshape(-1) for p in self.exact_model().parameters()]
-                         ).cpu().numpy().copy()
+        return (
+            torch.cat([p.detach().reshape(-1) for p in self.exact_model().parameters()])
+            .cpu()
+            .numpy()
+            .copy()
+        )
 
     def close(self) -> None:
         self.stream.close()
@@ -138,8 +153,14 @@ def full_tensor(v):
     global _host_mesh
     if _host_mesh is None:
         _host_mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    host = DTensor.from_local(v.to_local().detach().cpu(), _host_mesh, v.placements,
-                              run_check=False, shape=v.shape, stride=v.stride())
+    host = DTensor.from_local(
+        v.to_local().detach().cpu(),
+        _host_mesh,
+        v.placements,
+        run_check=False,
+        shape=v.shape,
+        stride=v.stride(),
+    )
     return host.full_tensor().to(v.device)
 
 
@@ -187,8 +208,17 @@ class DDPTrainer(StreamTrainer):
 
     framework = "ddp"
 
-    def __init__(self, model, comm, gradient_comm, stream, lr, torch_hook: str = "none",
-                 bucket_cap_mb: float | None = None, powersgd_rank: int = 4):
+    def __init__(
+        self,
+        model,
+        comm,
+        gradient_comm,
+        stream,
+        lr,
+        torch_hook: str = "none",
+        bucket_cap_mb: float | None = None,
+        powersgd_rank: int = 4,
+    ):
         from torch.nn.parallel import DistributedDataParallel
 
         kwargs = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}
@@ -197,8 +227,9 @@ class DDPTrainer(StreamTrainer):
             kwargs["device_ids"] = [device.index]
         ddp = DistributedDataParallel(model, gradient_as_bucket_view=True, **kwargs)
         self.module = model
-        self.hook = DDPHook(None if gradient_comm.torch_calls else gradient_comm,
-                            stream, torch_hook, powersgd_rank)
+        self.hook = DDPHook(
+            None if gradient_comm.torch_calls else gradient_comm, stream, torch_hook, powersgd_rank
+        )
         ddp.register_comm_hook(state=None, hook=self.hook.hook)
         super().__init__(ddp, comm, gradient_comm, stream, lr)
 
@@ -209,8 +240,9 @@ class DDPTrainer(StreamTrainer):
 # ----------------------------------------------------------------------- MG-WFBP
 
 
-def measure_profile(model: nn.Module, loss_fn, comm, iterations: int = 5, warmup: int = 2,
-                    name: str = "model"):
+def measure_profile(
+    model: nn.Module, loss_fn, comm, iterations: int = 5, warmup: int = 2, name: str = "model"
+):
     """This model's layer profile on its real backward pass (no communication), in
     backward order, averaged over iterations and ranks so every rank plans the same
     schedule (``training.profiler.backward_stamps``). Returns the profile and the
@@ -227,8 +259,9 @@ def measure_profile(model: nn.Module, loss_fn, comm, iterations: int = 5, warmup
         raise UsageError("ranks disagree on the model's gradients")
     mean = comm.allreduce_array(local) / comm.size
     nbytes = [params[n].numel() * params[n].element_size() for n in order]
-    profile = Profile.from_arrays(name, nbytes, np.maximum(mean[1:], 0.0), float(mean[0]),
-                                  params=order)
+    profile = Profile.from_arrays(
+        name, nbytes, np.maximum(mean[1:], 0.0), float(mean[0]), params=order
+    )
     return profile, [names.index(n) for n in order]
 
 
@@ -254,14 +287,12 @@ class MergedGradientTrainer(StreamTrainer):
         self.params = [params[i] for i in order]
         self.plans = plans
         total = sum(p.numel() for p in self.params)
-        self.flat = torch.zeros(total, dtype=self.params[0].dtype,
-                                device=self.params[0].device)
+        self.flat = torch.zeros(total, dtype=self.params[0].dtype, device=self.params[0].device)
         self.edges = np.concatenate(([0], np.cumsum([p.numel() for p in self.params])))
         for i, p in enumerate(self.params):
-            p.grad = self.flat[self.edges[i]:self.edges[i + 1]].view_as(p)
+            p.grad = self.flat[self.edges[i] : self.edges[i + 1]].view_as(p)
         self._position = {id(p): i for i, p in enumerate(self.params)}
-        self._handles = [p.register_post_accumulate_grad_hook(self._ready)
-                         for p in self.params]
+        self._handles = [p.register_post_accumulate_grad_hook(self._ready) for p in self.params]
 
     def _groups(self):
         return self.plans[self.strategy_index].groups
@@ -276,7 +307,7 @@ class MergedGradientTrainer(StreamTrainer):
         self._remaining[g] -= 1
         if self._remaining[g] == 0:
             a, b = self._groups()[g]
-            chunk = self.flat[self.edges[a]:self.edges[b]]
+            chunk = self.flat[self.edges[a] : self.edges[b]]
             key = (self.strategy_index, g)
 
             def run():
@@ -299,7 +330,8 @@ class MergedGradientTrainer(StreamTrainer):
             self.optimizer.zero_grad = zero
         for p in self.params:
             if p.grad is None or p.grad.untyped_storage().data_ptr() != (
-                    self.flat.untyped_storage().data_ptr()):
+                self.flat.untyped_storage().data_ptr()
+            ):
                 raise RuntimeError("a gradient left the flat buffer")
         self.strategy_index = (self.strategy_index + 1) % max(1, len(self.plans))
         return record

@@ -38,12 +38,12 @@ COMPRESS = ("both", "grads", "params")
 @dataclass
 class GradientCommSpec:
     variant: str = "baseline"
-    algorithm: str = "ring"           # baseline: mpi, library or ring
-    codec: str = "none"               # a compressed variant's (the others': none)
-    compress: str = "both"            # which collectives of a compressed variant compress
+    algorithm: str = "ring"  # baseline: mpi, library or ring
+    codec: str = "none"  # a compressed variant's (the others': none)
+    compress: str = "both"  # which collectives of a compressed variant compress
     error_feedback: bool = False
-    chunk_bytes: int | None = None    # coll_compressed pipeline chunk
-    block_size: int = 256             # sparse_streaming (OmniReduce) options
+    chunk_bytes: int | None = None  # coll_compressed pipeline chunk
+    block_size: int = 256  # sparse_streaming (OmniReduce) options
     fusion: int = 1024
     window: int = 4
 
@@ -73,23 +73,27 @@ class GradientCommunicator:
         self.sparse = algorithm == "omnireduce"
         # needs the parsed codec (lossy or not): no option parser has it
         if spec.error_feedback and not self.lossy_gradients:
-            raise UsageError("--error-feedback needs a lossy ccbench codec on the gradients "
-                             "(a compressed variant with --compress both or grads)")
+            raise UsageError(
+                "--error-feedback needs a lossy ccbench codec on the gradients "
+                "(a compressed variant with --compress both or grads)"
+            )
         self._bound: OrderedDict = OrderedDict()
         self._scratch: dict = {}
 
     # what is compressed
     @property
     def lossy_gradients(self) -> bool:
-        return (self.codec is not None and self.codec.lossy
-                and self.spec.compress in ("both", "grads"))
+        return (
+            self.codec is not None and self.codec.lossy and self.spec.compress in ("both", "grads")
+        )
 
     def compresses(self, collective: str) -> bool:
         if self.codec is None:
             return False
         # a reduction sums gradients; what is gathered is parameters
         return self.spec.compress == "both" or (
-            self.spec.compress == ("grads" if spec(collective).reduces else "params"))
+            self.spec.compress == ("grads" if spec(collective).reduces else "params")
+        )
 
     def error_bound(self, collective: str, amaxes: list[float], dtype: str = "float32"):
         """Max abs error of one collective's result (None: exact up to summation order)."""
@@ -120,11 +124,18 @@ class GradientCommunicator:
     def _compressed(self, collective: str, send, recv):
         from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, bind_compressed
 
-        options = ({"chunk_bytes": self.spec.chunk_bytes or DEFAULT_CHUNK_BYTES}
-                   if self.kind == "coll" else {})
+        options = (
+            {"chunk_bytes": self.spec.chunk_bytes or DEFAULT_CHUNK_BYTES}
+            if self.kind == "coll"
+            else {}
+        )
         key = (collective, send.data_ptr(), send.numel(), recv.numel(), send.dtype)
-        bound = self._cached(key, lambda: bind_compressed(
-            self.comm, self.kind, collective, self.codec, send, recv, **options))
+        bound = self._cached(
+            key,
+            lambda: bind_compressed(
+                self.comm, self.kind, collective, self.codec, send, recv, **options
+            ),
+        )
         bound.recvbuf = recv  # a fresh output of the same length: retarget, keep the slots
         return bound
 
@@ -148,8 +159,15 @@ class GradientCommunicator:
         if described.in_place:  # one buffer: the library's call reads a copy
             key = ("library-in", send.data_ptr(), send.numel(), send.dtype)
             send = self._cached(key, lambda: torch.empty_like(send)).copy_(send)
-        key = ("library", collective, send.data_ptr(), recv.data_ptr(), send.numel(),
-               recv.numel(), send.dtype)
+        key = (
+            "library",
+            collective,
+            send.data_ptr(),
+            recv.data_ptr(),
+            send.numel(),
+            recv.numel(),
+            send.dtype,
+        )
         self._cached(key, lambda: comm.library_call(collective, send, recv))()
 
     def allgather(self, send, recv) -> None:
@@ -172,8 +190,7 @@ class GradientCommunicator:
         else:
             from ccbench.collectives.ring import ring_reduce_scatter
 
-            ring_reduce_scatter(self.comm, send, recv,
-                                self._ring_scratch(send, recv.numel()))
+            ring_reduce_scatter(self.comm, send, recv, self._ring_scratch(send, recv.numel()))
 
     def allreduce(self, buf) -> None:
         """buf = sum over ranks, in place."""
@@ -199,8 +216,13 @@ class GradientCommunicator:
 
         def build():
             out = torch.empty_like(buf)
-            layout = make_layout(buf.numel(), self.spec.block_size, self.comm.size,
-                                 fusion=self.spec.fusion, window=self.spec.window)
+            layout = make_layout(
+                buf.numel(),
+                self.spec.block_size,
+                self.comm.size,
+                fusion=self.spec.fusion,
+                window=self.spec.window,
+            )
             return OmniReduce(self.comm, buf, out, layout), out
 
         engine, out = self._cached(("omnireduce", buf.data_ptr(), buf.numel()), build)
@@ -220,8 +242,10 @@ class GradientCommunicator:
         codec = self.codec
         bounds = block_bounds(x.numel(), blocks)
         longest = max(b - a for a, b in bounds)
-        payload = self._cached(("payload", longest, x.dtype),
-                               lambda: empty_payload(x, codec.max_encoded_nbytes(longest)))
+        payload = self._cached(
+            ("payload", longest, x.dtype),
+            lambda: empty_payload(x, codec.max_encoded_nbytes(longest)),
+        )
         for a, b in bounds:
             if b > a:
                 codec.decode(codec.encode(x[a:b], out=payload), out[a:b])

@@ -15,35 +15,45 @@ import numpy as np
 from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
-STEP_FIELDS = ("step_us", "allgather_us", "compute_us", "reduce_scatter_us", "forward_us",
-               "backward_us", "optimizer_us", "comm_us", "allreduce_us", "comm_busy_us")
+STEP_FIELDS = (
+    "step_us",
+    "allgather_us",
+    "compute_us",
+    "reduce_scatter_us",
+    "forward_us",
+    "backward_us",
+    "optimizer_us",
+    "comm_us",
+    "allreduce_us",
+    "comm_busy_us",
+)
 
 
 @dataclass
 class TrainConfig:
     model: str = "lm-small"
-    framework: str = "own"         # own (training/sharded.py), fsdp, ddp, mgwfbp
+    framework: str = "own"  # own (training/sharded.py), fsdp, ddp, mgwfbp
     variant: str = "baseline"
     algorithm: str = "mpi"
     codec: str = "none"
     compress: str = "both"
     error_feedback: bool = False
     steps: int = 100
-    batch: int | None = None       # global batch; None: the model's default
-    lr: float | None = None        # None: the model's default
+    batch: int | None = None  # global batch; None: the model's default
+    lr: float | None = None  # None: the model's default
     seed: int = 0
-    warmup: int = 3                # steps left out of the timing averages
+    warmup: int = 3  # steps left out of the timing averages
     clip: float = 0.0
     eval_every: int = 0
     final_window: int = 10
     threads: int = 1
     chunk_bytes: int | None = None  # coll_compressed pipeline chunk; None: the default
-    overlap: bool = True           # fsdp / ddp / mgwfbp: communication on its own thread
-    strategy: str = "mgwfbp"       # mgwfbp: comma-separated strategies, rotated per step
+    overlap: bool = True  # fsdp / ddp / mgwfbp: communication on its own thread
+    strategy: str = "mgwfbp"  # mgwfbp: comma-separated strategies, rotated per step
     bucket_cap_mb: float | None = None  # ddp: None is DDP's default (25)
     powersgd_rank: int = 4
-    profile_iterations: int = 5    # mgwfbp: backward passes profiled before training
-    device: str = "auto"           # fsdp / ddp / mgwfbp: cpu, cuda, or auto (cuda if any)
+    profile_iterations: int = 5  # mgwfbp: backward passes profiled before training
+    device: str = "auto"  # fsdp / ddp / mgwfbp: cpu, cuda, or auto (cuda if any)
 
 
 @dataclass
@@ -58,17 +68,17 @@ class TrainResult:
     lr: float
     unit: str
     units_per_step: int
-    loss: np.ndarray                  # mean over ranks of each rank's batch loss
-    times: dict[str, np.ndarray]      # STEP_FIELDS, microseconds, mean over ranks
-    max_step_us: np.ndarray           # slowest rank per step
-    wire_bytes: np.ndarray            # per rank per step (mean over ranks); 0 = not counted
+    loss: np.ndarray  # mean over ranks of each rank's batch loss
+    times: dict[str, np.ndarray]  # STEP_FIELDS, microseconds, mean over ranks
+    max_step_us: np.ndarray  # slowest rank per step
+    wire_bytes: np.ndarray  # per rank per step (mean over ranks); 0 = not counted
     evals: dict[int, tuple[float, float]] = field(default_factory=dict)  # step -> (loss, acc)
     final_params: np.ndarray | None = None
     strategy: np.ndarray | None = None  # mgwfbp: index into strategies, per step
     strategies: list[str] = field(default_factory=list)
     predicted_us: list[float] = field(default_factory=list)  # per strategy (the planner)
     predicted_exposed_us: list[float] = field(default_factory=list)  # its non-overlapped comm
-    plan_groups: list[int] = field(default_factory=list)     # per strategy
+    plan_groups: list[int] = field(default_factory=list)  # per strategy
 
     def timed(self) -> slice:
         """The steps the timing averages use: all but the first ``warmup``."""
@@ -137,8 +147,10 @@ def training_device(config: TrainConfig, local_rank: int):
         raise UsageError(f"--device {config.device}: choose one of {', '.join(DEVICES)}")
     stock = config.framework in ("fsdp", "ddp", "mgwfbp")
     if config.device == "cuda" and not stock:
-        raise UsageError("--device cuda: the compact trainer (--framework own) runs on the "
-                         "CPU; use --framework fsdp, ddp or mgwfbp")
+        raise UsageError(
+            "--device cuda: the compact trainer (--framework own) runs on the "
+            "CPU; use --framework fsdp, ddp or mgwfbp"
+        )
     if config.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: torch sees no CUDA device on this host")
     if config.device == "cpu" or not stock or not torch.cuda.is_available():
@@ -176,12 +188,19 @@ def build_trainer(comm, config: TrainConfig, task, cost=None):
         from ccbench.training.sharded import ShardedTrainer
 
         if config.variant not in variants.SHARDED_VARIANTS:
-            raise UsageError(f"--variant {config.variant} runs with --framework fsdp, ddp "
-                             "or mgwfbp")
+            raise UsageError(
+                f"--variant {config.variant} runs with --framework fsdp, ddp or mgwfbp"
+            )
         return ShardedTrainer(
-            model, comm, variant=config.variant, algorithm=config.algorithm,
-            codec=config.codec, compress=config.compress, lr=lr,
-            error_feedback=config.error_feedback, clip=config.clip,
+            model,
+            comm,
+            variant=config.variant,
+            algorithm=config.algorithm,
+            codec=config.codec,
+            compress=config.compress,
+            lr=lr,
+            error_feedback=config.error_feedback,
+            clip=config.clip,
             chunk_bytes=config.chunk_bytes,
         )
     return _build_stream_trainer(comm, config, task, model, lr, cost, device)
@@ -207,40 +226,62 @@ def _build_stream_trainer(comm, config: TrainConfig, task, model, lr, cost, devi
     from ccbench.training.rendezvous import init_torch_distributed
 
     if config.framework not in frameworks.FRAMEWORKS:
-        raise UsageError(f"unknown framework {config.framework!r}; choose from "
-                         f"{', '.join(frameworks.FRAMEWORKS)}")
+        raise UsageError(
+            f"unknown framework {config.framework!r}; choose from "
+            f"{', '.join(frameworks.FRAMEWORKS)}"
+        )
     if config.clip:
         raise UsageError("--clip is implemented by --framework own only")
     torch_hook = torch_hook_of(config)
     codec = config.codec
     if config.variant == "torch":
         if config.framework != "ddp" and codec != "none":
-            raise UsageError("torch's compression hooks (fp16, bf16, powersgd) are DDP comm "
-                             "hooks: use --framework ddp")
+            raise UsageError(
+                "torch's compression hooks (fp16, bf16, powersgd) are DDP comm "
+                "hooks: use --framework ddp"
+            )
         if torch_hook not in ("none", "fp16", "bf16", "powersgd"):
-            raise UsageError(f"--variant torch takes --codec none, fp16, bf16 or powersgd, "
-                             f"not {codec}")
+            raise UsageError(
+                f"--variant torch takes --codec none, fp16, bf16 or powersgd, not {codec}"
+            )
         if config.error_feedback:
-            raise UsageError("--error-feedback applies to ccbench codecs (PowerSGD keeps "
-                             "its own)")
+            raise UsageError("--error-feedback applies to ccbench codecs (PowerSGD keeps its own)")
         codec = "none"
     if config.variant == "sparse_streaming" and config.framework == "fsdp":
         raise UsageError("sparse streaming is an allreduce: use --framework ddp or mgwfbp")
     spec = GradientCommSpec(
-        variant=config.variant, algorithm=config.algorithm, codec=codec,
-        compress=config.compress, error_feedback=config.error_feedback,
-        chunk_bytes=config.chunk_bytes)
+        variant=config.variant,
+        algorithm=config.algorithm,
+        codec=codec,
+        compress=config.compress,
+        error_feedback=config.error_feedback,
+        chunk_bytes=config.chunk_bytes,
+    )
     gradient_comm = GradientCommunicator(comm, spec)
     init_torch_distributed(comm, default_group_backend(comm))
     stream = CommStream(overlap=config.overlap, device=device)
     if config.framework == "fsdp":
         from ccbench.training.models import build_model
 
-        return frameworks.FSDPTrainer(model, comm, gradient_comm, stream, lr,
-                                      build_replica=lambda: build_model(task, config.seed))
+        return frameworks.FSDPTrainer(
+            model,
+            comm,
+            gradient_comm,
+            stream,
+            lr,
+            build_replica=lambda: build_model(task, config.seed),
+        )
     if config.framework == "ddp":
-        return frameworks.DDPTrainer(model, comm, gradient_comm, stream, lr, torch_hook,
-                                     config.bucket_cap_mb, config.powersgd_rank)
+        return frameworks.DDPTrainer(
+            model,
+            comm,
+            gradient_comm,
+            stream,
+            lr,
+            torch_hook,
+            config.bucket_cap_mb,
+            config.powersgd_rank,
+        )
     return _build_mgwfbp(comm, config, task, model, lr, gradient_comm, stream, cost, device)
 
 
@@ -254,8 +295,13 @@ def _build_mgwfbp(comm, config, task, model, lr, gradient_comm, stream, cost, de
     batch = config.batch or task.default_batch
     lo, hi = batch * comm.rank // comm.size, batch * (comm.rank + 1) // comm.size
     inputs = to_device(task.batch(config.seed, 0, batch, lo, hi), device)  # step 0: unseen
-    profile, order = measure_profile(model, lambda m: task.loss(m, inputs), comm,
-                                     iterations=config.profile_iterations, name=task.name)
+    profile, order = measure_profile(
+        model,
+        lambda m: task.loss(m, inputs),
+        comm,
+        iterations=config.profile_iterations,
+        name=task.name,
+    )
     alpha_beta = cost(gradient_comm, profile)
     trainer = MergedGradientTrainer(model, comm, gradient_comm, stream, lr)
     trainer.prepare(profile, order, [plan(s, profile, alpha_beta) for s in strategies])
@@ -266,8 +312,9 @@ def _build_mgwfbp(comm, config, task, model, lr, gradient_comm, stream, cost, de
 RECORD_FIELDS = ("loss", *STEP_FIELDS, "wire_bytes", "strategy")
 
 
-def run_training(comm, config: TrainConfig, task=None, trainer=None, keep_params=False,
-                 on_step=None):
+def run_training(
+    comm, config: TrainConfig, task=None, trainer=None, keep_params=False, on_step=None
+):
     """Train ``config.steps`` steps on ``comm``; collective over all its ranks.
 
     ``on_step(step, loss)`` is called after every step (a progress bar, a log line).
@@ -283,8 +330,9 @@ def run_training(comm, config: TrainConfig, task=None, trainer=None, keep_params
     try:
         for step in range(1, config.steps + 1):
             # the data loader's work, and its copy to the model's device
-            inputs = to_device(task.batch(config.seed, step, batch, lo, hi),
-                               _device_of(trainer.model))
+            inputs = to_device(
+                task.batch(config.seed, step, batch, lo, hi), _device_of(trainer.model)
+            )
             records.append(trainer.step(lambda m, b=inputs: task.loss(m, b)))
             if on_step is not None:
                 on_step(step, records[-1].loss)
@@ -299,11 +347,20 @@ def run_training(comm, config: TrainConfig, task=None, trainer=None, keep_params
     column = {f: mean[:, i] for i, f in enumerate(RECORD_FIELDS)}
     plans = getattr(trainer, "plans", [])
     return TrainResult(
-        config=config, model_name=task.name, dataset=task.dataset,
-        params=parameter_count(trainer.model), global_batch=batch, lr=lr, unit=task.unit,
-        units_per_step=batch * task.units_per_sample(), loss=column["loss"],
-        times={f: column[f] for f in STEP_FIELDS}, max_step_us=slowest,
-        wire_bytes=column["wire_bytes"], evals=evals, final_params=final,
+        config=config,
+        model_name=task.name,
+        dataset=task.dataset,
+        params=parameter_count(trainer.model),
+        global_batch=batch,
+        lr=lr,
+        unit=task.unit,
+        units_per_step=batch * task.units_per_sample(),
+        loss=column["loss"],
+        times={f: column[f] for f in STEP_FIELDS},
+        max_step_us=slowest,
+        wire_bytes=column["wire_bytes"],
+        evals=evals,
+        final_params=final,
         strategy=local[:, -1].astype(int) if plans else None,
         strategies=[p.strategy for p in plans],
         predicted_us=[p.iteration_us for p in plans],

@@ -92,8 +92,10 @@ class DigitsCNN(nn.Module):
     def __init__(self):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
             nn.MaxPool2d(2),
         )
         self.classifier = nn.Sequential(
@@ -108,8 +110,12 @@ class DigitsMLP(nn.Module):
     def __init__(self, hidden: int = 256):
         super().__init__()
         self.layers = nn.Sequential(
-            nn.Flatten(), nn.Linear(64, hidden), nn.ReLU(),
-            nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10),
+            nn.Flatten(),
+            nn.Linear(64, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, 10),
         )
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -178,9 +184,9 @@ class Task:
     """A model, its data and its loss.  Subclasses fill the hooks."""
 
     name = ""
-    unit = "samples"          # what throughput counts: samples or tokens
+    unit = "samples"  # what throughput counts: samples or tokens
     dataset = ""
-    default_batch = 32        # global batch (samples per step, over all ranks)
+    default_batch = 32  # global batch (samples per step, over all ranks)
     default_lr = 1e-3
 
     def build_model(self) -> nn.Module:
@@ -228,9 +234,7 @@ class StdlibLM(Task):
         self.name, self.width, self.depth, self.heads = name, width, depth, heads
         self.context, self.default_batch = context, batch
         self.train_bytes, held_out, digest = load_stdlib_corpus()
-        self.dataset = (
-            f"stdlib-source:{len(self.train_bytes)}+{len(held_out)}B:sha256={digest}"
-        )
+        self.dataset = f"stdlib-source:{len(self.train_bytes)}+{len(held_out)}B:sha256={digest}"
         # Held out: evenly spaced windows over modules never trained on.
         span = len(held_out) - context - 1
         starts = np.linspace(0, span, held_out_windows).astype(np.int64)

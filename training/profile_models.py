@@ -46,8 +46,9 @@ class Bottleneck(nn.Module):
         self.bn3 = nn.BatchNorm2d(out)
         self.downsample = None
         if stride != 1 or inplanes != out:
-            self.downsample = nn.Sequential(nn.Conv2d(inplanes, out, 1, stride, bias=False),
-                                            nn.BatchNorm2d(out))
+            self.downsample = nn.Sequential(
+                nn.Conv2d(inplanes, out, 1, stride, bias=False), nn.BatchNorm2d(out)
+            )
 
     def forward(self, x):
         y = F.relu(self.bn1(self.conv1(x)))
@@ -81,8 +82,26 @@ class ResNet50(nn.Module):
 
 # ---------------------------------------------------------------- VGG-16
 
-VGG16_LAYOUT = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M",
-                512, 512, 512, "M", 512, 512, 512, "M")  # fmt: skip
+VGG16_LAYOUT = (
+    64,
+    64,
+    "M",
+    128,
+    128,
+    "M",
+    256,
+    256,
+    256,
+    "M",
+    512,
+    512,
+    512,
+    "M",
+    512,
+    512,
+    512,
+    "M",
+)
 
 
 class VGG16(nn.Module):
@@ -99,8 +118,12 @@ class VGG16(nn.Module):
         self.features = nn.Sequential(*layers)
         hidden = _scaled(4096, width)
         self.classifier = nn.Sequential(
-            nn.Linear(channels * 7 * 7, hidden), nn.ReLU(inplace=True), nn.Dropout(),
-            nn.Linear(hidden, hidden), nn.ReLU(inplace=True), nn.Dropout(),
+            nn.Linear(channels * 7 * 7, hidden),
+            nn.ReLU(inplace=True),
+            nn.Dropout(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(inplace=True),
+            nn.Dropout(),
             nn.Linear(hidden, num_classes),
         )
 
@@ -126,8 +149,9 @@ class BertSelfAttention(nn.Module):
         def split(t):
             return t.view(batch, seq, self.heads, hidden // self.heads).transpose(1, 2)
 
-        y = F.scaled_dot_product_attention(split(self.query(x)), split(self.key(x)),
-                                           split(self.value(x)))
+        y = F.scaled_dot_product_attention(
+            split(self.query(x)), split(self.key(x)), split(self.value(x))
+        )
         return y.transpose(1, 2).reshape(batch, seq, hidden)
 
 
@@ -149,8 +173,15 @@ class BertLayer(nn.Module):
 class BertEncoder(nn.Module):
     """BERT-base: 12 layers, 12 heads, hidden 768 and FFN 3072 at width 1."""
 
-    def __init__(self, width: float = 1.0, layers: int = 12, heads: int = 12,
-                 vocab: int = 30522, max_positions: int = 512, num_classes: int = 2):
+    def __init__(
+        self,
+        width: float = 1.0,
+        layers: int = 12,
+        heads: int = 12,
+        vocab: int = 30522,
+        max_positions: int = 512,
+        num_classes: int = 2,
+    ):
         super().__init__()
         hidden = _scaled(768, width, heads)
         self.word_embeddings = nn.Embedding(vocab, hidden)
@@ -163,8 +194,11 @@ class BertEncoder(nn.Module):
 
     def forward(self, tokens):
         positions = torch.arange(tokens.shape[1], device=tokens.device)
-        x = (self.word_embeddings(tokens) + self.position_embeddings(positions)
-             + self.token_type_embeddings(torch.zeros_like(tokens)))
+        x = (
+            self.word_embeddings(tokens)
+            + self.position_embeddings(positions)
+            + self.token_type_embeddings(torch.zeros_like(tokens))
+        )
         x = self.embedding_norm(x)
         for layer in self.layers:
             x = layer(x)
@@ -207,6 +241,7 @@ def _image_batch(resolution: int, classes: int = 1000):
     def make(batch: int, gen: torch.Generator):
         x = torch.randn(batch, 3, resolution, resolution, generator=gen)
         return x, torch.randint(0, classes, (batch,), generator=gen)
+
     return make
 
 
@@ -216,18 +251,29 @@ def _token_batch(seq: int, vocab: int, classes: int | None):
         if classes is None:  # language model: predict every next token
             return tokens, torch.randint(0, vocab, (batch, seq), generator=gen)
         return tokens, torch.randint(0, classes, (batch,), generator=gen)
+
     return make
 
 
 MODELS: dict[str, ModelSpec] = {
-    "resnet50": ModelSpec(ResNet50, _image_batch(64), 0.25, 16,
-                          "ResNet-50, 161 tensors, 64x64 images"),
-    "vgg16": ModelSpec(VGG16, _image_batch(32), 0.25, 16,
-                       "VGG-16, 32 tensors, 32x32 images"),
-    "bert": ModelSpec(BertEncoder, _token_batch(64, 30522, 2), 0.25, 8,
-                      "BERT-base encoder, 201 tensors, 64 tokens"),
-    "lstm": ModelSpec(LSTMLanguageModel, _token_batch(35, 10000, None), 0.5, 20,
-                      "2-layer LSTM language model, 10 tensors, 35 steps"),
+    "resnet50": ModelSpec(
+        ResNet50, _image_batch(64), 0.25, 16, "ResNet-50, 161 tensors, 64x64 images"
+    ),
+    "vgg16": ModelSpec(VGG16, _image_batch(32), 0.25, 16, "VGG-16, 32 tensors, 32x32 images"),
+    "bert": ModelSpec(
+        BertEncoder,
+        _token_batch(64, 30522, 2),
+        0.25,
+        8,
+        "BERT-base encoder, 201 tensors, 64 tokens",
+    ),
+    "lstm": ModelSpec(
+        LSTMLanguageModel,
+        _token_batch(35, 10000, None),
+        0.5,
+        20,
+        "2-layer LSTM language model, 10 tensors, 35 steps",
+    ),
 }
 
 

@@ -24,8 +24,9 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def backward_stamps(model, loss_fn, warmup: int = 3, iterations: int = 10, device=None,
-                    on_iteration=None) -> tuple[list[str], np.ndarray, np.ndarray]:
+def backward_stamps(
+    model, loss_fn, warmup: int = 3, iterations: int = 10, device=None, on_iteration=None
+) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Time a model's real backward pass per gradient, with no communication.
 
     A hook on every trainable parameter stamps when its gradient is ready. Returns the
@@ -73,9 +74,17 @@ def backward_stamps(model, loss_fn, warmup: int = 3, iterations: int = 10, devic
     return order, np.array(gaps, dtype=np.float64), np.array(forward_ns, dtype=np.float64)
 
 
-def profile_model(name: str, width: float | None = None, batch: int | None = None,
-                  warmup: int = 3, iterations: int = 10, device: str = "cpu",
-                  seed: int = 0, statistic: str = "mean", on_iteration=None) -> list[dict]:
+def profile_model(
+    name: str,
+    width: float | None = None,
+    batch: int | None = None,
+    warmup: int = 3,
+    iterations: int = 10,
+    device: str = "cpu",
+    seed: int = 0,
+    statistic: str = "mean",
+    on_iteration=None,
+) -> list[dict]:
     """Profile rows of one model, in backward order (see module docstring).
 
     ``on_iteration()`` is called after every iteration, warm-ups included.
@@ -95,8 +104,8 @@ def profile_model(name: str, width: float | None = None, batch: int | None = Non
     params = dict(model.named_parameters())
     try:
         order, gaps, forward_ns = backward_stamps(
-            model, lambda m: loss_of(m, inputs, targets), warmup, iterations, dev,
-            on_iteration)
+            model, lambda m: loss_of(m, inputs, targets), warmup, iterations, dev, on_iteration
+        )
     except UsageError as exc:
         raise UsageError(f"{name}: {exc}") from None
     average = {"mean": np.mean, "median": np.median}[statistic]
@@ -107,11 +116,22 @@ def profile_model(name: str, width: float | None = None, batch: int | None = Non
         p = params[n]
         backward_us = float(backward[i])
         ready += backward_us
-        rows.append({
-            "model": name, "order": i, "param": n, "shape": "x".join(map(str, p.shape)),
-            "numel": p.numel(), "dtype": str(p.dtype).removeprefix("torch."),
-            "bytes": p.numel() * p.element_size(), "backward_us": round(backward_us, 3),
-            "ready_us": round(ready, 3), "forward_us": round(forward_us, 3), "batch": batch,
-            "device": dev.type, "iterations": iterations, "width": width,
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": name,
+                "order": i,
+                "param": n,
+                "shape": "x".join(map(str, p.shape)),
+                "numel": p.numel(),
+                "dtype": str(p.dtype).removeprefix("torch."),
+                "bytes": p.numel() * p.element_size(),
+                "backward_us": round(backward_us, 3),
+                "ready_us": round(ready, 3),
+                "forward_us": round(forward_us, 3),
+                "batch": batch,
+                "device": dev.type,
+                "iterations": iterations,
+                "width": width,
+            }
+        )
     return rows

@@ -23,6 +23,7 @@ def init_torch_distributed(comm, backend: str | None = None) -> str:
     if dist.is_initialized():
         return dist.get_backend()
     backend = backend or os.environ.get("CCBENCH_TORCH_BACKEND", "gloo")
-    init_default_group(backend, comm.rank, comm.size, comm.local_rank,
-                       mpi_comm=getattr(comm, "mpi", None))
+    init_default_group(
+        backend, comm.rank, comm.size, comm.local_rank, mpi_comm=getattr(comm, "mpi", None)
+    )
     return backend

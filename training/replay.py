@@ -34,8 +34,13 @@ from ccbench.collectives.trace import Event, Step, Trace
 from ccbench.kernels.errors import UsageError
 
 COMPUTE_MODES = ("busy", "busy-cpu", "sleep")
-TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16,
-                "bfloat16": torch.bfloat16, "float64": torch.float64, "int8": torch.int8}
+TORCH_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "int8": torch.int8,
+}
 FILL_TILE = 1 << 20  # buffers are filled by tiling this many values of the data kind
 
 
@@ -103,11 +108,18 @@ class Router:
         from ccbench.training.gradient_comm import GradientCommSpec, GradientCommunicator
 
         self.comm = comm
-        make = lambda **kw: GradientCommunicator(comm, GradientCommSpec(  # noqa: E731
-            compress=spec.compress, chunk_bytes=spec.chunk_bytes, **kw))
+        make = lambda **kw: GradientCommunicator(
+            comm,
+            GradientCommSpec(  # noqa: E731
+                compress=spec.compress, chunk_bytes=spec.chunk_bytes, **kw
+            ),
+        )
         self.main = make(variant=spec.variant, algorithm=spec.algorithm, codec=spec.codec)
-        self.dense = make(variant="baseline", algorithm="ring", codec="none") \
-            if spec.variant == "sparse_streaming" else self.main
+        self.dense = (
+            make(variant="baseline", algorithm="ring", codec="none")
+            if spec.variant == "sparse_streaming"
+            else self.main
+        )
         if spec.variant == "torch":
             from ccbench.training.rendezvous import init_torch_distributed
 
@@ -161,8 +173,9 @@ class Buffers:
         for e in (e for s in steps for e in s.calls):
             key = (e.collective, e.dtype)
             longest[key] = max(longest.get(key, 0), padded(e.count, self.ranks))
-        tile = torch.from_numpy(values(data, FILL_TILE, self.rank, self.ranks, seed)
-                                .astype(np.float32))
+        tile = torch.from_numpy(
+            values(data, FILL_TILE, self.rank, self.ranks, seed).astype(np.float32)
+        )
         self.pools = {}
         for (collective, dtype), n in longest.items():
             pool = torch.empty(n, dtype=TORCH_DTYPES[dtype])
@@ -170,16 +183,17 @@ class Buffers:
             self.pools[(collective, dtype)] = pool
             _, out = spec(collective).counts_of_whole(n, self.ranks)
             if out != n:  # the output is a share of the whole: a buffer of its own
-                self.pools[("out", collective, dtype)] = torch.empty(
-                    out, dtype=TORCH_DTYPES[dtype])
+                self.pools[("out", collective, dtype)] = torch.empty(out, dtype=TORCH_DTYPES[dtype])
         self.sparse: dict = {}  # (count, dtype, density) -> (buffer, its sparse input)
-        for e in (e for s in steps for e in s.calls
-                  if e.sparse and spec(e.collective).streams_sparse):
+        for e in (
+            e for s in steps for e in s.calls if e.sparse and spec(e.collective).streams_sparse
+        ):
             key = (e.count, e.dtype, e.density)
             if key not in self.sparse:
                 kind = f"sparse:{e.density if e.density is not None else 1.0}"
-                fresh = torch.from_numpy(values(kind, e.count, self.rank, self.ranks,
-                                                seed)).to(TORCH_DTYPES[e.dtype])
+                fresh = torch.from_numpy(values(kind, e.count, self.rank, self.ranks, seed)).to(
+                    TORCH_DTYPES[e.dtype]
+                )
                 self.sparse[key] = (fresh.clone(), fresh)
 
     def views(self, e: Event):
@@ -193,14 +207,14 @@ class Buffers:
         if send == recv == n:
             return whole, whole
         if recv == n:
-            return whole[self.rank * send:(self.rank + 1) * send], whole
+            return whole[self.rank * send : (self.rank + 1) * send], whole
         return whole, self.pools[("out", e.collective, e.dtype)][:recv]
 
 
 def _tile_into(out: torch.Tensor, tile: torch.Tensor) -> None:
     for start in range(0, out.numel(), tile.numel()):
-        part = out[start:start + tile.numel()]
-        part.copy_(tile[:part.numel()])
+        part = out[start : start + tile.numel()]
+        part.copy_(tile[: part.numel()])
 
 
 def collective_call(e: Event, router: Router, buffers: Buffers):
@@ -237,8 +251,9 @@ class StepTimes:
     wire_bytes: int
 
 
-def run_step(step: Step, stream, router: Router, buffers: Buffers,
-             compute: ComputeWait) -> StepTimes:
+def run_step(
+    step: Step, stream, router: Router, buffers: Buffers, compute: ComputeWait
+) -> StepTimes:
     """One step on this rank (collective over the ranks, through the stream)."""
     comm = router.comm
     stream.reset_counters()
@@ -251,8 +266,9 @@ def run_step(step: Step, stream, router: Router, buffers: Buffers,
         compute(e.gap_us, e.gap_cpu_us)
         emulated += time.perf_counter() - c0
         if e.op == "call":
-            tickets[e.id] = ticket = stream.submit(collective_call(e, router, buffers),
-                                                   e.collective)
+            tickets[e.id] = ticket = stream.submit(
+                collective_call(e, router, buffers), e.collective
+            )
             if e.blocking:
                 stream.wait(ticket)
         elif e.op == "wait":
@@ -264,11 +280,14 @@ def run_step(step: Step, stream, router: Router, buffers: Buffers,
     emulated += time.perf_counter() - c0
     stream.drain()
     total = time.perf_counter() - t0
-    return StepTimes(step_us=total * 1e6, comm_us=stream.waited_s * 1e6,
-                     emulated_us=emulated * 1e6,
-                     busy={k: v * 1e6 for k, v in stream.busy.items()},
-                     codec_us=(router.codec_s() - codec0) * 1e6,
-                     wire_bytes=comm.wire_bytes)
+    return StepTimes(
+        step_us=total * 1e6,
+        comm_us=stream.waited_s * 1e6,
+        emulated_us=emulated * 1e6,
+        busy={k: v * 1e6 for k, v in stream.busy.items()},
+        codec_us=(router.codec_s() - codec0) * 1e6,
+        wire_bytes=comm.wire_bytes,
+    )
 
 
 def check_replayable(trace: Trace) -> None:
@@ -277,8 +296,10 @@ def check_replayable(trace: Trace) -> None:
     for e in (e for s in trace.steps for e in s.calls):
         members = trace.groups.get(e.group)
         if members is not None:
-            raise UsageError(f"call {e.id} runs on process group {e.group} (ranks "
-                             f"{members}); the replay runs collectives over every rank only")
+            raise UsageError(
+                f"call {e.id} runs on process group {e.group} (ranks "
+                f"{members}); the replay runs collectives over every rank only"
+            )
 
 
 # ----------------------------------------------------------------------------- merging
@@ -294,8 +315,12 @@ def merge_allreduces(step: Step, plan_groups) -> Step:
     position: dict[int, int] = {}  # a call's id in the step -> its place in `out`
     while i < len(events):
         j = i
-        while (j < len(events) and _mergeable(events[j]) and events[j].dtype == events[i].dtype
-               and events[j].collective == events[i].collective):
+        while (
+            j < len(events)
+            and _mergeable(events[j])
+            and events[j].dtype == events[i].dtype
+            and events[j].collective == events[i].collective
+        ):
             j += 1
         if j - i < 2:
             if events[i].op == "call":
@@ -304,19 +329,29 @@ def merge_allreduces(step: Step, plan_groups) -> Step:
             i += 1
             continue
         run = events[i:j]
-        groups = plan_groups(np.array([e.nbytes for e in run]),
-                             np.array([e.gap_us for e in run]))
+        groups = plan_groups(np.array([e.nbytes for e in run]), np.array([e.gap_us for e in run]))
         for a, b in groups:
             members = run[a:b]
             for e in members:
                 position[e.id] = len(out)
-            out.append(replace(
-                members[-1], gap_us=sum(e.gap_us for e in members),
-                gap_cpu_us=None if any(e.gap_cpu_us is None for e in members) else sum(
-                    e.gap_cpu_us for e in members), count=sum(e.count for e in members),
-                label=f"{members[0].label} .. {members[-1].label}" if b - a > 1
-                else members[0].label, sparse=all(e.sparse for e in members),
-                density=None, run_us=None, start_us=None, waited_us=None))
+            out.append(
+                replace(
+                    members[-1],
+                    gap_us=sum(e.gap_us for e in members),
+                    gap_cpu_us=None
+                    if any(e.gap_cpu_us is None for e in members)
+                    else sum(e.gap_cpu_us for e in members),
+                    count=sum(e.count for e in members),
+                    label=f"{members[0].label} .. {members[-1].label}"
+                    if b - a > 1
+                    else members[0].label,
+                    sparse=all(e.sparse for e in members),
+                    density=None,
+                    run_us=None,
+                    start_us=None,
+                    waited_us=None,
+                )
+            )
         i = j
     # consecutive ids; a wait on a call already waited for keeps only its compute
     new_id = {n: k for k, n in enumerate(n for n, e in enumerate(out) if e.op == "call")}
@@ -336,8 +371,13 @@ def merge_allreduces(step: Step, plan_groups) -> Step:
             waited.add(e.id)
         events.append(e)
     tail_cpu = None if step.tail_cpu_us is None else step.tail_cpu_us + carry_cpu
-    return Step(events=events, tail_us=step.tail_us + carry, tail_cpu_us=tail_cpu,
-                number=step.number, measured=step.measured)
+    return Step(
+        events=events,
+        tail_us=step.tail_us + carry,
+        tail_cpu_us=tail_cpu,
+        number=step.number,
+        measured=step.measured,
+    )
 
 
 def _mergeable(e: Event) -> bool:

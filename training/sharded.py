@@ -95,8 +95,15 @@ class ShardCollectives:
 
 
 def make_shard_collectives(
-    comm, flat: FlatParameters, variant: str, algorithm: str, codec: str, compress: str,
-    param_shard: torch.Tensor, grad_shard: torch.Tensor, chunk_bytes: int | None = None,
+    comm,
+    flat: FlatParameters,
+    variant: str,
+    algorithm: str,
+    codec: str,
+    compress: str,
+    param_shard: torch.Tensor,
+    grad_shard: torch.Tensor,
+    chunk_bytes: int | None = None,
 ) -> ShardCollectives:
     """Bind the step's allgather and reduce-scatter to the trainer's fixed buffers: the
     baseline's --algorithm, or the compressed schedule the registry names (the options
@@ -104,7 +111,9 @@ def make_shard_collectives(
     kind = variants.schedule(variant)
     if kind is None:  # the baseline (SHARDED_VARIANTS: it and the compressed ones)
         return ShardCollectives(
-            variant, algorithm, "none",
+            variant,
+            algorithm,
+            "none",
             bind_collective(comm, algorithm, "allgather", param_shard, flat.params),
             bind_collective(comm, algorithm, "reduce_scatter", flat.grads, grad_shard),
         )
@@ -131,7 +140,9 @@ def make_shard_collectives(
             chosen.decode(chosen.encode(x[start:stop], out=payload), out[start:stop])
 
     return ShardCollectives(
-        variant, "ring", chosen.spec,
+        variant,
+        "ring",
+        chosen.spec,
         bind("allgather", compress in ("both", "params"), param_shard, flat.params),
         bind("reduce_scatter", on_grads, flat.grads, grad_shard),
         gradient_roundtrip if on_grads and chosen.lossy else None,
@@ -159,16 +170,25 @@ class StepRecord:
     comm_us: float = 0.0
     allreduce_us: float = 0.0
     comm_busy_us: float = 0.0
-    strategy: int = 0          # index of the MG-WFBP strategy this step ran
+    strategy: int = 0  # index of the MG-WFBP strategy this step ran
 
 
 class ShardedTrainer:
     """ZeRO-3-style data parallelism with flat parameter shards over ccbench collectives."""
 
     def __init__(
-        self, model: nn.Module, comm, *, variant: str = "baseline", algorithm: str = "mpi",
-        codec: str = "none", compress: str = "both", lr: float = 1e-3,
-        error_feedback: bool = False, clip: float = 0.0, chunk_bytes: int | None = None,
+        self,
+        model: nn.Module,
+        comm,
+        *,
+        variant: str = "baseline",
+        algorithm: str = "mpi",
+        codec: str = "none",
+        compress: str = "both",
+        lr: float = 1e-3,
+        error_feedback: bool = False,
+        clip: float = 0.0,
+        chunk_bytes: int | None = None,
     ):
         self.model, self.comm, self.clip = model, comm, clip
         self.flat = FlatParameters(model, comm.size)
@@ -178,8 +198,15 @@ class ShardedTrainer:
         self.shard.grad = torch.zeros_like(self.shard)
         self.optimizer = torch.optim.Adam([self.shard], lr=lr)
         self.collectives = make_shard_collectives(
-            comm, self.flat, variant, algorithm, codec, compress,
-            self.shard.data, self.shard.grad, chunk_bytes,
+            comm,
+            self.flat,
+            variant,
+            algorithm,
+            codec,
+            compress,
+            self.shard.data,
+            self.shard.grad,
+            chunk_bytes,
         )
         self.residual = None
         if error_feedback:
@@ -212,10 +239,19 @@ class ShardedTrainer:
         t4 = time.perf_counter()
         ag, rs = (t1 - t0) * 1e6, (t3 - t2) * 1e6 + clip_us
         total = (t4 - t0) * 1e6
-        return StepRecord(float(loss.detach()), total, ag, total - ag - rs, rs, comm.wire_bytes,
-                          forward_us=(t_forward - t1) * 1e6, backward_us=(t2 - t_forward) * 1e6,
-                          optimizer_us=(t4 - t3) * 1e6 - clip_us, comm_us=ag + rs,
-                          comm_busy_us=ag + rs)
+        return StepRecord(
+            float(loss.detach()),
+            total,
+            ag,
+            total - ag - rs,
+            rs,
+            comm.wire_bytes,
+            forward_us=(t_forward - t1) * 1e6,
+            backward_us=(t2 - t_forward) * 1e6,
+            optimizer_us=(t4 - t3) * 1e6 - clip_us,
+            comm_us=ag + rs,
+            comm_busy_us=ag + rs,
+        )
 
     def _add_error_feedback(self) -> None:
         """g += residual; residual = g - decode(encode(g)) (GRACE's residual memory).

@@ -45,8 +45,13 @@ class _FSDPComm:
     all-gather) and the reduce-scatter's input (FSDP copies the gradients into it), so
     the same buffers, and the collectives bound to them, serve step after step."""
 
-    def __init__(self, gradient_comm: GradientCommunicator, stream: CommStream, name: str = "",
-                 feedback: ErrorFeedback | None = None):
+    def __init__(
+        self,
+        gradient_comm: GradientCommunicator,
+        stream: CommStream,
+        name: str = "",
+        feedback: ErrorFeedback | None = None,
+    ):
         self.gradient_comm, self.stream = gradient_comm, stream
         self.name, self.feedback = name, feedback
         self._buffers: dict = {}
@@ -64,8 +69,12 @@ class CcbenchAllGather(_FSDPComm, AllGather):
 
     def __call__(self, output_tensor, input_tensor, group, async_op: bool = False):
         ticket = self.stream.submit(
-            lambda: self.gradient_comm.allgather(input_tensor, output_tensor), "allgather",
-            tensor=output_tensor, label=self.name or "root", blocking=not async_op)
+            lambda: self.gradient_comm.allgather(input_tensor, output_tensor),
+            "allgather",
+            tensor=output_tensor,
+            label=self.name or "root",
+            blocking=not async_op,
+        )
         if async_op:
             return StreamWork(self.stream, ticket)
         self.stream.wait(ticket)
@@ -108,9 +117,13 @@ class CcbenchReduceScatter(_FSDPComm, ReduceScatter):
             if avg:
                 output_tensor.div_(size)
 
-        ticket = self.stream.submit(run, "reduce_scatter", tensor=input_tensor,
-                                    label=self.name or "root",
-                                    blocking=not (async_op or self.stream.overlap))
+        ticket = self.stream.submit(
+            run,
+            "reduce_scatter",
+            tensor=input_tensor,
+            label=self.name or "root",
+            blocking=not (async_op or self.stream.overlap),
+        )
         if async_op:
             return StreamWork(self.stream, ticket)
         if self.stream.overlap:
@@ -132,7 +145,8 @@ def set_fsdp_comms(model, gradient_comm: GradientCommunicator, stream: CommStrea
         if isinstance(module, FSDPModule):
             module.set_custom_all_gather(CcbenchAllGather(gradient_comm, stream, name))
             module.set_custom_reduce_scatter(
-                CcbenchReduceScatter(gradient_comm, stream, name, feedback))
+                CcbenchReduceScatter(gradient_comm, stream, name, feedback)
+            )
             count += 1
     return count
 
@@ -149,12 +163,20 @@ class DDPHook:
     group, and only times the wait for its futures.
     """
 
-    def __init__(self, gradient_comm: GradientCommunicator | None, stream: CommStream,
-                 torch_hook: str = "none", powersgd_rank: int = 4):
+    def __init__(
+        self,
+        gradient_comm: GradientCommunicator | None,
+        stream: CommStream,
+        torch_hook: str = "none",
+        powersgd_rank: int = 4,
+    ):
         self.gradient_comm, self.stream = gradient_comm, stream
         self.torch_hook = torch_hook
-        self.feedback = (ErrorFeedback(gradient_comm) if gradient_comm is not None
-                         and gradient_comm.spec.error_feedback else None)
+        self.feedback = (
+            ErrorFeedback(gradient_comm)
+            if gradient_comm is not None and gradient_comm.spec.error_feedback
+            else None
+        )
         self._inner = None
         self._state = None
         if gradient_comm is None:
@@ -214,7 +236,11 @@ def _torch_hook(name: str, powersgd_rank: int):
         return default_hooks.bf16_compress_hook, None
     if name == "powersgd":
         state = powerSGD_hook.PowerSGDState(
-            process_group=None, matrix_approximation_rank=powersgd_rank,
-            start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
+            process_group=None,
+            matrix_approximation_rank=powersgd_rank,
+            start_powerSGD_iter=2,
+            use_error_feedback=True,
+            warm_start=True,
+        )
         return powerSGD_hook.powerSGD_hook, state
     raise UsageError(f"unknown torch hook {name!r}; choose from {', '.join(TORCH_HOOKS)}")

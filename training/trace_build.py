@@ -64,8 +64,11 @@ class BuildModel:
 
 def _tokens(vocab: int):
     def make(batch: int, seq: int):
-        return (torch.zeros(batch, seq, dtype=torch.long, device="meta"),
-                torch.zeros(batch, seq, dtype=torch.long, device="meta"))
+        return (
+            torch.zeros(batch, seq, dtype=torch.long, device="meta"),
+            torch.zeros(batch, seq, dtype=torch.long, device="meta"),
+        )
+
     del vocab
     return make
 
@@ -81,25 +84,44 @@ def models() -> dict[str, BuildModel]:
 
     out = {}
     for name, c in model_configs.CONFIGS.items():
-        out[name] = BuildModel(lambda c=c: model_configs.build(c), _tokens(c.vocab),
-                               _per_rank_tokens, c.sequence, c.published,
-                               model_configs.sparse_embedding)
+        out[name] = BuildModel(
+            lambda c=c: model_configs.build(c),
+            _tokens(c.vocab),
+            _per_rank_tokens,
+            c.sequence,
+            c.published,
+            model_configs.sparse_embedding,
+        )
     lm = {"lm-small": (256, 4, 4, 64), "lm-tiny": (64, 2, 2, 32)}
     for name, (width, depth, heads, context) in lm.items():
-        out[name] = BuildModel(lambda a=(width, depth, heads, context): GPTDecoder(*a),
-                               _tokens(256), lambda seq: 8, context, SUITE[name][1])
+        out[name] = BuildModel(
+            lambda a=(width, depth, heads, context): GPTDecoder(*a),
+            _tokens(256),
+            lambda seq: 8,
+            context,
+            SUITE[name][1],
+        )
     for name, cls in (("digits-cnn", DigitsCNN), ("digits-mlp", DigitsMLP)):
-        out[name] = BuildModel(cls, lambda b, s: (
-            torch.zeros(b, 1, 8, 8, device="meta"),
-            torch.zeros(b, dtype=torch.long, device="meta")), lambda seq: 32, 0,
-            SUITE[name][1])
+        out[name] = BuildModel(
+            cls,
+            lambda b, s: (
+                torch.zeros(b, 1, 8, 8, device="meta"),
+                torch.zeros(b, dtype=torch.long, device="meta"),
+            ),
+            lambda seq: 32,
+            0,
+            SUITE[name][1],
+        )
     for name, spec in profile_models.MODELS.items():
-        out[name] = BuildModel(lambda s=spec: s.build(1.0),
-                               lambda b, s, spec=spec: tuple(
-                                   t.to("meta") for t in spec.make_batch(
-                                       b, torch.Generator().manual_seed(0))),
-                               lambda seq, spec=spec: spec.batch, 0,
-                               spec.description + " (published width)")
+        out[name] = BuildModel(
+            lambda s=spec: s.build(1.0),
+            lambda b, s, spec=spec: tuple(
+                t.to("meta") for t in spec.make_batch(b, torch.Generator().manual_seed(0))
+            ),
+            lambda seq, spec=spec: spec.batch,
+            0,
+            spec.description + " (published width)",
+        )
     return out
 
 
@@ -111,8 +133,9 @@ def flop_rate(text: str, mfu: float) -> tuple[float, str]:
         return GPUS[name][0] * mfu, f"{name} x {mfu:g} MFU"
     match = re.fullmatch(r"([0-9.]+(?:e[0-9]+)?)\s*([kmgtp]?)", name)
     if not match:
-        raise UsageError(f"--flop-rate {text!r}: a GPU ({', '.join(GPUS)}) or a number "
-                         "such as 125T")
+        raise UsageError(
+            f"--flop-rate {text!r}: a GPU ({', '.join(GPUS)}) or a number such as 125T"
+        )
     value = float(match.group(1)) * 10 ** (3 * " kmgtp".index(match.group(2) or " "))
     if not value > 0:
         raise UsageError("--flop-rate must be positive")
@@ -145,11 +168,9 @@ def meta_pass(model: nn.Module, units: list[nn.Module], inputs, targets) -> Pass
     handles = []
     for u, unit in enumerate(units):
         handles.append(unit.register_forward_pre_hook(lambda m, a, u=u: mark("fwd", u)))
-        handles.append(unit.register_full_backward_pre_hook(
-            lambda m, g, u=u: mark("bwd", u)))
+        handles.append(unit.register_full_backward_pre_hook(lambda m, g, u=u: mark("bwd", u)))
     for p in params:
-        handles.append(p.register_post_accumulate_grad_hook(
-            lambda p: mark("grad", index[id(p)])))
+        handles.append(p.register_post_accumulate_grad_hook(lambda p: mark("grad", index[id(p)])))
     try:
         with counter:
             out = model(inputs)
@@ -157,8 +178,9 @@ def meta_pass(model: nn.Module, units: list[nn.Module], inputs, targets) -> Pass
             forward = float(counter.get_total_flops())
             loss.backward()
     except (RuntimeError, NotImplementedError) as exc:
-        raise UsageError(f"the model does not run on the meta device: "
-                         f"{str(exc).splitlines()[0]}") from None
+        raise UsageError(
+            f"the model does not run on the meta device: {str(exc).splitlines()[0]}"
+        ) from None
     finally:
         for h in handles:
             h.remove()
@@ -192,9 +214,18 @@ class Timeline:
         return gap
 
     def call(self, t, collective, count, label, sparse=False, density=None) -> int:
-        self.events.append(Event(op="call", gap_us=self.at(t), id=self.calls,
-                                 collective=collective, count=count, label=label,
-                                 sparse=sparse, density=density))
+        self.events.append(
+            Event(
+                op="call",
+                gap_us=self.at(t),
+                id=self.calls,
+                collective=collective,
+                count=count,
+                label=label,
+                sparse=sparse,
+                density=density,
+            )
+        )
         self.calls += 1
         return self.calls - 1
 
@@ -250,8 +281,7 @@ def ddp_schedule(p: Pass, params, names, bucket_bytes: int, to_us, sparse) -> Ti
     """DDP's buckets in the order gradients became ready (DDP rebuilds them so after its
     first step); bucket_bytes 0: one allreduce per gradient."""
     ready = [(i, to_us(f)) for kind, i, f in p.marks if kind == "grad"]
-    line, bucket, filled, cap, n = Timeline(), [], 0, min(DDP_FIRST_BUCKET_BYTES,
-                                                         bucket_bytes), 0
+    line, bucket, filled, cap, n = Timeline(), [], 0, min(DDP_FIRST_BUCKET_BYTES, bucket_bytes), 0
     for k, (i, t) in enumerate(ready):
         bucket.append(i)
         filled += params[i].numel() * 4
@@ -272,10 +302,18 @@ def ddp_schedule(p: Pass, params, names, bucket_bytes: int, to_us, sparse) -> Ti
 # ----------------------------------------------------------------------- the trace
 
 
-def build_trace(name: str, framework: str = "fsdp", ranks: int = 8, batch: int | None = None,
-                sequence: int | None = None, rate: str = DEFAULT_GPU, mfu: float = DEFAULT_MFU,
-                memory_rate: float | None = None, bucket_mb: float = 25.0,
-                profile: str | None = None) -> Trace:
+def build_trace(
+    name: str,
+    framework: str = "fsdp",
+    ranks: int = 8,
+    batch: int | None = None,
+    sequence: int | None = None,
+    rate: str = DEFAULT_GPU,
+    mfu: float = DEFAULT_MFU,
+    memory_rate: float | None = None,
+    bucket_mb: float = 25.0,
+    profile: str | None = None,
+) -> Trace:
     """The trace of one training step of ``name`` on ``ranks`` ranks (see the module)."""
     from ccbench.training.frameworks import shard_units
 
@@ -285,8 +323,9 @@ def build_trace(name: str, framework: str = "fsdp", ranks: int = 8, batch: int |
     if framework not in FRAMEWORKS:
         raise UsageError(f"--framework must be one of {', '.join(FRAMEWORKS)}")
     if ranks < 1 or (batch is not None and batch < 1) or bucket_mb < 0 or not 0 < mfu <= 1:
-        raise UsageError("ranks and batch must be positive, --bucket-mb not negative, "
-                         "--mfu in (0, 1]")
+        raise UsageError(
+            "ranks and batch must be positive, --bucket-mb not negative, --mfu in (0, 1]"
+        )
     spec = catalogue[name]
     seq = sequence or spec.sequence
     per_rank = batch or spec.batch(seq)
@@ -301,8 +340,7 @@ def build_trace(name: str, framework: str = "fsdp", ranks: int = 8, batch: int |
     p = meta_pass(model, units, inputs, targets)
     params = [q for q in model.parameters() if q.requires_grad]
     names = [n for n, q in model.named_parameters() if q.requires_grad]
-    to_us = _profile_times(profile, p, names) if profile else (
-        lambda f: f / flops_per_s * 1e6)
+    to_us = _profile_times(profile, p, names) if profile else (lambda f: f / flops_per_s * 1e6)
     nparams = sum(q.numel() for q in params)
     sparse = {}
     found = spec.sparse(model)
@@ -316,16 +354,27 @@ def build_trace(name: str, framework: str = "fsdp", ranks: int = 8, batch: int |
         line = ddp_schedule(p, params, names, int(bucket_mb * (1 << 20)), to_us, sparse)
         optimizer_params = nparams
     backward_end = to_us(p.total_flops)
-    tail = max(0.0, backward_end - line.last) + optimizer_params * ADAM_BYTES_PER_PARAM \
-        / memory * 1e6
-    source = {"kind": "built", "model": name, "framework": framework, "params": nparams,
-              "batch_per_rank": per_rank, "sequence": seq, "flops_per_step": p.total_flops,
-              "flop_rate": flops_per_s, "flop_rate_given": rate_text,
-              "memory_rate": memory, "profile": profile or "",
-              "bucket_mb": bucket_mb if framework == "ddp" else None,
-              "published": spec.description}
-    return Trace(ranks=ranks, steps=[Step(events=line.events, tail_us=tail, number=1)],
-                 source=source)
+    tail = (
+        max(0.0, backward_end - line.last) + optimizer_params * ADAM_BYTES_PER_PARAM / memory * 1e6
+    )
+    source = {
+        "kind": "built",
+        "model": name,
+        "framework": framework,
+        "params": nparams,
+        "batch_per_rank": per_rank,
+        "sequence": seq,
+        "flops_per_step": p.total_flops,
+        "flop_rate": flops_per_s,
+        "flop_rate_given": rate_text,
+        "memory_rate": memory,
+        "profile": profile or "",
+        "bucket_mb": bucket_mb if framework == "ddp" else None,
+        "published": spec.description,
+    }
+    return Trace(
+        ranks=ranks, steps=[Step(events=line.events, tail_us=tail, number=1)], source=source
+    )
 
 
 def _profile_times(path: str, p: Pass, names: list[str]):
@@ -340,8 +389,10 @@ def _profile_times(path: str, p: Pass, names: list[str]):
     profile = read_profile(path)
     order = [i for kind, i, _ in p.marks if kind == "grad"]
     if list(profile.params or []) != [names[i] for i in order]:
-        raise UsageError(f"{path}: its gradients are not this model's, in backward order "
-                         "(profile the same model at the same width)")
+        raise UsageError(
+            f"{path}: its gradients are not this model's, in backward order "
+            "(profile the same model at the same width)"
+        )
     flops = [p.forward_flops] + [f for kind, _, f in p.marks if kind == "grad"]
     times = [profile.forward_us] + list(profile.forward_us + profile.ready_us)
     xs, ys = np.array([0.0, *flops]), np.array([0.0, *times])

@@ -52,11 +52,19 @@ class Recorder:
             event.run_us = ticket.run_s * 1e6
         measured = {}
         if record is not None:
-            measured = {k: float(getattr(record, k)) for k in (
-                "step_us", "comm_us", "compute_us", "comm_busy_us")}
-        self.steps.append(Step(events=self._events, tail_us=(now - self._last[0]) * 1e6,
-                               tail_cpu_us=(cpu - self._last[1]) * 1e6,
-                               number=len(self.steps) + 1, measured=measured))
+            measured = {
+                k: float(getattr(record, k))
+                for k in ("step_us", "comm_us", "compute_us", "comm_busy_us")
+            }
+        self.steps.append(
+            Step(
+                events=self._events,
+                tail_us=(now - self._last[0]) * 1e6,
+                tail_cpu_us=(cpu - self._last[1]) * 1e6,
+                number=len(self.steps) + 1,
+                measured=measured,
+            )
+        )
         self.active = False
 
     def wrap(self, trainer) -> None:
@@ -89,10 +97,18 @@ class Recorder:
             return
         if tensor is None:
             raise RuntimeError(f"a {kind} was submitted without its tensor: cannot record it")
-        event = Event(op="call", gap_us=self._gap[0], gap_cpu_us=self._gap[1],
-                      id=len(self._calls), collective=kind, count=int(tensor.numel()),
-                      dtype=dtype_name(tensor), label=label, blocking=blocking,
-                      start_us=self._at)
+        event = Event(
+            op="call",
+            gap_us=self._gap[0],
+            gap_cpu_us=self._gap[1],
+            id=len(self._calls),
+            collective=kind,
+            count=int(tensor.numel()),
+            dtype=dtype_name(tensor),
+            label=label,
+            blocking=blocking,
+            start_us=self._at,
+        )
         if blocking and ticket.event.is_set():  # ran inline: its time was exposed
             event.waited_us = ticket.run_s * 1e6
         self._calls[id(ticket)] = (ticket, event)
@@ -106,18 +122,31 @@ class Recorder:
         if found is not None and found[1].blocking:  # the blocking call's own wait
             found[1].waited_us = (found[1].waited_us or 0.0) + seconds * 1e6
         elif found is not None:
-            self._events.append(Event(op="wait", gap_us=self._gap[0],
-                                      gap_cpu_us=self._gap[1], id=found[1].id,
-                                      start_us=self._at, waited_us=seconds * 1e6))
+            self._events.append(
+                Event(
+                    op="wait",
+                    gap_us=self._gap[0],
+                    gap_cpu_us=self._gap[1],
+                    id=found[1].id,
+                    start_us=self._at,
+                    waited_us=seconds * 1e6,
+                )
+            )
         self._mark()
 
     def drained(self, tickets, seconds: float) -> None:
         if not self.active:
             return
         if any(id(t) in self._calls and not self._calls[id(t)][1].blocking for t in tickets):
-            self._events.append(Event(op="drain", gap_us=self._gap[0],
-                                      gap_cpu_us=self._gap[1], start_us=self._at,
-                                      waited_us=seconds * 1e6))
+            self._events.append(
+                Event(
+                    op="drain",
+                    gap_us=self._gap[0],
+                    gap_cpu_us=self._gap[1],
+                    start_us=self._at,
+                    waited_us=seconds * 1e6,
+                )
+            )
         self._mark()
 
 
@@ -131,14 +160,19 @@ def gather(comm, recorder: Recorder, source: dict, skip: int, overlap: bool) -> 
     steps = recorder.steps[skip:] or recorder.steps[-1:]
     signatures = comm.gather_obj([_signature(s) for s in steps], root=0)
     fields = ("gap_us", "gap_cpu_us", "run_us", "waited_us")
-    local = np.array([[getattr(e, f) or 0.0 for f in fields] for s in steps for e in s.events]
-                     + [[s.tail_us, s.tail_cpu_us or 0.0, 0.0, 0.0] for s in steps],
-                     dtype=float).reshape(-1, len(fields))
-    same = comm.bcast_obj(all(s == signatures[0] for s in signatures)
-                          if comm.rank == 0 else None, root=0)
+    local = np.array(
+        [[getattr(e, f) or 0.0 for f in fields] for s in steps for e in s.events]
+        + [[s.tail_us, s.tail_cpu_us or 0.0, 0.0, 0.0] for s in steps],
+        dtype=float,
+    ).reshape(-1, len(fields))
+    same = comm.bcast_obj(
+        all(s == signatures[0] for s in signatures) if comm.rank == 0 else None, root=0
+    )
     if not same:
-        raise UsageError("the ranks issued different collective sequences; a trace "
-                         "describes SPMD training, where every rank issues the same")
+        raise UsageError(
+            "the ranks issued different collective sequences; a trace "
+            "describes SPMD training, where every rank issues the same"
+        )
     mean = comm.allreduce_array(local, "sum") / comm.size
     # the step's own measurements as a mean over ranks too, so that they and the gaps
     # describe the same mean rank (rank 0's alone can be shorter than the mean compute)

@@ -37,21 +37,43 @@ def load_average() -> str:
         return "?"
 
 
-def replay_once(cluster: str, ranks: int, trace_path: Path, label: str, steps: int,
-                csv_path: Path) -> dict:
+def replay_once(
+    cluster: str, ranks: int, trace_path: Path, label: str, steps: int, csv_path: Path
+) -> dict:
     """One launch of the replay: its summary row's mean step and codec times, seconds."""
-    command = [sys.executable, "-m", "ccbench.scripts.cli", "cluster", "run", "--name",
-               cluster, "-n", str(ranks), "--", sys.executable, "-m",
-               "ccbench.benchmarks.trace_replay", str(trace_path), *replay_args(label),
-               "--steps", str(steps), "--warmup", "1", "--csv", str(csv_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "ccbench.scripts.cli",
+        "cluster",
+        "run",
+        "--name",
+        cluster,
+        "-n",
+        str(ranks),
+        "--",
+        sys.executable,
+        "-m",
+        "ccbench.benchmarks.trace_replay",
+        str(trace_path),
+        *replay_args(label),
+        "--steps",
+        str(steps),
+        "--warmup",
+        "1",
+        "--csv",
+        str(csv_path),
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise UsageError(f"--check: the replay of {label} failed: {tail[0]}")
     _, rows = read_rows(csv_path)
     summary = [r for r in rows if r.get("row") == "summary"]
-    return {"step": float(summary[-1]["step_us"]) * 1e-6,
-            "codec": float(summary[-1]["codec_us"] or 0) * 1e-6}
+    return {
+        "step": float(summary[-1]["step_us"]) * 1e-6,
+        "codec": float(summary[-1]["codec_us"] or 0) * 1e-6,
+    }
 
 
 def suspect_input(error: float, codec_predicted: float, codec_measured: float) -> str:
@@ -69,16 +91,24 @@ def check_rows(labels, predictions, samples, codec_samples=None) -> list[dict]:
         mean, low, high = mean_interval(samples[label])
         predicted = predictions[label].step_s
         codec = float(sum((codec_samples or {}).get(label, [0.0]))) / max(
-            1, len((codec_samples or {}).get(label, [0.0])))
+            1, len((codec_samples or {}).get(label, [0.0]))
+        )
         error = (predicted - mean) / mean
-        rows.append({"option": label, "predicted_ms": predicted * 1e3,
-                     "measured_ms": mean * 1e3, "low_ms": low * 1e3, "high_ms": high * 1e3,
-                     "rounds": len(samples[label]), "error_pct": 100 * error,
-                     "within_goal": abs(error) <= GOAL,
-                     "predicted_codec_ms": predictions[label].codec_s * 1e3,
-                     "measured_codec_ms": codec * 1e3,
-                     "suspect_input": suspect_input(error, predictions[label].codec_s,
-                                                    codec)})
+        rows.append(
+            {
+                "option": label,
+                "predicted_ms": predicted * 1e3,
+                "measured_ms": mean * 1e3,
+                "low_ms": low * 1e3,
+                "high_ms": high * 1e3,
+                "rounds": len(samples[label]),
+                "error_pct": 100 * error,
+                "within_goal": abs(error) <= GOAL,
+                "predicted_codec_ms": predictions[label].codec_s * 1e3,
+                "measured_codec_ms": codec * 1e3,
+                "suspect_input": suspect_input(error, predictions[label].codec_s, codec),
+            }
+        )
     return rows
 
 
@@ -89,14 +119,17 @@ def verdict(rows: list[dict], advised: str) -> str:
     if mine is fastest:
         return f"advised {advised} is the measured fastest"
     inside = not math.isnan(fastest["high_ms"]) and mine["measured_ms"] <= fastest["high_ms"]
-    return f"advised {advised} {'is within' if inside else 'is outside'} the interval of " \
-           f"the measured fastest, {fastest['option']}"
+    return (
+        f"advised {advised} {'is within' if inside else 'is outside'} the interval of "
+        f"the measured fastest, {fastest['option']}"
+    )
 
 
-def run_check(opts, cluster: str, trace, ranks: int, order: list[str], predictions: dict,
-              out: Path) -> int:
+def run_check(
+    opts, cluster: str, trace, ranks: int, order: list[str], predictions: dict, out: Path
+) -> int:
     refuse_inside_mpi_launch("ccbench advise --check")
-    labels = list(order[:opts.top])
+    labels = list(order[: opts.top])
     if cm.RING in predictions and cm.RING not in labels:
         labels.append(cm.RING)
     trace_path = out.with_name(out.stem + "-trace.json")
@@ -105,10 +138,13 @@ def run_check(opts, cluster: str, trace, ranks: int, order: list[str], predictio
     samples = {label: [] for label in labels}
     codec_samples = {label: [] for label in labels}
     load_start = load_average()
-    print(f"# check: {len(labels)} options x {opts.rounds} rounds of {opts.steps} steps on "
-          f"cluster {cluster} ({ranks} ranks); load average {load_start}", flush=True)
+    print(
+        f"# check: {len(labels)} options x {opts.rounds} rounds of {opts.steps} steps on "
+        f"cluster {cluster} ({ranks} ranks); load average {load_start}",
+        flush=True,
+    )
     for r in range(opts.rounds):
-        turn = labels[r % len(labels):] + labels[:r % len(labels)]
+        turn = labels[r % len(labels) :] + labels[: r % len(labels)]
         for label in turn:
             got = replay_once(cluster, ranks, trace_path, label, opts.steps, replays)
             samples[label].append(got["step"])
@@ -116,18 +152,23 @@ def run_check(opts, cluster: str, trace, ranks: int, order: list[str], predictio
             print(f"#   round {r + 1} {label}: {samples[label][-1] * 1e3:.0f} ms", flush=True)
     rows = check_rows(labels, predictions, samples, codec_samples)
     load_end = load_average()
-    print(f"{'option':<28} {'predicted ms':>12} {'measured ms':>12} {'95% interval':>21} "
-          f"{'error':>7} {'codec ms pred/meas':>19}")
+    print(
+        f"{'option':<28} {'predicted ms':>12} {'measured ms':>12} {'95% interval':>21} "
+        f"{'error':>7} {'codec ms pred/meas':>19}"
+    )
     for row in rows:
         miss = f"  (over 15%: {row['suspect_input']})" if not row["within_goal"] else ""
-        print(f"{row['option']:<28} {row['predicted_ms']:>12.0f} {row['measured_ms']:>12.0f} "
-              f"{row['low_ms']:>10.0f}..{row['high_ms']:<10.0f} {row['error_pct']:>+6.1f}% "
-              f"{row['predicted_codec_ms']:>9.0f}/{row['measured_codec_ms']:<9.0f}{miss}")
+        print(
+            f"{row['option']:<28} {row['predicted_ms']:>12.0f} {row['measured_ms']:>12.0f} "
+            f"{row['low_ms']:>10.0f}..{row['high_ms']:<10.0f} {row['error_pct']:>+6.1f}% "
+            f"{row['predicted_codec_ms']:>9.0f}/{row['measured_codec_ms']:<9.0f}{miss}"
+        )
     print(f"# {verdict(rows, order[0])}; load average {load_start} -> {load_end}")
     import pandas as pd
 
     path = out.with_name(out.stem + "-check.csv")
-    pd.DataFrame([{**row, "load_start": load_start, "load_end": load_end}
-                  for row in rows]).to_csv(path, index=False)
+    pd.DataFrame([{**row, "load_start": load_start, "load_end": load_end} for row in rows]).to_csv(
+        path, index=False
+    )
     print(f"# wrote {path}")
     return 0

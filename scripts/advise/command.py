@@ -30,43 +30,84 @@ DEFAULT_RANKS = 8
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ccbench advise", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, metavar="TRACE|NAME[:FRAMEWORK]",
-                   help="a trace file, or a model `ccbench trace build` knows (gpt2-small, "
-                        "gpt2-small:ddp ...), built for --ranks")
-    p.add_argument("--ranks", type=int, help="ranks (default: the trace's, or "
-                                             f"{DEFAULT_RANKS} for a model name)")
+    p = argparse.ArgumentParser(
+        prog="ccbench advise",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="TRACE|NAME[:FRAMEWORK]",
+        help="a trace file, or a model `ccbench trace build` knows (gpt2-small, "
+        "gpt2-small:ddp ...), built for --ranks",
+    )
+    p.add_argument(
+        "--ranks",
+        type=int,
+        help=f"ranks (default: the trace's, or {DEFAULT_RANKS} for a model name)",
+    )
     net = p.add_argument_group("network (one of)")
-    net.add_argument("--network", default="results", metavar="results|measured|CLUSTER",
-                     help="results (default): the link the harness rows under --results "
-                          "ran on; measured: the emulated cluster `ccbench cluster` built "
-                          "(its self-check); or that cluster's name")
-    net.add_argument("--link", metavar="RATE", help="a declared link, e.g. 10gbit "
-                                                    "(with --latency)")
-    net.add_argument("--latency", default="0", metavar="TIME",
-                     help="with --link: the fixed cost of one ring step (hop latency plus "
-                          "the transport's per-message cost), e.g. 5us")
-    p.add_argument("--results", nargs="+", default=[DEFAULT_RESULTS], metavar="PATH",
-                   help=f"result CSVs or folders to read the parts from ({DEFAULT_RESULTS})")
+    net.add_argument(
+        "--network",
+        default="results",
+        metavar="results|measured|CLUSTER",
+        help="results (default): the link the harness rows under --results "
+        "ran on; measured: the emulated cluster `ccbench cluster` built "
+        "(its self-check); or that cluster's name",
+    )
+    net.add_argument("--link", metavar="RATE", help="a declared link, e.g. 10gbit (with --latency)")
+    net.add_argument(
+        "--latency",
+        default="0",
+        metavar="TIME",
+        help="with --link: the fixed cost of one ring step (hop latency plus "
+        "the transport's per-message cost), e.g. 5us",
+    )
+    p.add_argument(
+        "--results",
+        nargs="+",
+        default=[DEFAULT_RESULTS],
+        metavar="PATH",
+        help=f"result CSVs or folders to read the parts from ({DEFAULT_RESULTS})",
+    )
     p.add_argument("--codecs", default=DEFAULT_CODECS, help=f"codecs ({DEFAULT_CODECS})")
-    p.add_argument("--variants", default=",".join(cm.VARIANTS),
-                   help=f"ways to run the collectives ({','.join(cm.VARIANTS)})")
-    p.add_argument("--max-error", metavar="REL_L2|CODECS",
-                   help="the relative L2 error a step may carry, or the codecs allowed")
-    p.add_argument("--buffer", default="", help="codec rates of this buffer kind first "
-                                                "(numpy, torch, torch-cuda)")
-    p.add_argument("--ranks-per-core", type=float, metavar="N",
-                   help="ranks sharing a codec's core or device (default 1; on the emulated "
-                        "cluster ranks / this host's cores)")
-    p.add_argument("--csv", default="advise.csv", help="the table (default advise.csv); "
-                   "its inputs go to <stem>-inputs.csv")
+    p.add_argument(
+        "--variants",
+        default=",".join(cm.VARIANTS),
+        help=f"ways to run the collectives ({','.join(cm.VARIANTS)})",
+    )
+    p.add_argument(
+        "--max-error",
+        metavar="REL_L2|CODECS",
+        help="the relative L2 error a step may carry, or the codecs allowed",
+    )
+    p.add_argument(
+        "--buffer",
+        default="",
+        help="codec rates of this buffer kind first (numpy, torch, torch-cuda)",
+    )
+    p.add_argument(
+        "--ranks-per-core",
+        type=float,
+        metavar="N",
+        help="ranks sharing a codec's core or device (default 1; on the emulated "
+        "cluster ranks / this host's cores)",
+    )
+    p.add_argument(
+        "--csv",
+        default="advise.csv",
+        help="the table (default advise.csv); its inputs go to <stem>-inputs.csv",
+    )
     p.add_argument("--map", help="the break-even map (default <csv stem>-map.png)")
     p.add_argument("--top", type=int, default=3, help="options --check replays (3)")
     check = p.add_argument_group("check (replays on the emulated cluster)")
-    check.add_argument("--check", action="store_true",
-                       help="replay the top options and the uncompressed ring in "
-                            "interleaved rounds; predicted against measured")
+    check.add_argument(
+        "--check",
+        action="store_true",
+        help="replay the top options and the uncompressed ring in "
+        "interleaved rounds; predicted against measured",
+    )
     check.add_argument("--rounds", type=int, default=3, help="rounds (3)")
     check.add_argument("--steps", type=int, default=2, help="timed steps per replay (2)")
     return p
@@ -97,16 +138,24 @@ def network_of(opts, tables) -> tuple[cm.Network, list, float, str, float]:
     if opts.link:
         rate = parse_rate(opts.link)
         step = parse_delay(opts.latency) * 1e-6
-        return cm.Network(rate, step), [
-            parts.Input("", "link payload rate b/s", float(rate), "declared (--link)"),
-            parts.Input("", "ring step cost s", step, "declared (--latency)")], 1.0, "", \
-            rate / 1e9
+        return (
+            cm.Network(rate, step),
+            [
+                parts.Input("", "link payload rate b/s", float(rate), "declared (--link)"),
+                parts.Input("", "ring step cost s", step, "declared (--latency)"),
+            ],
+            1.0,
+            "",
+            rate / 1e9,
+        )
     if opts.network == "results":
         found = parts.link_from_results(tables)
         if found is None:
-            raise UsageError(f"no harness row on an emulated link under "
-                             f"{' '.join(opts.results)}; give --link RATE --latency TIME "
-                             "or --network measured")
+            raise UsageError(
+                f"no harness row on an emulated link under "
+                f"{' '.join(opts.results)}; give --link RATE --latency TIME "
+                "or --network measured"
+            )
         return (*found, 1.0, "", found[0].rate_bps / 1e9)
     name = DEFAULT_NAME if opts.network == "measured" else opts.network
     cluster = load_state(name)
@@ -116,17 +165,36 @@ def network_of(opts, tables) -> tuple[cm.Network, list, float, str, float]:
     # R is the floor's: the shaped rate less the frames' headers, as the rows' floors
     # (and so their efficiencies) have it; what TCP reached is in the efficiencies
     rate = cluster.tcp_goodput_bps()
-    inputs = [parts.Input("", "link payload rate b/s", float(rate), f"cluster {name}: "
-                          f"{cluster.link_gbps:g} Gbit/s shaped, less the frames' headers"),
-              parts.Input("", "TCP goodput b/s (not used)", float(cluster.goodput_bps),
-                          where if cluster.goodput_bps else "selfcheck not run"),
-              parts.Input("", "ring step cost s", cluster.step_us * 1e-6, where if
-                          cluster.step_us else "assumed 0: selfcheck not run",
-                          not cluster.step_us),
-              parts.Input("", "burst bytes", float(cluster.burst_bytes), f"cluster {name}")]
+    inputs = [
+        parts.Input(
+            "",
+            "link payload rate b/s",
+            float(rate),
+            f"cluster {name}: {cluster.link_gbps:g} Gbit/s shaped, less the frames' headers",
+        ),
+        parts.Input(
+            "",
+            "TCP goodput b/s (not used)",
+            float(cluster.goodput_bps),
+            where if cluster.goodput_bps else "selfcheck not run",
+        ),
+        parts.Input(
+            "",
+            "ring step cost s",
+            cluster.step_us * 1e-6,
+            where if cluster.step_us else "assumed 0: selfcheck not run",
+            not cluster.step_us,
+        ),
+        parts.Input("", "burst bytes", float(cluster.burst_bytes), f"cluster {name}"),
+    ]
     share = max(1.0, cluster.ranks / (os.cpu_count() or 1))
-    return cm.Network(float(rate), cluster.step_us * 1e-6, float(cluster.burst_bytes)), \
-        inputs, share, name, cluster.link_gbps
+    return (
+        cm.Network(float(rate), cluster.step_us * 1e-6, float(cluster.burst_bytes)),
+        inputs,
+        share,
+        name,
+        cluster.link_gbps,
+    )
 
 
 def variants_and_codecs(opts) -> tuple[list[str], list[str]]:
@@ -135,17 +203,23 @@ def variants_and_codecs(opts) -> tuple[list[str], list[str]]:
     for v in variants:
         if v not in cm.VARIANTS:
             raise UsageError(f"unknown variant {v!r} (variants: {', '.join(cm.VARIANTS)})")
-    return variants, [parse_codec(c.strip()).spec for c in opts.codecs.split(",")
-                      if c.strip()]
+    return variants, [parse_codec(c.strip()).spec for c in opts.codecs.split(",") if c.strip()]
 
 
-def options_of(opts, tables, ranks: int, link_gbps: float, collectives,
-               declared: cm.Network | None = None, share: float = 1.0) -> tuple:
+def options_of(
+    opts,
+    tables,
+    ranks: int,
+    link_gbps: float,
+    collectives,
+    declared: cm.Network | None = None,
+    share: float = 1.0,
+) -> tuple:
     """(options, their inputs)."""
     variants, codecs = variants_and_codecs(opts)
     options, inputs = [], []
     for variant in variants:
-        for spec in ([""] if variant in cm.UNCOMPRESSED else codecs):
+        for spec in [""] if variant in cm.UNCOMPRESSED else codecs:
             label = variant if not spec else f"{variant}:{spec}"
             rates = None
             if spec:
@@ -153,8 +227,9 @@ def options_of(opts, tables, ranks: int, link_gbps: float, collectives,
                 inputs += found
             eff = {}
             for c in collectives:
-                eff[c], found = parts.efficiency(tables, cm.Option(variant, rates), c, ranks,
-                                                 link_gbps, declared, share)
+                eff[c], found = parts.efficiency(
+                    tables, cm.Option(variant, rates), c, ranks, link_gbps, declared, share
+                )
                 inputs.append(found)
             options.append(cm.Option(variant, rates, eff))
     return options, inputs
@@ -191,7 +266,7 @@ def assumed_by_option(inputs, order: list[str]) -> dict:
     assumed: dict = {}
     for i in inputs:
         if i.assumed:
-            for label in ([i.option] if i.option else order):
+            for label in [i.option] if i.option else order:
                 assumed.setdefault(label, []).append(i.name)
     return assumed
 
@@ -213,8 +288,9 @@ def main_collective(step) -> str:
     return max(volume, key=volume.get)
 
 
-def table_rows(options, predictions, errors, order, network, step, ranks, share,
-               assumed: dict) -> list[dict]:
+def table_rows(
+    options, predictions, errors, order, network, step, ranks, share, assumed: dict
+) -> list[dict]:
     by_label = {o.label: o for o in options}
     ring = predictions.get(cm.RING)
     library = predictions.get(cm.LIBRARY)
@@ -223,20 +299,29 @@ def table_rows(options, predictions, errors, order, network, step, ranks, share,
     rows = []
     for rank, label in enumerate(order, 1):
         p, o = predictions[label], by_label[label]
-        even = cm.break_even_bytes(o, base, network, collective, ranks, share) \
-            if o.codec is not None and base is not None else None
-        rows.append({
-            "rank": rank, "option": label,
-            **{f"{b}_ms": p.bucket_s[b] * 1e3 for b in cm.BUCKET_NAMES},
-            "step_ms": p.step_s * 1e3, "exposed_comm_pct": 100 * p.exposed_s / p.step_s,
-            "exposed_codec_pct": 100 * p.exposed_codec_s / p.step_s,
-            "speedup_vs_ring": ring.step_s / p.step_s if ring else math.nan,
-            "speedup_vs_library": library.step_s / p.step_s if library else math.nan,
-            "rel_l2_per_step": errors[label],
-            "break_even_bytes": "" if o.codec is None else (
-                "never" if even is None else int(even)),
-            "break_even_collective": collective if o.codec is not None else "",
-            "assumed_inputs": ";".join(assumed.get(label, []))})
+        even = (
+            cm.break_even_bytes(o, base, network, collective, ranks, share)
+            if o.codec is not None and base is not None
+            else None
+        )
+        rows.append(
+            {
+                "rank": rank,
+                "option": label,
+                **{f"{b}_ms": p.bucket_s[b] * 1e3 for b in cm.BUCKET_NAMES},
+                "step_ms": p.step_s * 1e3,
+                "exposed_comm_pct": 100 * p.exposed_s / p.step_s,
+                "exposed_codec_pct": 100 * p.exposed_codec_s / p.step_s,
+                "speedup_vs_ring": ring.step_s / p.step_s if ring else math.nan,
+                "speedup_vs_library": library.step_s / p.step_s if library else math.nan,
+                "rel_l2_per_step": errors[label],
+                "break_even_bytes": ""
+                if o.codec is None
+                else ("never" if even is None else int(even)),
+                "break_even_collective": collective if o.codec is not None else "",
+                "assumed_inputs": ";".join(assumed.get(label, [])),
+            }
+        )
     return rows
 
 
@@ -251,17 +336,22 @@ def _fmt_bytes(v) -> str:
 
 def print_table(rows, excluded: dict) -> None:
     buckets = [f"{b}_ms" for b in cm.BUCKET_NAMES]
-    print(f"{'#':>2} {'option':<28}" + "".join(f"{b[:-3]:>9}" for b in buckets) +
-          f" {'step ms':>9} {'comm%':>6} {'codec%':>6} {'x ring':>7} {'x lib':>6}"
-          f" {'rel L2':>9} {'break-even':>10}")
+    print(
+        f"{'#':>2} {'option':<28}"
+        + "".join(f"{b[:-3]:>9}" for b in buckets)
+        + f" {'step ms':>9} {'comm%':>6} {'codec%':>6} {'x ring':>7} {'x lib':>6}"
+        f" {'rel L2':>9} {'break-even':>10}"
+    )
     for r in rows:
         mark = " *" if r["assumed_inputs"] else ""
-        print(f"{r['rank']:>2} {r['option']:<28}" +
-              "".join(f"{r[b]:>9.1f}" for b in buckets) +
-              f" {r['step_ms']:>9.1f} {r['exposed_comm_pct']:>6.1f} "
-              f"{r['exposed_codec_pct']:>6.1f} {r['speedup_vs_ring']:>7.2f} "
-              f"{r['speedup_vs_library']:>6.2f} {r['rel_l2_per_step']:>9.2e} "
-              f"{_fmt_bytes(r['break_even_bytes']):>10}{mark}")
+        print(
+            f"{r['rank']:>2} {r['option']:<28}"
+            + "".join(f"{r[b]:>9.1f}" for b in buckets)
+            + f" {r['step_ms']:>9.1f} {r['exposed_comm_pct']:>6.1f} "
+            f"{r['exposed_codec_pct']:>6.1f} {r['speedup_vs_ring']:>7.2f} "
+            f"{r['speedup_vs_library']:>6.2f} {r['rel_l2_per_step']:>9.2e} "
+            f"{_fmt_bytes(r['break_even_bytes']):>10}{mark}"
+        )
     if any(r["assumed_inputs"] for r in rows):
         print("# * some inputs of this row were not measured (assumed): see the inputs CSV")
     for label, why in excluded.items():
@@ -284,35 +374,59 @@ def main(argv: list[str]) -> int:
     tables = parts.read_results(opts.results)
     network, inputs, share, cluster, link_gbps = network_of(opts, tables)
     if opts.check and not cluster:
-        raise UsageError("--check replays on the emulated cluster: give --network "
-                         "measured or --network CLUSTER")
+        raise UsageError(
+            "--check replays on the emulated cluster: give --network measured or --network CLUSTER"
+        )
     variants_and_codecs(opts)  # refused before a model is built
     trace, ranks, trace_source = load_step(opts.model, opts.ranks)
     step = trace.steps[0]
     if not step.calls:
         raise UsageError(f"--model {opts.model}: its first step has no collectives")
     share = opts.ranks_per_core or share
-    inputs.append(parts.Input("", "ranks per codec core", share, "--ranks-per-core" if
-                              opts.ranks_per_core else "this host's cores" if cluster else
-                              "assumed: one rank per core or device", not (
-                                  opts.ranks_per_core or cluster)))
+    inputs.append(
+        parts.Input(
+            "",
+            "ranks per codec core",
+            share,
+            "--ranks-per-core"
+            if opts.ranks_per_core
+            else "this host's cores"
+            if cluster
+            else "assumed: one rank per core or device",
+            not (opts.ranks_per_core or cluster),
+        )
+    )
     inputs.append(parts.Input("", "trace", f"{trace.describe()}", trace_source))
     collectives = sorted({c.collective for c in step.calls})
-    options, found = options_of(opts, tables, ranks, link_gbps, collectives,
-                                network if opts.link else None, share)
+    options, found = options_of(
+        opts, tables, ranks, link_gbps, collectives, network if opts.link else None, share
+    )
     inputs += found
     predictions, errors = advise(options, network, step, ranks, share)
     excluded = over_budget(options, errors, opts.max_error)
-    order = cm.rank_options({k: v for k, v in predictions.items() if k not in excluded},
-                            errors, None)
+    order = cm.rank_options(
+        {k: v for k, v in predictions.items() if k not in excluded}, errors, None
+    )
     if not order:
-        raise UsageError("every option is over --max-error; allow more error or add "
-                         "uncompressed variants")
-    rows = table_rows(options, predictions, errors, order, network, step, ranks, share,
-                      assumed_by_option(inputs, order))
-    print(f"# ccbench advise: {trace.describe()} ({trace_source}); {ranks} ranks; link "
-          f"{network.rate_bps / 1e9:.3g} Gbit/s payload, ring step {network.step_s * 1e6:.0f}"
-          f" us; {share:g} ranks per codec core")
+        raise UsageError(
+            "every option is over --max-error; allow more error or add uncompressed variants"
+        )
+    rows = table_rows(
+        options,
+        predictions,
+        errors,
+        order,
+        network,
+        step,
+        ranks,
+        share,
+        assumed_by_option(inputs, order),
+    )
+    print(
+        f"# ccbench advise: {trace.describe()} ({trace_source}); {ranks} ranks; link "
+        f"{network.rate_bps / 1e9:.3g} Gbit/s payload, ring step {network.step_s * 1e6:.0f}"
+        f" us; {share:g} ranks per codec core"
+    )
     print_table(rows, excluded)
     out = Path(opts.csv)
     write_csv(out, rows)
@@ -323,10 +437,20 @@ def main(argv: list[str]) -> int:
 
     largest = max(step.calls, key=lambda c: c.nbytes)
     collective = main_collective(step)
-    draw_break_even_map(map_path, [o for o in options if o.label not in excluded],
-                        network.step_s, collective, ranks, share, marks={
-                            "this link, largest call": (network.rate_bps, cm.osu_size(
-                                largest.collective, largest.nbytes, ranks))})
+    draw_break_even_map(
+        map_path,
+        [o for o in options if o.label not in excluded],
+        network.step_s,
+        collective,
+        ranks,
+        share,
+        marks={
+            "this link, largest call": (
+                network.rate_bps,
+                cm.osu_size(largest.collective, largest.nbytes, ranks),
+            )
+        },
+    )
     print(f"# wrote {out}, {inputs_path}, {map_path}")
     compressed = order[0] not in cm.UNCOMPRESSED
     print(f"# advice: {order[0]} ({'compression pays' if compressed else 'do not compress'})")

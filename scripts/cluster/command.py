@@ -110,11 +110,15 @@ def intact(cluster: Cluster) -> bool:
 def require_cluster(name: str) -> Cluster:
     cluster = load_state(name)
     if cluster is None:
-        raise UsageError(f"cluster {name!r} is not up; start it with `ccbench cluster up "
-                         f"--name {name} --ranks N --rate 1gbit`")  # fmt: skip
+        raise UsageError(
+            f"cluster {name!r} is not up; start it with `ccbench cluster up "
+            f"--name {name} --ranks N --rate 1gbit`"
+        )
     if not intact(cluster):
-        raise UsageError(f"cluster {name!r} is broken (namespaces missing); run `ccbench "
-                         f"cluster down --name {name}` and `up` again")  # fmt: skip
+        raise UsageError(
+            f"cluster {name!r} is broken (namespaces missing); run `ccbench "
+            f"cluster down --name {name}` and `up` again"
+        )
     return cluster
 
 
@@ -124,6 +128,7 @@ def require_cluster(name: str) -> Cluster:
 @contextlib.contextmanager
 def terminate_as_interrupt():
     """Turn SIGTERM/SIGHUP into KeyboardInterrupt so a killed `up` still cleans up."""
+
     def handler(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
@@ -144,8 +149,10 @@ def cmd_up(opts) -> int:
         raise UsageError(f"--ranks must be between 1 and {MAX_RANKS}")
     regime = None
     if (opts.codec is None) != (opts.codec_ratio is None):
-        raise UsageError("--codec and --codec-ratio go together: the link rate is the "
-                         "codec's throughput on this host divided by the ratio")
+        raise UsageError(
+            "--codec and --codec-ratio go together: the link rate is the "
+            "codec's throughput on this host divided by the ratio"
+        )
     if opts.codec is not None:
         if opts.rate is not None:
             raise UsageError("give --rate or --codec with --codec-ratio, not both")
@@ -163,9 +170,18 @@ def cmd_up(opts) -> int:
     limit = parse_bytes(opts.limit) if opts.limit else default_limit(rate, burst)
     if burst < opts.mtu + 14:
         raise UsageError(f"--burst must hold one frame ({opts.mtu + 14} bytes)")
-    want = Cluster(opts.name, opts.ranks, rate, delay, opts.mtu, burst, limit,
-                   created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), mode=mode,
-                   regime=regime)  # fmt: skip
+    want = Cluster(
+        opts.name,
+        opts.ranks,
+        rate,
+        delay,
+        opts.mtu,
+        burst,
+        limit,
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        mode=mode,
+        regime=regime,
+    )
     with state_lock(), terminate_as_interrupt():
         have = load_state(opts.name)
         if have is not None and have.shaping() == want.shaping() and intact(have):
@@ -226,30 +242,45 @@ def _status(opts, cluster: Cluster) -> int:
     alive = cluster.mode != USERNS or keeper_alive(cluster)
     present = list_namespaces() if alive else set()
     ranks = []
-    for i, (ns, port, addr) in enumerate(zip(cluster.namespaces, cluster.ports,
-                                             cluster.addresses, strict=True)):  # fmt: skip
+    for i, (ns, port, addr) in enumerate(
+        zip(cluster.namespaces, cluster.ports, cluster.addresses, strict=True)
+    ):
         ok = ns in present and cluster.switch_namespace in present
-        ranks.append({
-            "rank": i, "namespace": ns, "present": ns in present, "address": addr,
-            "sent": qdisc_stats(ns, cluster.rank_iface) if ok else {},
-            "received": qdisc_stats(cluster.switch_namespace, port) if ok else {},
-        })  # fmt: skip
+        ranks.append(
+            {
+                "rank": i,
+                "namespace": ns,
+                "present": ns in present,
+                "address": addr,
+                "sent": qdisc_stats(ns, cluster.rank_iface) if ok else {},
+                "received": qdisc_stats(cluster.switch_namespace, port) if ok else {},
+            }
+        )
     up = intact(cluster)
     if opts.json:
-        print(json.dumps({**asdict(cluster), "up": up, "link_gbps": cluster.link_gbps,
-                          "ranks_detail": ranks}))  # fmt: skip
+        print(
+            json.dumps(
+                {**asdict(cluster), "up": up, "link_gbps": cluster.link_gbps, "ranks_detail": ranks}
+            )
+        )
         return 0 if up else 1
-    print(f"cluster {cluster.name}: {'up' if up else 'BROKEN (namespaces missing)'}, "
-          f"{describe(cluster)}")
-    print(f"  tbf burst {cluster.burst_bytes} B, queue limit {cluster.limit_bytes} B, "
-          f"tcp_limit_output_bytes {tsq_bytes(cluster)}; "
-          f"bridge {cluster.bridge} in {cluster.switch_namespace}; "
-          f"rank interface {cluster.rank_iface}; state {state_path(cluster.name)}")
+    print(
+        f"cluster {cluster.name}: {'up' if up else 'BROKEN (namespaces missing)'}, "
+        f"{describe(cluster)}"
+    )
+    print(
+        f"  tbf burst {cluster.burst_bytes} B, queue limit {cluster.limit_bytes} B, "
+        f"tcp_limit_output_bytes {tsq_bytes(cluster)}; "
+        f"bridge {cluster.bridge} in {cluster.switch_namespace}; "
+        f"rank interface {cluster.rank_iface}; state {state_path(cluster.name)}"
+    )
     print(f"  {'rank':>4}  {'namespace':<12} {'address':<15} {'sent B':>14} {'recv B':>14} drops")
     for r in ranks:
         drops = r["sent"].get("drops", 0) + r["received"].get("drops", 0)
-        print(f"  {r['rank']:>4}  {r['namespace']:<12} {r['address']:<15} "
-              f"{r['sent'].get('bytes', '-'):>14} {r['received'].get('bytes', '-'):>14} {drops}")
+        print(
+            f"  {r['rank']:>4}  {r['namespace']:<12} {r['address']:<15} "
+            f"{r['sent'].get('bytes', '-'):>14} {r['received'].get('bytes', '-'):>14} {drops}"
+        )
     return 0 if up else 1
 
 
@@ -280,8 +311,11 @@ def cmd_check(opts) -> int:
     except UsageError as exc:
         print(str(exc))
         return 1
-    print("root: namespaces on the host" if mode == ROOT else
-          "unprivileged: namespaces inside a user namespace (unshare -Urnm)")
+    print(
+        "root: namespaces on the host"
+        if mode == ROOT
+        else "unprivileged: namespaces inside a user namespace (unshare -Urnm)"
+    )
     return 0
 
 
@@ -310,22 +344,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add(action: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(action, help=help_text, description=help_text)
-        p.add_argument("--name", default=DEFAULT_NAME, type=check_name,
-                       help=f"cluster name, prefix of its namespaces and links "
-                            f"(default {DEFAULT_NAME})")  # fmt: skip
+        p.add_argument(
+            "--name",
+            default=DEFAULT_NAME,
+            type=check_name,
+            help=f"cluster name, prefix of its namespaces and links (default {DEFAULT_NAME})",
+        )
         return p
 
     up = add("up", "create the namespaces, bridge, veth links and tc shaping")
     up.add_argument("--ranks", "-n", type=int, required=True, help="number of ranks (namespaces)")
     up.add_argument("--rate", help=f"link rate per direction (default {DEFAULT_RATE})")
-    up.add_argument("--codec", metavar="SPEC",
-                    help="with --codec-ratio: set the rate from this codec's throughput here")
-    up.add_argument("--codec-ratio", type=float, metavar="R",
-                    help="the codec's throughput per rank over the link rate (the paper's "
-                         "regime: a GPU codec several times faster than the network)")
-    up.add_argument("--userns", action="store_true",
-                    help="build inside a user namespace even as root (what users without "
-                         "root get; nothing is added to the host's /run/netns)")
+    up.add_argument(
+        "--codec",
+        metavar="SPEC",
+        help="with --codec-ratio: set the rate from this codec's throughput here",
+    )
+    up.add_argument(
+        "--codec-ratio",
+        type=float,
+        metavar="R",
+        help="the codec's throughput per rank over the link rate (the paper's "
+        "regime: a GPU codec several times faster than the network)",
+    )
+    up.add_argument(
+        "--userns",
+        action="store_true",
+        help="build inside a user namespace even as root (what users without "
+        "root get; nothing is added to the host's /run/netns)",
+    )
     up.add_argument("--delay", default="0", help="extra one-way delay, e.g. 50us (needs netem)")
     up.add_argument("--mtu", type=int, default=9000, help="link MTU (default 9000, jumbo frames)")
     up.add_argument("--burst", help="token bucket size in bytes (default: 1 ms at the rate)")
@@ -342,20 +389,37 @@ def build_parser() -> argparse.ArgumentParser:
     sc = add("selfcheck", "measure TCP (and MPI) throughput against the configured rate")
     sc.add_argument("--bytes", default="64m", help="bytes per TCP stream (default 64m)")
     sc.add_argument("--mpi-bytes", default="16m", help="MPI allgather bytes per rank (default 16m)")
-    sc.add_argument("--no-mpi", dest="mpi", action="store_false",
-                    help="skip the MPI_Allgather check")  # fmt: skip
-    sc.add_argument("--no-step", dest="step", action="store_false",
-                    help="skip measuring the fixed cost of a ring step (the floor's)")
-    sc.add_argument("--step-only", action="store_true",
-                    help="measure only the fixed cost of a ring step (the floor's)")
+    sc.add_argument(
+        "--no-mpi", dest="mpi", action="store_false", help="skip the MPI_Allgather check"
+    )
+    sc.add_argument(
+        "--no-step",
+        dest="step",
+        action="store_false",
+        help="skip measuring the fixed cost of a ring step (the floor's)",
+    )
+    sc.add_argument(
+        "--step-only",
+        action="store_true",
+        help="measure only the fixed cost of a ring step (the floor's)",
+    )
     return parser
 
 
-COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "run": cmd_run,
-            "check": cmd_check,
-            "selfcheck": cmd_selfcheck}  # fmt: skip
-HELPERS = {"_tcp-flow": tcp_flow_main, "_mpi-allgather": mpi_allgather_main,
-           "_mpi-ring-step": mpi_ring_step_main, "_keeper": keeper_main}
+COMMANDS = {
+    "up": cmd_up,
+    "down": cmd_down,
+    "status": cmd_status,
+    "run": cmd_run,
+    "check": cmd_check,
+    "selfcheck": cmd_selfcheck,
+}
+HELPERS = {
+    "_tcp-flow": tcp_flow_main,
+    "_mpi-allgather": mpi_allgather_main,
+    "_mpi-ring-step": mpi_ring_step_main,
+    "_keeper": keeper_main,
+}
 
 
 def main(argv: list[str]) -> int:

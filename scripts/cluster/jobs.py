@@ -32,8 +32,10 @@ MPICH_TCP_ENV = {
 def check_hydra(mpiexec: str) -> None:
     proc = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, check=False)
     if "HYDRA" not in proc.stdout:
-        raise UsageError(f"{mpiexec} is not MPICH's Hydra; `ccbench cluster run` drives MPICH "
-                         "(see docs/emulated-cluster.md for the Open MPI equivalent)")  # fmt: skip
+        raise UsageError(
+            f"{mpiexec} is not MPICH's Hydra; `ccbench cluster run` drives MPICH "
+            "(see docs/emulated-cluster.md for the Open MPI equivalent)"
+        )
 
 
 def rank_environment(cluster: Cluster, nranks: int) -> dict[str, str]:
@@ -58,14 +60,20 @@ def rank_environment(cluster: Cluster, nranks: int) -> dict[str, str]:
     return env
 
 
-def mpiexec_command(cluster: Cluster, command: list[str], nranks: int,
-                    mpiexec: str, bind: bool | None = None) -> list[str]:  # fmt: skip
+def mpiexec_command(
+    cluster: Cluster, command: list[str], nranks: int, mpiexec: str, bind: bool | None = None
+) -> list[str]:
     """Hydra MPMD launch: segment i is rank i, run inside namespace i."""
     if command[0] in ("python", "python3"):
         command = [sys.executable, *command[1:]]  # the Python with mpi4py, even under sudo
     # Hydra binds each rank to a core of the host the emulated nodes share
-    args = [*enter_command(cluster), mpiexec, "-launcher", "fork",
-            *placement_args(MPICH, nranks, bind)]
+    args = [
+        *enter_command(cluster),
+        mpiexec,
+        "-launcher",
+        "fork",
+        *placement_args(MPICH, nranks, bind),
+    ]
     for key, value in rank_environment(cluster, nranks).items():
         args += ["-genv", key, value]
     for i in range(nranks):

@@ -68,23 +68,42 @@ def start_keeper(cluster: Cluster, timeout: float = 120.0) -> int:
     Returns its pid (the process whose namespaces `nsenter` enters)."""
     log = state_path(cluster.name).with_suffix(".log")
     log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    layout = json.dumps({k: v for k, v in asdict(cluster).items()
-                         if k in ("name", "ranks", "rate_bps", "delay_us", "mtu",
-                                  "burst_bytes", "limit_bytes")})
+    layout = json.dumps(
+        {
+            k: v
+            for k, v in asdict(cluster).items()
+            if k in ("name", "ranks", "rate_bps", "delay_us", "mtu", "burst_bytes", "limit_bytes")
+        }
+    )
     with open(log, "w") as err:
         proc = subprocess.Popen(
-            ["unshare", "-Urnm", "--propagation", "private", sys.executable, "-m",
-             "ccbench.scripts.cluster", "_keeper", layout],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
-            start_new_session=True, text=True)  # fmt: skip
+            [
+                "unshare",
+                "-Urnm",
+                "--propagation",
+                "private",
+                sys.executable,
+                "-m",
+                "ccbench.scripts.cluster",
+                "_keeper",
+                layout,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            start_new_session=True,
+            text=True,
+        )
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     line = proc.stdout.readline().strip() if ready else ""
     proc.stdout.close()
     if line != "ready":
         stop_keeper(proc.pid)
         tail = log.read_text().strip().splitlines() if log.exists() else []
-        raise ClusterError("building the cluster in a user namespace failed: "
-                           f"{tail[-1] if tail else 'no answer within ' + str(timeout) + ' s'}")
+        raise ClusterError(
+            "building the cluster in a user namespace failed: "
+            f"{tail[-1] if tail else 'no answer within ' + str(timeout) + ' s'}"
+        )
     return proc.pid
 
 

@@ -135,11 +135,20 @@ class Cluster:
 
     def shaping(self) -> tuple:
         # a rate matched to a codec is measured anew each time: the regime names it
-        rate = (self.regime["codec"], self.regime["codec_link_ratio"]) if self.regime \
+        rate = (
+            (self.regime["codec"], self.regime["codec_link_ratio"])
+            if self.regime
             else self.rate_bps
-        return (self.mode, self.ranks, rate, self.delay_us, self.mtu,
-                None if self.regime else self.burst_bytes,
-                None if self.regime else self.limit_bytes)  # fmt: skip
+        )
+        return (
+            self.mode,
+            self.ranks,
+            rate,
+            self.delay_us,
+            self.mtu,
+            None if self.regime else self.burst_bytes,
+            None if self.regime else self.limit_bytes,
+        )
 
     def tcp_goodput_bps(self) -> float:
         """Rate left for TCP payload: tbf counts Ethernet (14 B) + IPv4 (20) + TCP (32) headers."""
@@ -149,12 +158,17 @@ class Cluster:
 def describe(c: Cluster) -> str:
     """The cluster in one line, as `up`, `status` and `selfcheck` print it."""
     delay = f", +{c.delay_us} us one-way" if c.delay_us else ""
-    regime = (f" (codec {c.regime['codec']} {c.regime['codec_link_ratio']:g}x the link)"
-              if c.regime else "")
+    regime = (
+        f" (codec {c.regime['codec']} {c.regime['codec_link_ratio']:g}x the link)"
+        if c.regime
+        else ""
+    )
     where = f"; in a user namespace (keeper pid {c.keeper_pid})" if c.mode == USERNS else ""
-    return (f"{c.ranks} ranks, {format_rate(c.rate_bps)} full-duplex links{regime}{delay}, "
-            f"MTU {c.mtu}, subnet {c.subnet}, namespaces {c.namespaces[0]}.."
-            f"{c.namespaces[-1]}{where}")  # fmt: skip
+    return (
+        f"{c.ranks} ranks, {format_rate(c.rate_bps)} full-duplex links{regime}{delay}, "
+        f"MTU {c.mtu}, subnet {c.subnet}, namespaces {c.namespaces[0]}.."
+        f"{c.namespaces[-1]}{where}"
+    )
 
 
 def default_burst(rate_bps: int, mtu: int) -> int:
@@ -196,8 +210,19 @@ def load_state(name: str) -> Cluster | None:
         raise ClusterError(
             f"{state_path(name)}: unreadable ({exc}); run `ccbench cluster down`"
         ) from exc
-    fields = {k: data[k] for k in ("name", "ranks", "rate_bps", "delay_us", "mtu",
-                                   "burst_bytes", "limit_bytes", "created")}  # fmt: skip
+    fields = {
+        k: data[k]
+        for k in (
+            "name",
+            "ranks",
+            "rate_bps",
+            "delay_us",
+            "mtu",
+            "burst_bytes",
+            "limit_bytes",
+            "created",
+        )
+    }
     optional = ("mode", "keeper_pid", "goodput_bps", "step_us", "regime")
     fields.update({k: data[k] for k in optional if k in data})
     return Cluster(**fields)

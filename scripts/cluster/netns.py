@@ -64,12 +64,20 @@ def userns_unavailable() -> str:
     if missing:
         why = f"{' and '.join(missing)} (util-linux) not found"
     else:
-        probe = subprocess.run(["unshare", "-Urnm", "mount", "-t", "tmpfs", "ccbench",
-                                tempfile.gettempdir()], capture_output=True, text=True,
-                               stdin=subprocess.DEVNULL, timeout=30, check=False)
+        probe = subprocess.run(
+            ["unshare", "-Urnm", "mount", "-t", "tmpfs", "ccbench", tempfile.gettempdir()],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=30,
+            check=False,
+        )
         detail = (probe.stderr.strip().splitlines() or ["failed"])[-1]
-        why = "" if probe.returncode == 0 else (
-            f"unprivileged user namespaces are not allowed here (`unshare -Urnm`: {detail})")
+        why = (
+            ""
+            if probe.returncode == 0
+            else (f"unprivileged user namespaces are not allowed here (`unshare -Urnm`: {detail})")
+        )
     _USERNS_PROBE["why"] = why
     return why
 
@@ -91,8 +99,17 @@ def enter_command(cluster: Cluster) -> list[str]:
     if cluster.mode != USERNS:
         return []
     # --wd: the caller's directory (relative paths of the command), else the keeper's
-    return ["nsenter", "-t", str(cluster.keeper_pid), "-U", "-m", "-n",
-            "--preserve-credentials", f"--wd={os.getcwd()}", "--"]
+    return [
+        "nsenter",
+        "-t",
+        str(cluster.keeper_pid),
+        "-U",
+        "-m",
+        "-n",
+        "--preserve-credentials",
+        f"--wd={os.getcwd()}",
+        "--",
+    ]
 
 
 @contextlib.contextmanager
@@ -129,19 +146,44 @@ def leftover_namespaces(name: str) -> list[str]:
 
 def shape_link(netns: str, dev: str, cluster: Cluster, delay_us: int) -> None:
     """Token bucket on the egress of `dev`, after a netem delay stage when asked for one."""
-    tbf = ["tbf", "rate", f"{cluster.rate_bps}bit", "burst", str(cluster.burst_bytes),
-           "limit", str(cluster.limit_bytes)]  # fmt: skip
+    tbf = [
+        "tbf",
+        "rate",
+        f"{cluster.rate_bps}bit",
+        "burst",
+        str(cluster.burst_bytes),
+        "limit",
+        str(cluster.limit_bytes),
+    ]
     if delay_us <= 0:
         sh("tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", *tbf)
         return
     # netem holds each packet for the delay, then hands it to the tbf child (tc-netem(8)).
     packets = max(1000, 2 * cluster.limit_bytes // (cluster.mtu + 14))
-    proc = sh("tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", "handle", "1:",
-              "netem", "delay", f"{delay_us}us", "limit", str(packets), check=False)  # fmt: skip
+    proc = sh(
+        "tc",
+        "-n",
+        netns,
+        "qdisc",
+        "replace",
+        "dev",
+        dev,
+        "root",
+        "handle",
+        "1:",
+        "netem",
+        "delay",
+        f"{delay_us}us",
+        "limit",
+        str(packets),
+        check=False,
+    )
     if proc.returncode != 0:
         if "unknown" in proc.stderr.lower():
-            raise UsageError("--delay needs the kernel's netem qdisc (CONFIG_NET_SCH_NETEM), "
-                             "which this kernel lacks; run without --delay")  # fmt: skip
+            raise UsageError(
+                "--delay needs the kernel's netem qdisc (CONFIG_NET_SCH_NETEM), "
+                "which this kernel lacks; run without --delay"
+            )
         raise ClusterError(f"tc netem on {netns}/{dev} failed: {proc.stderr.strip()}")
     sh("tc", "-n", netns, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", *tbf)
 
@@ -156,8 +198,13 @@ def tsq_bytes(cluster: Cluster) -> int:
 
 def set_sysctl(netns: str, key: str, value: int) -> None:
     """Write a per-namespace sysctl from inside the namespace (no procps needed)."""
-    proc = subprocess.run([*_ENTER, "ip", "netns", "exec", netns, "tee", f"/proc/sys/{key}"],
-                          input=f"{value}\n", capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [*_ENTER, "ip", "netns", "exec", netns, "tee", f"/proc/sys/{key}"],
+        input=f"{value}\n",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise ClusterError(f"setting {key} in {netns} failed: {proc.stderr.strip()}")
 
@@ -171,8 +218,25 @@ def build(cluster: Cluster) -> None:
     prefix_len = cluster.subnet.split("/")[1]
     for ns, port, addr in zip(cluster.namespaces, cluster.ports, cluster.addresses, strict=True):
         sh("ip", "netns", "add", ns)
-        sh("ip", "-n", sw, "link", "add", port, "mtu", mtu, "type", "veth",
-           "peer", "name", cluster.rank_iface, "mtu", mtu, "netns", ns)  # fmt: skip
+        sh(
+            "ip",
+            "-n",
+            sw,
+            "link",
+            "add",
+            port,
+            "mtu",
+            mtu,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            cluster.rank_iface,
+            "mtu",
+            mtu,
+            "netns",
+            ns,
+        )
         sh("ip", "-n", sw, "link", "set", port, "master", br)
         sh("ip", "-n", sw, "link", "set", port, "up")
         sh("ip", "-n", ns, "link", "set", "lo", "up")

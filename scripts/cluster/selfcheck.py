@@ -41,8 +41,10 @@ def selfcheck(cluster: Cluster, nbytes: int, mpi_bytes: int, step: bool = True) 
     and, with `step`, the fixed cost of a ring step (ring_step_cost)."""
     rate = cluster.rate_bps
     ceiling = cluster.tcp_goodput_bps()
-    print(f"configured rate {rate / 1e9:.3f} Gbit/s; TCP payload ceiling at MTU {cluster.mtu}: "
-          f"{ceiling / 1e9:.3f} Gbit/s (Ethernet+IP+TCP headers)")
+    print(
+        f"configured rate {rate / 1e9:.3f} Gbit/s; TCP payload ceiling at MTU {cluster.mtu}: "
+        f"{ceiling / 1e9:.3f} Gbit/s (Ethernet+IP+TCP headers)"
+    )
     ok = nbytes <= 0 or tcp_check(cluster, nbytes, ceiling)
     if mpi_bytes:
         ok &= mpi_check(cluster, mpi_bytes)
@@ -87,12 +89,25 @@ def mpi_check(cluster: Cluster, size: int) -> bool:
     cores = len(os.sched_getaffinity(0))
     bound = (cluster.ranks - 1) * size * 8 / rate
     out = subprocess.run(
-        mpiexec_command(cluster, [sys.executable, "-m", "ccbench.scripts.cluster",
-                                  "_mpi-allgather", "--bytes", str(size)],
-                        cluster.ranks, find_mpiexec()),
-        capture_output=True, text=True, env=dict(os.environ), check=False,
+        mpiexec_command(
+            cluster,
+            [
+                sys.executable,
+                "-m",
+                "ccbench.scripts.cluster",
+                "_mpi-allgather",
+                "--bytes",
+                str(size),
+            ],
+            cluster.ranks,
+            find_mpiexec(),
+        ),
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        check=False,
         timeout=120 + 40 * bound,
-    )  # fmt: skip
+    )
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
         tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
@@ -100,12 +115,16 @@ def mpi_check(cluster: Cluster, size: int) -> bool:
     res = json.loads(lines[-1])
     ratio = res["mean_s"] / bound
     good = ratio <= 1.10
-    print(f"mpi  MPI_Allgather {cluster.ranks} ranks x {size} B: mean {res['mean_s']:.4f} s, "
-          f"link bound (n-1) x size / rate {bound:.4f} s, ratio {ratio:.3f}  "
-          f"{'ok' if good else 'OFF'}")
+    print(
+        f"mpi  MPI_Allgather {cluster.ranks} ranks x {size} B: mean {res['mean_s']:.4f} s, "
+        f"link bound (n-1) x size / rate {bound:.4f} s, ratio {ratio:.3f}  "
+        f"{'ok' if good else 'OFF'}"
+    )
     share = min(1.0, cores / cluster.ranks)
-    print(f"     rank CPU busy {res['cpu_busy']:.2f} s/s (about {share:.2f} = ranks polling "
-          "on all cores; much less = the host is busy with other work)")
+    print(
+        f"     rank CPU busy {res['cpu_busy']:.2f} s/s (about {share:.2f} = ranks polling "
+        "on all cores; much less = the host is busy with other work)"
+    )
     return good
 
 
@@ -119,29 +138,48 @@ def ring_step_cost(cluster: Cluster, ceiling_bps: float) -> float:
     times, and a floor must not count that."""
     steps = cluster.ranks - 1
     out = subprocess.run(
-        mpiexec_command(cluster, [sys.executable, "-m", "ccbench.scripts.cluster",
-                                  "_mpi-ring-step", "--bytes",
-                                  ",".join(map(str, RING_STEP_BYTES)),
-                                  "--steps", str(steps)],
-                        cluster.ranks, find_mpiexec()),
-        capture_output=True, text=True, env=dict(os.environ), check=False, timeout=120,
-    )  # fmt: skip
+        mpiexec_command(
+            cluster,
+            [
+                sys.executable,
+                "-m",
+                "ccbench.scripts.cluster",
+                "_mpi-ring-step",
+                "--bytes",
+                ",".join(map(str, RING_STEP_BYTES)),
+                "--steps",
+                str(steps),
+            ],
+            cluster.ranks,
+            find_mpiexec(),
+        ),
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        check=False,
+        timeout=120,
+    )
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
         tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
         raise ClusterError(f"MPI ring-step self-check failed: {tail}")
     report = json.loads(lines[-1])
     residuals = []
-    for nbytes, best, median in zip(RING_STEP_BYTES, report["best_s"], report["median_s"],
-                                    strict=True):
+    for nbytes, best, median in zip(
+        RING_STEP_BYTES, report["best_s"], report["median_s"], strict=True
+    ):
         wire = wire_floor_s(steps * nbytes, ceiling_bps, cluster.burst_bytes)
         residuals.append(max(best - wire, 0.0) / steps)
-        print(f"mpi  {steps} ring steps of {nbytes} B: fastest {best * 1e6:.0f} us (median "
-              f"{median * 1e6:.0f}), wire floor {wire * 1e6:.0f} us, fixed cost "
-              f"{residuals[-1] * 1e6:.0f} us per step")
+        print(
+            f"mpi  {steps} ring steps of {nbytes} B: fastest {best * 1e6:.0f} us (median "
+            f"{median * 1e6:.0f}), wire floor {wire * 1e6:.0f} us, fixed cost "
+            f"{residuals[-1] * 1e6:.0f} us per step"
+        )
     step = min(residuals)
-    print(f"     fixed cost of a ring step (the least): {step * 1e6:.0f} us, added per step "
-          "to the floor of a call")
+    print(
+        f"     fixed cost of a ring step (the least): {step * 1e6:.0f} us, added per step "
+        "to the floor of a call"
+    )
     return step
 
 
@@ -177,8 +215,7 @@ def mpi_ring_step_main(argv: list[str]) -> int:
         best.append(float(slowest.min()))
         medians.append(float(np.median(slowest)))
     if comm.rank == 0:
-        print(json.dumps({"ranks": comm.size, "best_s": best, "median_s": medians}),
-              flush=True)
+        print(json.dumps({"ranks": comm.size, "best_s": best, "median_s": medians}), flush=True)
     return 0
 
 
@@ -190,15 +227,19 @@ def tcp_flows(cluster: Cluster, pairs: list[tuple[int, int]], nbytes: int) -> di
     env = dict(os.environ)
     helper = [sys.executable, "-m", "ccbench.scripts.cluster", "_tcp-flow", "--bytes", str(nbytes)]
     for rank in sorted(set(receivers) | set(senders)):
-        args = [*enter_command(cluster), "ip", "netns", "exec", cluster.namespaces[rank],
-                *helper]
+        args = [*enter_command(cluster), "ip", "netns", "exec", cluster.namespaces[rank], *helper]
         if rank in receivers:
-            args += ["--listen", cluster.addresses[rank],
-                     "--peers", str(sum(1 for _, d in pairs if d == rank))]  # fmt: skip
+            args += [
+                "--listen",
+                cluster.addresses[rank],
+                "--peers",
+                str(sum(1 for _, d in pairs if d == rank)),
+            ]
         if rank in senders:
             args += ["--send-to", cluster.addresses[senders[rank]]]
-        procs[rank] = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       text=True, env=env)  # fmt: skip
+        procs[rank] = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
     timeout = 30 + 20 * nbytes * 8 / cluster.rate_bps
     results, errors = {}, []
     try:
@@ -305,7 +346,16 @@ def mpi_allgather_main(argv: list[str]) -> int:
     slowest = np.empty_like(mine)
     comm.Reduce(mine, slowest, op=MPI.MAX, root=0)
     if comm.rank == 0:
-        print(json.dumps({"ranks": comm.size, "bytes": a.bytes, "mean_s": float(
-            slowest[:-1].mean()), "min_s": float(slowest[:-1].min()),
-            "cpu_busy": float(slowest[-1])}), flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "ranks": comm.size,
+                    "bytes": a.bytes,
+                    "mean_s": float(slowest[:-1].mean()),
+                    "min_s": float(slowest[:-1].min()),
+                    "cpu_busy": float(slowest[-1]),
+                }
+            ),
+            flush=True,
+        )
     return 0

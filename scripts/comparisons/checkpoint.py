@@ -45,8 +45,9 @@ def load(path: Path, identity: dict) -> dict | None:
     if saved.get("format") != FORMAT:
         raise UsageError(f"checkpoint {path} has an unknown format; delete it to start again")
     if saved.get("identity") != json.loads(json.dumps(identity, default=str)):
-        raise UsageError(f"checkpoint {path} belongs to another measurement; delete it to "
-                         "start again")
+        raise UsageError(
+            f"checkpoint {path} belongs to another measurement; delete it to start again"
+        )
     return saved.get("state")
 
 
@@ -62,8 +63,7 @@ def working_tree_digest(repo: Path) -> str:
     """A hash of the checkout's uncommitted changes to tracked files ('' when clean)."""
     import subprocess
 
-    proc = subprocess.run(["git", "-C", str(repo), "diff", "HEAD", "--binary"],
-                          capture_output=True)
+    proc = subprocess.run(["git", "-C", str(repo), "diff", "HEAD", "--binary"], capture_output=True)
     if proc.returncode != 0 or not proc.stdout:
         return ""
     return hashlib.sha256(proc.stdout).hexdigest()[:16]

@@ -61,44 +61,74 @@ TIMERS = ("auto", "python")  # --timer: auto pairs like with like, python forces
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ccbench compare", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="ccbench compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("a", help='side A: "VARIANT [OPTIONS]"')
-    p.add_argument("b", nargs="?", help='side B (default: A\'s command, with --a-rev/--b-rev)')
+    p.add_argument("b", nargs="?", help="side B (default: A's command, with --a-rev/--b-rev)")
     p.add_argument("--a-rev", metavar="REV", help="run A from this git revision")
     p.add_argument("--b-rev", metavar="REV", help="run B from this git revision")
     p.add_argument("-n", "--ranks", type=int, default=2, help="MPI ranks (default 2)")
     add_rounds(p, 6, "rounds of A and B, a launch each; the interval is taken across rounds")
-    p.add_argument("--ci-target", type=float, metavar="PCT",
-                   help="after --rounds, add rounds until every size's ratio interval is "
-                        "within +-PCT percent, or --max-rounds are done")
-    p.add_argument("--max-rounds", type=int, default=12,
-                   help="rounds at most with --ci-target (default 12)")
-    p.add_argument("--turns", type=int, default=8,
-                   help="turns of A and B within each round's launch (default 8; "
-                        "even, so each side goes first as often)")
+    p.add_argument(
+        "--ci-target",
+        type=float,
+        metavar="PCT",
+        help="after --rounds, add rounds until every size's ratio interval is "
+        "within +-PCT percent, or --max-rounds are done",
+    )
+    p.add_argument(
+        "--max-rounds", type=int, default=12, help="rounds at most with --ci-target (default 12)"
+    )
+    p.add_argument(
+        "--turns",
+        type=int,
+        default=8,
+        help="turns of A and B within each round's launch (default 8; "
+        "even, so each side goes first as often)",
+    )
     add_sizes(p, "64K:1M", note="; both sides run them")
-    p.add_argument("--statistic", choices=tuple(STATISTICS), default="avg",
-                   help="what each round contributes: avg (mean over calls, default), "
-                        "fastest (the fastest call), p50")
-    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                   help=f"ratios within 1+-margin count as no difference "
-                        f"(default {DEFAULT_MARGIN})")
-    p.add_argument("--cluster", metavar="NAME",
-                   help="run both sides inside this emulated cluster (ccbench cluster up)")
+    p.add_argument(
+        "--statistic",
+        choices=tuple(STATISTICS),
+        default="avg",
+        help="what each round contributes: avg (mean over calls, default), "
+        "fastest (the fastest call), p50",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help=f"ratios within 1+-margin count as no difference (default {DEFAULT_MARGIN})",
+    )
+    p.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help="run both sides inside this emulated cluster (ccbench cluster up)",
+    )
     add_no_bind(p)
-    p.add_argument("--separate-launches", action="store_true",
-                   help="a launch per side and round, even where both sides could share "
-                        "one (revisions, training, trace_replay and merged_gradient "
-                        "always do)")
+    p.add_argument(
+        "--separate-launches",
+        action="store_true",
+        help="a launch per side and round, even where both sides could share "
+        "one (revisions, training, trace_replay and merged_gradient "
+        "always do)",
+    )
     p.add_argument("--csv", metavar="PATH", help="append one row per size to this CSV")
-    p.add_argument("--timeout", type=float, default=1800.0,
-                   help="seconds one launch may take (default 1800)")
-    p.add_argument("--timer", choices=TIMERS, default="auto",
-                   help="auto (default): in one launch, both sides by the C loop where both "
-                        "are the MPI library's own collectives, else both by the Python "
-                        "loop; in separate launches, each side's own choice, refused when "
-                        "they differ. python: both sides by the Python loop")
+    p.add_argument(
+        "--timeout", type=float, default=1800.0, help="seconds one launch may take (default 1800)"
+    )
+    p.add_argument(
+        "--timer",
+        choices=TIMERS,
+        default="auto",
+        help="auto (default): in one launch, both sides by the C loop where both "
+        "are the MPI library's own collectives, else both by the Python "
+        "loop; in separate launches, each side's own choice, refused when "
+        "they differ. python: both sides by the Python loop",
+    )
     p.epilog = "Options after -- go to both sides, e.g. -- --collective allgather -i 20"
     return p
 
@@ -139,26 +169,43 @@ def main(argv: list[str]) -> int:
             raise UsageError(f"{reserved} after --: give it to ccbench compare itself")
     unsized = {a.variant in UNSIZED, b.variant in UNSIZED}
     if len(unsized) > 1:
-        raise UsageError("compare a benchmark with message sizes to one with sizes, and "
-                         "training, trace_replay or merged_gradient to one of the three")
+        raise UsageError(
+            "compare a benchmark with message sizes to one with sizes, and "
+            "training, trace_replay or merged_gradient to one of the three"
+        )
     if True not in unsized:
         common = [*common, "-m", opts.message_size]
-    launcher = Launcher(opts.ranks, opts.cluster, binding_enabled(False if opts.no_bind
-                                                                   else None), opts.timeout)
+    launcher = Launcher(
+        opts.ranks, opts.cluster, binding_enabled(False if opts.no_bind else None), opts.timeout
+    )
     one_process = a.variant in RATED or b.variant in RATED  # no MPI launch to share
-    pairing = LAUNCHES if (opts.separate_launches or a.rev or b.rev or True in unsized
-                           or one_process) else IN_LAUNCH
+    pairing = (
+        LAUNCHES
+        if (opts.separate_launches or a.rev or b.rev or True in unsized or one_process)
+        else IN_LAUNCH
+    )
     comparison = Comparison(a, b, opts.statistic, opts.margin, pairing)
     env = {"CCBENCH_TIMER": "python"} if opts.timer == "python" else {}
     meta = run_meta()
     meta["sweep_id"] = os.environ.get("CCBENCH_SWEEP_ID", "")
     started = time.monotonic()
-    identity = {"a": a.command, "b": b.command, "common": common, "ranks": opts.ranks,
-                "cluster": opts.cluster, "bind": launcher.bind, "pairing": pairing,
-                "turns": opts.turns, "statistic": opts.statistic, "timer": opts.timer,
-                "a_rev": resolve_rev(a.rev), "b_rev": resolve_rev(b.rev),
-                "sweep_id": meta["sweep_id"], "code": git_sha(),
-                "edits": checkpoint.working_tree_digest(REPO)}
+    identity = {
+        "a": a.command,
+        "b": b.command,
+        "common": common,
+        "ranks": opts.ranks,
+        "cluster": opts.cluster,
+        "bind": launcher.bind,
+        "pairing": pairing,
+        "turns": opts.turns,
+        "statistic": opts.statistic,
+        "timer": opts.timer,
+        "a_rev": resolve_rev(a.rev),
+        "b_rev": resolve_rev(b.rev),
+        "sweep_id": meta["sweep_id"],
+        "code": git_sha(),
+        "edits": checkpoint.working_tree_digest(REPO),
+    }
     saved_at = checkpoint.checkpoint_path("compare", identity)
     saved = checkpoint.load(saved_at, identity)
     if saved is not None:
@@ -168,9 +215,12 @@ def main(argv: list[str]) -> int:
     target = opts.ci_target / 100 if opts.ci_target is not None else None
     last = opts.max_rounds if target is not None else opts.rounds
     how = f"{opts.turns} turns in one launch" if pairing == IN_LAUNCH else "a launch each"
-    print(f"# ccbench compare: A = {a.text()}; B = {b.text()}; {opts.ranks} ranks, "
-          f"{opts.rounds} rounds ({how}), statistic {opts.statistic}, timer {opts.timer}, "
-          f"load {meta['load_start']}", flush=True)
+    print(
+        f"# ccbench compare: A = {a.text()}; B = {b.text()}; {opts.ranks} ranks, "
+        f"{opts.rounds} rounds ({how}), statistic {opts.statistic}, timer {opts.timer}, "
+        f"load {meta['load_start']}",
+        flush=True,
+    )
     if done:
         print(f"# resuming: {done} round(s) already measured ({saved_at})", flush=True)
     try:
@@ -187,19 +237,25 @@ def main(argv: list[str]) -> int:
                     if pairing == IN_LAUNCH:
                         # odd rounds start with B: each side starts as many turns
                         first = "A" if done % 2 == 0 else "B"
-                        comparison.add_paired(launcher.run_paired(
-                            a, b, common, opts.turns, Path(tmp) / "paired.json", env, first))
+                        comparison.add_paired(
+                            launcher.run_paired(
+                                a, b, common, opts.turns, Path(tmp) / "paired.json", env, first
+                            )
+                        )
                     else:
-                        run_round([(comparison, common)], launcher, done, Path(tmp),
-                                  env=env)
+                        run_round([(comparison, common)], launcher, done, Path(tmp), env=env)
                     done += 1
-                    checkpoint.save(saved_at, identity,
-                                    {"comparison": comparison.state(), "meta": meta})
+                    checkpoint.save(
+                        saved_at, identity, {"comparison": comparison.state(), "meta": meta}
+                    )
                     bar.update(1)
     except KeyboardInterrupt:
         kept = f"; the {done} finished kept: run the same command to resume" if done else ""
-        print(f"\nccbench compare: interrupted after {done} of {last} rounds{kept}",
-              file=sys.stderr, flush=True)
+        print(
+            f"\nccbench compare: interrupted after {done} of {last} rounds{kept}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 130
     meta["load_end"] = round(os.getloadavg()[0], 2)
     turns = opts.turns if pairing == IN_LAUNCH else 1
@@ -207,22 +263,41 @@ def main(argv: list[str]) -> int:
     rows = result_rows(comparison, done, meta, turns)
     print_table(rows)
     failed = [r for r in rows if r["validation"].startswith("Fail")]
-    print(f"# B/A < 1: B is faster. {time.monotonic() - started:.0f} s, load "
-          f"{meta['load_start']} -> {meta['load_end']}", flush=True)
+    print(
+        f"# B/A < 1: B is faster. {time.monotonic() - started:.0f} s, load "
+        f"{meta['load_start']} -> {meta['load_end']}",
+        flush=True,
+    )
     if opts.csv:
         append_rows(opts.csv, rows, COLUMNS)
-        write_sidecar(opts.csv, meta["compare_id"], {
-            "a": a.text(), "b": b.text(), "common": common, "rounds": done,
-            "ranks": opts.ranks, "cluster": opts.cluster, "statistic": opts.statistic,
-            "pairing": pairing, "turns": turns, "timer": opts.timer,
-            "times": {f"{size}|{config}": v for (size, config), v in comparison.times.items()},
-            "turn_times": {f"{size}|{config}": v
-                           for (size, config), v in comparison.turns.items()},
-        })
+        write_sidecar(
+            opts.csv,
+            meta["compare_id"],
+            {
+                "a": a.text(),
+                "b": b.text(),
+                "common": common,
+                "rounds": done,
+                "ranks": opts.ranks,
+                "cluster": opts.cluster,
+                "statistic": opts.statistic,
+                "pairing": pairing,
+                "turns": turns,
+                "timer": opts.timer,
+                "times": {f"{size}|{config}": v for (size, config), v in comparison.times.items()},
+                "turn_times": {
+                    f"{size}|{config}": v for (size, config), v in comparison.turns.items()
+                },
+            },
+        )
     checkpoint.clear(saved_at)
     if failed:
-        print(f"ccbench compare: validation failed at {len(failed)} of {len(rows)} points "
-              "(the validation column names the side)", file=sys.stderr, flush=True)
+        print(
+            f"ccbench compare: validation failed at {len(failed)} of {len(rows)} points "
+            "(the validation column names the side)",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     return 0
 

@@ -70,8 +70,10 @@ def osu_binary(directory: Path, collective: str) -> Path:
     for path in [directory / name, *sorted(directory.rglob(name))]:
         if path.is_file() and os.access(path, os.X_OK):
             return path
-    raise UsageError(f"--osu {directory}: no executable {name} in it or below it "
-                     "(build OSU Micro-Benchmarks against the MPI ccbench uses)")
+    raise UsageError(
+        f"--osu {directory}: no executable {name} in it or below it "
+        "(build OSU Micro-Benchmarks against the MPI ccbench uses)"
+    )
 
 
 def osu_latency(stdout: str, size: int) -> float:
@@ -104,19 +106,23 @@ class Runner:
         return ["-i", str(iterations), "-x", str(warmup)]
 
     def _launch(self, program: list[str], what: str):
-        proc = run_captured(mpiexec_command(self.opts.ranks, program, bind=self.bind),
-                            timeout=self.opts.timeout)
+        proc = run_captured(
+            mpiexec_command(self.opts.ranks, program, bind=self.bind), timeout=self.opts.timeout
+        )
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()
-            raise UsageError(f"{what} failed with status {proc.returncode}: "
-                             f"{tail[-1] if tail else 'no output'}")
+            raise UsageError(
+                f"{what} failed with status {proc.returncode}: {tail[-1] if tail else 'no output'}"
+            )
         return proc
 
     def osu(self, point: Point) -> float:
         binary = osu_binary(self.opts.osu, point.collective)
         dtype = ["-T", "mpi_float"] if point.dtype == "float32" else []
-        proc = self._launch([str(binary), "-m", f"{point.size}:{point.size}",
-                             *self.counts(point), *dtype], binary.name)
+        proc = self._launch(
+            [str(binary), "-m", f"{point.size}:{point.size}", *self.counts(point), *dtype],
+            binary.name,
+        )
         try:
             return osu_latency(proc.stdout, point.size)
         except ValueError as exc:
@@ -124,10 +130,27 @@ class Runner:
 
     def ccbench(self, point: Point) -> float:
         csv = self.scratch / "ccbench.csv"
-        self._launch([sys.executable, "-m", "ccbench.benchmarks.baseline", "--algorithm",
-                      "mpi", "--collective", point.collective, "-m", str(point.size),
-                      *self.counts(point), "-T", point.dtype, "--hugepages",
-                      self.opts.hugepages, "--csv", str(csv)], "ccbench baseline")
+        self._launch(
+            [
+                sys.executable,
+                "-m",
+                "ccbench.benchmarks.baseline",
+                "--algorithm",
+                "mpi",
+                "--collective",
+                point.collective,
+                "-m",
+                str(point.size),
+                *self.counts(point),
+                "-T",
+                point.dtype,
+                "--hugepages",
+                self.opts.hugepages,
+                "--csv",
+                str(csv),
+            ],
+            "ccbench baseline",
+        )
         rows = [r for r in read_rows(csv)[1] if int(r["size_bytes"]) == point.size]
         csv.unlink()
         if not rows:
@@ -135,8 +158,9 @@ class Runner:
         return float(rows[-1]["avg_us"])
 
 
-def measure(points: list[Point], rounds: int, runner: Runner,
-            progress=print) -> dict[Point, tuple[list[float], list[float]]]:
+def measure(
+    points: list[Point], rounds: int, runner: Runner, progress=print
+) -> dict[Point, tuple[list[float], list[float]]]:
     """(OSU times, ccbench times) per point, one pair per round, the order alternating."""
     times = {p: ([], []) for p in points}
     for r in range(rounds):
@@ -167,35 +191,56 @@ def judge(ratio: Ratio, tolerance: float) -> str:
 
 
 def table(times: dict[Point, tuple[list[float], list[float]]], tolerance: float) -> list[str]:
-    lines = [f"{'Collective':<14} {'Size':>9} {'OSU(us)':>11} {'ccbench(us)':>12} "
-             f"{'ccbench/OSU':>12} {'CI95 low':>9} {'CI95 high':>9}  Verdict"]
+    lines = [
+        f"{'Collective':<14} {'Size':>9} {'OSU(us)':>11} {'ccbench(us)':>12} "
+        f"{'ccbench/OSU':>12} {'CI95 low':>9} {'CI95 high':>9}  Verdict"
+    ]
     for point, (osu_times, ours) in times.items():
         ratio = median_ratio_interval(osu_times, ours)
-        lines.append(f"{point.collective:<14} {point.size:>9} "
-                     f"{np.median(osu_times):>11.2f} {np.median(ours):>12.2f} "
-                     f"{ratio.ratio:>12.3f} {ratio.low:>9.3g} {ratio.high:>9.3g}  "
-                     f"{judge(ratio, tolerance)}")
+        lines.append(
+            f"{point.collective:<14} {point.size:>9} "
+            f"{np.median(osu_times):>11.2f} {np.median(ours):>12.2f} "
+            f"{ratio.ratio:>12.3f} {ratio.low:>9.3g} {ratio.high:>9.3g}  "
+            f"{judge(ratio, tolerance)}"
+        )
     return lines
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ccbench osu-check", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--osu", type=Path, required=True,
-                   help="OSU Micro-Benchmarks build (or the folder of its collective binaries)")
+    p = argparse.ArgumentParser(
+        prog="ccbench osu-check",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--osu",
+        type=Path,
+        required=True,
+        help="OSU Micro-Benchmarks build (or the folder of its collective binaries)",
+    )
     p.add_argument("-n", "--ranks", type=int, default=2, help="ranks (default 2)")
     add_sizes(p, default="1,64K,1M,16M")
-    p.add_argument("--collective", default=",".join(COLLECTIVES),
-                   help="comma-separated collectives (default all three)")
+    p.add_argument(
+        "--collective",
+        default=",".join(COLLECTIVES),
+        help="comma-separated collectives (default all three)",
+    )
     add_rounds(p, 12, f"interleaved rounds, at least {MIN_ROUNDS}")
     add_repetitions(p, None, "calls per size and side")
-    p.add_argument("--hugepages", choices=("off", "madvise"), default="off",
-                   help="ccbench's buffer policy (default off, as OSU's buffers)")
-    p.add_argument("--tolerance", type=float, default=10.0,
-                   help="percent within which a point agrees (default 10)")
+    p.add_argument(
+        "--hugepages",
+        choices=("off", "madvise"),
+        default="off",
+        help="ccbench's buffer policy (default off, as OSU's buffers)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=10.0,
+        help="percent within which a point agrees (default 10)",
+    )
     add_no_bind(p)
-    p.add_argument("--timeout", type=float, default=600.0,
-                   help="seconds per launch (default 600)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per launch (default 600)")
     return p
 
 
@@ -207,8 +252,9 @@ def main(argv: list[str]) -> int:
         if name not in COLLECTIVES:
             raise UsageError(f"--collective {name}: not one of {', '.join(COLLECTIVES)}")
     if opts.rounds < MIN_ROUNDS:
-        raise UsageError(f"--rounds must be at least {MIN_ROUNDS} (a median's 95% interval "
-                         "needs that many)")
+        raise UsageError(
+            f"--rounds must be at least {MIN_ROUNDS} (a median's 95% interval needs that many)"
+        )
     for name in collectives:
         osu_binary(opts.osu, name)  # refuse before any launch
     points, notes = [], []
@@ -221,23 +267,33 @@ def main(argv: list[str]) -> int:
             else:
                 points.append(point)
     bound = binding_enabled(False if opts.no_bind else None)
-    print(f"# ccbench osu-check: {opts.ranks} ranks, {opts.rounds} interleaved rounds, "
-          f"ranks {'bound to cores' if bound else 'unbound'}, "
-          f"ccbench --hugepages {opts.hugepages}, load average "
-          f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
+    print(
+        f"# ccbench osu-check: {opts.ranks} ranks, {opts.rounds} interleaved rounds, "
+        f"ranks {'bound to cores' if bound else 'unbound'}, "
+        f"ccbench --hugepages {opts.hugepages}, load average "
+        f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}",
+        flush=True,
+    )
     for line in notes:
         print(line)
     with tempfile.TemporaryDirectory(prefix="ccbench-osu-") as scratch:
-        times = measure(points, opts.rounds, Runner(opts, Path(scratch)),
-                        progress=lambda text: print(text, flush=True))
+        times = measure(
+            points,
+            opts.rounds,
+            Runner(opts, Path(scratch)),
+            progress=lambda text: print(text, flush=True),
+        )
     lines = table(times, opts.tolerance / 100)
     print("\n".join(lines))
     differing = sum(line.endswith(DIFFERS) for line in lines)
     unsure = sum(line.endswith(INCONCLUSIVE) for line in lines)
     if differing:
-        print(f"# {differing} of {len(times)} points differ from OSU by more than "
-              f"{opts.tolerance:g}%")
+        print(
+            f"# {differing} of {len(times)} points differ from OSU by more than {opts.tolerance:g}%"
+        )
     if unsure:
-        print(f"# {unsure} of {len(times)} points are inconclusive: their rounds scatter "
-              "beyond the tolerance; rerun on a quieter host or with more --rounds")
+        print(
+            f"# {unsure} of {len(times)} points are inconclusive: their rounds scatter "
+            "beyond the tolerance; rerun on a quieter host or with more --rounds"
+        )
     return 1 if differing or unsure else 0

@@ -29,11 +29,15 @@ def rooms(source: Path = REPO) -> dict[str, str]:
     try:
         config = tomllib.loads((source / "pyproject.toml").read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"{source / 'pyproject.toml'}: cannot read the package layout "
-                         f"({exc})") from None
+        raise UsageError(
+            f"{source / 'pyproject.toml'}: cannot read the package layout ({exc})"
+        ) from None
     mapping = config.get("tool", {}).get("setuptools", {}).get("package-dir", {})
-    return {name.split(".", 1)[1]: folder for name, folder in mapping.items()
-            if name.startswith("ccbench.")}
+    return {
+        name.split(".", 1)[1]: folder
+        for name, folder in mapping.items()
+        if name.startswith("ccbench.")
+    }
 
 
 def materialize(rev: str, into: Path, repo: Path = REPO) -> Path:
@@ -41,11 +45,11 @@ def materialize(rev: str, into: Path, repo: Path = REPO) -> Path:
     (put the returned folder on PYTHONPATH)."""
     source = into / "src"
     source.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", rev],
-                             capture_output=True)
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", rev], capture_output=True
+    )
     if archive.returncode != 0:
-        raise UsageError(f"git revision {rev!r}: "
-                         f"{archive.stderr.decode(errors='replace').strip()}")
+        raise UsageError(f"git revision {rev!r}: {archive.stderr.decode(errors='replace').strip()}")
     subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
     build_extensions(source, rev)
     return link_rooms(source, into / "import")
@@ -58,14 +62,21 @@ def build_extensions(source: Path, rev: str) -> None:
     pyproject = source / "pyproject.toml"
     if not pyproject.exists() or "ext-modules" not in pyproject.read_text():
         return
-    proc = subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()",
-                           "build_ext", "--inplace"], cwd=source, capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from setuptools import setup; setup()", "build_ext", "--inplace"],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     built = any(source.glob("*/*.so")) or any(source.glob("*/*.pyd"))
     if proc.returncode != 0 or not built:  # optional extensions fail with a warning only
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        print(f"ccbench: warning: revision {rev}: its C extensions did not build ({last}); "
-              "its codecs run their array-API kernels", file=sys.stderr)
+        print(
+            f"ccbench: warning: revision {rev}: its C extensions did not build ({last}); "
+            "its codecs run their array-API kernels",
+            file=sys.stderr,
+        )
 
 
 # which host kernels a revision's codecs run, asked of its own code (kernels/codec_fused.py;
@@ -91,10 +102,19 @@ def kernel_path(import_root: Path) -> str:
     """Which codec host kernels the code importable under `import_root` runs, as its
     benchmarks will (started with it on PYTHONPATH): 'fused' (its own compiled ones),
     'reference' (the array-API ones) or 'borrowed' (compiled ones from elsewhere)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(import_root), os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.run([sys.executable, "-c", _KERNEL_PROBE, str(import_root)], env=env,
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(import_root), os.environ.get("PYTHONPATH")) if p
+        ),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", _KERNEL_PROBE, str(import_root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     words = proc.stdout.split()
     if proc.returncode != 0 or len(words) != 1 or words[0] not in KERNEL_PATHS:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -118,8 +138,11 @@ def resolve_rev(rev: str | None, repo: Path = REPO) -> str:
     `HEAD~1` is not resumed after HEAD moved."""
     if not rev:
         return ""
-    proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet",
-                           f"{rev}^{{commit}}"], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise UsageError(f"git revision {rev!r} not found")
     return proc.stdout.strip()

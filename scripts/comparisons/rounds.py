@@ -48,13 +48,13 @@ class Side:
 def parse_side(label: str, text: str) -> list[str]:
     words = shlex.split(text)
     if not words:
-        raise UsageError(f"{label}: give a variant and its options, e.g. \"baseline "
-                         "--algorithm ring\"")
+        raise UsageError(
+            f'{label}: give a variant and its options, e.g. "baseline --algorithm ring"'
+        )
     from ccbench.scripts.cli import VARIANTS
 
     if words[0] not in VARIANTS:
-        raise UsageError(f"{label}: unknown variant {words[0]!r} (variants: "
-                         f"{', '.join(VARIANTS)})")
+        raise UsageError(f"{label}: unknown variant {words[0]!r} (variants: {', '.join(VARIANTS)})")
     for reserved in ("--csv", "--json", "-m", "--message-size"):
         if reserved in words:
             raise UsageError(f"{label}: {reserved} is set by ccbench compare for both sides")
@@ -69,8 +69,12 @@ def parse_side(label: str, text: str) -> list[str]:
 UNSIZED_READINGS = {
     "training": (lambda r: r.get("row") == "summary", lambda r: "step", "step_us", "steps"),
     "replay": (lambda r: r.get("row") == "summary", lambda r: "step", "step_us", "steps"),
-    "mgwfbp": (lambda r: bool(r.get("measured_us")),
-               lambda r: f"strategy={r['strategy']}", "measured_us", "iterations"),
+    "mgwfbp": (
+        lambda r: bool(r.get("measured_us")),
+        lambda r: f"strategy={r['strategy']}",
+        "measured_us",
+        "iterations",
+    ),
 }
 UNSIZED = {name: UNSIZED_READINGS[variants.rows_kind(name)] for name in variants.UNSIZED}
 
@@ -138,8 +142,12 @@ class Comparison:
     def add(self, side: Side, rows: list[dict]) -> None:
         if side.variant in UNSIZED:
             measured = unsized_points(side.variant, rows)
-            checks = {point: row.get("validation", "") for (point, _, _), row
-                      in zip(measured, filter(UNSIZED[side.variant][0], rows), strict=True)}
+            checks = {
+                point: row.get("validation", "")
+                for (point, _, _), row in zip(
+                    measured, filter(UNSIZED[side.variant][0], rows), strict=True
+                )
+            }
             timers = dict.fromkeys(checks, "")
         elif side.variant in RATED:
             measured = rated_points(side.variant, rows)
@@ -147,9 +155,14 @@ class Comparison:
         else:
             columns = config_columns(rows)
             column = STATISTICS[self.statistic]
-            measured = [(point_of(row, columns),
-                         float(row[column]) if row.get(column) not in ("", None) else math.nan,
-                         int(row["iterations"])) for row in rows]
+            measured = [
+                (
+                    point_of(row, columns),
+                    float(row[column]) if row.get(column) not in ("", None) else math.nan,
+                    int(row["iterations"]),
+                )
+                for row in rows
+            ]
             checks = {point_of(row, columns): row.get("validation", "") for row in rows}
             timers = {point_of(row, columns): row.get("timer", "") for row in rows}
         for point, value, iterations in measured:
@@ -158,8 +171,11 @@ class Comparison:
             self._check_timer(point, side.label, timers.get(point, ""))
             self._record_check(point, side.label, checks.get(point, ""))
         first = rows[0]
-        self.info = {"collective": first.get("collective", ""), "ranks": first.get("ranks"),
-                     "link_gbps": first.get("link_gbps", "")}
+        self.info = {
+            "collective": first.get("collective", ""),
+            "ranks": first.get("ranks"),
+            "link_gbps": first.get("link_gbps", ""),
+        }
 
     def add_paired(self, record: dict) -> None:
         """One round from a launch of both sides: per side, the geometric mean over its
@@ -171,16 +187,21 @@ class Comparison:
             turns = self.turns.setdefault(key, {"A": [], "B": []})
             slot = self.times.setdefault(key, {"A": [], "B": []})
             for s in ("A", "B"):
-                values = [math.nan if v is None else float(v)
-                          for v in point["times"][s][column]]
+                values = [math.nan if v is None else float(v) for v in point["times"][s][column]]
                 turns[s].append(values)
-                slot[s].append(float(np.exp(np.mean(np.log(values))))
-                               if all(v > 0 for v in values) else math.nan)
+                slot[s].append(
+                    float(np.exp(np.mean(np.log(values))))
+                    if all(v > 0 for v in values)
+                    else math.nan
+                )
                 self._check_timer(key, s, point.get("timers", {}).get(s, ""))
                 self._record_check(key, s, point.get("validation", {}).get(s) or "")
             self.iterations[key] = dict(point["iterations"])
-        self.info = {"collective": record["collective"], "ranks": record["ranks"],
-                     "link_gbps": record.get("link_gbps") or ""}
+        self.info = {
+            "collective": record["collective"],
+            "ranks": record["ranks"],
+            "link_gbps": record.get("link_gbps") or "",
+        }
 
     def _check_timer(self, point, label: str, timer: str) -> None:
         """Refuse to pair times taken by different loops (C and Python): not like with like."""
@@ -194,7 +215,8 @@ class Comparison:
             raise UsageError(
                 f"at {where}, A was timed by the {seen.get('A')} loop and B by the "
                 f"{seen.get('B')} loop: not like with like; add --timer python to time both "
-                "sides by the Python loop")
+                "sides by the Python loop"
+            )
 
     def _record_check(self, point, label: str, validation: str) -> None:
         if validation:
@@ -216,13 +238,19 @@ class Comparison:
 
     def state(self) -> dict:
         """What the finished rounds measured, as JSON (a checkpoint)."""
+
         def keyed(mapping):
             return [[list(point), value] for point, value in mapping.items()]
 
-        return {"times": keyed(self.times), "turns": keyed(self.turns),
-                "iterations": keyed(self.iterations), "info": self.info,
-                "timers": keyed(self.timers), "failed": keyed(self.failed),
-                "validated": self.validated}
+        return {
+            "times": keyed(self.times),
+            "turns": keyed(self.turns),
+            "iterations": keyed(self.iterations),
+            "info": self.info,
+            "timers": keyed(self.timers),
+            "failed": keyed(self.failed),
+            "validated": self.validated,
+        }
 
     def restore(self, state: dict) -> None:
         def unkeyed(items):
@@ -239,8 +267,9 @@ class Comparison:
     def points(self) -> list[tuple]:
         """Points both sides measured in every round, in size order."""
         rounds = self.rounds_done()
-        return sorted(p for p, v in self.times.items()
-                      if len(v["A"]) == len(v["B"]) == rounds and rounds > 0)
+        return sorted(
+            p for p, v in self.times.items() if len(v["A"]) == len(v["B"]) == rounds and rounds > 0
+        )
 
     def widest(self) -> float:
         """The largest relative half-width of any point's ratio interval: sqrt(high/low)
@@ -254,14 +283,21 @@ class Comparison:
 
     def ratio(self, point) -> Ratio | None:
         a, b = (np.array(self.times[point][s]) for s in ("A", "B"))
-        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))
-                and np.all(a > 0) and np.all(b > 0)):
+        if not (
+            np.all(np.isfinite(a)) and np.all(np.isfinite(b)) and np.all(a > 0) and np.all(b > 0)
+        ):
             return None
         return ratio_interval(a, b)
 
 
-def run_round(jobs: list[tuple[Comparison, list[str]]], launcher, k: int,
-              workdir: Path, progress=None, env: dict | None = None) -> None:
+def run_round(
+    jobs: list[tuple[Comparison, list[str]]],
+    launcher,
+    k: int,
+    workdir: Path,
+    progress=None,
+    env: dict | None = None,
+) -> None:
     """Round k of every comparison, each side a launch: A B (k even) or B A (k odd)."""
     for index, (comparison, common) in enumerate(jobs):
         order = (comparison.a, comparison.b) if k % 2 == 0 else (comparison.b, comparison.a)
@@ -272,8 +308,15 @@ def run_round(jobs: list[tuple[Comparison, list[str]]], launcher, k: int,
                 progress.update(1)
 
 
-def run_rounds(jobs: list[tuple[Comparison, list[str]]], launcher, rounds: int,
-               workdir: Path, progress=None, first: int = 0, after_round=None) -> None:
+def run_rounds(
+    jobs: list[tuple[Comparison, list[str]]],
+    launcher,
+    rounds: int,
+    workdir: Path,
+    progress=None,
+    first: int = 0,
+    after_round=None,
+) -> None:
     """Interleave every comparison's sides: all comparisons take their round k before any
     takes round k + 1. Rounds `first`..`rounds`-1; `after_round(k)` after each."""
     for k in range(first, rounds):
@@ -282,56 +325,76 @@ def run_rounds(jobs: list[tuple[Comparison, list[str]]], launcher, rounds: int,
             after_round(k)
 
 
-
-
 def result_rows(comparison: Comparison, rounds: int, meta: dict, turns: int = 1) -> list[dict]:
     rows = []
     for point in comparison.points():
         size, config = point
         r = comparison.ratio(point)
         a, b = comparison.times[point]["A"], comparison.times[point]["B"]
-        rows.append({
-            **meta, "a": comparison.a.text(), "b": comparison.b.text(),
-            "a_rev": comparison.a.rev or "", "b_rev": comparison.b.rev or "",
-            "collective": comparison.info.get("collective"),
-            "ranks": comparison.info.get("ranks"), "size_bytes": size, "config": config,
-            "statistic": comparison.statistic, "rounds": rounds,
-            "a_us": float(np.exp(np.mean(np.log(a)))) if r else None,
-            "b_us": float(np.exp(np.mean(np.log(b)))) if r else None,
-            "ratio": r.ratio if r else None, "ratio_low": r.low if r else None,
-            "ratio_high": r.high if r else None, "margin": comparison.margin,
-            "verdict": r.verdict(comparison.margin) if r else "not measured",
-            "a_iterations": comparison.iterations[point].get("A"),
-            "b_iterations": comparison.iterations[point].get("B"),
-            "link_gbps": comparison.info.get("link_gbps"), "pairing": comparison.pairing,
-            "turns": turns, "ci_target_pct": meta.get("ci_target_pct"),
-            "timer": comparison.timer(point), "validation": comparison.validation(point),
-        })  # fmt: skip
+        rows.append(
+            {
+                **meta,
+                "a": comparison.a.text(),
+                "b": comparison.b.text(),
+                "a_rev": comparison.a.rev or "",
+                "b_rev": comparison.b.rev or "",
+                "collective": comparison.info.get("collective"),
+                "ranks": comparison.info.get("ranks"),
+                "size_bytes": size,
+                "config": config,
+                "statistic": comparison.statistic,
+                "rounds": rounds,
+                "a_us": float(np.exp(np.mean(np.log(a)))) if r else None,
+                "b_us": float(np.exp(np.mean(np.log(b)))) if r else None,
+                "ratio": r.ratio if r else None,
+                "ratio_low": r.low if r else None,
+                "ratio_high": r.high if r else None,
+                "margin": comparison.margin,
+                "verdict": r.verdict(comparison.margin) if r else "not measured",
+                "a_iterations": comparison.iterations[point].get("A"),
+                "b_iterations": comparison.iterations[point].get("B"),
+                "link_gbps": comparison.info.get("link_gbps"),
+                "pairing": comparison.pairing,
+                "turns": turns,
+                "ci_target_pct": meta.get("ci_target_pct"),
+                "timer": comparison.timer(point),
+                "validation": comparison.validation(point),
+            }
+        )
     return rows
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'# Size':<10}{'config':>14}{'A (us)':>14}{'B (us)':>14}{'B/A':>9}"
-          f"{'CI95 low':>10}{'CI95 high':>10}  verdict")
+    print(
+        f"{'# Size':<10}{'config':>14}{'A (us)':>14}{'B (us)':>14}{'B/A':>9}"
+        f"{'CI95 low':>10}{'CI95 high':>10}  verdict"
+    )
+
     def num(r, key, spec, width):
         value = r[key]
         return f"{value:>{width}{spec}}" if value is not None else f"{'-':>{width}}"
 
     for r in rows:
         failed = r.get("validation", "").startswith("Fail")
-        print(f"{r['size_bytes']:<10d}{r['config'] or '-':>14}{num(r, 'a_us', '.2f', 14)}"
-              f"{num(r, 'b_us', '.2f', 14)}{num(r, 'ratio', '.3f', 9)}"
-              f"{num(r, 'ratio_low', '.3f', 10)}{num(r, 'ratio_high', '.3f', 10)}"
-              f"  {r['verdict']}" + (f"  (validation {r['validation']})" if failed else ""),
-              flush=True)
+        print(
+            f"{r['size_bytes']:<10d}{r['config'] or '-':>14}{num(r, 'a_us', '.2f', 14)}"
+            f"{num(r, 'b_us', '.2f', 14)}{num(r, 'ratio', '.3f', 9)}"
+            f"{num(r, 'ratio_low', '.3f', 10)}{num(r, 'ratio_high', '.3f', 10)}"
+            f"  {r['verdict']}" + (f"  (validation {r['validation']})" if failed else ""),
+            flush=True,
+        )
 
 
 def run_meta() -> dict:
     now = datetime.datetime.now(datetime.timezone.utc)
-    return {SCHEMA: COMPARE.tag, "compare_id": new_run_id(now),
-            "timestamp": now.isoformat(timespec="seconds"),
-            "load_start": round(os.getloadavg()[0], 2),
-            "hostname": os.uname().nodename, "git_sha": environment_git_sha()}
+    return {
+        SCHEMA: COMPARE.tag,
+        "compare_id": new_run_id(now),
+        "timestamp": now.isoformat(timespec="seconds"),
+        "load_start": round(os.getloadavg()[0], 2),
+        "hostname": os.uname().nodename,
+        "git_sha": environment_git_sha(),
+    }
 
 
 def environment_git_sha() -> str:

@@ -21,8 +21,8 @@ class Machine:
     """What this node offers the GPU path, and why not where it does not."""
 
     gpus: int = 0
-    no_gpu: str = ""           # why there is no CUDA device at all ('' when there is)
-    no_torch: str = ""         # why torch cannot use the GPUs
+    no_gpu: str = ""  # why there is no CUDA device at all ('' when there is)
+    no_torch: str = ""  # why torch cannot use the GPUs
     no_cupy: str = ""
     no_nccl: str = ""
     no_gpu_aware: str = ""
@@ -42,7 +42,7 @@ def _gpus() -> tuple[int, str]:
     listed = [line for line in out.splitlines() if line.startswith("GPU ")]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        listed = listed[:len([v for v in visible.split(",") if v.strip()])]
+        listed = listed[: len([v for v in visible.split(",") if v.strip()])]
     return len(listed), "" if listed else "no CUDA device: nvidia-smi lists none visible"
 
 
@@ -80,11 +80,13 @@ def _gpu_aware(mpiexec: str) -> str:
     if os.environ.get("CCBENCH_GPU_AWARE") == "1":
         return ""
     if mpi_family(mpiexec) == OPEN_MPI:
-        info = shutil.which("ompi_info", path=str(Path(mpiexec).parent)) or \
-            shutil.which("ompi_info")
+        info = shutil.which("ompi_info", path=str(Path(mpiexec).parent)) or shutil.which(
+            "ompi_info"
+        )
         if info:
-            out = subprocess.run([info, "--parsable", "--all"], capture_output=True,
-                                 text=True, timeout=60).stdout
+            out = subprocess.run(
+                [info, "--parsable", "--all"], capture_output=True, text=True, timeout=60
+            ).stdout
             if "mpi_built_with_cuda_support:value:true" in out:
                 return ""
         return "this Open MPI was not built with CUDA support (ompi_info)"
@@ -93,8 +95,7 @@ def _gpu_aware(mpiexec: str) -> str:
         out = subprocess.run([version], capture_output=True, text=True, timeout=60).stdout
         if "--with-cuda" in out or "with-device=ch4:ucx" in out and "cuda" in out:
             return ""
-    return ("this MPI does not say it reads device memory (set CCBENCH_GPU_AWARE=1 if it "
-            "does)")
+    return "this MPI does not say it reads device memory (set CCBENCH_GPU_AWARE=1 if it does)"
 
 
 def survey() -> Machine:
@@ -109,8 +110,12 @@ def survey() -> Machine:
         m.no_mpi = str(exc)
     if not m.no_mpi and not m.no_gpu:
         m.no_gpu_aware = _gpu_aware(mpiexec)
-    m.facts = {"gpus": m.gpus, "python": sys.executable,
-               "mpiexec": "" if m.no_mpi else mpiexec, **_versions()}
+    m.facts = {
+        "gpus": m.gpus,
+        "python": sys.executable,
+        "mpiexec": "" if m.no_mpi else mpiexec,
+        **_versions(),
+    }
     return m
 
 
@@ -148,8 +153,13 @@ print(json.dumps(out))
 def _versions() -> dict:
     """The MPI library mpi4py loads, torch (its CUDA and NCCL) and cupy, of this Python."""
     try:
-        proc = subprocess.run([sys.executable, "-c", VERSIONS], capture_output=True,
-                              text=True, timeout=180, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sys.executable, "-c", VERSIONS],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            stdin=subprocess.DEVNULL,
+        )
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return {}
@@ -158,20 +168,23 @@ def _versions() -> dict:
 def describe(m: Machine) -> list[str]:
     """What this run uses, one line each (printed first, and the report's header)."""
     f = m.facts
-    abi = " ".join(f"{k}={os.environ[k]}" for k in ("MPI4PY_MPIABI", "MPI4PY_LIBMPI")
-                   if os.environ.get(k))
+    abi = " ".join(
+        f"{k}={os.environ[k]}" for k in ("MPI4PY_MPIABI", "MPI4PY_LIBMPI") if os.environ.get(k)
+    )
     torch = f.get("torch", "not installed")
     if "torch_cuda" in f:
-        torch += f" (CUDA {f['torch_cuda']}" + (f", NCCL {f['nccl']})" if "nccl" in f
-                                                else ")")
+        torch += f" (CUDA {f['torch_cuda']}" + (f", NCCL {f['nccl']})" if "nccl" in f else ")")
     elif "torch" in f and "cannot" not in f["torch"]:
         torch += " (a CPU build)"
     cupy = f.get("cupy", "not installed")
     if "cuda_runtime" in f:
         cupy += f" (CUDA runtime {f['cuda_runtime']})"
-    return [f"python: {f.get('python')} ({f.get('python_version', '?')})",
-            f"mpiexec: {f.get('mpiexec') or m.no_mpi}",
-            f"MPI library (mpi4py {f.get('mpi4py', '?')}): {f.get('mpi', '?')}"
-            + (f"; {abi}" if abi else ""),
-            f"torch: {torch}", f"cupy: {cupy}",
-            f"GPUs: {m.gpus}" + (f" ({m.no_gpu})" if m.no_gpu else "")]
+    return [
+        f"python: {f.get('python')} ({f.get('python_version', '?')})",
+        f"mpiexec: {f.get('mpiexec') or m.no_mpi}",
+        f"MPI library (mpi4py {f.get('mpi4py', '?')}): {f.get('mpi', '?')}"
+        + (f"; {abi}" if abi else ""),
+        f"torch: {torch}",
+        f"cupy: {cupy}",
+        f"GPUs: {m.gpus}" + (f" ({m.no_gpu})" if m.no_gpu else ""),
+    ]

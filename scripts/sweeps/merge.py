@@ -46,8 +46,9 @@ def _table(path: Path) -> Table | None:
     if table is None:
         header, _ = read_rows(path)
         if header:  # not empty: some other CSV
-            raise UsageError(f"{path} is not a ccbench result (columns: "
-                             f"{', '.join(header[:4])}, ...)")
+            raise UsageError(
+                f"{path} is not a ccbench result (columns: {', '.join(header[:4])}, ...)"
+            )
     return table
 
 
@@ -65,16 +66,22 @@ def merge_rows(paths: Iterable[Path]) -> tuple[Schema, list[str], list[dict], di
             schema, first = table.schema, path
             columns = list(schema.names)
         elif table.schema is not schema:
-            raise UsageError(f"{path} holds {table.schema.kind} rows but {first} holds "
-                             f"{schema.kind} rows; refusing to mix schemas")
+            raise UsageError(
+                f"{path} holds {table.schema.kind} rows but {first} holds "
+                f"{schema.kind} rows; refusing to mix schemas"
+            )
         missing = table.missing()
         if missing:
-            raise UsageError(f"{path}: {table.schema.tag} rows without column(s) "
-                             f"{', '.join(missing)}; refusing to mix schemas")
+            raise UsageError(
+                f"{path}: {table.schema.tag} rows without column(s) "
+                f"{', '.join(missing)}; refusing to mix schemas"
+            )
         extras = tuple(schema.extras(table.header))
         if not schema.open and extras:
-            raise UsageError(f"{path}: {schema.kind} rows with columns {list(extras)} that "
-                             "its schema does not have; refusing to mix schemas")
+            raise UsageError(
+                f"{path}: {schema.kind} rows with columns {list(extras)} that "
+                "its schema does not have; refusing to mix schemas"
+            )
         variants = {r.get("variant") for r in table.rows}
         # a file of one variant (what a run writes) declares that variant's columns; a
         # merged file carries the union of several, checked when it was merged
@@ -82,8 +89,10 @@ def merge_rows(paths: Iterable[Path]) -> tuple[Schema, list[str], list[dict], di
             (variant,) = variants
             seen = declared.setdefault(variant, (extras, path))
             if seen[0] != extras:
-                raise UsageError(f"{path}: variant {variant} has columns {list(extras)} but "
-                                 f"{seen[1]} has {list(seen[0])}; refusing to mix schemas")
+                raise UsageError(
+                    f"{path}: variant {variant} has columns {list(extras)} but "
+                    f"{seen[1]} has {list(seen[0])}; refusing to mix schemas"
+                )
         columns += [c for c in extras if c not in columns]
         tables.append(table)
         paths_read.append(path)
@@ -102,10 +111,16 @@ def merge_rows(paths: Iterable[Path]) -> tuple[Schema, list[str], list[dict], di
             check_provenance(held, (row, path))
             if row.get("timestamp", "") >= held[0].get("timestamp", ""):
                 newest[key] = (row, path)
-    merged = sorted((row for row, _ in newest.values()),
-                    key=lambda r: _sort_key(r, schema, columns))
-    summary = {"files": len(tables), "rows_read": read, "rows_written": len(merged),
-               "duplicates_dropped": read - len(merged), "schema": schema.tag}
+    merged = sorted(
+        (row for row, _ in newest.values()), key=lambda r: _sort_key(r, schema, columns)
+    )
+    summary = {
+        "files": len(tables),
+        "rows_read": read,
+        "rows_written": len(merged),
+        "duplicates_dropped": read - len(merged),
+        "schema": schema.tag,
+    }
     return schema, columns, merged, summary
 
 
@@ -116,11 +131,16 @@ def check_provenance(a: tuple[dict, Path], b: tuple[dict, Path]) -> None:
     for field in CHECKED:
         x, y = first.get(field) or "", second.get(field) or ""
         if x and y and x != y:
-            point = ", ".join(f"{k}={first.get(k)}" for k in ("variant", "collective",
-                                                                "size_bytes") if first.get(k))
-            raise UsageError(f"{second_path}: the point {point} was measured with {field} "
-                             f"{y!r} there and {x!r} in {first_path}; refusing to merge rows "
-                             f"whose {field} differs")
+            point = ", ".join(
+                f"{k}={first.get(k)}"
+                for k in ("variant", "collective", "size_bytes")
+                if first.get(k)
+            )
+            raise UsageError(
+                f"{second_path}: the point {point} was measured with {field} "
+                f"{y!r} there and {x!r} in {first_path}; refusing to merge rows "
+                f"whose {field} differs"
+            )
 
 
 def _sort_key(row: dict, schema: Schema, columns: Sequence[str]):
@@ -169,17 +189,22 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("inputs", nargs="+", metavar="FILE", help="CSV files or folders")
     parser.add_argument("-o", "--output", required=True, type=Path, help="merged CSV to write")
-    parser.add_argument("--no-sidecar", action="store_true",
-                        help="write no OUT.json (the runs' environments: host paths, "
-                             "variables), e.g. for a reference tracked in git")
+    parser.add_argument(
+        "--no-sidecar",
+        action="store_true",
+        help="write no OUT.json (the runs' environments: host paths, "
+        "variables), e.g. for a reference tracked in git",
+    )
     opts = parser.parse_args(argv)
     try:
         s = merge_files(opts.inputs, opts.output, sidecar=not opts.no_sidecar)
     except UsageError as e:
         print(f"ccbench merge: {e}", file=sys.stderr)
         return 2
-    print(f"merged {s['files']} files, {s['rows_read']} rows -> {s['rows_written']} rows "
-          f"({s['duplicates_dropped']} duplicates dropped) into {opts.output}")  # fmt: skip
+    print(
+        f"merged {s['files']} files, {s['rows_read']} rows -> {s['rows_written']} rows "
+        f"({s['duplicates_dropped']} duplicates dropped) into {opts.output}"
+    )
     return 0
 
 

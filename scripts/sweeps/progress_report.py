@@ -14,8 +14,13 @@ class Progress:
     """Points and tasks done, failures, time left: a tqdm bar on a terminal, and one log
     line per finished task when stderr is not a terminal (CI, SLURM output files)."""
 
-    def __init__(self, total_points: int, total_tasks: int, stream=sys.stderr,
-                 plan: list[tuple[tuple, float | None]] | None = None):
+    def __init__(
+        self,
+        total_points: int,
+        total_tasks: int,
+        stream=sys.stderr,
+        plan: list[tuple[tuple, float | None]] | None = None,
+    ):
         from tqdm import tqdm
 
         self.total, self.tasks_total = total_points, total_tasks
@@ -28,8 +33,15 @@ class Progress:
         self.task_started: float | None = None
         self.start = time.monotonic()
         self.stream = stream
-        self.bar = tqdm(total=total_points, unit="point", file=stream, dynamic_ncols=True,
-                        disable=None, leave=True, desc="sweep")
+        self.bar = tqdm(
+            total=total_points,
+            unit="point",
+            file=stream,
+            dynamic_ncols=True,
+            disable=None,
+            leave=True,
+            desc="sweep",
+        )
         self.tty = not self.bar.disable
         self.label = ""
 
@@ -82,16 +94,19 @@ class Progress:
         seconds = self.seconds_left()
         left = "?" if seconds is None else _clock(seconds)
         failed = f", {self.tasks_failed} failed" if self.tasks_failed else ""
-        return (f"sweep: {self.done}/{self.total} points, {self.tasks_done}/{self.tasks_total} "
-                f"tasks{failed}, {_clock(elapsed)} elapsed, ~{left} left  {self.label}")
+        return (
+            f"sweep: {self.done}/{self.total} points, {self.tasks_done}/{self.tasks_total} "
+            f"tasks{failed}, {_clock(elapsed)} elapsed, ~{left} left  {self.label}"
+        )
 
     def draw(self, final: bool = False) -> None:
         if self.tty:
             failed = f", {self.tasks_failed} failed" if self.tasks_failed else ""
             seconds = self.seconds_left()
             left = "?" if seconds is None else _clock(seconds)
-            self.bar.set_postfix_str(f"{self.tasks_done}/{self.tasks_total} tasks{failed}, "
-                                     f"~{left} left {self.label}")
+            self.bar.set_postfix_str(
+                f"{self.tasks_done}/{self.tasks_total} tasks{failed}, ~{left} left {self.label}"
+            )
         elif final:
             self.stream.write(self.line() + "\n")
             self.stream.flush()
@@ -118,5 +133,3 @@ def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
-
-

@@ -32,8 +32,18 @@ from ccbench.kernels.errors import UsageError
 from ccbench.scripts.sweeps.merge import merge_rows, schema_groups
 
 # settings always named in a point's description; a variant's own only where they vary
-SHOWN_COLUMNS = ("variant", "algorithm", "collective", "codec", "dtype", "buffer", "ranks",
-                 "nodes", "size_bytes", "link_gbps")
+SHOWN_COLUMNS = (
+    "variant",
+    "algorithm",
+    "collective",
+    "codec",
+    "dtype",
+    "buffer",
+    "ranks",
+    "nodes",
+    "size_bytes",
+    "link_gbps",
+)
 
 
 @dataclass(frozen=True)
@@ -122,9 +132,15 @@ def _show(value) -> str:
 
 
 def _finding(status, metric, point, ref, new, change, tol) -> dict:
-    return {"status": status, "metric": metric, "point": point, "reference": _show(ref),
-            "new": _show(new), "change": change,
-            "bounds": str(tol) if tol is not None else ""}  # fmt: skip
+    return {
+        "status": status,
+        "metric": metric,
+        "point": point,
+        "reference": _show(ref),
+        "new": _show(new),
+        "change": change,
+        "bounds": str(tol) if tol is not None else "",
+    }
 
 
 def _change(ref: float, new: float) -> str:
@@ -181,15 +197,18 @@ def baseline_ratios(df: pd.DataFrame, baseline: tuple[str, str]) -> pd.DataFrame
     busy machine) where both rows have it, else the mean (avg_us; batch timing has no p50).
     """
     match = ["collective", "dtype", "buffer", "ranks", "nodes", "size_bytes", "link_gbps"]
-    t = df.assign(avg=pd.to_numeric(df["avg_us"], errors="coerce"),
-                  p50=pd.to_numeric(df["p50_us"], errors="coerce"))  # fmt: skip
+    t = df.assign(
+        avg=pd.to_numeric(df["avg_us"], errors="coerce"),
+        p50=pd.to_numeric(df["p50_us"], errors="coerce"),
+    )
     is_base = (t["variant"] == baseline[0]) & (t["algorithm"] == baseline[1])
     # the baseline's row each row is divided by (the rows are one per point already)
     base = t.loc[is_base, match + ["avg", "p50"]].drop_duplicates(match, keep="last")
     joined = t.loc[~is_base].merge(base, on=match, suffixes=("", "_base"))
     median = joined["p50"] / joined["p50_base"]
-    joined["ratio"] = median.where(np.isfinite(median) & (median > 0),
-                                   joined["avg"] / joined["avg_base"])  # fmt: skip
+    joined["ratio"] = median.where(
+        np.isfinite(median) & (median > 0), joined["avg"] / joined["avg_base"]
+    )
     return joined[np.isfinite(joined["ratio"]) & (joined["ratio"] > 0)]
 
 
@@ -207,20 +226,37 @@ def check_timing(ref, new, keys, tol, baseline, show_all) -> list[dict]:
     groups = both.groupby(series, sort=True, dropna=False)[cols].median().reset_index()
     groups["point"] = describe_points(groups.assign(size_bytes=""), series + ["size_bytes"])
     out = []
-    for point, ref_ratio, new_ratio, factor in zip(*(groups[c] for c in ["point", *cols]),
-                                                   strict=True):  # fmt: skip
+    for point, ref_ratio, new_ratio, factor in zip(
+        *(groups[c] for c in ["point", *cols]), strict=True
+    ):
         lo, hi = tol.bounds(1.0)
         inside = lo <= factor <= hi
         if not inside or abs(factor - 1) >= TIMING_REPORT_THRESHOLD or show_all:
-            status = "FAIL" if not inside else ("info" if lo == -math.inf and hi == math.inf
-                                                else "ok")
-            out.append(_finding(status, "time_vs_baseline", point,
-                                ref_ratio, new_ratio, f"{factor - 1:+.1%}", tol))  # fmt: skip
+            status = (
+                "FAIL" if not inside else ("info" if lo == -math.inf and hi == math.inf else "ok")
+            )
+            out.append(
+                _finding(
+                    status,
+                    "time_vs_baseline",
+                    point,
+                    ref_ratio,
+                    new_ratio,
+                    f"{factor - 1:+.1%}",
+                    tol,
+                )
+            )
     return out
 
 
-def compare(ref: pd.DataFrame, new: pd.DataFrame, tolerances: dict[str, Tolerance],
-            baseline=("baseline", "mpi"), allow_missing=False, show_all=False):  # fmt: skip
+def compare(
+    ref: pd.DataFrame,
+    new: pd.DataFrame,
+    tolerances: dict[str, Tolerance],
+    baseline=("baseline", "mpi"),
+    allow_missing=False,
+    show_all=False,
+):
     """Findings (list of dicts) and a summary dict for two result sets."""
     columns = list(dict.fromkeys([*ref.columns, *new.columns]))
     ref = ref.reindex(columns=columns, fill_value="")
@@ -229,8 +265,9 @@ def compare(ref: pd.DataFrame, new: pd.DataFrame, tolerances: dict[str, Toleranc
     # the one identity of a point (benchmarks/results.py), the same for both sets
     ref["_point"] = [point_identity(r, HARNESS, columns) for r in ref.to_dict("records")]
     new["_point"] = [point_identity(r, HARNESS, columns) for r in new.to_dict("records")]
-    merged = ref.merge(new.drop(columns=keys), on="_point", how="outer",
-                       suffixes=("_ref", "_new"), indicator=True)
+    merged = ref.merge(
+        new.drop(columns=keys), on="_point", how="outer", suffixes=("_ref", "_new"), indicator=True
+    )
     # points only in NEW: their settings from NEW
     only_new = merged["_merge"] == "right_only"
     if only_new.any():
@@ -250,8 +287,7 @@ def compare(ref: pd.DataFrame, new: pd.DataFrame, tolerances: dict[str, Toleranc
         if metric != "time_vs_baseline" and f"{metric}_ref" in both:
             findings += check_metric(both, metric, tol)
     if "time_vs_baseline" in tolerances:
-        findings += check_timing(ref, new, keys, tolerances["time_vs_baseline"], baseline,
-                                 show_all)  # fmt: skip
+        findings += check_timing(ref, new, keys, tolerances["time_vs_baseline"], baseline, show_all)
     summary = {
         "compared": len(both),
         "missing": int((merged["_merge"] == "left_only").sum()),
@@ -299,16 +335,33 @@ def main(argv: list[str]) -> int:
         description="Compare a result set with a reference; exit 1 on a regression.",
     )
     parser.add_argument("new", nargs="+", metavar="NEW", help="CSV files or folders to check")
-    parser.add_argument("--against", nargs="+", required=True, metavar="REF",
-                        help="reference CSV files or folders (e.g. results/reference)")
-    parser.add_argument("--tolerance", action="append", default=[], metavar="METRIC=LO:HI",
-                        help="override a bound, as fractions of the reference "
-                             "(e.g. max_rel_err=:0.5); time_vs_baseline=LO:HI also checks "
-                             "timings relative to the MPI baseline; repeatable")
-    parser.add_argument("--baseline", default="baseline:mpi", metavar="VARIANT:ALGORITHM",
-                        help="what timings are divided by (default baseline:mpi)")
-    parser.add_argument("--allow-missing", action="store_true",
-                        help="points of the reference absent from NEW are not a regression")
+    parser.add_argument(
+        "--against",
+        nargs="+",
+        required=True,
+        metavar="REF",
+        help="reference CSV files or folders (e.g. results/reference)",
+    )
+    parser.add_argument(
+        "--tolerance",
+        action="append",
+        default=[],
+        metavar="METRIC=LO:HI",
+        help="override a bound, as fractions of the reference "
+        "(e.g. max_rel_err=:0.5); time_vs_baseline=LO:HI also checks "
+        "timings relative to the MPI baseline; repeatable",
+    )
+    parser.add_argument(
+        "--baseline",
+        default="baseline:mpi",
+        metavar="VARIANT:ALGORITHM",
+        help="what timings are divided by (default baseline:mpi)",
+    )
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="points of the reference absent from NEW are not a regression",
+    )
     parser.add_argument("--all", action="store_true", help="list every timing ratio too")
     opts = parser.parse_args(argv)
     try:
@@ -318,16 +371,19 @@ def main(argv: list[str]) -> int:
         if not sep:
             raise UsageError(f"--baseline {opts.baseline!r}: use VARIANT:ALGORITHM")
         ref, new = load(opts.against), load(opts.new)
-        findings, summary = compare(ref, new, tolerances, (variant, algorithm),
-                                    opts.allow_missing, opts.all)  # fmt: skip
+        findings, summary = compare(
+            ref, new, tolerances, (variant, algorithm), opts.allow_missing, opts.all
+        )
     except UsageError as e:
         print(f"ccbench regress: {e}", file=sys.stderr)
         return 2
     if findings:
         print(format_table(sorted(findings, key=lambda f: (f["status"], f["metric"]))))
-    print(f"regress: {summary['compared']} points compared, {summary['missing']} missing, "
-          f"{summary['new_points']} new, {summary['moved']} moved, "
-          f"{summary['regressions']} regressions")  # fmt: skip
+    print(
+        f"regress: {summary['compared']} points compared, {summary['missing']} missing, "
+        f"{summary['new_points']} new, {summary['moved']} moved, "
+        f"{summary['regressions']} regressions"
+    )
     return 1 if summary["regressions"] else 0
 
 

@@ -42,8 +42,13 @@ def _probe_srun_mpi() -> tuple[str, str]:
     if _SRUN_MPI:
         return _SRUN_MPI[0]
     try:
-        listed = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True,
-                                timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+        listed = subprocess.run(
+            ["srun", "--mpi=list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
         text = listed.stdout + listed.stderr
     except (OSError, subprocess.TimeoutExpired) as e:
         text = str(e)
@@ -56,14 +61,21 @@ def _probe_srun_mpi() -> tuple[str, str]:
     else:
         # a listed plugin may still lack its library: try a one-task step
         try:
-            probe = subprocess.run(["srun", "--mpi=pmix", "-n", "1", "true"], capture_output=True,
-                                   text=True, timeout=60, stdin=subprocess.DEVNULL)
+            probe = subprocess.run(
+                ["srun", "--mpi=pmix", "-n", "1", "true"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                stdin=subprocess.DEVNULL,
+            )
             status, tail = probe.returncode, (probe.stderr.strip().splitlines() or [""])[-1]
         except (OSError, subprocess.TimeoutExpired) as e:
             status, tail = 1, str(e)
-        answer = (("pmix", "srun --mpi=list offers pmix and a test step with it ran")
-                  if status == 0 else
-                  ("pmi2", f"srun --mpi=pmix lists but fails here ({tail.strip()})"))
+        answer = (
+            ("pmix", "srun --mpi=list offers pmix and a test step with it ran")
+            if status == 0
+            else ("pmi2", f"srun --mpi=pmix lists but fails here ({tail.strip()})")
+        )
     _SRUN_MPI.append(answer)
     return answer
 
@@ -87,12 +99,19 @@ def sbatch_commands(spec: Spec, tasks: list[Task], extra: list[str]) -> list[lis
     for ranks, group in itertools.groupby(sorted(tasks, key=lambda t: t.ranks), lambda t: t.ranks):
         ids = array_ranges([t.index for t in group])
         limit = f"%{int(slurm['max_parallel'])}" if slurm.get("max_parallel") else ""
-        cmd = ["sbatch", "--parsable", f"--job-name=ccbench-{spec.name}",
-               f"--array={ids}{limit}", f"--ntasks={ranks}",
-               f"--output={out}/slurm/%x-%A_%a.out"]  # fmt: skip
+        cmd = [
+            "sbatch",
+            "--parsable",
+            f"--job-name=ccbench-{spec.name}",
+            f"--array={ids}{limit}",
+            f"--ntasks={ranks}",
+            f"--output={out}/slurm/%x-%A_%a.out",
+        ]
         if per_node:
-            cmd += [f"--nodes={math.ceil(ranks / per_node)}",
-                    f"--ntasks-per-node={min(ranks, per_node)}"]
+            cmd += [
+                f"--nodes={math.ceil(ranks / per_node)}",
+                f"--ntasks-per-node={min(ranks, per_node)}",
+            ]
         if gpus:
             cmd.append(f"--gpus-per-node={gpus}")
         if slurm.get("partition"):
@@ -108,11 +127,25 @@ def sbatch_commands(spec: Spec, tasks: list[Task], extra: list[str]) -> list[lis
 def merge_command(spec: Spec, job_ids: list[str], extra: list[str]) -> list[str]:
     out = spec.output.resolve()
     wrap = f"cd {shlex.quote(str(REPO))} && " + shlex.join(
-        [sys.executable, "-m", "ccbench.scripts.sweeps.sweep", str(spec.path.resolve()),
-         "--output-dir", str(out), "--merged", str(spec.merged.resolve()), "--merge-only"]
+        [
+            sys.executable,
+            "-m",
+            "ccbench.scripts.sweeps.sweep",
+            str(spec.path.resolve()),
+            "--output-dir",
+            str(out),
+            "--merged",
+            str(spec.merged.resolve()),
+            "--merge-only",
+        ]
     )
-    cmd = ["sbatch", "--parsable", f"--job-name=ccbench-{spec.name}-merge", "--ntasks=1",
-           f"--output={out}/slurm/%x-%j.out"]  # fmt: skip
+    cmd = [
+        "sbatch",
+        "--parsable",
+        f"--job-name=ccbench-{spec.name}-merge",
+        "--ntasks=1",
+        f"--output={out}/slurm/%x-%j.out",
+    ]
     if job_ids:
         cmd.append("--dependency=afterany:" + ":".join(job_ids))
     if spec.slurm.get("partition"):
@@ -122,11 +155,15 @@ def merge_command(spec: Spec, job_ids: list[str], extra: list[str]) -> list[str]
 
 def submit(spec: Spec, tasks: list[Task], extra: list[str], dry_run: bool) -> int:
     if any(t.link_gbps is not None for t in tasks):
-        raise UsageError("link_gbps points run on the emulated cluster of one host; "
-                         "run them with `ccbench sweep`, not --submit")  # fmt: skip
+        raise UsageError(
+            "link_gbps points run on the emulated cluster of one host; "
+            "run them with `ccbench sweep`, not --submit"
+        )
     if not SBATCH_SCRIPT.exists():
-        raise UsageError(f"{SBATCH_SCRIPT} not found: submit from a ccbench checkout "
-                         "(pip install -e .), whose scripts/slurm/ the jobs run")  # fmt: skip
+        raise UsageError(
+            f"{SBATCH_SCRIPT} not found: submit from a ccbench checkout "
+            "(pip install -e .), whose scripts/slurm/ the jobs run"
+        )
     pending = [t for t in tasks if remaining_sizes(spec, t)]
     print(f"# {len(pending)} of {len(tasks)} tasks to run; results in {spec.output}/")
     if not pending:
@@ -149,5 +186,3 @@ def submit(spec: Spec, tasks: list[Task], extra: list[str], dry_run: bool) -> in
         job_ids.append(proc.stdout.strip().split(";")[0])
         print(f"# submitted job {job_ids[-1]}", flush=True)
     return 0
-
-

@@ -75,13 +75,26 @@ def variant_command(task: Task, args: list[str], csv: Path) -> list[str]:
 def compare_command(task: Task, csv: Path, launcher: str) -> list[str]:
     """`ccbench compare` launches its ranks itself, on this host or the emulated cluster."""
     if launcher == "srun":
-        raise UsageError(f"task {task.index} ({task.slug}): compare tasks run on local "
-                         "ranks or the emulated cluster, not as SLURM array tasks")
+        raise UsageError(
+            f"task {task.index} ({task.slug}): compare tasks run on local "
+            "ranks or the emulated cluster, not as SLURM array tasks"
+        )
     i = task.args.index("--")
     where = ["--cluster", CLUSTER_NAME] if task.link_gbps is not None else []
     unbound = [] if binding_enabled() else ["--no-bind"]
-    return [sys.executable, "-m", "ccbench.scripts.comparisons.compare", *task.args[:i], "-n",
-            str(task.ranks), *where, *unbound, "--csv", str(csv), *task.args[i:]]
+    return [
+        sys.executable,
+        "-m",
+        "ccbench.scripts.comparisons.compare",
+        *task.args[:i],
+        "-n",
+        str(task.ranks),
+        *where,
+        *unbound,
+        "--csv",
+        str(csv),
+        *task.args[i:],
+    ]
 
 
 def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher: str) -> list[str]:
@@ -90,12 +103,29 @@ def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher:
     command = variant_command(task, args, csv)
     if task.link_gbps is not None:
         unbound = [] if binding_enabled() else ["--no-bind"]
-        return [sys.executable, "-m", "ccbench.scripts.cluster", "run", "--name", CLUSTER_NAME,
-                "-n", str(task.ranks), *unbound, "--", *command]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "ccbench.scripts.cluster",
+            "run",
+            "--name",
+            CLUSTER_NAME,
+            "-n",
+            str(task.ranks),
+            *unbound,
+            "--",
+            *command,
+        ]
     if launcher == "srun":
         mpi, _ = srun_mpi(spec)
-        srun = ["srun", f"--mpi={mpi}", *srun_placement_args(), "-n", str(task.ranks),
-                *shlex.split(os.environ.get("CCBENCH_SRUN_ARGS", ""))]  # fmt: skip
+        srun = [
+            "srun",
+            f"--mpi={mpi}",
+            *srun_placement_args(),
+            "-n",
+            str(task.ranks),
+            *shlex.split(os.environ.get("CCBENCH_SRUN_ARGS", "")),
+        ]
         if int(spec.slurm.get("gpus_per_node", 0)) > 0:
             srun.append(str(BIND_GPU))
         return [*srun, *command]
@@ -116,8 +146,9 @@ def _osu_size(line: str) -> str | None:
     return first if first.isdigit() else None
 
 
-def run_task(cmd: list[str], log: Path, timeout: float | None, echo: bool, on_row,
-             note: str | None = None) -> int:
+def run_task(
+    cmd: list[str], log: Path, timeout: float | None, echo: bool, on_row, note: str | None = None
+) -> int:
     """Run one task, its output to `log` (and the terminal with `echo`); call on_row(size)
     for each OSU result line. `note` is a line said before the output. Returns the exit
     status (124 on timeout)."""
@@ -129,8 +160,14 @@ def run_task(cmd: list[str], log: Path, timeout: float | None, echo: bool, on_ro
             if echo:
                 print(note, flush=True)
         f.flush()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=dict(os.environ), start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=dict(os.environ),
+            start_new_session=True,
+        )
         timed_out = threading.Event()
 
         def on_timeout():
@@ -165,8 +202,14 @@ def run_task(cmd: list[str], log: Path, timeout: float | None, echo: bool, on_ro
 # ----------------------------------------------------------------------------- running
 
 
-def run_sweep(spec: Spec, selected: list[Task], launcher: str, echo: bool, fail_fast: bool,
-              progress_stream=sys.stderr) -> tuple[list[Task], list[Task]]:  # fmt: skip
+def run_sweep(
+    spec: Spec,
+    selected: list[Task],
+    launcher: str,
+    echo: bool,
+    fail_fast: bool,
+    progress_stream=sys.stderr,
+) -> tuple[list[Task], list[Task]]:
     """Run the tasks that still have sizes to measure. Returns (failed, validation_failed)."""
     spec.output.mkdir(parents=True, exist_ok=True)
     todo = {t.index: remaining_sizes(spec, t) for t in selected}
@@ -189,8 +232,10 @@ def run_sweep(spec: Spec, selected: list[Task], launcher: str, echo: bool, fail_
             progress.task_started_now()
             progress.draw()
             if task.link_gbps is not None:
-                shape = (task.link_gbps, max(t.ranks for t in order
-                                             if t.link_gbps == task.link_gbps))  # fmt: skip
+                shape = (
+                    task.link_gbps,
+                    max(t.ranks for t in order if t.link_gbps == task.link_gbps),
+                )
                 if shape != cluster_shape:
                     _cluster("up", "--ranks", str(shape[1]), "--rate", f"{shape[0]:g}gbit")
                     _cluster("selfcheck", "--step-only")  # the floor's fixed cost per step
@@ -202,16 +247,19 @@ def run_sweep(spec: Spec, selected: list[Task], launcher: str, echo: bool, fail_
             if launcher == "srun" and cmd[0] == "srun":
                 mpi, why = srun_mpi(spec)
                 note = f"# srun --mpi={mpi}: {why}"
-            status = run_task(cmd, spec.output / "logs" / f"{task.slug}.log", spec.timeout,
-                              echo, rows, note)  # fmt: skip
+            status = run_task(
+                cmd, spec.output / "logs" / f"{task.slug}.log", spec.timeout, echo, rows, note
+            )
             finished = not remaining_sizes(spec, task)
             if status == 1 and finished:
                 invalid.append(task)  # finished; some sizes failed validation
             elif status != 0:
                 failed.append(task)
             # a failed task's missing points are not progress: they stay to do
-            progress.task_done(len(sizes) - rows.counted if status == 0 or finished else 0,
-                               failed=status != 0 and not (status == 1 and finished))
+            progress.task_done(
+                len(sizes) - rows.counted if status == 0 or finished else 0,
+                failed=status != 0 and not (status == 1 and finished),
+            )
             if failed and fail_fast:
                 break
     finally:
@@ -219,9 +267,12 @@ def run_sweep(spec: Spec, selected: list[Task], launcher: str, echo: bool, fail_
         if cluster_shape is not None:
             _cluster("down")
     if not ran and echo:
-        print(f"ccbench sweep: nothing to do: the {progress.total} points of "
-              f"{len(selected)} task(s) are already in {spec.output} (--rerun measures "
-              "them again)", file=sys.stderr)
+        print(
+            f"ccbench sweep: nothing to do: the {progress.total} points of "
+            f"{len(selected)} task(s) are already in {spec.output} (--rerun measures "
+            "them again)",
+            file=sys.stderr,
+        )
     return failed, invalid
 
 
@@ -263,8 +314,9 @@ def list_tasks(spec: Spec, launcher: str) -> None:
     for task in spec.tasks:
         todo = remaining_sizes(spec, task)
         state = "done" if not todo else ("partial" if len(todo) < task.points else "todo")
-        cmd = launch_command(spec, task, resume_args(task, todo or list(task.sizes)),
-                             csv_path(spec, task), launcher)  # fmt: skip
+        cmd = launch_command(
+            spec, task, resume_args(task, todo or list(task.sizes)), csv_path(spec, task), launcher
+        )
         print(f"{task.index:4d}  {state:7s}  {task.slug}\n      {shlex.join(cmd)}")
 
 
@@ -275,34 +327,57 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ccbench sweep",
         description="Run a sweep spec (TOML): every task once, skipping what the output "
-                    "already holds.",
-    )  # fmt: skip
+        "already holds.",
+    )
     p.add_argument("spec", type=Path, help="sweep spec, e.g. sweeps/local.toml")
     p.add_argument("-o", "--output-dir", help="folder of per-task CSVs (default: the spec's)")
-    p.add_argument("--merged", metavar="CSV",
-                   help="merged CSV to write (default: the spec's merge, else OUTPUT_DIR.csv)")
+    p.add_argument(
+        "--merged",
+        metavar="CSV",
+        help="merged CSV to write (default: the spec's merge, else OUTPUT_DIR.csv)",
+    )
     p.add_argument("--list", action="store_true", help="list tasks, their state and commands")
     p.add_argument("--dry-run", action="store_true", help="print commands, run nothing")
     p.add_argument("--task", metavar="I[-J],...", help="run only these task indices")
-    p.add_argument("--launcher", choices=("mpiexec", "srun"), default="mpiexec",
-                   help="mpiexec (local ranks, default) or srun (inside a SLURM allocation; "
-                        "--mpi from [slurm] mpi or CCBENCH_SRUN_MPI)")  # fmt: skip
-    p.add_argument("--rerun", action="store_true",
-                   help="delete the selected tasks' results first and measure them again")
-    p.add_argument("--no-merge", action="store_true",
-                   help="do not write the merged CSV at the end")
-    p.add_argument("--merge-only", action="store_true",
-                   help="only merge what the output folder holds (the SLURM merge job)")
+    p.add_argument(
+        "--launcher",
+        choices=("mpiexec", "srun"),
+        default="mpiexec",
+        help="mpiexec (local ranks, default) or srun (inside a SLURM allocation; "
+        "--mpi from [slurm] mpi or CCBENCH_SRUN_MPI)",
+    )
+    p.add_argument(
+        "--rerun",
+        action="store_true",
+        help="delete the selected tasks' results first and measure them again",
+    )
+    p.add_argument("--no-merge", action="store_true", help="do not write the merged CSV at the end")
+    p.add_argument(
+        "--merge-only",
+        action="store_true",
+        help="only merge what the output folder holds (the SLURM merge job)",
+    )
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed task")
-    p.add_argument("--no-links", action="store_true",
-                   help="leave out the tasks on emulated links (where no cluster can be "
-                        "built: no root and no unprivileged user namespaces)")
+    p.add_argument(
+        "--no-links",
+        action="store_true",
+        help="leave out the tasks on emulated links (where no cluster can be "
+        "built: no root and no unprivileged user namespaces)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="show the variants' output")
     add_no_bind(p)
-    p.add_argument("--submit", action="store_true",
-                   help="submit the pending tasks to SLURM as job arrays (see --dry-run)")
-    p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
-                   help="extra sbatch argument for --submit, e.g. --sbatch-arg=--account=X")
+    p.add_argument(
+        "--submit",
+        action="store_true",
+        help="submit the pending tasks to SLURM as job arrays (see --dry-run)",
+    )
+    p.add_argument(
+        "--sbatch-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra sbatch argument for --submit, e.g. --sbatch-arg=--account=X",
+    )
     return p
 
 
@@ -325,8 +400,10 @@ def main(argv: list[str]) -> int:
             left = [t for t in tasks if t.link_gbps is not None]
             tasks = [t for t in tasks if t.link_gbps is None]
             if left:
-                print(f"ccbench sweep: {len(left)} task(s) on emulated links left out "
-                      "(--no-links)", file=sys.stderr)
+                print(
+                    f"ccbench sweep: {len(left)} task(s) on emulated links left out (--no-links)",
+                    file=sys.stderr,
+                )
         if opts.rerun and not opts.dry_run:
             for t in tasks:
                 remove(csv_path(spec, t))
@@ -354,8 +431,10 @@ def main(argv: list[str]) -> int:
         sys.stdout = open(os.devnull, "w")  # silence the flush at exit
         return 0
     except KeyboardInterrupt:
-        print("\nccbench sweep: interrupted; finished tasks are kept, rerun to resume",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "\nccbench sweep: interrupted; finished tasks are kept, rerun to resume",
+            file=sys.stderr,
+        )
         return 130
     return 1 if failed or invalid else 0
 
@@ -375,18 +454,22 @@ def outcomes(spec: Spec, tasks: list[Task]) -> tuple[list[Task], list[Task]]:
     return failed, invalid
 
 
-def report(spec: Spec, failed: list[Task], invalid: list[Task],
-           merge_only: bool = False) -> None:
+def report(spec: Spec, failed: list[Task], invalid: list[Task], merge_only: bool = False) -> None:
     logs = f"{spec.output}/slurm/" if merge_only else None
     for task in invalid:
-        print(f"ccbench sweep: validation failed in task {task.index} {task.slug} "
-              f"(see {logs or f'{spec.output}/logs/{task.slug}.log'})",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"ccbench sweep: validation failed in task {task.index} {task.slug} "
+            f"(see {logs or f'{spec.output}/logs/{task.slug}.log'})",
+            file=sys.stderr,
+        )
     for task in failed:
         what = "did not finish" if merge_only else "failed"
-        print(f"ccbench sweep: task {task.index} {task.slug} {what}; "
-              f"see {logs or f'{spec.output}/logs/{task.slug}.log'}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"ccbench sweep: task {task.index} {task.slug} {what}; "
+            f"see {logs or f'{spec.output}/logs/{task.slug}.log'}",
+            file=sys.stderr,
+        )
+
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))

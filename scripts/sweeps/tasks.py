@@ -29,11 +29,17 @@ from ccbench.kernels.errors import UsageError
 # variant option (a list: one task per value; a scalar: passed to every task).
 # cost_s: a task's declared time in seconds (what it took on a 2-core host), for the
 # sweep's time-left estimate until a task of its kind has been measured
-RESERVED = {"variant", "ranks", "link_gbps", "sizes", "iterations", "warmup", "options",
-            "cost_s"}
+RESERVED = {"variant", "ranks", "link_gbps", "sizes", "iterations", "warmup", "options", "cost_s"}
 SWEEP_KEYS = RESERVED - {"variant"} | {"name", "output", "merge", "timeout"}
-SLURM_KEYS = {"mpi", "tasks_per_node", "gpus_per_node", "partition", "time", "sbatch",
-              "max_parallel"}  # fmt: skip
+SLURM_KEYS = {
+    "mpi",
+    "tasks_per_node",
+    "gpus_per_node",
+    "partition",
+    "time",
+    "sbatch",
+    "max_parallel",
+}
 # A [[points]] table with variant = "compare" runs `ccbench compare` (one unsized task).
 COMPARE = "compare"
 # a compare table's own keys (ccbench compare's options); its other scalars go to both sides
@@ -124,7 +130,7 @@ def _expand_compare(table: dict, defaults: dict, where: str) -> list[dict]:
     sides = []
     for key in ("a", "b"):
         if not isinstance(table.get(key), str):
-            raise UsageError(f"{where}: a compare needs a = \"VARIANT ...\" and b = \"...\"")
+            raise UsageError(f'{where}: a compare needs a = "VARIANT ..." and b = "..."')
         sides.append(parse_side(f"{where}: {key}", table[key])[0])
     if any(side in UNSIZED_VARIANTS for side in sides):
         # as for the unsized variants' own tasks: the sweep's iterations, warm-ups and
@@ -149,21 +155,31 @@ def _expand_compare(table: dict, defaults: dict, where: str) -> list[dict]:
             common += option_args(key, value)
     common += [str(a) for a in [*defaults.get("options", []), *table.get("options", [])]]
     ranks = [int(r) for r in _as_list(get("ranks", [2]), f"{where}: ranks")]
-    links = [None if v in ("", None) else float(v)
-             for v in _as_list(get("link_gbps") or [None], f"{where}: link_gbps")]  # fmt: skip
+    links = [
+        None if v in ("", None) else float(v)
+        for v in _as_list(get("link_gbps") or [None], f"{where}: link_gbps")
+    ]
     out = []
     names = [k for k, _ in axes]
-    for link, nranks, values in itertools.product(links, ranks,
-                                                  itertools.product(*[v for _, v in axes])):
+    for link, nranks, values in itertools.product(
+        links, ranks, itertools.product(*[v for _, v in axes])
+    ):
         chosen = tuple(zip(names, values, strict=True))
         args = list(common)
         for key, value in chosen:
             args += option_args(key, value)
         words = [w.lstrip("-") for w in f"{table['a']} vs {table['b']}".split()]
         label = (("cmp", _sanitize("-".join(words))[:80]),)
-        out.append({"variant": COMPARE, "ranks": nranks, "link_gbps": link,
-                    "axes": (*label, *((k, str(v)) for k, v in chosen)),
-                    "args": (*own, "--", *args), "sizes": ()})
+        out.append(
+            {
+                "variant": COMPARE,
+                "ranks": nranks,
+                "link_gbps": link,
+                "axes": (*label, *((k, str(v)) for k, v in chosen)),
+                "args": (*own, "--", *args),
+                "sizes": (),
+            }
+        )
     return out
 
 
@@ -171,19 +187,22 @@ def _expand_table(table: dict, defaults: dict, where: str) -> list[dict]:
     cost = table.get("cost_s", defaults.get("cost_s"))
     if cost is not None and not (isinstance(cost, (int, float)) and cost > 0):
         raise UsageError(f"{where}: cost_s must be a positive number of seconds")
-    return [dict(entry, cost_s=None if cost is None else float(cost))
-            for entry in _expand_points(table, defaults, where)]
+    return [
+        dict(entry, cost_s=None if cost is None else float(cost))
+        for entry in _expand_points(table, defaults, where)
+    ]
 
 
 def _expand_points(table: dict, defaults: dict, where: str) -> list[dict]:
     if "variant" not in table or not isinstance(table["variant"], str):
-        raise UsageError(f"{where}: needs variant = \"NAME\"")
+        raise UsageError(f'{where}: needs variant = "NAME"')
     variant = table["variant"]
     if variant == COMPARE:
         return _expand_compare(table, defaults, where)
-    if not re.fullmatch(r"[a-z_][a-z0-9_]*", variant) or importlib.util.find_spec(
-        f"ccbench.benchmarks.{variant}"
-    ) is None:
+    if (
+        not re.fullmatch(r"[a-z_][a-z0-9_]*", variant)
+        or importlib.util.find_spec(f"ccbench.benchmarks.{variant}") is None
+    ):
         raise UsageError(f"{where}: no variant script benchmarks/{variant}.py")
     get = {**defaults, **table}.get
     if table.get("sizes", variant not in UNSIZED_VARIANTS) is not False:
@@ -204,27 +223,44 @@ def _expand_points(table: dict, defaults: dict, where: str) -> list[dict]:
         if key in RESERVED:
             continue
         if isinstance(value, list):
-            axes.append((key, [str(v) if not isinstance(v, bool) else v for v in
-                               _as_list(value, f"{where}: {key}")]))  # fmt: skip
+            axes.append(
+                (
+                    key,
+                    [
+                        str(v) if not isinstance(v, bool) else v
+                        for v in _as_list(value, f"{where}: {key}")
+                    ],
+                )
+            )
         else:
             constant += option_args(key, value)
     extra = [str(a) for a in [*defaults.get("options", []), *table.get("options", [])]]
     ranks = [int(r) for r in _as_list(get("ranks", [2]), f"{where}: ranks")]
-    links = [None if v in ("", None) else float(v)
-             for v in _as_list(get("link_gbps") or [None], f"{where}: link_gbps")]  # fmt: skip
+    links = [
+        None if v in ("", None) else float(v)
+        for v in _as_list(get("link_gbps") or [None], f"{where}: link_gbps")
+    ]
     if any(r < 1 for r in ranks):
         raise UsageError(f"{where}: ranks must be at least 1")
     out = []
     names = [k for k, _ in axes]
-    for link, nranks, values in itertools.product(links, ranks,
-                                                  itertools.product(*[v for _, v in axes])):
+    for link, nranks, values in itertools.product(
+        links, ranks, itertools.product(*[v for _, v in axes])
+    ):
         chosen = tuple(zip(names, values, strict=True))
         args = [*base, *constant]
         for key, value in chosen:
             args += option_args(key, value)
-        out.append({"variant": variant, "ranks": nranks, "link_gbps": link,
-                    "axes": tuple((k, str(v)) for k, v in chosen),
-                    "args": (*args, *extra), "sizes": sizes})  # fmt: skip
+        out.append(
+            {
+                "variant": variant,
+                "ranks": nranks,
+                "link_gbps": link,
+                "axes": tuple((k, str(v)) for k, v in chosen),
+                "args": (*args, *extra),
+                "sizes": sizes,
+            }
+        )
     return out
 
 
@@ -253,8 +289,10 @@ def _unique_slugs(raw: list[dict]) -> list[str]:
             continue
         options = [_option_pairs(raw[i]["args"]) for i in members]
         shared = set.intersection(*options)
-        tags = [_sanitize("-".join(p[-1].lstrip("-") for p in sorted(own - shared)))[:40]
-                for own in options]  # fmt: skip
+        tags = [
+            _sanitize("-".join(p[-1].lstrip("-") for p in sorted(own - shared)))[:40]
+            for own in options
+        ]
         for i, tag in zip(members, tags, strict=True):
             if not tag or tags.count(tag) > 1:
                 tag = hashlib.sha1(" ".join(raw[i]["args"]).encode()).hexdigest()[:8]
@@ -338,8 +376,16 @@ def remaining_sizes(spec: Spec, task: Task) -> list:
 # Options whose column holds the value as the command line spells it: they tell a task's
 # rows from another configuration's. (Others are resolved or split before they are
 # written: --timer auto becomes the timer used, --density 0.1,1 one row per density.)
-AS_GIVEN = ("collective", "algorithm", "dtype", "buffer", "transport", "backend", "model",
-            "strategy")
+AS_GIVEN = (
+    "collective",
+    "algorithm",
+    "dtype",
+    "buffer",
+    "transport",
+    "backend",
+    "model",
+    "strategy",
+)
 
 
 def task_settings(task: Task) -> dict[str, str]:

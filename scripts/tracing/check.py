@@ -43,16 +43,26 @@ REPLAYED = ("--variant", "--algorithm", "--codec", "--compress", "--chunk-bytes"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ccbench trace check", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="ccbench trace check",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("-n", "--ranks", type=int, default=2, help="MPI ranks (default 2)")
     add_rounds(p, 6)
-    p.add_argument("--variant", action="append", default=[], metavar='"VARIANT OPTIONS"',
-                   help='a variant to predict, e.g. "coll_compressed --codec fp16" '
-                        "(repeatable)")
-    p.add_argument("--within", type=float, default=0.10,
-                   help="the replay agrees when its interval lies within 1 +- this "
-                        "(default 0.10)")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar='"VARIANT OPTIONS"',
+        help='a variant to predict, e.g. "coll_compressed --codec fp16" (repeatable)',
+    )
+    p.add_argument(
+        "--within",
+        type=float,
+        default=0.10,
+        help="the replay agrees when its interval lies within 1 +- this (default 0.10)",
+    )
     p.add_argument("--cluster", metavar="NAME", help="run inside this emulated cluster")
     add_no_bind(p)
     p.add_argument("--rev", metavar="REV", help="run every launch from this git revision")
@@ -111,13 +121,15 @@ class Round:
 
 def check_options(opts, training: list[str]) -> None:
     if opts.ranks < 1 or opts.rounds < 2:
-        raise UsageError("-n must be at least 1 and --rounds at least 2 (one round gives "
-                         "no interval)")
+        raise UsageError(
+            "-n must be at least 1 and --rounds at least 2 (one round gives no interval)"
+        )
     if not 0 < opts.within < 1:
         raise UsageError("--within must be in (0, 1)")
     if "--framework" not in training:
-        raise UsageError("give the training's options after --, with --framework fsdp, "
-                         "ddp or mgwfbp")
+        raise UsageError(
+            "give the training's options after --, with --framework fsdp, ddp or mgwfbp"
+        )
     for reserved in ("--trace", "--csv", "--json"):
         if reserved in training:
             raise UsageError(f"{reserved} after --: the check sets it for every launch")
@@ -132,10 +144,12 @@ def main(argv: list[str]) -> int:
     check_options(opts, training)
     variants = [shlex.split(v) for v in opts.variant]
     if any(not v or v[0].startswith("-") for v in variants):
-        raise UsageError('--variant takes a variant and its options, e.g. "coll_compressed '
-                         '--codec fp16"')
-    launcher = Launcher(opts.ranks, opts.cluster,
-                        binding_enabled(False if opts.no_bind else None), opts.timeout)
+        raise UsageError(
+            '--variant takes a variant and its options, e.g. "coll_compressed --codec fp16"'
+        )
+    launcher = Launcher(
+        opts.ranks, opts.cluster, binding_enabled(False if opts.no_bind else None), opts.timeout
+    )
     replay = replay_options(training)
     base = without_variant(training)
     meta = run_meta()
@@ -144,8 +158,11 @@ def main(argv: list[str]) -> int:
     times: dict[str, list[float]] = {"real": [], "replay": [], "captured": [], "again": []}
     for n in range(len(variants)):
         times[f"real{n}"], times[f"replay{n}"] = [], []
-    print(f"# ccbench trace check: training {shlex.join(training)}; {opts.ranks} ranks, "
-          f"{opts.rounds} rounds, load {meta['load_start']}", flush=True)
+    print(
+        f"# ccbench trace check: training {shlex.join(training)}; {opts.ranks} ranks, "
+        f"{opts.rounds} rounds, load {meta['load_start']}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="ccbench-trace-check-") as tmp:
         root = None
         if opts.rev:
@@ -172,60 +189,120 @@ def main(argv: list[str]) -> int:
             times["captured"].append(first)
             times["again"].append(last)
             times["real"].append(math.sqrt(first * last))
-            print(f"  round {k + 1}: " + ", ".join(
-                f"{key} {v[-1] / 1e3:.1f} ms" for key, v in times.items()), flush=True)
+            print(
+                f"  round {k + 1}: "
+                + ", ".join(f"{key} {v[-1] / 1e3:.1f} ms" for key, v in times.items()),
+                flush=True,
+            )
     meta["load_end"] = round(os.getloadavg()[0], 2)
     rows = report(opts, training, variants, times, meta)
-    print(f"# {time.monotonic() - started:.0f} s, load {meta['load_start']} -> "
-          f"{meta['load_end']}", flush=True)
+    print(
+        f"# {time.monotonic() - started:.0f} s, load {meta['load_start']} -> {meta['load_end']}",
+        flush=True,
+    )
     if opts.csv:
         append_rows(opts.csv, rows, COLUMNS)
-        Sidecar(opts.csv).add(meta["compare_id"], {"training": training, "variants":
-                                                  opts.variant, "ranks": opts.ranks,
-                                                  "cluster": opts.cluster, "times": times})
+        Sidecar(opts.csv).add(
+            meta["compare_id"],
+            {
+                "training": training,
+                "variants": opts.variant,
+                "ranks": opts.ranks,
+                "cluster": opts.cluster,
+                "times": times,
+            },
+        )
     return 0
 
 
 def report(opts, training, variants, times, meta) -> list[dict]:
     real = "training " + shlex.join(training)
     replayed = "trace_replay TRACE " + shlex.join(replay_options(training))
-    pairs = [("the replay of its trace", real, replayed, times["real"], times["replay"]),
-             ("the replay against the run it captured", real + " --trace TRACE", replayed,
-              times["captured"], times["replay"])]
+    pairs = [
+        ("the replay of its trace", real, replayed, times["real"], times["replay"]),
+        (
+            "the replay against the run it captured",
+            real + " --trace TRACE",
+            replayed,
+            times["captured"],
+            times["replay"],
+        ),
+    ]
     for n, v in enumerate(variants):
         text = shlex.join(v)
-        pairs.append((f"real saving of {text}", real, f"training ... {text}",
-                      times["real"], times[f"real{n}"]))
-        pairs.append((f"replayed saving of {text}", "trace_replay TRACE (as captured)",
-                      f"trace_replay TRACE {text}", times["replay"], times[f"replay{n}"]))
+        pairs.append(
+            (
+                f"real saving of {text}",
+                real,
+                f"training ... {text}",
+                times["real"],
+                times[f"real{n}"],
+            )
+        )
+        pairs.append(
+            (
+                f"replayed saving of {text}",
+                "trace_replay TRACE (as captured)",
+                f"trace_replay TRACE {text}",
+                times["replay"],
+                times[f"replay{n}"],
+            )
+        )
     rows = []
     print(f"# {'comparison (B/A)':<44} {'A_ms':>9} {'B_ms':>9} {'B/A':>7} {'95% interval':>17}")
     for what, a_text, b_text, a, b in pairs:
         r = ratio_interval(a, b)
         a_mean, b_mean = (float(np.exp(np.mean(np.log(x)))) for x in (a, b))
-        print(f"  {what:<44} {a_mean / 1e3:>9.1f} {b_mean / 1e3:>9.1f} {r.ratio:>7.3f} "
-              f"{r.low:>8.3f}-{r.high:<8.3f}", flush=True)
-        rows.append({**meta, "a": a_text, "b": b_text, "a_rev": opts.rev or "",
-                     "b_rev": opts.rev or "", "collective": "", "ranks": opts.ranks,
-                     "size_bytes": 0, "config": what, "statistic": "avg",
-                     "rounds": len(a), "a_us": a_mean, "b_us": b_mean, "ratio": r.ratio,
-                     "ratio_low": r.low, "ratio_high": r.high, "margin": opts.within,
-                     "verdict": r.verdict(opts.within), "a_iterations": None,
-                     "b_iterations": None, "link_gbps": os.environ.get("CCBENCH_LINK_GBPS"),
-                     "pairing": LAUNCHES, "turns": 1, "timer": "", "validation": ""})
+        print(
+            f"  {what:<44} {a_mean / 1e3:>9.1f} {b_mean / 1e3:>9.1f} {r.ratio:>7.3f} "
+            f"{r.low:>8.3f}-{r.high:<8.3f}",
+            flush=True,
+        )
+        rows.append(
+            {
+                **meta,
+                "a": a_text,
+                "b": b_text,
+                "a_rev": opts.rev or "",
+                "b_rev": opts.rev or "",
+                "collective": "",
+                "ranks": opts.ranks,
+                "size_bytes": 0,
+                "config": what,
+                "statistic": "avg",
+                "rounds": len(a),
+                "a_us": a_mean,
+                "b_us": b_mean,
+                "ratio": r.ratio,
+                "ratio_low": r.low,
+                "ratio_high": r.high,
+                "margin": opts.within,
+                "verdict": r.verdict(opts.within),
+                "a_iterations": None,
+                "b_iterations": None,
+                "link_gbps": os.environ.get("CCBENCH_LINK_GBPS"),
+                "pairing": LAUNCHES,
+                "turns": 1,
+                "timer": "",
+                "validation": "",
+            }
+        )
     first = rows[0]
-    inside = 1 / (1 + opts.within) <= first["ratio_low"] and first["ratio_high"] <= \
-        1 + opts.within
-    print(f"# the replay {'is' if inside else 'is not shown to be'} within "
-          f"{opts.within:.0%} of the real step (its interval "
-          f"{first['ratio_low']:.3f}-{first['ratio_high']:.3f})")
+    inside = 1 / (1 + opts.within) <= first["ratio_low"] and first["ratio_high"] <= 1 + opts.within
+    print(
+        f"# the replay {'is' if inside else 'is not shown to be'} within "
+        f"{opts.within:.0%} of the real step (its interval "
+        f"{first['ratio_low']:.3f}-{first['ratio_high']:.3f})"
+    )
     for n in range(len(variants)):
         real_row, replay_row = rows[2 + 2 * n], rows[3 + 2 * n]
         same_sign = (real_row["ratio"] < 1) == (replay_row["ratio"] < 1)
         within = real_row["ratio_low"] <= replay_row["ratio"] <= real_row["ratio_high"]
-        print(f"# {opts.variant[n]}: replay predicts {1 - replay_row['ratio']:+.1%}, real "
-              f"{1 - real_row['ratio']:+.1%}; sign {'agrees' if same_sign else 'differs'}, "
-              f"prediction {'inside' if within else 'outside'} the real saving's interval")
+        print(
+            f"# {opts.variant[n]}: replay predicts {1 - replay_row['ratio']:+.1%}, real "
+            f"{1 - real_row['ratio']:+.1%}; sign {'agrees' if same_sign else 'differs'}, "
+            f"prediction {'inside' if within else 'outside'} the real saving's interval"
+        )
     return rows
 
 

@@ -17,12 +17,20 @@ from ccbench.kernels.vocabulary import COLLECTIVES
 
 ALGORITHMS = ("mpi", "ring")
 # (dtype, buffer): numpy has no bfloat16, so that one runs on torch tensors
-DTYPES = (("float32", "numpy"), ("float64", "numpy"), ("float16", "numpy"),
-          ("bfloat16", "torch"), ("float32", "torch"))  # fmt: skip
+DTYPES = (
+    ("float32", "numpy"),
+    ("float64", "numpy"),
+    ("float16", "numpy"),
+    ("bfloat16", "torch"),
+    ("float32", "torch"),
+)
 # element counts: per rank for allgather and reduce_scatter, total for allreduce;
 # powers of two and not, and (allreduce) fewer elements than ranks
-COUNTS = {"allgather": (1, 7, 1024, 1000), "reduce_scatter": (1, 7, 256, 300),
-          "allreduce": (1, 3, 7, 1024, 4099)}  # fmt: skip
+COUNTS = {
+    "allgather": (1, 7, 1024, 1000),
+    "reduce_scatter": (1, 7, 256, 300),
+    "allreduce": (1, 3, 7, 1024, 4099),
+}
 
 
 def cases():
@@ -30,8 +38,10 @@ def cases():
         for algorithm in ALGORITHMS:
             for dtype, buffer in DTYPES:
                 for count in COUNTS[collective]:
-                    yield f"{collective}-{algorithm}-{dtype}-{buffer}-{count}", (
-                        collective, algorithm, dtype, buffer, count)
+                    yield (
+                        f"{collective}-{algorithm}-{dtype}-{buffer}-{count}",
+                        (collective, algorithm, dtype, buffer, count),
+                    )
 
 
 def run_case(comm, collective, algorithm, dtype, buffer, count) -> tuple[bool, str]:
@@ -40,10 +50,13 @@ def run_case(comm, collective, algorithm, dtype, buffer, count) -> tuple[bool, s
 
     size, rank = comm.size, comm.rank
     send_count = count * size if collective == "reduce_scatter" else count
-    recv_count = {"allgather": count * size, "reduce_scatter": count,
-                  "allreduce": count}[collective]  # fmt: skip
-    inputs = [np.random.default_rng([7, r, send_count]).integers(-8, 9, send_count)
-              .astype(np.float64) for r in range(size)]  # fmt: skip
+    recv_count = {"allgather": count * size, "reduce_scatter": count, "allreduce": count}[
+        collective
+    ]
+    inputs = [
+        np.random.default_rng([7, r, send_count]).integers(-8, 9, send_count).astype(np.float64)
+        for r in range(size)
+    ]
     send = arrays.from_numpy(buffer, inputs[rank], dtype)
     recv = arrays.empty(buffer, recv_count, dtype)
     bind_collective(comm, algorithm, collective, send, recv)()
@@ -52,7 +65,7 @@ def run_case(comm, collective, algorithm, dtype, buffer, count) -> tuple[bool, s
     elif collective == "allreduce":
         expected = np.sum(inputs, axis=0)
     else:
-        expected = np.sum(inputs, axis=0)[rank * count:(rank + 1) * count]
+        expected = np.sum(inputs, axis=0)[rank * count : (rank + 1) * count]
     got = arrays.to_numpy(recv).astype(np.float64)
     wrong = int(np.count_nonzero(got != expected))
     return wrong == 0, f"{wrong} wrong of {expected.size}"

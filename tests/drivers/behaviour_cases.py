@@ -29,16 +29,37 @@ QUICK = ["-i", "3", "-x", "1"]
 def baseline_case(collective: str):
     from ccbench.benchmarks.baseline import Baseline
 
-    return Baseline(), ["--collective", collective, "--algorithm", "ring", "-m", "1K,64K",
-                        "--data", "gradient-like", *QUICK]
+    return Baseline(), [
+        "--collective",
+        collective,
+        "--algorithm",
+        "ring",
+        "-m",
+        "1K,64K",
+        "--data",
+        "gradient-like",
+        *QUICK,
+    ]
 
 
 def slots_case(slots: int):
     from ccbench.benchmarks.sparse_streaming import SparseStreaming
 
     # 64 KiB of float32: 64 blocks of 256; every block non-zero on every rank
-    return SparseStreaming(), ["-m", "64K:64K", "--density", "1", "--overlap", "all",
-                               "--fusion", "4", "--slots", str(slots), "-c", *QUICK]
+    return SparseStreaming(), [
+        "-m",
+        "64K:64K",
+        "--density",
+        "1",
+        "--overlap",
+        "all",
+        "--fusion",
+        "4",
+        "--slots",
+        str(slots),
+        "-c",
+        *QUICK,
+    ]
 
 
 def stub_case(variant: str, slow: str, ranks: tuple[int, ...]):
@@ -50,8 +71,10 @@ def stub_case(variant: str, slow: str, ranks: tuple[int, ...]):
 
     base, options = {
         "coll": (CollCompressed, ["--chunk-bytes", "0", "-m", "4K:4K"]),
-        "coll-pieces": (CollCompressed, ["--chunk-bytes", "0", "--progress", "testall",
-                                         "-m", "2M:2M"]),
+        "coll-pieces": (
+            CollCompressed,
+            ["--chunk-bytes", "0", "--progress", "testall", "-m", "2M:2M"],
+        ),
         "p2p": (P2PCompressed, ["--threshold", "0", "-m", "4K:4K"]),
     }[variant]
 
@@ -73,18 +96,31 @@ def stub_case(variant: str, slow: str, ranks: tuple[int, ...]):
 
             codec.encode, codec.decode = slow_encode, slow_decode
 
-    return Stub(), ["--collective", "allgather", "--codec", "fp16", *options,
-                    "--data", "gradient-like", *QUICK]
+    return Stub(), [
+        "--collective",
+        "allgather",
+        "--codec",
+        "fp16",
+        *options,
+        "--data",
+        "gradient-like",
+        *QUICK,
+    ]
 
 
 CASES = {
-    4: {**{f"busbw-{c}": (baseline_case, c) for c in ("allgather", "reduce_scatter",
-                                                      "allreduce")},
-        **{f"slots-{s}": (slots_case, s) for s in (1, 2, 4)}},
-    2: {f"breakdown-{variant}-{case}": (stub_case, variant, slow, ranks)
+    4: {
+        **{f"busbw-{c}": (baseline_case, c) for c in ("allgather", "reduce_scatter", "allreduce")},
+        **{f"slots-{s}": (slots_case, s) for s in (1, 2, 4)},
+    },
+    2: {
+        f"breakdown-{variant}-{case}": (stub_case, variant, slow, ranks)
         for variant in ("coll", "coll-pieces", "p2p")
-        for case, slow, ranks in (("slow-encode", "encode", (0, 1)),
-                                  ("slow-decode-rank1", "decode", (1,)))},
+        for case, slow, ranks in (
+            ("slow-encode", "encode", (0, 1)),
+            ("slow-decode-rank1", "decode", (1,)),
+        )
+    },
 }
 
 
@@ -92,8 +128,9 @@ def main() -> int:
     from ccbench.benchmarks.harness import run_variant
 
     world = MPI.COMM_WORLD
-    folder = world.bcast(tempfile.mkdtemp(prefix="ccbench-behaviours-")
-                         if world.rank == 0 else None, root=0)
+    folder = world.bcast(
+        tempfile.mkdtemp(prefix="ccbench-behaviours-") if world.rank == 0 else None, root=0
+    )
     try:
         for case, (make, *params) in CASES.get(world.size, {}).items():
             variant, argv = make(*params)

@@ -30,13 +30,15 @@ def main() -> None:
         calls[0] += 1
         now[0] += 1e-3 * (1 + calls[0] % 3)  # varied: the interval never closes
 
-    got = timing.measure(comm, run, 4, 1, "per-call", ci_target=1e-9, budget_s=3.0,
-                          clock=lambda: now[0])
+    got = timing.measure(
+        comm, run, 4, 1, "per-call", ci_target=1e-9, budget_s=3.0, clock=lambda: now[0]
+    )
     counts = comm.mpi.gather(got["iterations"], root=0)
     if comm.rank == 0:
         ok = got["stopped_by"] == "budget" and len(set(counts)) == 1 and counts[0] > 4
-        print(json.dumps({"case": "budget-clocks-apart", "ok": ok, "iterations": counts}),
-              flush=True)
+        print(
+            json.dumps({"case": "budget-clocks-apart", "ok": ok, "iterations": counts}), flush=True
+        )
 
 
 if __name__ == "__main__":

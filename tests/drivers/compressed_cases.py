@@ -30,20 +30,32 @@ from mpi4py import MPI
 
 from ccbench.kernels.vocabulary import COLLECTIVES, itemsize
 
-CODECS = ("none", "fp16", "bf16", "bfp:rate=8", "bfp:rate=3,block=8", "zfp:rate=8",
-          "zfp:tol=1e-3", "zstd")
+CODECS = (
+    "none",
+    "fp16",
+    "bf16",
+    "bfp:rate=8",
+    "bfp:rate=3,block=8",
+    "zfp:rate=8",
+    "zfp:tol=1e-3",
+    "zstd",
+)
 VARIANTS = (("p2p", {}), ("coll", {"chunk_bytes": 4096}), ("library", {}))
 # per-rank counts for allgather / reduce_scatter, totals for allreduce: one element, a
 # partial bfp tile, and two bfp tiles (8192 values) plus a tail; allreduce also with
 # fewer elements than ranks (4) and counts that do not divide by the ranks
-COUNTS = {"allgather": (1, 300, 16387), "reduce_scatter": (1, 300, 16387),
-          "allreduce": (3, 301, 32775)}
+COUNTS = {
+    "allgather": (1, 300, 16387),
+    "reduce_scatter": (1, 300, 16387),
+    "allreduce": (3, 301, 32775),
+}
 # the other options: one chunk per block, a threshold that leaves small blocks raw, and
 # the pipeline's progress modes: codec work cut into sub-chunks with Testall between them
 # (4 KiB pieces of 64 KiB chunks: fp16 16 pieces, bfp 2 whole tiles, zstd never cut), a
 # codec thread, allreduce as two collectives back to back, waits that only yield
 OPTION_CASES = (
-    ("coll", {"chunk_bytes": 0}), ("p2p", {"threshold": 2048}),
+    ("coll", {"chunk_bytes": 0}),
+    ("p2p", {"threshold": 2048}),
     ("coll", {"chunk_bytes": 65536, "progress": "testall", "sub_chunk_bytes": 4096}),
     ("coll", {"chunk_bytes": 4096, "codec_threads": 1}),
     ("coll", {"chunk_bytes": 4096, "fused": False}),
@@ -109,8 +121,12 @@ def held(values: np.ndarray, dtype: str) -> np.ndarray:
 
 # docs/compression.md: rounding to a dtype costs at most half an ulp plus half the
 # smallest subnormal: (relative, absolute) per dtype
-ROUNDING = {"float64": (2.0**-53, 2.0**-1075), "float32": (2.0**-24, 2.0**-150),
-            "float16": (2.0**-11, 2.0**-25), "bfloat16": (2.0**-8, 2.0**-134)}
+ROUNDING = {
+    "float64": (2.0**-53, 2.0**-1075),
+    "float32": (2.0**-24, 2.0**-150),
+    "float16": (2.0**-11, 2.0**-25),
+    "bfloat16": (2.0**-8, 2.0**-134),
+}
 LOSSLESS = ("none", "zstd")
 
 
@@ -171,8 +187,10 @@ def stated_bound(spec, variant, collective, amaxes, dtype, rank=None) -> float |
         return err
     if variant == "library":  # n-1 decoded contributions, then n-1 additions
         owners = [rank] if collective == "reduce_scatter" else range(ranks)
-        err = max(sum(round_trip_bound(spec, a, dtype) for r, a in enumerate(amaxes)
-                      if r != owner) for owner in owners)
+        err = max(
+            sum(round_trip_bound(spec, a, dtype) for r, a in enumerate(amaxes) if r != owner)
+            for owner in owners
+        )
         err += (ranks - 1) * rounding(dtype, total + err)
     else:
         for _ in range(ranks - 1):  # each hop recompresses a partial sum, adds in the dtype
@@ -243,8 +261,11 @@ def library_wire(collective, codec, dtype, buffer, rank, size, count, inputs, re
 
     if size == 1:
         return 0, 0
-    bounds = (block_bounds(count, size) if collective == "allreduce"
-              else [(b * count, (b + 1) * count) for b in range(size)])
+    bounds = (
+        block_bounds(count, size)
+        if collective == "allreduce"
+        else [(b * count, (b + 1) * count) for b in range(size)]
+    )
 
     def encoded(values):
         if not values.size:
@@ -269,8 +290,7 @@ def library_wire(collective, codec, dtype, buffer, rank, size, count, inputs, re
         elif codec.fixed_size or not codec.lossy:
             slots = [encoded(result[start:stop]) for start, stop in bounds]
         else:
-            slots = [(9, codec.max_encoded_nbytes(stop - start, dtype))
-                     for start, stop in bounds]
+            slots = [(9, codec.max_encoded_nbytes(stop - start, dtype)) for start, stop in bounds]
         longest = (max(a for a, _ in slots), max(b for _, b in slots))
         header = 0 if codec.fixed_size else 8
         low += (size - 1) * (header + longest[0])
@@ -286,8 +306,9 @@ def run_case(comm, variant, options, collective, spec, dtype, buffer, count):
     size, rank = comm.size, comm.rank
     codec = parse_codec(spec)
     send_count = count * size if collective == "reduce_scatter" else count
-    recv_count = {"allgather": count * size, "reduce_scatter": count,
-                  "allreduce": count}[collective]  # fmt: skip
+    recv_count = {"allgather": count * size, "reduce_scatter": count, "allreduce": count}[
+        collective
+    ]
     inputs = make_inputs(codec.lossy, size, send_count)
     send = arrays.from_numpy(buffer, inputs[rank], dtype)
     recv = arrays.empty(buffer, recv_count, dtype)
@@ -303,27 +324,29 @@ def run_case(comm, variant, options, collective, spec, dtype, buffer, count):
     elif collective == "allreduce":
         reference = np.sum(inputs, axis=0)
     else:
-        reference = np.sum(inputs, axis=0)[rank * count:(rank + 1) * count]
+        reference = np.sum(inputs, axis=0)[rank * count : (rank + 1) * count]
     expected = held(reference, dtype)
     err = float(np.abs(got - expected).max()) if got.size else 0.0
     amaxes = [float(np.abs(held(x, dtype)).max()) for x in inputs]
     bound = stated_bound(spec, variant, collective, amaxes, dtype, rank)
     within = (err == 0.0) if bound is None else (err <= bound and bool(np.isfinite(got).all()))
     if variant == "library":
-        low, high = library_wire(collective, codec, dtype, buffer, rank, size, count,
-                                 inputs, got)
+        low, high = library_wire(collective, codec, dtype, buffer, rank, size, count, inputs, got)
     else:
-        low, high = expected_wire(variant, options, collective, codec, dtype, rank, size,
-                                  count)
+        low, high = expected_wire(variant, options, collective, codec, dtype, rank, size, count)
     wire_ok = low <= wire <= high
     repeatable = bool(np.array_equal(first, got))
     must_match = variant in ("coll", "library") and collective in ("allgather", "allreduce")
     # (below a p2p threshold blocks travel raw: no codec work to see)
-    timing = timing_ok(op.breakdown.rows, collective, size > 1 and not options.get("threshold"),
-                       hops_only=variant in ("coll", "library")
-                       and collective == "reduce_scatter",
-                       adds=not (variant == "library" and collective == "allreduce"
-                                 and count < size and rank >= count))
+    timing = timing_ok(
+        op.breakdown.rows,
+        collective,
+        size > 1 and not options.get("threshold"),
+        hops_only=variant in ("coll", "library") and collective == "reduce_scatter",
+        adds=not (
+            variant == "library" and collective == "allreduce" and count < size and rank >= count
+        ),
+    )
     fusion = True
     if variant == "coll" and collective == "allreduce":
         # the fused pipeline and the two collectives back to back encode the same chunks
@@ -333,13 +356,21 @@ def run_case(comm, variant, options, collective, spec, dtype, buffer, count):
         bind_compressed(comm, variant, collective, codec, send, other, **flipped)()
         fusion = bool(np.array_equal(arrays.to_numpy(other).astype(np.float64), got))
     ok = within and wire_ok and repeatable and timing and fusion
-    detail = {"err": err, "bound": bound, "wire": wire, "wire_expected": [low, high],
-              "repeatable": repeatable, "timing": timing, "fused_equal": fusion}
+    detail = {
+        "err": err,
+        "bound": bound,
+        "wire": wire,
+        "wire_expected": [low, high],
+        "repeatable": repeatable,
+        "timing": timing,
+        "fused_equal": fusion,
+    }
     return ok, detail, (got if must_match else None)
 
 
-def timing_ok(rows, collective: str, moved: bool, hops_only: bool = False,
-              adds: bool = True) -> bool:
+def timing_ok(
+    rows, collective: str, moved: bool, hops_only: bool = False, adds: bool = True
+) -> bool:
     """One breakdown row per call; its parts are times within the call: encode, decode,
     reduce, wait and host staging never negative and, being disjoint, adding up to at most the call
     (a codec thread's work lies within the call too). Where data moved, the codec ran
@@ -375,9 +406,14 @@ def main() -> int:
         if comm.rank == 0:
             oks, details, results = zip(*gathered, strict=True)
             identical = results[0] is None or all(
-                np.array_equal(results[0], other) for other in results[1:])
-            line = {"case": cid, "ok": all(oks) and identical, "identical": identical,
-                    "detail": details}
+                np.array_equal(results[0], other) for other in results[1:]
+            )
+            line = {
+                "case": cid,
+                "ok": all(oks) and identical,
+                "identical": identical,
+                "detail": details,
+            }
             print(json.dumps(line), flush=True)
     return 0
 

@@ -29,8 +29,9 @@ def main() -> None:
     from ccbench.collectives.comm import Communicator
 
     world = MPI.COMM_WORLD
-    folder = Path(world.bcast(tempfile.mkdtemp(prefix="ccbench-double-")
-                              if world.rank == 0 else None, root=0))
+    folder = Path(
+        world.bcast(tempfile.mkdtemp(prefix="ccbench-double-") if world.rank == 0 else None, root=0)
+    )
     comms: dict = {}
     for cid, entry, argv, options in double_cases():
         key = tuple(sorted(options.items()))
@@ -42,8 +43,7 @@ def main() -> None:
         counts = world.allgather(double.STATS.snapshot())
         statuses = world.allgather(status)
         if world.rank == 0:
-            line = {"case": cid, **summary(max(statuses), rows_of(out), entry),
-                    "double": counts}
+            line = {"case": cid, **summary(max(statuses), rows_of(out), entry), "double": counts}
             print(json.dumps(line), flush=True)
     staging_cases(folder)
 
@@ -73,8 +73,12 @@ def staging_cases(folder: Path) -> None:
         double.STATS.in_region = True
         call()
         double.STATS.in_region = False
-        mine = {**double.STATS.snapshot(), "declared": arrays.SYNCS.count - declared,
-                "ok": bool(check()), "gpu_aware": comm.gpu_aware}
+        mine = {
+            **double.STATS.snapshot(),
+            "declared": arrays.SYNCS.count - declared,
+            "ok": bool(check()),
+            "gpu_aware": comm.gpu_aware,
+        }
         ranks = world.allgather(mine)
         if rank == 0:
             print(json.dumps({"case": f"staging-{name}", "ranks": ranks}), flush=True)
@@ -82,8 +86,12 @@ def staging_cases(folder: Path) -> None:
     every = [np.arange(4097, dtype=np.float32) * (r + 1) for r in range(size)]
     chunked = Communicator(world.Dup(), gpu_aware=False, stage_chunk_bytes=4096)
     x, y = device(every[rank]), device(np.zeros(4097 * size))
-    counted("allgather", chunked, chunked.library_call("allgather", x, y),
-            lambda: np.array_equal(y.get(), np.concatenate(every)))
+    counted(
+        "allgather",
+        chunked,
+        chunked.library_call("allgather", x, y),
+        lambda: np.array_equal(y.get(), np.concatenate(every)),
+    )
 
     ring = bind_collective(chunked, "ring", "allgather", x, y)
     y[...] = device(np.zeros(4097 * size))
@@ -96,28 +104,48 @@ def staging_cases(folder: Path) -> None:
     def sends():
         requests = []
         for k in range(6):
-            requests += [chunked.irecv(landed[k], left, 40 + k),
-                         chunked.isend(pieces[k], right, 40 + k)]
+            requests += [
+                chunked.irecv(landed[k], left, 40 + k),
+                chunked.isend(pieces[k], right, 40 + k),
+            ]
         while not chunked.testall(requests):
             pass
 
-    counted("isend", chunked, sends, lambda: all(
-        np.array_equal(landed[k].get(), np.full(300, 10 * left + k)) for k in range(6)))
+    counted(
+        "isend",
+        chunked,
+        sends,
+        lambda: all(np.array_equal(landed[k].get(), np.full(300, 10 * left + k)) for k in range(6)),
+    )
 
     os.environ.pop("CCBENCH_GPU_AWARE", None)
     default = Communicator(world.Dup())
     z = device(np.zeros(64 * size))
-    counted("default", default, default.library_call("allgather", x[:64], z),
-            lambda: np.array_equal(z.get(), np.concatenate([e[:64] for e in every])))
+    counted(
+        "default",
+        default,
+        default.library_call("allgather", x[:64], z),
+        lambda: np.array_equal(z.get(), np.concatenate([e[:64] for e in every])),
+    )
 
     out = folder / "staging-bound.csv"
     with contextlib.redirect_stdout(io.StringIO()):
-        status = staging_bound.main(["-d", "double", "-m", "4K,64K", "--rounds", "2",
-                                     "--csv", str(out)])
+        status = staging_bound.main(
+            ["-d", "double", "-m", "4K,64K", "--rounds", "2", "--csv", str(out)]
+        )
     statuses = world.allgather(status)
     if rank == 0:
-        print(json.dumps({"case": "staging-bound", "status": max(statuses),
-                          "rows": rows_of(out), "csv": str(out)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "case": "staging-bound",
+                    "status": max(statuses),
+                    "rows": rows_of(out),
+                    "csv": str(out),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Variants that misbehave on purpose, to test how the harness reports failures.
 
-    python -m tests.drivers.faulty_variants wrong|die|raise|overbound [harness options]
+python -m tests.drivers.faulty_variants wrong|die|raise|overbound [harness options]
 """
 
 from __future__ import annotations

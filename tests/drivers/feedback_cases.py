@@ -40,20 +40,36 @@ def driver() -> int:
         for framework in FRAMEWORKS:
             for feedback in (True, False):
                 applied.clear()
-                config = TrainConfig(model="lm-tiny", framework=framework,
-                                     variant="coll_compressed", algorithm="ring",
-                                     codec="bfp:rate=8", error_feedback=feedback,
-                                     steps=STEPS, warmup=0, strategy="mgwfbp",
-                                     profile_iterations=2)
-                trainer = build_trainer(comm, config, task,
-                                        cost=lambda t, p: AlphaBeta(100.0, 1e-3))
+                config = TrainConfig(
+                    model="lm-tiny",
+                    framework=framework,
+                    variant="coll_compressed",
+                    algorithm="ring",
+                    codec="bfp:rate=8",
+                    error_feedback=feedback,
+                    steps=STEPS,
+                    warmup=0,
+                    strategy="mgwfbp",
+                    profile_iterations=2,
+                )
+                trainer = build_trainer(
+                    comm, config, task, cost=lambda t, p: AlphaBeta(100.0, 1e-3)
+                )
                 model = trainer.model
                 run_training(comm, config, task=task, trainer=trainer)
                 if comm.rank == 0:
-                    print(json.dumps({"case": f"{framework}-{int(feedback)}",
-                                      "applied": sum(applied), "calls": len(applied),
-                                      "steps": STEPS,
-                                      "params": parameter_count(model)}), flush=True)
+                    print(
+                        json.dumps(
+                            {
+                                "case": f"{framework}-{int(feedback)}",
+                                "applied": sum(applied),
+                                "calls": len(applied),
+                                "steps": STEPS,
+                                "params": parameter_count(model),
+                            }
+                        ),
+                        flush=True,
+                    )
     finally:
         gradient_comm.ErrorFeedback.apply = original
     return 0

@@ -19,8 +19,10 @@ from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.inputs import values
 
 SPECS = ("fp16", "bf16", "bfp:rate=8", "bfp:rate=3,block=8", "bfp:rate=16")
-SETTINGS = ({"chunk_bytes": 64 << 10}, {"chunk_bytes": 128 << 10, "progress": "testall",
-                                         "sub_chunk_bytes": 32 << 10})
+SETTINGS = (
+    {"chunk_bytes": 64 << 10},
+    {"chunk_bytes": 128 << 10, "progress": "testall", "sub_chunk_bytes": 32 << 10},
+)
 
 
 def run(comm, spec: str, kernels: str, collective: str, count: int, options: dict):
@@ -45,8 +47,10 @@ def main() -> int:
                 mine = same and path == "fused"
                 ok = comm.mpi.allreduce(mine, op=MPI.LAND)
                 if comm.rank == 0:
-                    print(json.dumps({"case": f"{spec}-{collective}-{i}", "ok": ok,
-                                      "path": path}), flush=True)
+                    print(
+                        json.dumps({"case": f"{spec}-{collective}-{i}", "ok": ok, "path": path}),
+                        flush=True,
+                    )
     return 0
 
 

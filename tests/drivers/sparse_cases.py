@@ -42,29 +42,52 @@ def cases(aggregators: int):
         for count, block in SHAPES:
             for density in DENSITIES:
                 for overlap in OVERLAPS:
-                    yield (f"omnireduce-{tag}-{count}-{block}-{density}-{overlap}",
-                           ("omnireduce", protocol, count, block, density, overlap, fusion,
-                            window, 0.0))
-        yield (f"omnireduce-{tag}-4096-64-0.3-random-threshold1",
-               ("omnireduce", protocol, 4096, 64, 0.3, "random", fusion, window, 1.0))
+                    yield (
+                        f"omnireduce-{tag}-{count}-{block}-{density}-{overlap}",
+                        (
+                            "omnireduce",
+                            protocol,
+                            count,
+                            block,
+                            density,
+                            overlap,
+                            fusion,
+                            window,
+                            0.0,
+                        ),
+                    )
+        yield (
+            f"omnireduce-{tag}-4096-64-0.3-random-threshold1",
+            ("omnireduce", protocol, 4096, 64, 0.3, "random", fusion, window, 1.0),
+        )
     # no fusion: the paper's one block per packet, and stream-ahead's stop-and-wait
-    yield ("omnireduce-request-driven-f1-5000-100-0.3-random",
-           ("omnireduce", "request-driven", 5000, 100, 0.3, "random", 1, 0, 0.0))
+    yield (
+        "omnireduce-request-driven-f1-5000-100-0.3-random",
+        ("omnireduce", "request-driven", 5000, 100, 0.3, "random", 1, 0, 0.0),
+    )
     # long streams: many rounds, columns held by different workers at different rows
     for density in (0.1, 0.5):
-        yield (f"omnireduce-request-driven-f8-20000-50-{density}-random",
-               ("omnireduce", "request-driven", 20000, 50, density, "random", 8, 0, 0.0))
-    yield ("omnireduce-stream-ahead-f1w1-5000-100-0.3-random",
-           ("omnireduce", "stream-ahead", 5000, 100, 0.3, "random", 1, 1, 0.0))
+        yield (
+            f"omnireduce-request-driven-f8-20000-50-{density}-random",
+            ("omnireduce", "request-driven", 20000, 50, density, "random", 8, 0, 0.0),
+        )
+    yield (
+        "omnireduce-stream-ahead-f1w1-5000-100-0.3-random",
+        ("omnireduce", "stream-ahead", 5000, 100, 0.3, "random", 1, 1, 0.0),
+    )
     if aggregators:
         return
     for algorithm in BASELINES:
         for count, block in SHAPES[:2]:
             for density in (0.0, 0.3, 1.0):
-                yield (f"{algorithm}-{count}-{block}-{density}-random",
-                       (algorithm, "", count, block, density, "random", 8, 3, 0.0))
-    yield ("allgather-sparse-4096-64-0.3-random-threshold1",
-           ("allgather-sparse", "", 4096, 64, 0.3, "random", 8, 3, 1.0))
+                yield (
+                    f"{algorithm}-{count}-{block}-{density}-random",
+                    (algorithm, "", count, block, density, "random", 8, 3, 0.0),
+                )
+    yield (
+        "allgather-sparse-4096-64-0.3-random-threshold1",
+        ("allgather-sparse", "", 4096, 64, 0.3, "random", 8, 3, 1.0),
+    )
 
 
 def block_masks(x: np.ndarray, block: int, threshold: float) -> np.ndarray:
@@ -103,8 +126,10 @@ def simulate_request_driven(masks, layout, count: int, block: int, itemsize: int
         agg = layout.aggregator_of[s]
         columns = max(1, min(layout.fusion, stop - start))
         remote = [w for w in workers if w != agg]
-        held = {w: [[p for p in range(start + c, stop, columns) if masks[w][p]]
-                    for c in range(columns)] for w in workers}  # fmt: skip
+        held = {
+            w: [[p for p in range(start + c, stop, columns) if masks[w][p]] for c in range(columns)]
+            for w in workers
+        }
         taken = {w: [0] * columns for w in workers}
 
         def head(w, c, held=held, taken=taken, stop=stop):
@@ -117,8 +142,9 @@ def simulate_request_driven(masks, layout, count: int, block: int, itemsize: int
         sent[agg] += len(remote) * message(columns)  # the first requests
         while any(r < stop for r in request):
             for w in workers:
-                asked = [c for c in range(columns) if request[c] < stop
-                         and head(w, c) == request[c]]  # fmt: skip
+                asked = [
+                    c for c in range(columns) if request[c] < stop and head(w, c) == request[c]
+                ]
                 if asked and w in remote:
                     positions = sorted(request[c] for c in asked)
                     sent[w] += message(2 * len(asked), positions)
@@ -134,8 +160,19 @@ def simulate_request_driven(masks, layout, count: int, block: int, itemsize: int
     return sent, packets, blocks, log
 
 
-def run_case(comm, aggregators, algorithm, protocol, count, block, density, overlap, fusion,
-             window, threshold) -> dict:
+def run_case(
+    comm,
+    aggregators,
+    algorithm,
+    protocol,
+    count,
+    block,
+    density,
+    overlap,
+    fusion,
+    window,
+    threshold,
+) -> dict:
     from ccbench.collectives.baseline import bind_collective
     from ccbench.collectives.omnireduce import OmniReduce
     from ccbench.collectives.omnireduce_layout import make_layout
@@ -144,14 +181,14 @@ def run_case(comm, aggregators, algorithm, protocol, count, block, density, over
 
     size, rank = comm.size, comm.rank
     workers = size - aggregators
-    inputs = [sparse_input(count, block, density, overlap, r, workers, seed=3)
-              for r in range(workers)] + [np.zeros(count, np.float32)] * aggregators
+    inputs = [
+        sparse_input(count, block, density, overlap, r, workers, seed=3) for r in range(workers)
+    ] + [np.zeros(count, np.float32)] * aggregators
     send = inputs[rank].copy()
     recv = np.full(count, np.nan, dtype=np.float32)  # every element must be written
     layout = None
     if algorithm == "omnireduce":
-        layout = make_layout(count, block, size, aggregators, 2, fusion, max(1, window),
-                             protocol)
+        layout = make_layout(count, block, size, aggregators, 2, fusion, max(1, window), protocol)
         call = OmniReduce(comm, send, recv, layout, threshold)
         call.sent = []
     elif algorithm == "allgather-sparse":
@@ -162,9 +199,10 @@ def run_case(comm, aggregators, algorithm, protocol, count, block, density, over
         call = bind_collective(comm, "ring", "allreduce", send, recv)
 
     # the sum of what is kept: blocks with some |x| > threshold (all of them at 0)
-    masks = [block_masks(x, block, threshold if algorithm in ("omnireduce",
-                                                              "allgather-sparse") else 0.0)
-             for x in inputs]  # fmt: skip
+    masks = [
+        block_masks(x, block, threshold if algorithm in ("omnireduce", "allgather-sparse") else 0.0)
+        for x in inputs
+    ]
     keep = [np.repeat(m, block)[:count] for m in masks]
     expected = np.sum([np.where(k, x, 0.0) for k, x in zip(keep, inputs, strict=True)], axis=0)
     if rank >= workers:  # a dedicated aggregator holds the sums of its own streams
@@ -180,8 +218,9 @@ def run_case(comm, aggregators, algorithm, protocol, count, block, density, over
         call()
         wires.append(comm.wire_bytes - before)
         ok &= bool(np.array_equal(recv.astype(np.float64), expected))
-    dropped = float(sum(np.abs(np.where(k, 0.0, x)).sum()
-                        for k, x in zip(keep, inputs, strict=True)))
+    dropped = float(
+        sum(np.abs(np.where(k, 0.0, x)).sum() for k, x in zip(keep, inputs, strict=True))
+    )
 
     # the blocks that must move, counted from the masks
     block_bytes = np.full(masks[0].size, block * 4)
@@ -206,24 +245,39 @@ def run_case(comm, aggregators, algorithm, protocol, count, block, density, over
         payload = 2 * (size - 1) * count * 4
     wire = comm.mpi.allreduce(wires[-1], op=MPI.SUM) / size
     everywhere = comm.mpi.allreduce(int(ok), op=MPI.MIN) == 1
-    result = {"ok": everywhere, "wire": wire, "payload": int(payload) / size,
-              "minimum": int(payload + index) / size, "same_wire": wires[0] == wires[1],
-              "union_blocks": int(union.sum()), "dropped": dropped,
-              "streams": len(layout.streams) if layout else 0}
+    result = {
+        "ok": everywhere,
+        "wire": wire,
+        "payload": int(payload) / size,
+        "minimum": int(payload + index) / size,
+        "same_wire": wires[0] == wires[1],
+        "union_blocks": int(union.sum()),
+        "dropped": dropped,
+        "streams": len(layout.streams) if layout else 0,
+    }
     if protocol == "request-driven":
         sent, packets, blocks, log = simulate_request_driven(masks, layout, count, block)
-        mine = (wires[-1], call.counters["packets"], call.counters["blocks"],
-                call.counters["unrequested"], sorted((s, tuple(p)) for s, p in call.sent))
+        mine = (
+            wires[-1],
+            call.counters["packets"],
+            call.counters["blocks"],
+            call.counters["unrequested"],
+            sorted((s, tuple(p)) for s, p in call.sent),
+        )
         everyone = comm.mpi.allgather(mine)
-        result.update({
-            "exact_wire": [e[0] for e in everyone] == sent,
-            "exact_packets": ([e[1] for e in everyone] == packets
-                              and [e[2] for e in everyone] == blocks),
-            "exact_positions": all(e[4] == sorted((s, tuple(p)) for s, p in log[r])
-                                   for r, e in enumerate(everyone)),
-            "unrequested": sum(e[3] for e in everyone),
-            "packets": sum(packets),
-        })  # fmt: skip
+        result.update(
+            {
+                "exact_wire": [e[0] for e in everyone] == sent,
+                "exact_packets": (
+                    [e[1] for e in everyone] == packets and [e[2] for e in everyone] == blocks
+                ),
+                "exact_positions": all(
+                    e[4] == sorted((s, tuple(p)) for s, p in log[r]) for r, e in enumerate(everyone)
+                ),
+                "unrequested": sum(e[3] for e in everyone),
+                "packets": sum(packets),
+            }
+        )
     return result
 
 

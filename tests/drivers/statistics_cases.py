@@ -46,11 +46,15 @@ def expected(size: int, calls: int) -> dict:
     m = sum(per_call_avg) / calls
     sd = (sum((x - m) ** 2 for x in per_call_avg) / (calls - 1)) ** 0.5
     t975 = {5: 2.5705818366, 8: 2.3060041350}[calls - 1]  # Student t table, 0.975 quantile
-    return {"avg_us": sum(means) / size * 1e6, "min_us": min(means) * 1e6,
-            "max_us": max(means) * 1e6, "fastest_us": min(slowest) * 1e6,
-            "p50_us": float(np.median(slowest)) * 1e6,
-            "ci_low_us": (m - t975 * sd / calls**0.5) * 1e6,
-            "ci_high_us": (m + t975 * sd / calls**0.5) * 1e6}
+    return {
+        "avg_us": sum(means) / size * 1e6,
+        "min_us": min(means) * 1e6,
+        "max_us": max(means) * 1e6,
+        "fastest_us": min(slowest) * 1e6,
+        "p50_us": float(np.median(slowest)) * 1e6,
+        "ci_low_us": (m - t975 * sd / calls**0.5) * 1e6,
+        "ci_high_us": (m + t975 * sd / calls**0.5) * 1e6,
+    }
 
 
 def main() -> None:
@@ -61,27 +65,39 @@ def main() -> None:
         got = measure(comm, clock.run, calls, 0, "per-call", clock=clock)
         # the raw times kept beside the row are the durations each rank was given
         times = got.pop("times_us")
-        raw = all(np.allclose(times[r], durations(r, calls) * 1e6, rtol=1e-12)
-                  for r in range(comm.size))
+        raw = all(
+            np.allclose(times[r], durations(r, calls) * 1e6, rtol=1e-12) for r in range(comm.size)
+        )
         want = expected(comm.size, calls)
         # the t quantile is known to 11 digits: intervals to 1e-8, the rest exactly
-        ok = all(abs(got[k] - v) <= (1e-8 if k.startswith("ci_") else 1e-12) * abs(v)
-                 for k, v in want.items())
+        ok = all(
+            abs(got[k] - v) <= (1e-8 if k.startswith("ci_") else 1e-12) * abs(v)
+            for k, v in want.items()
+        )
         ok = ok and raw and got["iterations"] == calls and got["stopped_by"] == "iterations"
         out.append({"case": f"per-call-{calls}", "ok": ok, "got": got, "want": want})
     # constant durations: a zero-width interval meets any target after the first round
     clock = FakeClock([2e-3])
     got = measure(comm, clock.run, 6, 0, "per-call", ci_target=0.01, budget_s=30, clock=clock)
     got.pop("times_us")
-    out.append({"case": "target-met", "ok": got["stopped_by"] == "target"
-                and got["iterations"] == 6, "got": got})
+    out.append(
+        {
+            "case": "target-met",
+            "ok": got["stopped_by"] == "target" and got["iterations"] == 6,
+            "got": got,
+        }
+    )
     # wildly varying durations and a target no run can meet: the budget ends it
     clock = FakeClock([1e-6, 1.0, 1e-6, 3.0])
-    got = measure(comm, clock.run, 4, 0, "per-call", ci_target=1e-6, budget_s=0.3,
-                  clock=clock)
+    got = measure(comm, clock.run, 4, 0, "per-call", ci_target=1e-6, budget_s=0.3, clock=clock)
     got.pop("times_us")
-    out.append({"case": "budget-spent", "ok": got["stopped_by"] == "budget"
-                and got["iterations"] > 4, "got": got})
+    out.append(
+        {
+            "case": "budget-spent",
+            "ok": got["stopped_by"] == "budget" and got["iterations"] > 4,
+            "got": got,
+        }
+    )
     if comm.rank == 0:
         for line in out:
             print(json.dumps(line), flush=True)

@@ -14,19 +14,26 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-CASES = (("allgather", "per-call", np.float32), ("reduce_scatter", "batch", np.float64),
-         ("allreduce", "per-call", np.int32), ("allgather", "batch", np.int8))
+CASES = (
+    ("allgather", "per-call", np.float32),
+    ("reduce_scatter", "batch", np.float64),
+    ("allreduce", "per-call", np.int32),
+    ("allgather", "batch", np.int8),
+)
 
 
 def run_case(comm, collective: str, timing: str, dtype) -> dict:
     from ccbench.benchmarks.timing_c import compiled_loop, library_collective
 
     size, rank, count = comm.size, comm.rank, 1000
-    inputs = [np.random.default_rng([5, r]).integers(-9, 10, count * size).astype(dtype)
-              for r in range(size)]
+    inputs = [
+        np.random.default_rng([5, r]).integers(-9, 10, count * size).astype(dtype)
+        for r in range(size)
+    ]
     send = inputs[rank][:count] if collective == "allgather" else inputs[rank]
-    recv_count = {"allgather": count * size, "reduce_scatter": count,
-                  "allreduce": count * size}[collective]  # fmt: skip
+    recv_count = {"allgather": count * size, "reduce_scatter": count, "allreduce": count * size}[
+        collective
+    ]
     recv = np.zeros(recv_count, dtype)
     run = comm.library_call(collective, send, recv)
     recognised = library_collective(run) is not None
@@ -42,13 +49,23 @@ def run_case(comm, collective: str, timing: str, dtype) -> dict:
     elif collective == "allreduce":
         expected = np.sum(inputs, axis=0).astype(dtype)
     else:
-        expected = np.sum(inputs, axis=0).astype(dtype)[rank * count:(rank + 1) * count]
+        expected = np.sum(inputs, axis=0).astype(dtype)[rank * count : (rank + 1) * count]
     shape_ok = times.shape == ((23,) if timing == "per-call" else (10,))
-    ok = (recognised and np.array_equal(warm, expected) and np.array_equal(recv, expected)
-          and shape_ok and bool(np.all(times > 0)))
-    return {"ok": ok, "recognised": recognised, "warm_equal": bool(np.array_equal(warm, expected)),
-            "timed_equal": bool(np.array_equal(recv, expected)), "times": times.tolist()[:3],
-            "shape_ok": shape_ok}
+    ok = (
+        recognised
+        and np.array_equal(warm, expected)
+        and np.array_equal(recv, expected)
+        and shape_ok
+        and bool(np.all(times > 0))
+    )
+    return {
+        "ok": ok,
+        "recognised": recognised,
+        "warm_equal": bool(np.array_equal(warm, expected)),
+        "timed_equal": bool(np.array_equal(recv, expected)),
+        "times": times.tolist()[:3],
+        "shape_ok": shape_ok,
+    }
 
 
 def main() -> int:
@@ -61,20 +78,30 @@ def main() -> int:
         everyone = comm.mpi.gather(result, root=0)
         if comm.rank == 0:
             case = f"{collective}-{timing}-{np.dtype(dtype).name}"
-            print(json.dumps({"case": case, "ok": all(r["ok"] for r in everyone),
-                              "detail": everyone}), flush=True)
+            print(
+                json.dumps(
+                    {"case": case, "ok": all(r["ok"] for r in everyone), "detail": everyone}
+                ),
+                flush=True,
+            )
     # what the C loop must not take: a Python callable, a user-defined op (bfloat16 sums)
     send, recv = np.zeros(4, np.uint16), np.zeros(4 * comm.size, np.uint16)
     from functools import partial
 
     op = MPI.Op.Create(lambda a, b, t: None, commute=True)
-    refused = [library_collective(lambda: None) is None,
-               library_collective(partial(comm.mpi.Allreduce, send, send.copy(), op)) is None,
-               library_collective(partial(comm.mpi.Allgather, send, recv)) is not None]
+    refused = [
+        library_collective(lambda: None) is None,
+        library_collective(partial(comm.mpi.Allreduce, send, send.copy(), op)) is None,
+        library_collective(partial(comm.mpi.Allgather, send, recv)) is not None,
+    ]
     op.Free()
     if comm.rank == 0:
-        print(json.dumps({"case": "recognises-only-library-calls", "ok": all(refused),
-                          "detail": refused}), flush=True)
+        print(
+            json.dumps(
+                {"case": "recognises-only-library-calls", "ok": all(refused), "detail": refused}
+            ),
+            flush=True,
+        )
     return 0
 
 

@@ -24,10 +24,12 @@ TORCH_HOOKS = ["none", "fp16", "bf16", "powersgd"]
 STEPS = 3
 
 
-def case_id(framework, variant, algorithm, codec, compress="both", feedback=False,
-            overlap=True) -> str:
-    return "-".join(map(str, (framework, variant, algorithm, codec, compress, int(feedback),
-                              int(overlap))))
+def case_id(
+    framework, variant, algorithm, codec, compress="both", feedback=False, overlap=True
+) -> str:
+    return "-".join(
+        map(str, (framework, variant, algorithm, codec, compress, int(feedback), int(overlap)))
+    )
 
 
 def checked_transport(comm, spec):
@@ -56,8 +58,15 @@ def checked_transport(comm, spec):
             err = float((got - want).abs().max()) if got.numel() else 0.0
             # lossless: exact up to float32 summation order
             limit = bound if bound is not None else 1e-6 * max(1.0, sum(amaxes))
-            self.checks.append({"collective": collective, "err": err, "limit": limit,
-                                "exact": bound is None, "n": int(got.numel())})
+            self.checks.append(
+                {
+                    "collective": collective,
+                    "err": err,
+                    "limit": limit,
+                    "exact": bound is None,
+                    "n": int(got.numel()),
+                }
+            )
 
         def allgather(self, send, recv):
             def reference(inp):
@@ -65,8 +74,13 @@ def checked_transport(comm, spec):
                 dist.all_gather_into_tensor(want, inp)
                 return want
 
-            self._check("allgather", lambda: super(Checked, self).allgather(send, recv),
-                        send, recv, reference)
+            self._check(
+                "allgather",
+                lambda: super(Checked, self).allgather(send, recv),
+                send,
+                recv,
+                reference,
+            )
 
         def reduce_scatter(self, send, recv):
             def reference(inp):
@@ -74,23 +88,38 @@ def checked_transport(comm, spec):
                 dist.reduce_scatter_tensor(want, inp)
                 return want
 
-            self._check("reduce_scatter",
-                        lambda: super(Checked, self).reduce_scatter(send, recv),
-                        send, recv, reference)
+            self._check(
+                "reduce_scatter",
+                lambda: super(Checked, self).reduce_scatter(send, recv),
+                send,
+                recv,
+                reference,
+            )
 
         def allreduce(self, buf):
             def reference(inp):
                 dist.all_reduce(inp)
                 return inp
 
-            self._check("allreduce", lambda: super(Checked, self).allreduce(buf), buf, buf,
-                        reference)
+            self._check(
+                "allreduce", lambda: super(Checked, self).allreduce(buf), buf, buf, reference
+            )
 
     return Checked(comm, spec)
 
 
-def run_case(comm, task, framework, variant, algorithm, codec, compress, feedback,
-             overlap=True, torch_hook="none"):
+def run_case(
+    comm,
+    task,
+    framework,
+    variant,
+    algorithm,
+    codec,
+    compress,
+    feedback,
+    overlap=True,
+    torch_hook="none",
+):
     import torch
 
     from ccbench.training import frameworks
@@ -98,15 +127,21 @@ def run_case(comm, task, framework, variant, algorithm, codec, compress, feedbac
     from ccbench.training.gradient_comm import GradientCommSpec
     from ccbench.training.models import build_model
 
-    spec = GradientCommSpec(variant=variant, algorithm=algorithm, codec=codec,
-                         compress=compress, error_feedback=feedback)
+    spec = GradientCommSpec(
+        variant=variant,
+        algorithm=algorithm,
+        codec=codec,
+        compress=compress,
+        error_feedback=feedback,
+    )
     transport = checked_transport(comm, spec)
     transport.checks = []
     stream = CommStream(overlap=overlap)
     model = build_model(task, 0)
     if framework == "fsdp":
-        trainer = frameworks.FSDPTrainer(model, comm, transport, stream, 1e-3,
-                                         build_replica=lambda: build_model(task, 0))
+        trainer = frameworks.FSDPTrainer(
+            model, comm, transport, stream, 1e-3, build_replica=lambda: build_model(task, 0)
+        )
     else:
         trainer = frameworks.DDPTrainer(model, comm, transport, stream, 1e-3, torch_hook)
     batch = task.default_batch
@@ -122,12 +157,20 @@ def run_case(comm, task, framework, variant, algorithm, codec, compress, feedbac
     finally:
         trainer.close()
     checks = transport.checks
-    worst = max((c["err"] / c["limit"] if c["limit"] > 0 else (0.0 if c["err"] == 0
-                 else math.inf) for c in checks), default=0.0)
+    worst = max(
+        (
+            c["err"] / c["limit"] if c["limit"] > 0 else (0.0 if c["err"] == 0 else math.inf)
+            for c in checks
+        ),
+        default=0.0,
+    )
     return {
-        "losses": losses, "wire": wire, "calls": len(checks),
+        "losses": losses,
+        "wire": wire,
+        "calls": len(checks),
         "kinds": sorted({c["collective"] for c in checks}),
-        "worst_ratio": worst, "all_exact": all(c["exact"] for c in checks),
+        "worst_ratio": worst,
+        "all_exact": all(c["exact"] for c in checks),
         "params_sum": float(torch.from_numpy(params).double().abs().sum()),
         "params": params,
     }
@@ -157,17 +200,16 @@ def driver() -> int:
         emit(case_id(framework, "torch", "mpi", "none"), reference)
         cases = VARIANTS + (DDP_ONLY if framework == "ddp" else [])
         for variant, algorithm, codec, compress, feedback in cases:
-            got = run_case(comm, task, framework, variant, algorithm, codec, compress,
-                           feedback)
+            got = run_case(comm, task, framework, variant, algorithm, codec, compress, feedback)
             got["param_diff"] = float(np.abs(got["params"] - reference["params"]).max())
             emit(case_id(framework, variant, algorithm, codec, compress, feedback), got)
         # the same step without the communication thread
-        got = run_case(comm, task, framework, "coll_compressed", "ring", "fp16", "both",
-                       False, overlap=False)
+        got = run_case(
+            comm, task, framework, "coll_compressed", "ring", "fp16", "both", False, overlap=False
+        )
         emit(case_id(framework, "coll_compressed", "ring", "fp16", overlap=False), got)
     for hook in TORCH_HOOKS[1:]:
-        got = run_case(comm, task, "ddp", "torch", "mpi", "none", "both", False,
-                       torch_hook=hook)
+        got = run_case(comm, task, "ddp", "torch", "mpi", "none", "both", False, torch_hook=hook)
         got["param_diff"] = float(np.abs(got["params"] - results["ddp"]["params"]).max())
         emit(case_id("ddp", "torch", "mpi", hook), got)
     _accumulation_case(comm, task, emit)
@@ -190,8 +232,7 @@ def _accumulation_case(comm, task, emit):
         for step in (1, 2):
             batch = task.batch(0, step, task.default_batch, comm.rank * 8, comm.rank * 8 + 8)
             task.loss(model, batch).backward()
-        return np.concatenate([p.grad.to_local().reshape(-1).numpy()
-                               for p in model.parameters()])
+        return np.concatenate([p.grad.to_local().reshape(-1).numpy() for p in model.parameters()])
 
     stock = build_model(task, 0)
     for unit in frameworks.shard_units(stock):
@@ -199,12 +240,15 @@ def _accumulation_case(comm, task, emit):
     fully_shard(stock)
     want = accumulate(stock)
     transport = GradientCommunicator(comm, GradientCommSpec(variant="baseline", algorithm="ring"))
-    trainer = frameworks.FSDPTrainer(build_model(task, 0), comm, transport,
-                                     CommStream(overlap=False), 1e-3)
+    trainer = frameworks.FSDPTrainer(
+        build_model(task, 0), comm, transport, CommStream(overlap=False), 1e-3
+    )
     got = accumulate(trainer.model)
     trainer.close()
-    emit("fsdp-accumulate", {"diff": float(np.abs(want - got).max()),
-                             "norm": float(np.abs(want).max())})
+    emit(
+        "fsdp-accumulate",
+        {"diff": float(np.abs(want - got).max()), "norm": float(np.abs(want).max())},
+    )
 
 
 def _mgwfbp_case(comm, task, emit):
@@ -214,26 +258,45 @@ def _mgwfbp_case(comm, task, emit):
     from ccbench.collectives.costmodel import AlphaBeta
     from ccbench.training.loop import TrainConfig, build_trainer, run_training
 
-    config = TrainConfig(model="lm-tiny", framework="mgwfbp", variant="baseline",
-                         algorithm="ring", steps=STEPS * 2, warmup=0, strategy="all",
-                         profile_iterations=2)
+    config = TrainConfig(
+        model="lm-tiny",
+        framework="mgwfbp",
+        variant="baseline",
+        algorithm="ring",
+        steps=STEPS * 2,
+        warmup=0,
+        strategy="all",
+        profile_iterations=2,
+    )
     trainer = build_trainer(comm, config, task, cost=lambda t, p: AlphaBeta(100.0, 1e-3))
     result = run_training(comm, config, task=task, trainer=trainer, keep_params=True)
-    ddp = TrainConfig(model="lm-tiny", framework="ddp", variant="baseline",
-                      algorithm="ring", steps=STEPS * 2, warmup=0)
+    ddp = TrainConfig(
+        model="lm-tiny",
+        framework="ddp",
+        variant="baseline",
+        algorithm="ring",
+        steps=STEPS * 2,
+        warmup=0,
+    )
     reference = run_training(comm, ddp, task=task, keep_params=True)
-    emit("mgwfbp", {
-        "losses": [float(x) for x in result.loss], "strategies": result.strategies,
-        "per_step": [int(x) for x in result.strategy],
-        "groups": result.plan_groups, "predicted": result.predicted_us,
-        "ddp_losses": [float(x) for x in reference.loss],
-        "param_diff": float(np.abs(result.final_params - reference.final_params).max()),
-        "tensors": trainer.profile.ntensors, "nparams": len(list(trainer.model.parameters())),
-        "wire": [float(x) for x in result.wire_bytes],
-        "ddp_wire": [float(x) for x in reference.wire_bytes],
-        "exposed": [float(x) for x in result.times["comm_us"]],
-        "steps": [float(x) for x in result.times["step_us"]],
-    })
+    emit(
+        "mgwfbp",
+        {
+            "losses": [float(x) for x in result.loss],
+            "strategies": result.strategies,
+            "per_step": [int(x) for x in result.strategy],
+            "groups": result.plan_groups,
+            "predicted": result.predicted_us,
+            "ddp_losses": [float(x) for x in reference.loss],
+            "param_diff": float(np.abs(result.final_params - reference.final_params).max()),
+            "tensors": trainer.profile.ntensors,
+            "nparams": len(list(trainer.model.parameters())),
+            "wire": [float(x) for x in result.wire_bytes],
+            "ddp_wire": [float(x) for x in reference.wire_bytes],
+            "exposed": [float(x) for x in result.times["comm_us"]],
+            "steps": [float(x) for x in result.times["step_us"]],
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -39,49 +39,152 @@ from mpi4py import MPI
 from tests.drivers.transport_cases import rows_of, run_case
 
 COMMON = ["-i", "2", "-x", "1", "-c"]
-ROW_KEYS = ("size_bytes", "validation", "wire_bytes_per_rank", "compression_ratio",
-            "transport")
+ROW_KEYS = ("size_bytes", "validation", "wire_bytes_per_rank", "compression_ratio", "transport")
 # (case, entry point, options): sizes with uneven blocks (16388 B: 4097 floats) and a
 # lossless codec whose payloads differ in size from their slots
 WIRE = [
-    ("wire-baseline-ring-allreduce", "baseline",
-     ["--algorithm", "ring", "--collective", "allreduce", "-m", "1K,16388"]),
-    ("wire-p2p-fp16-allreduce", "p2p_compressed",
-     ["--codec", "fp16", "--collective", "allreduce", "-m", "16388:16388"]),
-    ("wire-p2p-zstd-allgather", "p2p_compressed",
-     ["--codec", "zstd", "--collective", "allgather", "-m", "16K:16K"]),
-    ("wire-coll-bfp-allgather", "coll_compressed",
-     ["--algorithm", "ring", "--codec", "bfp:rate=8", "--chunk-bytes", "4K",
-      "--collective", "allgather", "-m", "1K,16K"]),
-    ("wire-coll-zstd-allreduce", "coll_compressed",
-     ["--algorithm", "ring", "--codec", "zstd", "--chunk-bytes", "4K", "--collective",
-      "allreduce", "-m", "16388:16388"]),
-    ("wire-library-zstd-allreduce", "coll_compressed",
-     ["--algorithm", "library", "--codec", "zstd", "--collective", "allreduce",
-      "-m", "16388:16388"]),
+    (
+        "wire-baseline-ring-allreduce",
+        "baseline",
+        ["--algorithm", "ring", "--collective", "allreduce", "-m", "1K,16388"],
+    ),
+    (
+        "wire-p2p-fp16-allreduce",
+        "p2p_compressed",
+        ["--codec", "fp16", "--collective", "allreduce", "-m", "16388:16388"],
+    ),
+    (
+        "wire-p2p-zstd-allgather",
+        "p2p_compressed",
+        ["--codec", "zstd", "--collective", "allgather", "-m", "16K:16K"],
+    ),
+    (
+        "wire-coll-bfp-allgather",
+        "coll_compressed",
+        [
+            "--algorithm",
+            "ring",
+            "--codec",
+            "bfp:rate=8",
+            "--chunk-bytes",
+            "4K",
+            "--collective",
+            "allgather",
+            "-m",
+            "1K,16K",
+        ],
+    ),
+    (
+        "wire-coll-zstd-allreduce",
+        "coll_compressed",
+        [
+            "--algorithm",
+            "ring",
+            "--codec",
+            "zstd",
+            "--chunk-bytes",
+            "4K",
+            "--collective",
+            "allreduce",
+            "-m",
+            "16388:16388",
+        ],
+    ),
+    (
+        "wire-library-zstd-allreduce",
+        "coll_compressed",
+        [
+            "--algorithm",
+            "library",
+            "--codec",
+            "zstd",
+            "--collective",
+            "allreduce",
+            "-m",
+            "16388:16388",
+        ],
+    ),
 ]
 POSTED = [
-    ("posted-coll-fp16-allreduce", "coll_compressed",
-     ["--algorithm", "ring", "--codec", "fp16", "--chunk-bytes", "4K", "--collective",
-      "allreduce", "-m", "16388:16388"]),
-    ("posted-coll-bfp-reduce_scatter", "coll_compressed",
-     ["--algorithm", "ring", "--codec", "bfp:rate=8", "--chunk-bytes", "4K",
-      "--collective", "reduce_scatter", "-m", "16K:16K"]),
-    ("posted-p2p-bf16-allreduce", "p2p_compressed",
-     ["--codec", "bf16", "--collective", "allreduce", "-m", "16388:16388"]),
-    ("posted-baseline-ring-allgather", "baseline",
-     ["--algorithm", "ring", "--collective", "allgather", "-m", "1K:1K"]),
+    (
+        "posted-coll-fp16-allreduce",
+        "coll_compressed",
+        [
+            "--algorithm",
+            "ring",
+            "--codec",
+            "fp16",
+            "--chunk-bytes",
+            "4K",
+            "--collective",
+            "allreduce",
+            "-m",
+            "16388:16388",
+        ],
+    ),
+    (
+        "posted-coll-bfp-reduce_scatter",
+        "coll_compressed",
+        [
+            "--algorithm",
+            "ring",
+            "--codec",
+            "bfp:rate=8",
+            "--chunk-bytes",
+            "4K",
+            "--collective",
+            "reduce_scatter",
+            "-m",
+            "16K:16K",
+        ],
+    ),
+    (
+        "posted-p2p-bf16-allreduce",
+        "p2p_compressed",
+        ["--codec", "bf16", "--collective", "allreduce", "-m", "16388:16388"],
+    ),
+    (
+        "posted-baseline-ring-allgather",
+        "baseline",
+        ["--algorithm", "ring", "--collective", "allgather", "-m", "1K:1K"],
+    ),
 ]
 STAGED = [
-    (f"staged-library-{c}", "baseline", ["--algorithm", "library", "--collective", c,
-                                          "-m", "1K,16388" if c == "allreduce" else "16K:16K"])
+    (
+        f"staged-library-{c}",
+        "baseline",
+        [
+            "--algorithm",
+            "library",
+            "--collective",
+            c,
+            "-m",
+            "1K,16388" if c == "allreduce" else "16K:16K",
+        ],
+    )
     for c in ("allgather", "reduce_scatter", "allreduce")
 ] + [
-    ("staged-ring-allreduce", "baseline",
-     ["--algorithm", "ring", "--collective", "allreduce", "-m", "16388:16388"]),
-    ("staged-coll-fp16-allreduce", "coll_compressed",
-     ["--algorithm", "ring", "--codec", "fp16", "--chunk-bytes", "4K", "--collective",
-      "allreduce", "-m", "16388:16388"]),
+    (
+        "staged-ring-allreduce",
+        "baseline",
+        ["--algorithm", "ring", "--collective", "allreduce", "-m", "16388:16388"],
+    ),
+    (
+        "staged-coll-fp16-allreduce",
+        "coll_compressed",
+        [
+            "--algorithm",
+            "ring",
+            "--codec",
+            "fp16",
+            "--chunk-bytes",
+            "4K",
+            "--collective",
+            "allreduce",
+            "-m",
+            "16388:16388",
+        ],
+    ),
 ]
 
 
@@ -152,8 +255,7 @@ def staged_copies(comm) -> dict:
         library = (counted[0], recv.tolist())
         counted[0] = 0
         got = torch.zeros(3)
-        comm.sendrecv(torch.full((3,), float(rank)), (rank + 1) % size, got,
-                      (rank - 1) % size)
+        comm.sendrecv(torch.full((3,), float(rank)), (rank + 1) % size, got, (rank - 1) % size)
         exchange = (counted[0], got.tolist())
     finally:
         type(comm)._copy = copy
@@ -166,8 +268,11 @@ def main() -> None:
     from tests.drivers.faulty_variants import WrongResult
 
     world = MPI.COMM_WORLD
-    folder = Path(world.bcast(tempfile.mkdtemp(prefix="ccbench-torch-checks-")
-                              if world.rank == 0 else None, root=0))
+    folder = Path(
+        world.bcast(
+            tempfile.mkdtemp(prefix="ccbench-torch-checks-") if world.rank == 0 else None, root=0
+        )
+    )
     Log.install()
     over = ["--transport", "torch"]
 
@@ -183,8 +288,9 @@ def main() -> None:
         got = {}
         for transport in ("mpi", "torch"):
             out = folder / f"{cid}-{transport}.csv"
-            status[transport] = max(world.allgather(
-                run_case(entry, [*argv, *COMMON, "--transport", transport], out)))
+            status[transport] = max(
+                world.allgather(run_case(entry, [*argv, *COMMON, "--transport", transport], out))
+            )
             got[transport] = rows(out)
         emit(cid, status=status, rows=got)
 
@@ -194,8 +300,13 @@ def main() -> None:
         status = run_case(entry, [*argv, *over, "-i", "1", "-x", "0", "-c"], out)
         log, Log.entries = Log.entries, None
         # each rank's count since the harness's last reset (the row's call and -c's)
-        emit(cid, status=max(world.allgather(status)), logs=world.allgather(log),
-             wire=world.allgather(gloo().wire_bytes), rows=rows(out))
+        emit(
+            cid,
+            status=max(world.allgather(status)),
+            logs=world.allgather(log),
+            wire=world.allgather(gloo().wire_bytes),
+            rows=rows(out),
+        )
 
     comm = gloo()
     comm.stage_all = True
@@ -209,15 +320,20 @@ def main() -> None:
         comm.stage_all = False
     assert STAGE_ENV  # the mode the environment variable sets (documented in docs/gpu.md)
 
-    emit("control", sum=comm.allreduce_value(comm.rank + 1, "sum"),
-         min=comm.allreduce_value(comm.rank + 1, "min"),
-         max=comm.allreduce_value(comm.rank + 1, "max"),
-         min_array=comm.allreduce_array(np.array([comm.rank + 1.5, -comm.rank]), "min").tolist())
+    emit(
+        "control",
+        sum=comm.allreduce_value(comm.rank + 1, "sum"),
+        min=comm.allreduce_value(comm.rank + 1, "min"),
+        max=comm.allreduce_value(comm.rank + 1, "max"),
+        min_array=comm.allreduce_array(np.array([comm.rank + 1.5, -comm.rank]), "min").tolist(),
+    )
 
     out = folder / "one-rank-wrong.csv"
     with contextlib.redirect_stdout(io.StringIO()):
-        status = run_variant(WrongResult(), ["--collective", "allreduce", "-m", "1K:1K",
-                                             *over, *COMMON, "--csv", str(out)])
+        status = run_variant(
+            WrongResult(),
+            ["--collective", "allreduce", "-m", "1K:1K", *over, *COMMON, "--csv", str(out)],
+        )
     emit("one-rank-wrong", status=max(world.allgather(status)), rows=rows(out))
 
     from ccbench.collectives.comm import Communicator
@@ -271,15 +387,22 @@ def replay_validation(comm) -> dict:
     from ccbench.collectives.trace import Event, Step
     from ccbench.training.replay import ReplaySpec, Router
 
-    steps = [Step([Event("call", 1.0, None, 0, "allreduce", 4096),
-                   Event("call", 1.0, None, 1, "allgather", 2048),
-                   Event("drain", 1.0)])]
+    steps = [
+        Step(
+            [
+                Event("call", 1.0, None, 0, "allreduce", 4096),
+                Event("call", 1.0, None, 1, "allgather", 2048),
+                Event("drain", 1.0),
+            ]
+        )
+    ]
     router = Router(comm, ReplaySpec("baseline", "ring"))
     honest = validate(comm, router, steps, seed=0)
     if comm.rank == 1:
         plain = router.gradient_comm
-        router.gradient_comm = lambda e: SpoiledAllreduce(plain(e)) \
-            if e.collective == "allreduce" else plain(e)
+        router.gradient_comm = lambda e: (
+            SpoiledAllreduce(plain(e)) if e.collective == "allreduce" else plain(e)
+        )
     spoiled = validate(comm, router, steps, seed=0)
     return {"honest": comm.allgather_obj(honest), "spoiled": comm.allgather_obj(spoiled)}
 
@@ -295,18 +418,31 @@ def capture_means(comm) -> dict:
     for number in (1, 2):  # the first is skipped, as a warm-up step
         call = Event("call", 10.0 * f, 5.0 * f, 0, "allreduce", 1024, run_us=30.0 * f)
         wait = Event("wait", 20.0 * f, 8.0 * f, 0, waited_us=4.0 * f)
-        recorder.steps.append(Step([call, wait], tail_us=100.0 * f, tail_cpu_us=90.0 * f,
-                                   number=number,
-                                   measured={"step_us": 1000.0 * f, "comm_us": 40.0 * f,
-                                             "compute_us": 900.0 * f,
-                                             "comm_busy_us": 60.0 * f}))
+        recorder.steps.append(
+            Step(
+                [call, wait],
+                tail_us=100.0 * f,
+                tail_cpu_us=90.0 * f,
+                number=number,
+                measured={
+                    "step_us": 1000.0 * f,
+                    "comm_us": 40.0 * f,
+                    "compute_us": 900.0 * f,
+                    "comm_busy_us": 60.0 * f,
+                },
+            )
+        )
     trace = gather(comm, recorder, {"kind": "captured"}, skip=1, overlap=True)
     if trace is None:
         return {}
     (step,) = trace.steps
-    return {"events": [[e.gap_us, e.gap_cpu_us, e.run_us, e.waited_us] for e in step.events],
-            "tail": [step.tail_us, step.tail_cpu_us], "measured": step.measured,
-            "number": step.number, "ranks": trace.ranks}
+    return {
+        "events": [[e.gap_us, e.gap_cpu_us, e.run_us, e.waited_us] for e in step.events],
+        "tail": [step.tail_us, step.tail_cpu_us],
+        "measured": step.measured,
+        "number": step.number,
+        "ranks": trace.ranks,
+    }
 
 
 if __name__ == "__main__":

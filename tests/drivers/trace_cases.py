@@ -16,21 +16,44 @@ STEPS, WARMUP = 3, 1
 CAPTURES = {
     "fsdp": ["--framework", "fsdp"],
     "ddp": ["--framework", "ddp", "--bucket-cap-mb", "0.1"],
-    "mgwfbp": ["--framework", "mgwfbp", "--strategy", "wfbp", "--fit-seconds", "0.01",
-               "--profile-iterations", "1"],
+    "mgwfbp": [
+        "--framework",
+        "mgwfbp",
+        "--strategy",
+        "wfbp",
+        "--fit-seconds",
+        "0.01",
+        "--profile-iterations",
+        "1",
+    ],
 }
 REPLAYS = {  # case -> (trace, options)
     "fsdp-baseline-mpi": ("fsdp", ["--algorithm", "mpi"]),
     "fsdp-baseline-ring": ("fsdp", ["--algorithm", "ring"]),
     "fsdp-p2p-fp16": ("fsdp", ["--variant", "p2p_compressed", "--codec", "fp16"]),
     "fsdp-coll-fp16": ("fsdp", ["--variant", "coll_compressed", "--codec", "fp16"]),
-    "fsdp-coll-bfp-cpu": ("fsdp", ["--variant", "coll_compressed", "--codec", "bfp:rate=8",
-                                   "--compute", "busy-cpu"]),
+    "fsdp-coll-bfp-cpu": (
+        "fsdp",
+        ["--variant", "coll_compressed", "--codec", "bfp:rate=8", "--compute", "busy-cpu"],
+    ),
     "fsdp-torch-sleep": ("fsdp", ["--variant", "torch", "--compute", "sleep"]),
-    "ddp-ring-mgwfbp": ("ddp", ["--algorithm", "ring", "--merge", "mgwfbp",
-                                "--fit-seconds", "0.01"]),
-    "ddp-coll-single": ("ddp", ["--variant", "coll_compressed", "--codec", "fp16",
-                                "--merge", "single", "--fit-seconds", "0.01"]),
+    "ddp-ring-mgwfbp": (
+        "ddp",
+        ["--algorithm", "ring", "--merge", "mgwfbp", "--fit-seconds", "0.01"],
+    ),
+    "ddp-coll-single": (
+        "ddp",
+        [
+            "--variant",
+            "coll_compressed",
+            "--codec",
+            "fp16",
+            "--merge",
+            "single",
+            "--fit-seconds",
+            "0.01",
+        ],
+    ),
     "ddp-sparse": ("ddp", ["--variant", "sparse_streaming"]),
     "mgwfbp-ring": ("mgwfbp", ["--algorithm", "ring"]),
     "param-ring": ("param", ["--algorithm", "ring"]),
@@ -45,11 +68,17 @@ def handmade(path: Path, groups: bool) -> None:
     ``groups`` the first runs on a process group of rank 0 alone."""
     from ccbench.collectives.trace import Event, Step, Trace, write
 
-    events = [Event("call", 100.0, None, 0, "allreduce", 4096, group=1 if groups else 0),
-              Event("call", 50.0, None, 1, "allreduce", 65536, sparse=True, density=0.1),
-              Event("drain", 10.0)]
-    trace = Trace(ranks=2, steps=[Step(events, tail_us=20.0)], source={"kind": "handmade"},
-                  groups={0: None, 1: [0]} if groups else {0: None})
+    events = [
+        Event("call", 100.0, None, 0, "allreduce", 4096, group=1 if groups else 0),
+        Event("call", 50.0, None, 1, "allreduce", 65536, sparse=True, density=0.1),
+        Event("drain", 10.0),
+    ]
+    trace = Trace(
+        ranks=2,
+        steps=[Step(events, tail_us=20.0)],
+        source={"kind": "handmade"},
+        groups={0: None, 1: [0]} if groups else {0: None},
+    )
     write(trace, path)
 
 
@@ -76,8 +105,19 @@ def main() -> None:
     for case, (trace, options) in REPLAYS.items():
         source = trace if trace.startswith("model:") else str(folder / f"{trace}.json")
         csv = folder / f"{case}.csv"
-        status = trace_replay.main([source, *options, "--steps", str(STEPS), "--warmup",
-                                    str(WARMUP), "-c", "--csv", str(csv)])
+        status = trace_replay.main(
+            [
+                source,
+                *options,
+                "--steps",
+                str(STEPS),
+                "--warmup",
+                str(WARMUP),
+                "-c",
+                "--csv",
+                str(csv),
+            ]
+        )
         if root:
             rows = read_rows(csv)[1] if csv.exists() else []
             print(json.dumps({"case": case, "status": status, "rows": rows}), flush=True)
