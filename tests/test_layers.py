@@ -374,3 +374,17 @@ def test_the_collective_check_sees_every_spelling(tmp_path):
         'f(c, "allgather")\n'
     )
     assert collective_comparisons(path) == [1, 3, 5, 7, 10]
+
+
+LONGEST_FILE = 600
+
+
+def test_no_source_or_test_file_is_over_600_lines():
+    """A module that outgrows a reader's sitting splits by what its parts are."""
+    files = [*MODULES.values(), *sorted((REPO / "tests").rglob("*.py"))]
+    long = {
+        str(p.relative_to(REPO)): n
+        for p in files
+        if (n := len(p.read_text().splitlines())) > LONGEST_FILE
+    }
+    assert not long, f"over {LONGEST_FILE} lines: {long}"
