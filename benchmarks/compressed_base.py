@@ -14,7 +14,8 @@ from ccbench.benchmarks.environment import link_bound
 from ccbench.benchmarks.harness import Op, Variant, held
 from ccbench.benchmarks.options import iterations_for, parse_size
 from ccbench.benchmarks.schemas import COMPRESSED
-from ccbench.collectives.compressed import bind_compressed, compressions_on_path, error_bound
+from ccbench.collectives.compressed import bind_compressed
+from ccbench.collectives.compressed_error import compressions_on_path, error_bound
 from ccbench.collectives.costmodel import floor_steps, pipeline_floor
 from ccbench.collectives.pipeline import CODEC_CPU, FIELDS
 from ccbench.kernels import arrays, inputs

@@ -103,7 +103,7 @@ class GroupAllreduce:
         """Max abs error of a result (None: exact), for inputs of these magnitudes."""
         if self.codec is None:
             return None
-        from ccbench.collectives.compressed import error_bound
+        from ccbench.collectives.compressed_error import error_bound
 
         return error_bound(self.codec, self.variant, "allreduce", amaxes, GRADIENT_DTYPE)
 

@@ -188,7 +188,7 @@ def _check_thread_level(comm) -> None:
 
 def load_trace(spec: str, ranks: int):
     """(trace, its name): a file, or model:NAME[:FRAMEWORK] built for ``ranks``."""
-    from ccbench.collectives.trace import read
+    from ccbench.collectives.trace_files import read
 
     if spec.startswith("model:"):
         from ccbench.training.trace_build import build_named
@@ -198,7 +198,7 @@ def load_trace(spec: str, ranks: int):
 
 
 def trace_id(trace) -> str:
-    from ccbench.collectives.trace import to_json
+    from ccbench.collectives.trace_files import to_json
 
     text = json.dumps(to_json(trace), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]

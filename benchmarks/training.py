@@ -529,7 +529,7 @@ def _recorder(opts, config: TrainConfig, trainer):
 
 
 def _write_trace(comm, opts, config: TrainConfig, result: TrainResult, recorder, info) -> None:
-    from ccbench.collectives.trace import write
+    from ccbench.collectives.trace_files import write
     from ccbench.training.trace_capture import gather
 
     source = {

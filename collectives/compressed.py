@@ -14,8 +14,8 @@ Both walk the ring schedules of collectives/ring.py; they differ in where the co
 
 `bind_compressed` also binds the library-backed collectives of
 collectives/compressed_library.py (variant "library": encode once, one library
-allgather / all-to-all of the payloads, decode), whose error bound and round trips are
-composed here beside the rings'.
+allgather / all-to-all of the payloads, decode). The error each variant's result may
+carry, and the round trips behind it, are collectives/compressed_error.py's.
 
 Bound objects are built once per buffer set (payload slots, scratch, schedules); calling
 one runs one blocking collective from sendbuf into recvbuf. `raw_bytes` is what the
@@ -55,7 +55,7 @@ from ccbench.collectives.ring import (
 )
 from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE, spec
 from ccbench.kernels import arrays
-from ccbench.kernels.codec_base import Codec, dtype_name, empty_payload, rounding_error
+from ccbench.kernels.codec_base import Codec, dtype_name, empty_payload
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.reduce import add_into, copy_into
 from ccbench.kernels.vocabulary import itemsize, nbytes
@@ -100,75 +100,6 @@ def ring_raw_bytes(phases, bounds, rank: int, size: int, itemsize: int) -> int:
         for _, sb, _ in _SCHEDULES[phase](rank, size)
     )
     return total * itemsize
-
-
-def _round_trips(variant: str, phase: str, size: int) -> int:
-    """Encode/decode round trips one phase puts on the worst element's path: the library
-    encodes each contribution once; the collective-level ring's gather phase encodes a
-    block once and forwards it; every other phase re-encodes at each of the P-1 hops."""
-    if size == 1:
-        return 0
-    if variant == "library" or (variant == "coll" and phase == GATHER_PHASE):
-        return 1
-    return size - 1
-
-
-def compressions_on_path(variant: str, collective: str, size: int) -> int:
-    """How many encode/decode round trips the worst element of the result went through."""
-    return sum(_round_trips(variant, phase, size) for phase in spec(collective).phases)
-
-
-def error_bound(
-    codec: Codec, variant: str, collective: str, amaxes: list[float], dtype: str
-) -> float | None:
-    """Max abs error of the result against the exact one (None: must be exact).
-
-    `amaxes` are max|x| of every rank's input. One round trip adds at most
-    e(a) = codec.error_bound(a, dtype) to values of magnitude a. Allgather: a block is
-    encoded once (collective-level) or at each of up to P-1 hops (point-to-point), each
-    time from the previous decoded values: err_k = err_(k-1) + e(M + err_(k-1)),
-    M = max amax. Reduce-scatter (both variants): each of the P-1 hops recompresses a
-    partial sum, of magnitude at most S = sum of amaxes, and adds in `dtype`:
-    err_k = err_(k-1) + e(S + err_(k-1)) + round(S + err_(k-1)), plus the rounding of
-    the inputs and of the reference to `dtype`. The bound grows linearly with P.
-    Allreduce: the reduce-scatter bound, then the allgather chain on sums.
-    Library-backed reduce-scatter (`variant` "library"): each of the other ranks'
-    contributions passes one round trip at its own magnitude a_s, and P-1 additions
-    round in `dtype`: sum of e(a_s) over all ranks but the one with the smallest
-    amax (this rank's own block is not encoded, and e grows with a) + (P-1)
-    round(S + err), plus the inputs' and the reference's rounding; it does not compound
-    over hops, and it grows with the inputs, not with the partial sums.
-    """
-    if not codec.lossy:
-        return None
-    size = len(amaxes)
-
-    def chain(magnitude: float, hops: int, reduce: bool, err: float = 0.0) -> float:
-        for _ in range(hops):
-            err += codec.error_bound(magnitude + err, dtype)
-            if reduce:
-                err += rounding_error(dtype, magnitude + err)
-        return err
-
-    phases = spec(collective).phases
-    big = max(amaxes) if amaxes else 0.0
-    if REDUCE_PHASE not in phases:
-        return chain(big, compressions_on_path(variant, collective, size), False)
-    total = sum(amaxes)
-    inputs = sum(rounding_error(dtype, a) for a in amaxes) + rounding_error(dtype, total)
-    if variant == "library":
-        decoded = 0.0
-        if size > 1:
-            decoded = sum(codec.error_bound(a, dtype) for a in amaxes) - codec.error_bound(
-                min(amaxes), dtype
-            )
-        rs = decoded + (size - 1) * rounding_error(dtype, total + decoded) + inputs
-    else:
-        rs = chain(total, size - 1, True) + inputs
-    if GATHER_PHASE not in phases:
-        return rs
-    # then the reduced block, gathered
-    return chain(total, _round_trips(variant, GATHER_PHASE, size), False, rs)
 
 
 class _Bound:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ccbench.collectives.compressed import compressions_on_path
+from ccbench.collectives.compressed_error import compressions_on_path
 from ccbench.collectives.costmodel import AlphaBeta, call_floor_s, floor_steps, wire_floor_s
 from ccbench.collectives.spec import spec
 from ccbench.collectives.trace import Step

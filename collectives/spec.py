@@ -141,7 +141,7 @@ class CollectiveSpec:
     staged_pieces: str
     # OmniReduce (sparse_streaming) streams this collective's nonzero blocks
     streams_sparse: bool
-    # PARAM's comms-trace names for it (collectives/trace.py); the first is written
+    # PARAM's comms-trace names for it (collectives/trace_param.py); the first is written
     param_names: tuple[str, ...]
 
     def shape(self, size_bytes: int, ranks: int, dtype: str) -> Shape | None:

@@ -310,10 +310,10 @@ FAULTS = [
     Fault("traces", "training/trace_capture.py",
           'measured_mean = comm.allreduce_array(measured, "sum") / comm.size',
           'measured_mean = comm.allreduce_array(measured, "sum")', TRACES),
-    Fault("traces", "collectives/trace.py",
+    Fault("traces", "collectives/trace_param.py",
           "clock += (e.run_us or 0.0) if e.blocking else 0.0", "clock += e.run_us or 0.0",
           TRACES),
-    Fault("traces", "collectives/trace.py", "            clock += e.waited_us or 0.0\n", "",
+    Fault("traces", "collectives/trace_param.py", "            clock += e.waited_us or 0.0\n", "",
           TRACES),
     # the one floor of a call: past the burst, plus each step's fixed cost, the codec's
     # share per device, and the plots' floor from the same inputs

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from ccbench.benchmarks.results import CODEC, HARNESS, SCHEMA, write_csv_atomic
-from ccbench.collectives import trace as tracefile
+from ccbench.collectives import trace_files as tracefile
 from ccbench.collectives.trace import Event, Step, Trace
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.advise import check as advise_check

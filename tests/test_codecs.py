@@ -334,10 +334,10 @@ def test_variable_size_header():
 
 
 def test_collective_error_bounds_hand_worked():
-    """collectives.compressed.error_bound against docs/compression.md's composition, worked
+    """collectives.compressed_error.error_bound against docs/compression.md's composition, worked
     by hand for fp16 on float32 data: e(a) = 2^-11 a + 2^-25; rounding r(a) = 2^-24 a +
     2^-150."""
-    from ccbench.collectives.compressed import error_bound
+    from ccbench.collectives.compressed_error import error_bound
 
     fp16, none = parse_codec("fp16"), parse_codec("none")
 

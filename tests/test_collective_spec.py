@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from ccbench.collectives import spec as spec_module
-from ccbench.collectives.compressed import compressions_on_path, ring_raw_bytes
+from ccbench.collectives.compressed import ring_raw_bytes
+from ccbench.collectives.compressed_error import compressions_on_path
 from ccbench.collectives.ring import block_bounds, ring_blocks, ring_collective, ring_scratch
 from ccbench.collectives.spec import PIECES_WHOLE, SPECS, spec
 from ccbench.kernels.errors import UsageError

@@ -440,11 +440,11 @@ def test_breakdown_wire_floor_and_auto_chunk_from_closed_forms(tmp_path):
 
 
 def test_library_error_bounds_by_hand():
-    """The library-backed collectives' bounds (collectives.compressed.error_bound), worked
+    """The library-backed collectives' bounds (collectives.compressed_error.error_bound), worked
     by hand for fp16 on float32 data, 3 ranks with max|x| 1, 2 and 4: one round trip of a
     value of magnitude a costs e(a) = 2^-11 a + 2^-25, a float32 rounding 2^-24 a +
     2^-150."""
-    from ccbench.collectives.compressed import compressions_on_path, error_bound
+    from ccbench.collectives.compressed_error import compressions_on_path, error_bound
     from ccbench.kernels.codecs import parse_codec
 
     fp16, amaxes = parse_codec("fp16"), [1.0, 2.0, 4.0]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from ccbench.collectives.trace import Event, Step, Trace, from_param, to_param
+from ccbench.collectives.trace import Event, Step, Trace
+from ccbench.collectives.trace_param import from_param, to_param
 from tests.mpirun import case_results
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too

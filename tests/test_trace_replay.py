@@ -44,7 +44,7 @@ def signature(trace) -> list:
 @pytest.mark.timeout(660)
 @pytest.mark.parametrize("framework", ["fsdp", "ddp", "mgwfbp"])
 def test_capture_records_every_step_after_warmup(run, framework):
-    from ccbench.collectives.trace import read
+    from ccbench.collectives.trace_files import read
 
     folder, cases, _ = run
     assert cases[f"capture-{framework}"]["status"] == 0
@@ -63,7 +63,7 @@ def test_capture_records_every_step_after_warmup(run, framework):
 @pytest.mark.timeout(660)
 @pytest.mark.parametrize("framework,options", [("fsdp", {}), ("ddp", {"bucket_mb": 0.1})])
 def test_a_built_trace_has_the_captured_collectives_sizes_and_order(run, framework, options):
-    from ccbench.collectives.trace import read
+    from ccbench.collectives.trace_files import read
     from ccbench.training.trace_build import build_trace
 
     folder, _, _ = run

@@ -12,18 +12,9 @@ import sys
 import pytest
 
 from ccbench.benchmarks.results import REPLAY, point_identity, schema_of
-from ccbench.collectives.trace import (
-    Event,
-    Step,
-    Trace,
-    check,
-    from_json,
-    from_param,
-    read,
-    to_json,
-    to_param,
-    write,
-)
+from ccbench.collectives.trace import Event, Step, Trace, check
+from ccbench.collectives.trace_files import from_json, read, to_json, write
+from ccbench.collectives.trace_param import from_param, to_param
 from ccbench.kernels.errors import UsageError
 
 

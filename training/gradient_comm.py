@@ -99,7 +99,7 @@ class GradientCommunicator:
         """Max abs error of one collective's result (None: exact up to summation order)."""
         if not self.compresses(collective) or not self.codec.lossy:
             return None
-        from ccbench.collectives.compressed import error_bound
+        from ccbench.collectives.compressed_error import error_bound
 
         return error_bound(self.codec, self.kind, collective, amaxes, dtype)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from ccbench.benchmarks.results import read_rows
 from ccbench.benchmarks.statistics import mean_interval
 from ccbench.collectives import compression_model as cm
-from ccbench.collectives import trace as tracefile
+from ccbench.collectives import trace_files as tracefile
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.launchers import refuse_inside_mpi_launch
 

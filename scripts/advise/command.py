@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from ccbench.collectives import compression_model as cm
-from ccbench.collectives import trace as tracefile
+from ccbench.collectives import trace_files as tracefile
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.advise import parts

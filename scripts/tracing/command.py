@@ -116,7 +116,7 @@ def build(argv: list[str]) -> int:
         "--param", action="store_true", help="write PARAM's comms trace format instead of ccbench's"
     )
     opts = parser.parse_args(argv)
-    from ccbench.collectives.trace import write
+    from ccbench.collectives.trace_files import write
 
     started = time.perf_counter()
     trace = trace_build.build_trace(
@@ -167,7 +167,7 @@ def show(argv: list[str]) -> int:
         help="events of the first step to list (default 16; 0: all)",
     )
     opts = parser.parse_args(argv)
-    from ccbench.collectives.trace import read
+    from ccbench.collectives.trace_files import read
 
     trace = read(opts.trace)
     print(f"{opts.trace}: {trace.describe()}")
@@ -203,7 +203,7 @@ def convert(argv: list[str]) -> int:
         help="the output's format (default: the other one)",
     )
     opts = parser.parse_args(argv)
-    from ccbench.collectives.trace import read, write
+    from ccbench.collectives.trace_files import read, write
 
     trace = read(opts.input)
     to = opts.to or ("ccbench" if trace.source.get("kind") == "param" else "param")

@@ -6,7 +6,7 @@ Each case checks, on every rank:
     rounded to the dtype as the buffer holds it): exact for lossless codecs (inputs are
     small integers, exact in any summation order), otherwise within the bound that
     docs/compression.md states, computed here from its formulas (not with
-    collectives.compressed.error_bound);
+    collectives.compressed_error.error_bound);
   * the bytes this rank put on the wire against an independent count from the codec's
     sizes and the documented chunking (fixed-size codecs: exact; variable-size: between
     1 byte per message and the codec's maximum; the library-backed collectives'

@@ -66,7 +66,8 @@ REPLAYS = {  # case -> (trace, options)
 def handmade(path: Path, groups: bool) -> None:
     """A step of two allreduces, the second sparse (10% of its blocks non-zero); with
     ``groups`` the first runs on a process group of rank 0 alone."""
-    from ccbench.collectives.trace import Event, Step, Trace, write
+    from ccbench.collectives.trace import Event, Step, Trace
+    from ccbench.collectives.trace_files import write
 
     events = [
         Event("call", 100.0, None, 0, "allreduce", 4096, group=1 if groups else 0),
@@ -86,7 +87,7 @@ def main() -> None:
     from ccbench.benchmarks import trace_replay, training
     from ccbench.benchmarks.results import read_rows
     from ccbench.collectives.comm import Communicator
-    from ccbench.collectives.trace import read, write
+    from ccbench.collectives.trace_files import read, write
 
     comm = Communicator()
     root = comm.rank == 0
