@@ -31,28 +31,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The kinds of rows, their typed columns and the variants' own (benchmarks/schemas.py),
-# read through this module as well.
+# and what a column and a schema are (benchmarks/schema_model.py), read through this
+# module as well.
+from ccbench.benchmarks.schema_model import (  # noqa: F401
+    DERIVED,
+    MEASUREMENT,
+    PROVENANCE,
+    SCHEMA,
+    SETTING,
+    Column,
+    Schema,
+)
 from ccbench.benchmarks.schemas import (  # noqa: F401
     BY_KIND,
     CODEC,
     COMMON_COLUMNS,
     COMPARE,
     COSTFIT,
-    DERIVED,
     HARNESS,
-    MEASUREMENT,
     MGWFBP,
     MGWFBP_COLUMNS,
     PROFILE,
-    PROVENANCE,
     REPLAY,
-    SCHEMA,
     SCHEMAS,
-    SETTING,
     STAGING,
     TRAINING,
-    Column,
-    Schema,
 )
 from ccbench.kernels.errors import UsageError
 

@@ -21,7 +21,8 @@ import numpy as np
 
 from ccbench.benchmarks.harness import Op, Variant, dense_reference, run_variant
 from ccbench.benchmarks.options import non_negative_int, positive_int
-from ccbench.benchmarks.schemas import MEASUREMENT, SPARSE_STREAMING
+from ccbench.benchmarks.schema_model import MEASUREMENT
+from ccbench.benchmarks.schemas import SPARSE_STREAMING
 from ccbench.collectives.baseline import bind_collective
 from ccbench.collectives.omnireduce import OmniReduce
 from ccbench.collectives.omnireduce_layout import PROTOCOLS, make_layout, stream_share

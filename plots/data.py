@@ -31,7 +31,7 @@ from ccbench.benchmarks.results import (
     read_table,
     schema_of,
 )
-from ccbench.benchmarks.schemas import NUMBER_TYPES
+from ccbench.benchmarks.schema_model import NUMBER_TYPES
 from ccbench.kernels.errors import UsageError
 
 

@@ -139,6 +139,7 @@ def test_benchmarks_hold_the_harness_and_variants_only():
         "timing",
         "agreement",
         "schemas",
+        "schema_model",
         "paired",
     }  # paired: two variants in one launch, for ccbench compare
     from ccbench.scripts.cli import VARIANTS
