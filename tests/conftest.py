@@ -1,4 +1,5 @@
-"""Fixtures of the plotting tests (test_plots.py, test_plots_page.py, test_figures.py).
+"""Fixtures of the plotting tests (test_plots.py, test_plots_cli.py, test_plots_page.py,
+test_plots_marks.py, test_figures.py).
 
 None is autouse: a test gets one only by naming it, and those modules close their
 figures with `pytest.mark.usefixtures("close_figures")`, so no other test changes. The
@@ -33,6 +34,16 @@ def style(data):
     from ccbench.plots import cli
 
     return cli.make_style(data)
+
+
+@pytest.fixture(scope="module")
+def rendered(results, tmp_path_factory):
+    """`ccbench plot` run once over the results folder: its status and output folder."""
+    from ccbench.plots import cli
+
+    out = tmp_path_factory.mktemp("figures")
+    status = cli.main([str(results), "-o", str(out), "--dpi", "60", "--format", "png"])
+    return status, out
 
 
 @pytest.fixture

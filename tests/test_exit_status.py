@@ -207,7 +207,8 @@ def test_merge_refuses_a_malformed_sidecar(tmp_path, capsys):
 
 def test_plot_names_a_file_whose_sidecar_is_malformed_and_draws_the_rest(tmp_path, capsys):
     from ccbench.plots import cli
-    from tests.plot_fixtures import seed000_rows, write
+    from tests.plot_benchmark_rows import seed000_rows
+    from tests.plot_fixtures import write
 
     write(tmp_path / "good.csv", seed000_rows([1 << 20], ranks=2, link=0, run="r1"))
     bad = tmp_path / "bad.csv"

@@ -157,7 +157,7 @@ def training_launches(results) -> dict[str, list[dict]]:
     return {k: sorted(v, key=lambda r: int(r["step"])) for k, v in steps.items()}
 
 
-WARMUP, WINDOW = 3, 10  # how the fixture's summary rows were made (tests/plot_fixtures.py)
+WARMUP, WINDOW = 3, 10  # how the fixture's summary rows were made (tests/plot_training_rows.py)
 
 
 def test_training_loss_note_equals_the_csv(results, data, style):

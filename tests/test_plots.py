@@ -22,21 +22,16 @@ from ccbench.benchmarks.training import COLUMNS as TRAINING_COLUMNS
 from ccbench.plots import cli, compression
 from ccbench.plots.data import load
 from ccbench.plots.style import Style, place_notes
-from tests.plot_fixtures import (
+from tests.plot_benchmark_rows import (
     CODEC_US_PER_BYTE,
     SWEEP,
     US_PER_BYTE_1G,
     codec_rows,
-    draw,
-    legend_labels,
-    note_lines,
     seed000_rows,
     seed001_rows,
-    seed002_rows,
-    sidecar,
-    training_rows,
-    write,
 )
+from tests.plot_fixtures import draw, legend_labels, note_lines, sidecar, write
+from tests.plot_training_rows import seed002_rows, training_rows
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("close_figures")]
 

@@ -301,7 +301,7 @@ def test_merging_regroups_consecutive_allreduces_and_keeps_the_waits():
 
 def test_replay_rows_are_their_own_kind_and_compare_reads_their_summary():
     from ccbench.scripts.comparisons.rounds import unsized_points
-    from tests.plot_fixtures import replay_rows
+    from tests.plot_training_rows import replay_rows
 
     rows = replay_rows()
     header = list(REPLAY.names)
