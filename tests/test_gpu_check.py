@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 
 from ccbench.scripts.gpu import check as gpu_check
-from ccbench.scripts.gpu.check import Machine, cells, skip_reason
+from ccbench.scripts.gpu import plan as gpu_plan
+from ccbench.scripts.gpu.goals import goal_rows
+from ccbench.scripts.gpu.plan import Cell, cells, skip_reason
+from ccbench.scripts.gpu.survey import Machine
 from tests.mpirun import REPO
 
 pytestmark = pytest.mark.mpi  # a cell that runs launches ranks (mpiexec_command)
@@ -86,13 +89,13 @@ def reasons(m: Machine, ranks: int = 4) -> dict:
 
 
 def test_on_a_full_gpu_node_every_cell_runs_unshared(monkeypatch):
-    monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.baseline")
+    monkeypatch.setattr(gpu_plan, "STAGING_MODULE", "ccbench.benchmarks.baseline")
     assert set(reasons(machine()).values()) == {""}
     assert not any(c.sharing or c.per_rank_hostid for c in cells(4, 4))
 
 
 def test_one_gpu_shares_it_between_two_ranks(monkeypatch):
-    monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.baseline")
+    monkeypatch.setattr(gpu_plan, "STAGING_MODULE", "ccbench.benchmarks.baseline")
     m = machine(gpus=1, no_gpu_aware="no CUDA support")
     got = reasons(m, ranks=2)
     assert {name for name, why in got.items() if why} == {
@@ -121,7 +124,7 @@ def test_each_rank_gets_its_own_nccl_host_id(tmp_path):
 
 
 def test_each_missing_piece_skips_only_what_needs_it(monkeypatch):
-    monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.baseline")
+    monkeypatch.setattr(gpu_plan, "STAGING_MODULE", "ccbench.benchmarks.baseline")
     got = reasons(machine(no_cupy="cupy is not installed"))
     assert all(bool(why) == ("/ cupy" in name) for name, why in got.items())
     got = reasons(machine(no_gpu_aware="no CUDA support"))
@@ -141,7 +144,7 @@ def test_each_missing_piece_skips_only_what_needs_it(monkeypatch):
         "codec_throughput / torch-cuda",
     ]
     # a tree without the staging benchmark (before its merge): that cell alone
-    monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.no_such_module")
+    monkeypatch.setattr(gpu_plan, "STAGING_MODULE", "ccbench.benchmarks.no_such_module")
     got = reasons(machine())
     assert {name: why for name, why in got.items() if why} == {
         "staging_bound 16M / cupy / mpi-staged": "skipped: benchmarks.staging_bound not available"
@@ -152,7 +155,7 @@ def test_report_lines_of_a_cell_that_ran(tmp_path):
     """A cell's report line reads its CSV: busbw of the largest size, the failures."""
     folder = tmp_path / "runs"
     folder.mkdir()
-    cell = gpu_check.Cell(
+    cell = Cell(
         "baseline allreduce / numpy / mpi",
         "collective",
         [
@@ -181,7 +184,7 @@ def test_report_lines_of_a_cell_that_ran(tmp_path):
 
 
 def test_a_failing_cell_is_named_and_the_run_exits_1(tmp_path, monkeypatch, capsys):
-    bad = gpu_check.Cell(
+    bad = Cell(
         "baseline / numpy / mpi",
         "collective",
         ["baseline", "--collective", "allreduce", "-m", "1K:1K", "-T", "bogus"],
@@ -269,7 +272,7 @@ class FakeLaunches:
 
 
 def goals_of(tmp_path, monkeypatch, fake) -> tuple[int, dict]:
-    monkeypatch.setattr(gpu_check, "STAGING_MODULE", "ccbench.benchmarks.baseline")
+    monkeypatch.setattr(gpu_plan, "STAGING_MODULE", "ccbench.benchmarks.baseline")
     monkeypatch.setattr(
         gpu_check, "survey", lambda: machine(gpus=1, no_gpu_aware="no CUDA support")
     )
@@ -361,7 +364,7 @@ def test_goals_of_skipped_cells_are_skipped_with_the_reason():
     results = {
         "codec_throughput / torch-cuda": [{"status": "pass", "rows": [r]} for r in GOOD_CODECS]
     }
-    goals = gpu_check.goal_rows(results, skipped)
+    goals = goal_rows(results, skipped)
     by = {(r["cell"], r["figure"]): r for r in goals}
     assert by[("codec fp16 hop / cupy", "hop_vs_copy")]["status"] == "skip"
     assert by[("codec fp16 hop / torch-cuda", "hop_vs_copy")]["status"] == "pass"
