@@ -38,9 +38,9 @@ from ccbench.benchmarks.compressed_base import (
     codec_share,
     floor_link_gbps,
     rank_device,
-    size_option,
 )
 from ccbench.benchmarks.harness import run_variant
+from ccbench.benchmarks.options import parse_size
 from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, auto_chunk_bytes, bind_compressed
 from ccbench.collectives.pipeline import (
     DEFAULT_PROGRESS,
@@ -228,7 +228,7 @@ def codec_sharing(comm, buffer: str) -> float:
 
 
 def chunk_option(text: str):
-    return AUTO if text.strip().lower() == AUTO else size_option(text)
+    return AUTO if text.strip().lower() == AUTO else parse_size(text)
 
 
 def block_bytes(case) -> int:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ccbench.benchmarks.environment import link_bound
 from ccbench.benchmarks.harness import Op, Variant, held
-from ccbench.benchmarks.options import iterations_for, parse_size
+from ccbench.benchmarks.options import iterations_for
 from ccbench.benchmarks.schemas import COMPRESSED
 from ccbench.collectives.compressed import bind_compressed
 from ccbench.collectives.compressed_error import compressions_on_path, error_bound
@@ -23,11 +23,6 @@ from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.vocabulary import COLLECTIVES
 
 DEFAULT_CODEC = "fp16"
-
-
-def size_option(text: str) -> int:
-    """A byte count with an optional K, M or G suffix (as -m takes)."""
-    return parse_size(text)
 
 
 class CompressedVariant(Variant):

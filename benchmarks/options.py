@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import re
 
 from ccbench.kernels.arrays import buffer_choices
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.host_memory import DEFAULT_HUGEPAGES, HUGEPAGE_POLICIES
 from ccbench.kernels.inputs import DATA_KINDS
+from ccbench.kernels.units import parse_size
 from ccbench.kernels.vocabulary import BUFFERS, DTYPES
 
 DEFAULT_DATA = "gradient"
@@ -18,17 +18,6 @@ LARGE_MESSAGE_SIZE = 8192  # OSU: above this, fewer iterations and warm-ups
 ITERATIONS, ITERATIONS_LARGE = 1000, 100
 WARMUP, WARMUP_LARGE = 100, 10
 TIMINGS = ("per-call", "batch")
-
-_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """'4096', '4K', '1M', '2GiB' -> bytes (binary multiples, as OSU's -m)."""
-    match = _SIZE.match(text)
-    if not match:
-        raise UsageError(f"bad message size {text!r}: use a number with an optional K, M or G")
-    return int(match.group(1)) * _SUFFIX[match.group(2).upper()]
 
 
 def parse_message_sizes(text: str) -> tuple[int, int]:

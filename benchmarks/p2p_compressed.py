@@ -14,8 +14,9 @@ Codecs (--codec):
 
 from __future__ import annotations
 
-from ccbench.benchmarks.compressed_base import CompressedVariant, size_option
+from ccbench.benchmarks.compressed_base import CompressedVariant
 from ccbench.benchmarks.harness import run_variant
+from ccbench.benchmarks.options import parse_size
 from ccbench.kernels.codecs import describe_codecs
 from ccbench.kernels.errors import UsageError
 
@@ -28,7 +29,7 @@ class P2PCompressed(CompressedVariant):
     def add_variant_options(self, group) -> None:
         group.add_argument(
             "--threshold",
-            type=size_option,
+            type=parse_size,
             default=0,
             metavar="BYTES",
             help="send messages smaller than this uncompressed (the product's default "

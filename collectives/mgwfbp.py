@@ -33,7 +33,6 @@ count that way).
 from __future__ import annotations
 
 import csv
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +40,7 @@ import numpy as np
 
 from ccbench.collectives.costmodel import AlphaBeta
 from ccbench.kernels.errors import UsageError
+from ccbench.kernels.units import parse_size
 
 DDP_FIRST_BUCKET_BYTES = 1 << 20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DEFAULT_STRATEGIES = ("wfbp", "single", "fixed:64MB", "ddp:25MB", "mgwfbp", "optimal")
@@ -139,19 +139,13 @@ def read_profile(path) -> Profile:
 
 # ---------------------------------------------------------------- strategy specs
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
-_SIZE_SHIFT = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
-
 
 def parse_bytes(text: str) -> int:
-    """``"64MB"``, ``"25MiB"``, ``"512K"``, ``"1048576"`` -> bytes (binary multiples)."""
-    m = _SIZE_RE.match(text)
-    if not m:
-        raise UsageError(f"bad size {text!r}: expected a number with optional K/M/G[B], e.g. 64MB")
-    value = float(m.group(1)) * (1 << _SIZE_SHIFT[m.group(2).lower()])
+    """A merge threshold: a size as every size option reads it, at least 1 byte."""
+    value = parse_size(text)
     if value < 1:
         raise UsageError(f"bad size {text!r}: must be at least 1 byte")
-    return int(value)
+    return value
 
 
 def format_bytes(n: int) -> str:

@@ -32,7 +32,7 @@ def test_parse_size(text, value):
     assert parse_size(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "K", "1.5M", "-4", "4T", "1:2"])
+@pytest.mark.parametrize("text", ["", "K", "1.5", "-4", "4P", "1:2"])
 def test_parse_size_rejects(text):
     with pytest.raises(UsageError):
         parse_size(text)
@@ -163,3 +163,35 @@ def test_a_gradient_variant_refuses_a_codec_it_cannot_take(variant, codec, said)
 
     with pytest.raises(UsageError, match=said):
         check_gradient_codec(variant, codec)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("4096", 4096),
+        ("4K", 4096),
+        ("4kib", 4096),
+        ("1M", 1 << 20),
+        ("64MB", 64 << 20),
+        ("2GiB", 2 << 30),
+        ("1.5K", 1536),
+        ("0.5M", 512 << 10),
+        (" 8 K ", 8192),
+    ],
+)
+def test_every_size_option_reads_a_size_alike(text, expected):
+    """-m, --fit-min, --chunk-bytes and MG-WFBP's thresholds share one reading of a size."""
+    from ccbench.collectives.mgwfbp import parse_bytes
+    from ccbench.kernels.units import parse_size
+
+    assert parse_size(text) == expected
+    assert parse_bytes(text) == expected
+    assert parse_message_sizes(f"{text}:{text}") == (expected, expected)
+
+
+@pytest.mark.parametrize("text", ["1Q", "K", "1.3", "-4K", "1.0000001K"])
+def test_a_size_that_is_not_whole_bytes_is_refused(text):
+    from ccbench.kernels.units import parse_size
+
+    with pytest.raises(UsageError):
+        parse_size(text)
