@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.mpi  # one test launches MPI ranks: the Open MPI leg runs them too
 
 
-class QuarterTransport:
-    """A transport whose decode(encode(x)) rounds to a multiple of 1/4 (no ties below)."""
+class QuarterGradientComm:
+    """Its decode(encode(x)) rounds to a multiple of 1/4 (no ties below)."""
 
     def __init__(self):
         self.blocks: list[int] = []
@@ -38,8 +38,8 @@ def quarters(x):
 def test_error_feedback_carries_the_codec_error_with_its_sign():
     from ccbench.training.gradient_comm import ErrorFeedback
 
-    transport = QuarterTransport()
-    feedback = ErrorFeedback(transport)
+    gradient_comm = QuarterGradientComm()
+    feedback = ErrorFeedback(gradient_comm)
     # step 1, r = 0: g1 x 4 = 1.25, 1.75, -2.75, 0.25 rounds to 1, 2, -3, 0
     g1 = [0.3125, 0.4375, -0.6875, 0.0625]
     grad = torch.tensor(g1)
@@ -61,7 +61,7 @@ def test_error_feedback_carries_the_codec_error_with_its_sign():
     feedback.apply("bucket1", torch.tensor(g1), 3)
     assert feedback.residuals["bucket1"].tolist() == r1
     assert feedback.residuals["bucket0"].tolist() == r2
-    assert transport.blocks == [2, 2, 3]
+    assert gradient_comm.blocks == [2, 2, 3]
 
 
 # fp16 around 1 has a step of 2**-10: 1 + 2**-12 rounds down to 1, 1 + 3 * 2**-12 up to
@@ -83,11 +83,11 @@ def test_error_feedback_through_the_fp16_transport():
     from ccbench.collectives.comm import Communicator
     from ccbench.training.gradient_comm import ErrorFeedback, GradientCommSpec, GradientCommunicator
 
-    transport = GradientCommunicator(
+    gradient_comm = GradientCommunicator(
         Communicator(MPI.COMM_SELF),
         GradientCommSpec(variant="coll_compressed", codec="fp16", error_feedback=True),
     )
-    feedback = ErrorFeedback(transport)
+    feedback = ErrorFeedback(gradient_comm)
     grad = torch.tensor(G)
     feedback.residuals["b"] = torch.tensor(OLD)
     feedback.apply("b", grad, 1)

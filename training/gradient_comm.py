@@ -172,7 +172,7 @@ class GradientCommunicator:
 
     def allgather(self, send, recv) -> None:
         if self.torch_calls:
-            _torch_all_gather(recv, send)
+            _torch_call("allgather", recv, send)
         elif self.compresses("allgather"):
             self._compressed("allgather", send, recv)()
         elif self.library:
@@ -182,7 +182,7 @@ class GradientCommunicator:
 
     def reduce_scatter(self, send, recv) -> None:
         if self.torch_calls:
-            _torch_reduce_scatter(recv, send)
+            _torch_call("reduce_scatter", recv, send)
         elif self.compresses("reduce_scatter"):
             self._compressed("reduce_scatter", send, recv)()
         elif self.library:
@@ -195,7 +195,7 @@ class GradientCommunicator:
     def allreduce(self, buf) -> None:
         """buf = sum over ranks, in place."""
         if self.torch_calls:
-            dist.all_reduce(buf)
+            _torch_call("allreduce", buf)
         elif self.sparse:
             self._omnireduce(buf)
         elif self.compresses("allreduce"):
@@ -255,21 +255,18 @@ def _aliases(a, b) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
-def _torch_all_gather(out, inp) -> None:
-    call = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    call(out, inp)
-
-
-def _torch_reduce_scatter(out, inp) -> None:
-    call = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    call(out, inp)
+def _torch_call(collective: str, *buffers) -> None:
+    """torch.distributed's own call of a collective, the function spec.py names: given
+    (out, in), or the one buffer of an in-place collective."""
+    names = spec(collective).torch_calls
+    next(getattr(dist, name) for name in names if hasattr(dist, name))(*buffers)
 
 
 class ErrorFeedback:
     """Residual memory per buffer: g += r before sending; r = g - decode(encode(g))."""
 
-    def __init__(self, transport: GradientCommunicator):
-        self.transport = transport
+    def __init__(self, gradient_comm: GradientCommunicator):
+        self.gradient_comm = gradient_comm
         self.residuals: dict = {}
 
     def apply(self, key, grad, blocks: int) -> None:
@@ -277,5 +274,5 @@ class ErrorFeedback:
         if residual is None or residual.shape != grad.shape:
             residual = self.residuals[key] = torch.zeros_like(grad)
         grad.add_(residual)
-        self.transport.roundtrip(grad, residual, blocks)
+        self.gradient_comm.roundtrip(grad, residual, blocks)
         torch.sub(grad, residual, out=residual)
