@@ -41,6 +41,7 @@ from tests.devicedouble_memory import (
     CURRENT,
     NAMESPACE,
     STATS,
+    WRITES,
     Device,
     DoubleArray,
     record_alloc,
@@ -71,6 +72,7 @@ class CopyStream:
         self.issued = 0  # copies ever queued: positions
         self.landed = 0  # copies landed, in order
         self.last_kind = ""  # the direction of the last copy queued
+        self.after = 0  # the current stream's kernels this stream waited for (a count)
 
     def enqueue(self, kind: str, apply) -> None:
         STATS.copies[kind] += 1
@@ -85,8 +87,11 @@ class CopyStream:
             self.landed += 1
 
     def wait_event(self, event) -> None:
-        """Copies queued later start after `event`: on this ideal device every kernel
-        recorded before it has finished already."""
+        """Copies queued later start after `event`, recorded on the current stream: after
+        the kernels enqueued there before it. (An event of another copy stream would order
+        nothing the readers see: they land copies by their own waits.)"""
+        if event.stream is None:
+            self.after = max(self.after, event.kernels)
 
 
 class CopyEvent:
@@ -103,10 +108,12 @@ class CopyEvent:
         self.kind = ""
         self.polls = 0
         self.waited = False
+        self.kernels = 0  # recorded on the current stream: the kernels enqueued before it
 
     def record(self, stream=None) -> None:
         self.stream = stream if isinstance(stream, CopyStream) else None
         self.polls, self.waited = 0, False
+        self.kernels = WRITES.kernels
         if self.stream is not None:
             self.position = self.stream.issued
             self.kind = self.stream.last_kind
@@ -145,6 +152,12 @@ class CopyEvent:
             self.stream.land(self.position)
 
 
+def _wrote(*outputs) -> None:
+    for out in outputs:
+        if out is not None:
+            WRITES.wrote(out._a)
+
+
 class Kernels:
     """The codecs' device kernels on the double, as kernels/codec_device.py's are on a GPU:
     one "launch" each (the compiled host kernels on the storage, encode, decode and the
@@ -175,15 +188,18 @@ class Kernels:
         flag._a[0] = max(int(flag._a[0]), int(bits.max()))
 
     def bfp_encode(self, codec, x, payload, tile_width, flag):
+        WRITES.wrote(payload._a)
         if not fused.host_kernels().bfp_encode(
             x._a, payload._a, codec.block, tile_width, codec.rate
         ):
             self._vote(flag, x)
 
     def bfp_decode(self, codec, payload, out, tile_width):
+        WRITES.wrote(out._a)
         fused.host_kernels().bfp_decode(payload._a, out._a, codec.block, tile_width, codec.rate)
 
     def bfp_decode_add_encode(self, codec, payload, own, target, out, tile_width, flag):
+        _wrote(target, out)
         dest = np.empty(0, np.uint8) if out is None else out._a
         if not fused.host_kernels().bfp_decode_add_encode(
             payload._a, own._a, target._a, dest, codec.block, tile_width, codec.rate
@@ -191,13 +207,16 @@ class Kernels:
             self._vote(flag, target)
 
     def cast_encode(self, x, payload, bfloat, flag):
+        WRITES.wrote(payload._a)
         if not fused.host_kernels().cast_encode(x._a, payload._a, bfloat):
             self._vote(flag, x)
 
     def cast_decode(self, payload, out, bfloat):
+        WRITES.wrote(out._a)
         fused.host_kernels().cast_decode(payload._a, out._a, bfloat)
 
     def cast_decode_add_encode(self, payload, own, target, out, bfloat, flag):
+        _wrote(target, out)
         dest = np.empty(0, np.uint8) if out is None else out._a
         if not fused.host_kernels().cast_decode_add_encode(
             payload._a, own._a, target._a, dest, bfloat
@@ -273,7 +292,13 @@ class DoubleBackend(backends.Backend):
         event.record(stream)
 
     def stream_wait(self, event, stream=None) -> None:
-        event.let_wait()
+        """`stream` (None: the current one) waits for `event`. Only a wait by the stream
+        that reads the copies' bytes lands them for it; a copy stream's wait orders its
+        own later copies (behind the current stream's kernels, for a D2H copy)."""
+        if isinstance(stream, CopyStream):
+            stream.wait_event(event)
+        else:
+            event.let_wait()
 
     def event_done(self, event) -> bool:
         if isinstance(event, CopyEvent):
@@ -283,6 +308,12 @@ class DoubleBackend(backends.Backend):
     def copy_out_async(self, x, host, stream) -> None:
         if not isinstance(host, np.ndarray) or not isinstance(x, DoubleArray):
             raise TypeError("copy_out_async: a device array into a host array")
+        if WRITES.written_at(x._a) > stream.after:
+            raise RuntimeError(
+                "device double: a D2H copy of a buffer that a kernel wrote after the copy "
+                "stream's last wait for the current stream: on a GPU it may read bytes "
+                "the kernel has not yet written"
+            )
         source = x.view(np.uint8)._a  # the bytes as they are when the copy runs
 
         def apply():

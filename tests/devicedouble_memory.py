@@ -89,6 +89,36 @@ def record_alloc() -> None:
             STATS.alloc_where.append(_place())
 
 
+class Writes:
+    """The current stream's kernels, counted, and the count at each storage's last write.
+    A copy on another stream may read a buffer only once that stream waited for an event
+    recorded after the kernels that wrote it: on a GPU it would race them otherwise."""
+
+    def __init__(self):
+        self.kernels = 0
+        self.last: dict[int, int] = {}  # id of a root storage -> kernels at its last write
+
+    @staticmethod
+    def root(storage: np.ndarray) -> np.ndarray:
+        while isinstance(storage.base, np.ndarray):
+            storage = storage.base
+        return storage
+
+    def wrote(self, storage: np.ndarray) -> None:
+        self.kernels += 1
+        self.last[id(self.root(storage))] = self.kernels
+
+    def fresh(self, storage: np.ndarray) -> None:
+        """A new allocation: whatever an earlier storage at this address was, forgotten."""
+        self.last.pop(id(storage), None)
+
+    def written_at(self, storage: np.ndarray) -> int:
+        return self.last.get(id(self.root(storage)), 0)
+
+
+WRITES = Writes()
+
+
 class Device:
     type = "double"
 
@@ -135,10 +165,20 @@ def _wrap(value):
 _QUIET = {"all": "ignore"}
 
 
+def _written(value):
+    """`value`, a kernel's result: its storage written on the current stream."""
+    if isinstance(value, DoubleArray):
+        WRITES.wrote(value._a)
+    elif isinstance(value, tuple):
+        for v in value:
+            _written(v)
+    return value
+
+
 def _binary(name: str):
     def op(self, other):
         with np.errstate(**_QUIET):
-            return _wrap(getattr(self._a, name)(_unwrap(other)))
+            return _written(_wrap(getattr(self._a, name)(_unwrap(other))))
 
     op.__name__ = name
     return op
@@ -148,6 +188,7 @@ def _inplace(name: str):
     def op(self, other):
         with np.errstate(**_QUIET):
             getattr(self._a, name)(_unwrap(other))
+        WRITES.wrote(self._a)
         return self
 
     op.__name__ = name
@@ -164,6 +205,7 @@ class DoubleArray:
         self.device = device or CURRENT[0]
         if storage.base is None:  # storage of its own: an allocation, not a view
             record_alloc()
+            WRITES.fresh(storage)
 
     # what a device array tells without a copy
     shape = property(lambda self: self._a.shape)
@@ -237,13 +279,14 @@ class DoubleArray:
         return DoubleArray(self._a.reshape(*shape), self.device)
 
     def astype(self, dtype, copy=True):
-        return DoubleArray(self._a.astype(dtype, copy=copy), self.device)
+        return _written(DoubleArray(self._a.astype(dtype, copy=copy), self.device))
 
     def copy(self):
-        return DoubleArray(self._a.copy(), self.device)
+        return _written(DoubleArray(self._a.copy(), self.device))
 
     def fill(self, value) -> None:
         self._a.fill(_unwrap(value))
+        WRITES.wrote(self._a)
 
     def ravel(self):
         return DoubleArray(self._a.ravel(), self.device)
@@ -256,6 +299,7 @@ class DoubleArray:
     def __setitem__(self, key, value) -> None:
         with np.errstate(**_QUIET):
             self._a[_index(key)] = _unwrap(value)
+        WRITES.wrote(self._a)
 
     def __iter__(self):
         for i in range(len(self)):
@@ -338,8 +382,8 @@ class _Namespace:
             with np.errstate(**_QUIET):
                 result = target(*_unwrap(args), **kwargs)
             if out is not None and isinstance(out, DoubleArray) and result is out._a:
-                return out  # written in place: no new storage
-            return _wrap(result)
+                return _written(out)  # written in place: no new storage
+            return _written(_wrap(result))
 
         call.__name__ = name
         return call

@@ -51,6 +51,15 @@ DEVICE = "tests/test_device_accounting.py"
 TRACES = "tests/test_trace_checks.py"
 FLOOR = "tests/test_floor.py"
 DEVICE_KERNELS = "tests/test_codec_device.py -k emulated"
+STAGING = "tests/test_staging.py"
+LIBRARY = "tests/test_collective_spec.py -k library"
+ADVISE_INPUTS = "tests/test_advise_reading.py"
+SPEC_WORK = "tests/test_collective_spec.py -k codec_work"
+TYPED_ROWS = "tests/test_schemas.py -k older"
+FEEDBACK_BLOCKS = "tests/test_behaviours_training.py -k per_rank_block"
+STAGING_BOUND = "tests/test_staging.py -k slowest"
+GPU_GOALS = "tests/test_gpu_check.py -k newest_row"
+REGISTRY = "tests/test_behaviours_training.py -k omnireduce"
 
 # fmt: off
 FAULTS = [
@@ -348,6 +357,53 @@ FAULTS = [
                                                      '        else 0.0\n'
                                                      '    )',
           'gaps = 0 * max(0.0, b / (n * wire_bps) + b / (n * codec_bps) - b / wire_bps) if reduces else 0.0', FLOOR),
+    # the launcher's vector path: every buffer on 16 bytes (8 is a misaligned access)
+    Fault("device-launch", "kernels/codec_device.py",
+          "return all(a % VECTOR_ALIGN == 0 for a in addresses)",
+          "return all(a % 8 == 0 for a in addresses)", DEVICE_KERNELS),
+    # MPI staging: a receive's length from MPI's status; each copy stream ordered behind
+    # what it reads (the producer's kernels; the consumer waits for the H2D copy)
+    Fault("mpi-staging", "collectives/mpi_staging.py",
+          "count = status.Get_count(MPI.BYTE) if status is not None else nbytes(self.out)",
+          "count = nbytes(self.out)", STAGING),
+    Fault("mpi-staging", "collectives/mpi_staging.py",
+          "b.stream_wait(self.produced, self.d2h)", "b.stream_wait(self.produced)", STAGING),
+    Fault("mpi-staging", "collectives/mpi_staging.py", "self.backend.stream_wait(event)",
+          "self.backend.stream_wait(event, self.h2d)", STAGING),
+    # the library algorithm's uncompressed equivalent: the gather phase sends n - 1 blocks
+    Fault("library-accounting", "collectives/compressed_library.py",
+          "raw += (self.size - 1) * self.lengths[self.rank]",
+          "raw += self.size * self.lengths[self.rank]", LIBRARY),
+    # advise's inputs: a row's step cost in microseconds; the main collective by volume
+    Fault("advise-inputs", "scripts/advise/parts.py",
+          'float(np.nan_to_num(_number(row, "link_step_us"))) * 1e-6,',
+          'float(np.nan_to_num(_number(row, "link_step_us"))) * 1e-3,', ADVISE_INPUTS),
+    Fault("advise-inputs", "scripts/advise/parts.py", "np.nan_to_num(step) * 1e-6,",
+          "np.nan_to_num(step) * 1e-3,", ADVISE_INPUTS),
+    Fault("advise-inputs", "scripts/advise/command.py",
+          "volume[c.collective] = volume.get(c.collective, 0) + c.nbytes",
+          "volume[c.collective] = c.nbytes", ADVISE_INPUTS),
+    # the collective-level allreduce's codec work per rank, in blocks
+    Fault("collective-specs", "collectives/spec.py", "coll_codec_blocks=lambda n: (2, n, n - 2),",
+          "coll_codec_blocks=lambda n: (2, n - 1, n - 2),", SPEC_WORK),
+    # an older file's undeclared columns: a measurement by its name's suffix
+    Fault("typed-rows", "benchmarks/schema_model.py",
+          "if column in LEGACY_MEASURED or column.endswith(LEGACY_SUFFIXES):",
+          "if column in LEGACY_MEASURED:", TYPED_ROWS),
+    # error feedback's round trip, per rank block as the ring encodes
+    Fault("feedback-blocks", "training/gradient_comm.py",
+          "bounds = block_bounds(x.numel(), blocks)", "bounds = block_bounds(x.numel(), 1)",
+          FEEDBACK_BLOCKS),
+    # the staging bound's parts: the slowest rank's time
+    Fault("staging-bound", "benchmarks/staging_bound.py",
+          'return comm.allreduce_value(elapsed, "max") * 1e6',
+          'return comm.allreduce_value(elapsed, "min") * 1e6', STAGING_BOUND),
+    # the GPU goals: the newest staging row at the goal's size
+    Fault("gpu-goals", "scripts/gpu/goals.py", '    r = at[-1]\n    ratio = float(r["staged_vs_bound"])',
+          '    r = at[0]\n    ratio = float(r["staged_vs_bound"])', GPU_GOALS),
+    # the registry: sparse streaming carries gradients through OmniReduce
+    Fault("variant-registry", "kernels/variants.py", '        gradient_algorithm="omnireduce",\n', "",
+          REGISTRY),
 ]
 # fmt: on
 

@@ -132,3 +132,58 @@ def test_every_trainer_compensates_every_gradient_element_each_step(framework):
     assert on["calls"] > 0
     assert on["applied"] == on["steps"] * on["params"], on
     assert off["applied"] == off["calls"] == 0, off
+
+
+def test_error_feedbacks_round_trip_is_per_rank_block():
+    """The residual is what the ring's codec loses, block by block as the ring encodes:
+    with a block-scaled codec a value shares its scale only with its own rank block.
+
+    bfp's blocks are tile columns (256 wide): element j and element 256 + j share one
+    exponent. Rank blocks of 256 values, 2**-10 in the first and 2**6 in the second: each
+    block alone holds one power of two, exact, so the residual is 0. Encoded as one block,
+    column j holds 2**-10 beside 2**6, whose step (2**(7 - 8 + 1) = 1 at rate 8) rounds
+    2**-10 to 0: the residual is 2**-10 there."""
+    from mpi4py import MPI
+
+    from ccbench.collectives.comm import Communicator
+    from ccbench.training.gradient_comm import ErrorFeedback, GradientCommSpec, GradientCommunicator
+
+    gradient_comm = GradientCommunicator(
+        Communicator(MPI.COMM_SELF),
+        GradientCommSpec(variant="coll_compressed", codec="bfp:rate=8", error_feedback=True),
+    )
+    values = [2.0**-10] * 256 + [2.0**6] * 256
+    feedback = ErrorFeedback(gradient_comm)
+    feedback.apply("two ranks", torch.tensor(values), 2)
+    assert feedback.residuals["two ranks"].tolist() == [0.0] * 512
+    feedback.apply("one rank", torch.tensor(values), 1)
+    assert feedback.residuals["one rank"].tolist() == [2.0**-10] * 256 + [0.0] * 256
+
+
+def test_sparse_streaming_carries_gradients_through_omnireduce(monkeypatch):
+    """Training and replay name the algorithm their rows ran: sparse streaming's is
+    OmniReduce, and its allreduces go through the OmniReduce engine, not the ring."""
+    from mpi4py import MPI
+
+    from ccbench.collectives import omnireduce
+    from ccbench.collectives.comm import Communicator
+    from ccbench.kernels import variants
+    from ccbench.training.gradient_comm import GradientCommSpec, GradientCommunicator
+
+    assert variants.gradient_algorithm("sparse_streaming", "ring") == "omnireduce"
+    engines = []
+
+    class Counted(omnireduce.OmniReduce):
+        def __call__(self, *args, **kwargs):
+            engines.append(self)
+            return super().__call__(*args, **kwargs)
+
+    monkeypatch.setattr(omnireduce, "OmniReduce", Counted)
+    gradient_comm = GradientCommunicator(
+        Communicator(MPI.COMM_SELF), GradientCommSpec(variant="sparse_streaming")
+    )
+    buf = torch.zeros(1024)
+    buf[300:310] = 1.5
+    gradient_comm.allreduce(buf)
+    assert len(engines) == 1
+    assert buf[300:310].tolist() == [1.5] * 10 and float(buf.abs().sum()) == 15.0

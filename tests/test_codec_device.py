@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ccbench.kernels import codec_fused
+from ccbench.kernels import codec_device, codec_fused
 from ccbench.kernels.codec_bfp import TILE_WIDTH
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.errors import DataError
@@ -275,6 +275,16 @@ def bits(a: np.ndarray) -> np.ndarray:
 EMULATED_LENGTHS = (1, 13, 8193, 3 * 8192 + 100)  # n % 8 of 1, 5, 1 and 4: tails everywhere
 
 
+def test_emulated_vector_path_needs_every_buffer_on_16_bytes():
+    """The launcher's rule for the kernels' 16-byte loads and stores, by hand: every
+    address a multiple of 16; 8-byte alignment is not enough."""
+    assert codec_device.vector_ok(0, 16, 4096)
+    assert not codec_device.vector_ok(8)
+    assert not codec_device.vector_ok(16, 24)
+    assert not codec_device.vector_ok(32, 4)
+    assert codec_device.vector_ok()  # no buffer: nothing to misalign
+
+
 @pytest.mark.parametrize("spec", SPECS)
 @pytest.mark.parametrize("count", EMULATED_LENGTHS)
 def test_emulated_device_kernels_match_the_host(emulated, spec, count):
@@ -289,7 +299,9 @@ def test_emulated_device_kernels_match_the_host(emulated, spec, count):
     fast.decode(expected, decoded)
     summed, resent = np.empty_like(x), np.zeros_like(expected)
     fast.decode_add_encode(expected, own, summed, resent)
-    for offset in (0, 4):  # 4: no buffer on 16 bytes, every access one value at a time
+    # 4 and 8: no buffer on 16 bytes, every access one value at a time (8: aligned for an
+    # 8-byte access, yet a 16-byte vector access there is misaligned; the emulation faults)
+    for offset in (0, 4, 8):
         payload, flag = placed(np.zeros_like(expected), offset), np.zeros(1, np.int32)
         emulated.encode(spec, placed(x, offset), payload, flag)
         assert np.array_equal(payload, expected), (spec, offset)

@@ -167,3 +167,55 @@ def test_the_ring_runs_each_collective_by_its_phases(name):
     # each rank sends the ring's hops of one block (allgather: a send buffer, 12 values;
     # the others: 12 values in blocks of 4)
     assert wire == [described.ring_wire_bytes(48, ranks)] * ranks
+
+
+@pytest.mark.parametrize(
+    "name, by_rank",
+    [
+        # 3 ranks, 5 float32 each: every rank sends its own block to the 2 others
+        ("allgather", [40, 40, 40]),
+        # 6 values in, 2 out: the all-to-all sends the 2 blocks of the others (2 + 2)
+        ("reduce_scatter", [16, 16, 16]),
+        # 7 values in blocks of 3, 2, 2: the others' blocks, then the own block twice
+        # rank 0: (2 + 2) + 2 x 3 = 10 values; ranks 1, 2: (3 + 2) + 2 x 2 = 9
+        ("allreduce", [40, 36, 36]),
+    ],
+)
+def test_the_library_algorithms_uncompressed_equivalent_by_hand(name, by_rank):
+    """What the library's uncompressed calls would send from each rank (`raw_bytes`):
+    every compression ratio and wire-byte row of --algorithm library divides by it."""
+    from types import SimpleNamespace
+
+    from ccbench.collectives.compressed_library import LibraryCompressed
+    from ccbench.kernels.codecs import parse_codec
+
+    send, recv = {"allgather": (5, 15), "reduce_scatter": (6, 2), "allreduce": (7, 7)}[name]
+    raw = [
+        LibraryCompressed(
+            SimpleNamespace(rank=r, size=3),
+            parse_codec("fp16"),
+            name,
+            np.zeros(send, np.float32),
+            np.zeros(recv, np.float32),
+        ).raw_bytes
+        for r in range(3)
+    ]
+    assert raw == by_rank
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4, 8])
+def test_the_collective_level_rings_codec_work_by_hand(ranks):
+    """Blocks one rank encodes, decodes and hops (decode-add-encode) in the collective-level
+    ring: allgather encodes its own block once and decodes the P-1 it receives;
+    reduce-scatter encodes its own first block, hops the P-2 partial sums in between and
+    decodes the last one into its result; allreduce is that reduce-scatter, then the
+    allgather of the reduced block (encoded once more, P-1 more decodes)."""
+    p = ranks
+    assert spec("allgather").coll_codec_blocks(p) == (1, p - 1, 0)
+    assert spec("reduce_scatter").coll_codec_blocks(p) == (1, 1, p - 2)
+    assert spec("allreduce").coll_codec_blocks(p) == (2, p, p - 2)
+    # a collective of phases does the work of its phases in turn
+    by_phase = {described.phases: described.coll_codec_blocks(p) for described in SPECS.values()}
+    both = by_phase[spec("allreduce").phases]
+    parts = [by_phase[(phase,)] for phase in spec("allreduce").phases]
+    assert both == tuple(sum(work) for work in zip(*parts, strict=True))

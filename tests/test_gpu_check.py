@@ -372,3 +372,19 @@ def test_goals_of_skipped_cells_are_skipped_with_the_reason():
     assert staging["status"] == "skip" and "not available" in staging["reason"]
     (nccl,) = [r for r in goals if r["figure"] == "speedup_vs_nccl"]
     assert nccl["status"] == "skip" and nccl["reason"] == "torch has no NCCL"
+
+
+def test_the_staging_goal_reads_the_newest_row_at_its_size():
+    """A rerun appends: of two rows at 16 MiB on 2 ranks, the later one (file order) is
+    the goal's; rows at another size or rank count are not."""
+    from ccbench.scripts.gpu.goals import staging_goal
+
+    rows = [
+        staging_row(2.0),
+        staging_row(0.5, size=8 << 20),
+        staging_row(1.1),
+        staging_row(3.0, ranks=4),
+    ]
+    goal = staging_goal(rows, "staging")
+    assert goal["measured"] == "1.100" and goal["status"] == "pass"
+    assert staging_goal(rows[:1], "staging")["status"] == "fail"  # 2.0 > 1.3: the old row alone

@@ -119,3 +119,31 @@ def test_staging_rows_are_built_on_their_schema(tmp_path):
     # and the plots leave it out without calling it an error
     _, report = read_one(path)
     assert report.error is None and report.ignored
+
+
+def test_an_older_files_undeclared_columns_take_their_role_from_their_name():
+    """A column no table declares (only a file an older ccbench wrote holds one) is a
+    measurement when its name says so (the suffixes that version wrote for times, rates,
+    errors, ratios and byte counts, or a listed name), else a setting. So two rows of
+    such a file that differ only in a measurement are the same point; a setting tells
+    them apart."""
+    from ccbench.benchmarks.results import point_identity
+
+    by_hand = {
+        "pack_us": "measurement",
+        "link_gbps_seen": "setting",  # the suffix must end the name
+        "bus_gbps": "measurement",
+        "stage_err": "measurement",
+        "pack_ratio": "measurement",
+        "extra_wire_bytes": "measurement",
+        "sent_per_rank": "measurement",
+        "psnr_db": "measurement",
+        "packing": "setting",
+    }
+    assert {name: HARNESS.role(name) for name in by_hand} == by_hand
+    assert STAGING.role("pack_us") == "setting"  # a closed schema keeps no older columns
+    header = [*HARNESS.names, "pack_us", "packing"]
+    row = {c: "" for c in header} | {"variant": "baseline", "size_bytes": "4096"}
+    same = point_identity(row | {"pack_us": "1.5"}, HARNESS, header)
+    assert same == point_identity(row | {"pack_us": "9.0"}, HARNESS, header)
+    assert same != point_identity(row | {"pack_us": "1.5", "packing": "tight"}, HARNESS, header)

@@ -75,6 +75,84 @@ def test_copies_land_only_when_waited_for():
     assert double.STATS.copies == {"d2h": 1, "h2d": 1}
 
 
+def test_a_d2h_copy_must_wait_for_the_kernel_that_wrote_its_buffer():
+    """The double's landing rule, by hand: a copy stream reads a buffer only after waiting
+    for an event the current stream recorded behind the buffer's last kernel."""
+    b = arrays.backend("double")
+    x = device(np.arange(8.0))
+    x += 1  # a kernel on the current stream
+    stream, produced = b.copy_stream(), b.copy_event()
+    host = np.zeros(32, np.uint8)
+    with pytest.raises(RuntimeError, match="not yet written"):
+        b.copy_out_async(b.byte_view(x), host, stream)
+    b.record(produced)  # on the current stream, behind the kernel
+    b.stream_wait(produced)  # the current stream waits: orders nothing on the copy stream
+    with pytest.raises(RuntimeError, match="not yet written"):
+        b.copy_out_async(b.byte_view(x), host, stream)
+    b.stream_wait(produced, stream)
+    b.copy_out_async(b.byte_view(x), host, stream)  # now ordered behind the kernel
+    x *= 2
+    with pytest.raises(RuntimeError, match="not yet written"):  # a later kernel: wait again
+        b.copy_out_async(b.byte_view(x), host, stream)
+
+
+def test_only_the_reading_streams_wait_lands_an_h2d_copy():
+    b = arrays.backend("double")
+    y = device(np.zeros(4))
+    stream, landed = b.copy_stream(), b.copy_event()
+    b.copy_in_async(np.arange(4.0, dtype=np.float32).view(np.uint8), b.byte_view(y), stream)
+    b.record(landed, stream)
+    b.stream_wait(landed, b.copy_stream())  # another copy stream waits: not the reader
+    assert not np.any(y.get())
+    b.stream_wait(landed)  # the current stream, which reads y, waits: landed
+    assert np.array_equal(y.get(), np.arange(4.0))
+
+
+def test_a_staged_send_of_a_kernels_output_is_ordered_behind_the_kernel():
+    """The D2H copy's stream waits for the producer: the bytes sent are the kernel's."""
+    comm = Communicator(MPI.COMM_SELF, gpu_aware=False)
+    x, out = device(np.arange(16.0)), device(np.zeros(16))
+    x *= 3  # written by a kernel just before the send stages it
+    comm.sendrecv(x, 0, out, 0)
+    assert np.array_equal(out.get(), 3 * np.arange(16.0))
+    y = device(np.zeros(16))
+    y += 5
+    request = comm.isend(y, 0, tag=2)
+    comm.recv(out, 0, tag=2)
+    comm.wait(request)
+    assert np.array_equal(out.get(), np.full(16, 5.0))
+
+
+def test_a_staged_receive_is_readable_on_the_current_stream_at_once():
+    """After a staged receive the current stream waited for its H2D copy: the next kernel
+    (here a device-side sum) reads the received bytes, with no host wait in between."""
+    comm = Communicator(MPI.COMM_SELF, gpu_aware=False)
+    x, out = device(np.arange(1.0, 9.0)), device(np.zeros(8))
+    request = comm.irecv(out, 0, tag=3)
+    comm.send(x, 0, tag=3)
+    comm.wait(request)
+    total = out.sum()  # a kernel on the current stream
+    assert double.STATS.copy_waits["h2d"] == 0  # the host never waited for the copy
+    assert total.get() == 36.0
+
+
+def test_a_staged_receive_copies_the_message_not_its_slot():
+    """A variable-size payload shorter than its slot (an MPI receive may be longer than
+    its message): only the message's bytes, as MPI's status counts them, reach the device;
+    the slot's tail keeps what it held, not the mirror's bytes of an earlier message."""
+    comm = Communicator(MPI.COMM_SELF, gpu_aware=False)
+    slot = device(np.zeros(8))
+    for message, before, expected in (
+        (np.full(8, 9.0), np.zeros(8), np.full(8, 9.0)),  # fills the mirror with 9s
+        (np.arange(1.0, 4.0), np.full(8, -1.0), [1, 2, 3, -1, -1, -1, -1, -1]),
+    ):
+        slot.set(before.astype(np.float32))
+        request = comm.irecv(slot, 0, tag=4)
+        comm.send(device(message), 0, tag=4)
+        comm.wait(request)
+        assert np.array_equal(slot.get(), np.asarray(expected, np.float32)), message
+
+
 # ---------------------------------------------------------------- staging, counted
 
 
@@ -334,3 +412,22 @@ def test_staging_bound_exits_1_on_a_wrong_staged_result(monkeypatch, capsys, tmp
     assert status == 1
     assert "wrong result on ranks [0]: not timed" in capsys.readouterr().out
     assert not out.exists()
+
+
+def test_a_staging_bound_part_is_the_slowest_ranks_time(monkeypatch):
+    """Each part of the bound is timed on every rank at once and reduced with max: the
+    call took as long as its slowest rank. Worked by hand: this rank's clock reads 2 ms,
+    the other two ranks' 5 ms and 1 ms, so the part took 5000 us."""
+    from ccbench.benchmarks import staging_bound
+
+    class ThreeRanks:
+        def barrier(self):
+            pass
+
+        def allreduce_value(self, value, op="sum"):
+            everyone = [value, 0.005, 0.001]
+            return {"max": max, "min": min, "sum": sum}[op](everyone)
+
+    readings = [10.0, 10.002]  # before and after the call on this rank
+    monkeypatch.setattr(staging_bound.time, "perf_counter", lambda: readings.pop(0))
+    assert staging_bound.timed(ThreeRanks(), lambda: None) == pytest.approx(5000.0)
