@@ -316,10 +316,10 @@ def row_network(row: dict, declared: cm.Network | None = None) -> cm.Network | N
 def _row_efficiency(
     row: dict, option: cm.Option, network: cm.Network | None, codec_share: float
 ) -> float:
-    """A harness row's mean call over the model's floor of that call, with the same
-    inputs (the codec's rates, the ranks sharing its core) as the prediction: what the
-    floor leaves out (overlap lost, per-call costs, a codec slower in the call than
-    alone) is in this ratio, once."""
+    """A harness row's mean call over the model's floor of that call, with the codec
+    rates of the prediction (as a step runs them) and the ranks sharing a core the row
+    recorded (else the prediction's): what the floor leaves out (overlap lost, per-call
+    costs) is in this ratio, once."""
     ranks, size = int(_number(row, "ranks")), _number(row, "size_bytes")
     if network is None or ranks < 2 or not math.isfinite(size):
         return math.nan
@@ -337,6 +337,10 @@ def _row_efficiency(
                     option.codec.rel_l2,
                 ),
             )
+    if option.codec is not None and (
+        _number(row, "ranks_per_core") > 0 or _number(row, "ranks_per_device") > 0
+    ):
+        codec_share = _row_share(row)  # the sharing the row ran with, as its codec time had
     floor = float(
         cm.call_seconds(option, network, row.get("collective", ""), size, ranks, codec_share)[
             "floor"
