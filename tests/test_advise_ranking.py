@@ -269,3 +269,41 @@ def test_the_advice_carries_its_checks_verdict(tmp_path, capsys, monkeypatch):
     )
     check = {r["option"]: r for r in read(tmp_path / "a-check.csv")}
     assert check["coll_compressed:fp16"]["advised"] == "yes" and check["ring"]["advised"] == "no"
+
+
+def test_measure_fills_in_what_was_not_measured_here_then_ranks(tmp_path, monkeypatch):
+    from ccbench.scripts.advise import measure
+
+    measured_fp16_and_ring(tmp_path / "parts")
+    (tmp_path / "parts" / "ring.csv").unlink()  # neither the ring nor the library measured
+    monkeypatch.setattr(
+        advise,
+        "network_of",
+        lambda opts, tables: (cm.Network(1e9, 100e-6), [], 1.0, "fake", 1.0),
+    )
+    launched = []
+
+    def fake_run(command, what):  # the harness launch: rows at 1.1 (ring), 1.2 (library)
+        launched.append(what)
+        csv_path = command[command.index("--csv") + 1]
+        algorithm = command[command.index("--algorithm") + 1]
+        factor = 1.1 if algorithm == "ring" else 1.2
+        row, columns = harness_row("baseline", "none", factor * WIRE_4MIB_MS * 1e3)
+        row["algorithm"] = algorithm
+        write_csv_atomic(csv_path.replace(".csv", f"-{algorithm}.csv"), [row], columns)
+
+    monkeypatch.setattr(measure, "_run", fake_run)
+    rows, _ = run(
+        tmp_path, "--codecs", "fp16", "--variants", "library,ring,coll_compressed", "--measure"
+    )
+    assert sorted(launched) == ["library allgather", "ring allgather"]
+    # all measured now: fp16 1.5 x 12.882912, the ring 1.1 x 25.465824, the library
+    # 1.2 x (3 MiB at 1 Gbit/s + 2 x 100 us)
+    assert [(r["rank"], r["option"]) for r in rows] == [
+        ("1", "coll_compressed:fp16"),
+        ("2", "ring"),
+        ("3", "library"),
+    ]
+    assert [float(r["step_ms"]) for r in rows] == pytest.approx(
+        [19.324368, 28.0124064, 30.4389888], rel=1e-9
+    )

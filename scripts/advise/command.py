@@ -116,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay the top options and the uncompressed ring in "
         "interleaved rounds; predicted against measured",
     )
+    check.add_argument(
+        "--measure",
+        action="store_true",
+        help="first measure, on the emulated cluster at these ranks, the parts of the "
+        "options not measured here (harness rows at 4-32 MiB into <csv stem>-parts/, "
+        "codec_throughput for a codec without a row), then rank",
+    )
     check.add_argument("--rounds", type=int, default=3, help="rounds (3)")
     check.add_argument("--steps", type=int, default=2, help="timed steps per replay (2)")
     return p
@@ -334,18 +341,43 @@ def step_ranges(options, found: dict, network, step, ranks, share) -> dict:
     return ranges
 
 
+def measure_then_run(opts, cluster, ranks, apart, lacking, collectives, unknown_error) -> int:
+    """--measure: codec_throughput for the codecs without an error first (that may bring
+    their options into the table), then the harness rows of the options not measured
+    here; then the advice again, from the parts with these added."""
+    from ccbench.scripts.advise import measure
+
+    out = Path(opts.csv)
+    folder = str(out.with_name(out.stem + "-parts"))
+    if folder not in opts.results:
+        opts.results = [*opts.results, folder]
+    if unknown_error and not getattr(opts, "codecs_measured", False):
+        measure.measure_codecs(unknown_error, folder)
+        opts.codecs_measured = True
+        return run(opts)
+    measure.measure_harness(
+        cluster, ranks, {label: lacking[label] for label in apart}, collectives, folder
+    )
+    opts.measure = False
+    return run(opts)
+
+
 def main(argv: list[str]) -> int:
-    opts = build_parser().parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(opts) -> int:
     if opts.ranks is not None and opts.ranks < 2:
         raise UsageError("--ranks must be at least 2")
     if opts.top < 1 or opts.rounds < 1 or opts.steps < 1:
         raise UsageError("--top, --rounds and --steps must be positive")
     tables = parts.read_results(opts.results)
     network, inputs, share, cluster, link_gbps = network_of(opts, tables)
-    if opts.check and not cluster:
-        raise UsageError(
-            "--check replays on the emulated cluster: give --network measured or --network CLUSTER"
-        )
+    for flag, wanted in (("--check replays", opts.check), ("--measure measures", opts.measure)):
+        if wanted and not cluster:
+            raise UsageError(
+                f"{flag} on the emulated cluster: give --network measured or --network CLUSTER"
+            )
     variants_and_codecs(opts)  # refused before a model is built
     error_budget(opts.max_error)
     trace, ranks, trace_source = load_step(opts.model, opts.ranks)
@@ -376,6 +408,11 @@ def main(argv: list[str]) -> int:
     excluded = over_budget(options, errors, opts.max_error)
     lacking = lacking_by_option(inputs)
     measured, apart = tables_out.split_order(predictions, lacking, excluded)
+    unknown_error = sorted(
+        {o.codec.spec for o in options if o.codec is not None and math.isnan(errors[o.label])}
+    )
+    if opts.measure and (apart or unknown_error):
+        return measure_then_run(opts, cluster, ranks, apart, lacking, collectives, unknown_error)
     if not measured + apart:
         raise UsageError(
             "every option is over the error budget; allow more error (--max-error) or add "
