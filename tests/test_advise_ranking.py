@@ -200,6 +200,15 @@ def test_codec_rates_come_from_the_step_not_from_one_core_alone(tmp_path):
     assert float(got["encode B/s"]["value"]) == pytest.approx(5e8, rel=1e-5)
     assert got["encode B/s"]["source"].startswith("in a step")
     assert got["codec rates in a step"]["value"] == "measured"
+    # on the rows' own link (--network results) the ranks sharing a core are the rows'
+    # (2): codec 6 MiB / 5e8 x 2 = 25.165824 ms, wire 3 MiB / 2 at 1 Gbit/s (no step cost
+    # recorded: 0, assumed) = 12.582912 ms
+    out = tmp_path / "r.csv"
+    argv = ["--model", str(tmp_path / "t.json"), "--results", str(folder), "--csv", str(out)]
+    assert advise.main([*argv, "--codecs", "fp16", "--variants", "p2p_compressed"]) == 0
+    assert float(read(out)[0]["step_ms"]) == pytest.approx(1.2 * (12.582912 + 25.165824))
+    share = next(i for i in read(tmp_path / "r-inputs.csv") if i["input"] == "ranks per codec core")
+    assert float(share["value"]) == 2.0 and share["assumed"] == "no"
     # without the codec_throughput row: one rate from the row alone, 24 MiB x 2 ranks per
     # core over 100.663296 ms = 5e8 B/s; its error unknown, so the budget leaves it out
     (folder / "codecs.csv").unlink()

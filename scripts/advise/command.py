@@ -180,7 +180,7 @@ def network_of(opts, tables) -> tuple[cm.Network, list, float, str, float]:
                 f"{' '.join(opts.results)}; give --link RATE --latency TIME "
                 "or --network measured"
             )
-        return (*found, 1.0, "", found[0].rate_bps / 1e9)
+        return (*found, parts.rows_share(tables), "", found[0].rate_bps / 1e9)
     name = DEFAULT_NAME if opts.network == "measured" else opts.network
     cluster = load_state(name)
     if cluster is None:
@@ -386,18 +386,16 @@ def run(opts) -> int:
     if not step.calls:
         raise UsageError(f"--model {opts.model}: its first step has no collectives")
     share = opts.ranks_per_core or share
+    if opts.ranks_per_core:
+        where = "--ranks-per-core"
+    elif cluster:
+        where = "this host's cores"
+    elif not opts.link and share != 1.0:
+        where = "the compressed harness rows' ranks_per_core (median) on the link advised for"
+    else:
+        where = "assumed: one rank per core or device"
     inputs.append(
-        parts.Input(
-            "",
-            "ranks per codec core",
-            share,
-            "--ranks-per-core"
-            if opts.ranks_per_core
-            else "this host's cores"
-            if cluster
-            else "assumed: one rank per core or device",
-            not (opts.ranks_per_core or cluster),
-        )
+        parts.Input("", "ranks per codec core", share, where, where.startswith("assumed"))
     )
     inputs.append(parts.Input("", "trace", f"{trace.describe()}", trace_source))
     collectives = sorted({c.collective for c in step.calls})

@@ -136,6 +136,19 @@ def _row_share(row: dict) -> float:
     return share if math.isfinite(share) and share > 0 else 1.0
 
 
+def rows_share(tables: Tables) -> float:
+    """The ranks sharing a codec's core in the compressed harness rows on an emulated link
+    (their median `ranks_per_core`, or per device), 1.0 where none recorded one."""
+    shares = [
+        _row_share(r)
+        for _, r in tables.of("harness")
+        if r.get("variant") in (cm.COLL, cm.P2P)
+        and _number(r, "link_gbps") > 0
+        and (_number(r, "ranks_per_core") > 0 or _number(r, "ranks_per_device") > 0)
+    ]
+    return float(np.median(shares)) if shares else 1.0
+
+
 def _in_step_rows(tables: Tables, spec: str, variant: str, ranks: int, link_gbps: float):
     """The compressed harness rows of this codec (1 MiB and up) with a codec time inside
     the call: this variant, rank count and the link rate nearest ``link_gbps`` first."""
