@@ -311,7 +311,7 @@ def lacking_by_option(inputs) -> dict:
     (the network's, shared by every option, do not set one option apart)."""
     lacking: dict = {}
     for i in inputs:
-        if i.assumed and i.option and i.name != "round-trip rel L2":
+        if i.assumed and i.option:
             lacking.setdefault(i.option, []).append(i.name)
     return lacking
 
