@@ -495,7 +495,8 @@ def worst_measured(found: dict) -> dict:
             replace(
                 e.input,
                 value=max(value, e.value if e.values else 0.0),
-                source=f"assumed: not measured here ({own}{e.input.source}); the worst "
+                source=f"assumed: not measured here ({own}"
+                f"{e.input.source.removeprefix('assumed: ')}); the worst "
                 f"measured of {collective}, {by}'s",
             ),
             e.values,
