@@ -321,3 +321,68 @@ def fastest_map(
         )
         grid[i] = np.argmin(times, axis=0)
     return grid
+
+
+# ------------------------------------------------------------------------ the check
+
+CHECK_GOAL = 0.15  # a prediction within 15% of the measured step
+
+
+def check_verdict(rows: list[dict], advised: str, goal: float = CHECK_GOAL) -> tuple[bool, str]:
+    """Words for an `advise --check`: how far the advised option's measured step was from
+    its prediction, where it stands against the measured fastest's 95% interval, and how
+    many predictions were within ``goal``. ``rows``: the check's rows (option,
+    predicted_ms, measured_ms, low_ms, high_ms). (passed, the words)."""
+
+    def num(row, key):
+        try:
+            return float(row.get(key, "nan"))
+        except (TypeError, ValueError):
+            return math.nan
+
+    timed = [r for r in rows if math.isfinite(num(r, "measured_ms"))]
+    if not timed:
+        return False, "check failed: no replay was measured"
+    fastest = min(timed, key=lambda r: num(r, "measured_ms"))
+    misses = [
+        r
+        for r in timed
+        if not abs(num(r, "measured_ms") - num(r, "predicted_ms")) <= goal * num(r, "measured_ms")
+    ]
+    within = (
+        f"{len(timed) - len(misses)} of {len(timed)} predictions within {goal:.0%} of "
+        "their measurement"
+        + (
+            " (off by more: "
+            + ", ".join(
+                f"{r['option']} {100 * (num(r, 'measured_ms') / num(r, 'predicted_ms') - 1):+.0f}%"
+                for r in misses
+            )
+            + ")"
+            if misses
+            else ""
+        )
+    )
+    mine = next((r for r in timed if r["option"] == advised), None)
+    if mine is None:
+        return False, f"check failed: the advised option ({advised}) was not replayed; {within}"
+    measured, predicted = num(mine, "measured_ms"), num(mine, "predicted_ms")
+    off = measured / predicted - 1
+    said = (
+        f"the advised option ({advised}) measured {measured:.0f} ms (95% interval "
+        f"{num(mine, 'low_ms'):.0f}-{num(mine, 'high_ms'):.0f}), "
+        f"{abs(100 * off):.0f}% {'slower' if off > 0 else 'faster'} than predicted "
+        f"({predicted:.0f} ms)"
+    )
+    interval = (
+        f"{fastest['option']} ({num(fastest, 'measured_ms'):.0f} ms, "
+        f"{num(fastest, 'low_ms'):.0f}-{num(fastest, 'high_ms'):.0f})"
+    )
+    if mine is fastest:
+        where, fast = "and is the measured fastest", True
+    elif measured <= num(fastest, "high_ms"):
+        where, fast = f"and inside the interval of the measured fastest, {interval}", True
+    else:
+        where, fast = f"and outside the interval of the measured fastest, {interval}", False
+    passed = fast and not misses
+    return passed, f"check {'passed' if passed else 'failed'}: {said} {where}; {within}"

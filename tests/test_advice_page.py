@@ -104,3 +104,78 @@ def test_the_maps_options_never_share_a_colour(n):
     """Twelve options once drew the ring and p2p bfp:rate=4 both orange (tab10 wraps)."""
     colours = option_colours(n)
     assert len(colours) == n and len(set(colours)) == n
+
+
+def ranked(option, rank, step_ms, measured="yes", lacks=""):
+    return {
+        "rank": rank,
+        "option": option,
+        "step_ms": step_ms,
+        "step_low_ms": step_ms * 0.9,
+        "step_high_ms": step_ms * 1.1,
+        "speedup_vs_ring": "1",
+        "speedup_vs_library": "1",
+        "measured_here": measured,
+        "not_measured": lacks,
+        "assumed_inputs": lacks,
+    }
+
+
+def write_rows(folder, rows, check=None):
+    folder.mkdir()
+    with (folder / "advise.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    if check:
+        with (folder / "advise-check.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(check[0]))
+            writer.writeheader()
+            writer.writerows(check)
+
+
+def test_the_ring_and_the_library_are_shown_beyond_the_top_rows(tmp_path):
+    # eight measured options, the ring 7th and the library 8th; one not measured here
+    rows = [ranked(f"coll_compressed:c{k}", str(k), 100.0 * k) for k in range(1, 7)]
+    rows += [ranked("ring", "7", 700.0), ranked("library", "8", 800.0)]
+    rows += [ranked("coll_compressed:bf16", "", 50.0, "no", "efficiency allgather")]
+    write_rows(tmp_path / "advice", rows)
+    page = "\n".join(advice_html(read_advice(tmp_path / "advice", tmp_path / "out")))
+    assert ">ring</td>" in page and ">library</td>" in page
+    # the one not measured here is apart, below the ranked table, with what it lacks,
+    # although its 50 ms is the fastest prediction; the advice is the first measured
+    assert page.index(">library</td>") < page.index("Not measured here (not ranked")
+    assert page.index("Not measured here (not ranked") < page.index(">coll_compressed:bf16 *<")
+    assert "<td>efficiency allgather</td>" in page
+    assert "Advice: coll_compressed:c1 (compression pays), predicted step 100 ms" in page
+    assert "(range 90-110 ms over its measured efficiencies)" in page
+
+
+def test_a_failed_check_is_said_at_the_top_of_the_section(tmp_path):
+    rows = [ranked("coll_compressed:bfp:rate=4", "1", 1000.0), ranked("ring", "2", 2000.0)]
+    check = [  # the advised option 28% slower than predicted, outside the fastest's interval
+        {
+            "option": "coll_compressed:bfp:rate=4",
+            "predicted_ms": "1000",
+            "measured_ms": "1280",
+            "low_ms": "1220",
+            "high_ms": "1340",
+            "error_pct": "-21.9",
+            "advised": "yes",
+        },
+        {
+            "option": "ring",
+            "predicted_ms": "1100",
+            "measured_ms": "1000",
+            "low_ms": "950",
+            "high_ms": "1050",
+            "error_pct": "10",
+            "advised": "no",
+        },
+    ]
+    write_rows(tmp_path / "advice", rows, check)
+    page = advice_html(read_advice(tmp_path / "advice", tmp_path / "out"))
+    verdict = page[1]  # right under the section's title, before any table
+    assert "color:#b00020" in verdict and "Check failed: the advised option" in verdict
+    assert "28% slower than predicted (1000 ms) and outside the interval of the " in verdict
+    assert "measured fastest, ring (1000 ms, 950-1050)" in verdict

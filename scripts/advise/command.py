@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from ccbench.collectives import compression_model as cm
@@ -23,10 +24,16 @@ from ccbench.collectives import trace_files as tracefile
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.advise import parts
+from ccbench.scripts.advise import table as tables_out
 
 DEFAULT_CODECS = "fp16,bf16,bfp:rate=16,bfp:rate=8,bfp:rate=4"
 DEFAULT_RESULTS = "results/main"
 DEFAULT_RANKS = 8
+# The error budget unless --max-error says otherwise: the per-step error of the runs
+# docs/training.md shows within 1% of the uncompressed loss (bfp:rate=8 on lm-small's
+# gradients, early ones the worst, 4 ranks, a reduce-scatter's 3 round trips:
+# 1.17e-2 x sqrt(3); docs/advise.md)
+DEFAULT_MAX_ERROR = 2.03e-2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,10 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--link", metavar="RATE", help="a declared link, e.g. 10gbit (with --latency)")
     net.add_argument(
         "--latency",
-        default="0",
         metavar="TIME",
-        help="with --link: the fixed cost of one ring step (hop latency plus "
-        "the transport's per-message cost), e.g. 5us",
+        help="with --link, required: the fixed cost of one ring step (hop latency plus "
+        "the transport's per-message cost), e.g. 5us (`ccbench cluster selfcheck` "
+        "measures it on an emulated link; docs/advise.md fits it on a real one)",
     )
     p.add_argument(
         "--results",
@@ -80,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-error",
         metavar="REL_L2|CODECS",
-        help="the relative L2 error a step may carry, or the codecs allowed",
+        help="the relative L2 error a step may carry (default "
+        f"{DEFAULT_MAX_ERROR:g}: what the training runs showed harmless, docs/advise.md; "
+        "inf: no bound), or the codecs allowed",
     )
     p.add_argument(
         "--buffer",
@@ -107,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="replay the top options and the uncompressed ring in "
         "interleaved rounds; predicted against measured",
+    )
+    check.add_argument(
+        "--measure",
+        action="store_true",
+        help="first measure, on the emulated cluster at these ranks, the parts of the "
+        "options not measured here (harness rows at 4-32 MiB into <csv stem>-parts/, "
+        "codec_throughput for a codec without a row), then rank",
     )
     check.add_argument("--rounds", type=int, default=3, help="rounds (3)")
     check.add_argument("--steps", type=int, default=2, help="timed steps per replay (2)")
@@ -137,6 +153,12 @@ def network_of(opts, tables) -> tuple[cm.Network, list, float, str, float]:
 
     if opts.link:
         rate = parse_rate(opts.link)
+        if opts.latency is None:
+            raise UsageError(
+                "--link needs --latency: the fixed cost of one ring step (e.g. 5us; "
+                "`ccbench cluster selfcheck` measures it on an emulated link, "
+                "fit_alpha_beta on a real one: docs/advise.md)"
+            )
         step = parse_delay(opts.latency) * 1e-6
         return (
             cm.Network(rate, step),
@@ -148,6 +170,8 @@ def network_of(opts, tables) -> tuple[cm.Network, list, float, str, float]:
             "",
             rate / 1e9,
         )
+    if opts.latency is not None:
+        raise UsageError("--latency goes with --link (a declared link)")
     if opts.network == "results":
         found = parts.link_from_results(tables)
         if found is None:
@@ -156,7 +180,7 @@ def network_of(opts, tables) -> tuple[cm.Network, list, float, str, float]:
                 f"{' '.join(opts.results)}; give --link RATE --latency TIME "
                 "or --network measured"
             )
-        return (*found, 1.0, "", found[0].rate_bps / 1e9)
+        return (*found, parts.rows_share(tables), "", found[0].rate_bps / 1e9)
     name = DEFAULT_NAME if opts.network == "measured" else opts.network
     cluster = load_state(name)
     if cluster is None:
@@ -215,30 +239,39 @@ def options_of(
     declared: cm.Network | None = None,
     share: float = 1.0,
 ) -> tuple:
-    """(options, their inputs)."""
+    """(options, their inputs, their efficiencies: (label, collective) -> Efficiency).
+    An efficiency not measured here is never better than the worst measured one of its
+    collective (parts.worst_measured)."""
     variants, codecs = variants_and_codecs(opts)
-    options, inputs = [], []
+    made, inputs, found = [], [], {}
     for variant in variants:
         for spec in [""] if variant in cm.UNCOMPRESSED else codecs:
             label = variant if not spec else f"{variant}:{spec}"
             rates = None
             if spec:
-                rates, found = parts.codec_rates(tables, spec, label, opts.buffer)
-                inputs += found
-            eff = {}
+                rates, got = parts.codec_rates(
+                    tables, spec, label, opts.buffer, variant, ranks, link_gbps
+                )
+                inputs += got
             for c in collectives:
-                eff[c], found = parts.efficiency(
+                found[label, c] = parts.efficiency(
                     tables, cm.Option(variant, rates), c, ranks, link_gbps, declared, share
                 )
-                inputs.append(found)
-            options.append(cm.Option(variant, rates, eff))
-    return options, inputs
+            made.append((variant, rates, label))
+    found = parts.worst_measured(found)
+    options = [
+        cm.Option(variant, rates, {c: found[label, c].value for c in collectives})
+        for variant, rates, label in made
+    ]
+    inputs += [e.input for e in found.values()]
+    return options, inputs, found
 
 
 def error_budget(text: str | None) -> tuple[float | None, set | None]:
-    """--max-error: (a relative L2 bound, or None; the codecs allowed, or None)."""
+    """--max-error: (a relative L2 bound, or None; the codecs allowed, or None); the
+    default budget when not given."""
     if text is None:
-        return None, None
+        return DEFAULT_MAX_ERROR, None
     try:
         return float(text), None
     except ValueError:
@@ -246,8 +279,10 @@ def error_budget(text: str | None) -> tuple[float | None, set | None]:
 
 
 def over_budget(options, errors: dict, max_error: str | None) -> dict:
-    """The options --max-error leaves out, each with why."""
+    """The options the error budget (--max-error, or the default) leaves out, each with
+    why."""
     bound, allowed = error_budget(max_error)
+    name = "--max-error" if max_error is not None else "the default budget"
     excluded = {}
     for o in options:
         err = errors[o.label]
@@ -256,19 +291,29 @@ def over_budget(options, errors: dict, max_error: str | None) -> dict:
         elif bound is not None and math.isnan(err):
             excluded[o.label] = "error not measured (no codec_throughput row)"
         elif bound is not None and err > bound:
-            excluded[o.label] = f"error {err:.2e} over --max-error {bound:g}"
+            excluded[o.label] = f"error {err:.2e} per step over {name} {bound:g}"
     return excluded
 
 
-def assumed_by_option(inputs, order: list[str]) -> dict:
+def assumed_by_option(inputs, labels: list[str]) -> dict:
     """Option label -> the names of its inputs that were assumed (the network's and the
     model's count for every option)."""
     assumed: dict = {}
     for i in inputs:
         if i.assumed:
-            for label in [i.option] if i.option else order:
+            for label in [i.option] if i.option else labels:
                 assumed.setdefault(label, []).append(i.name)
     return assumed
+
+
+def lacking_by_option(inputs) -> dict:
+    """Option label -> its own inputs not measured on this link, rank count and codec
+    (the network's, shared by every option, do not set one option apart)."""
+    lacking: dict = {}
+    for i in inputs:
+        if i.assumed and i.option:
+            lacking.setdefault(i.option, []).append(i.name)
+    return lacking
 
 
 # ------------------------------------------------------------------------ the table
@@ -280,168 +325,138 @@ def advise(options, network, step, ranks, share) -> tuple[dict, dict]:
     return predictions, errors
 
 
-def main_collective(step) -> str:
-    """The collective carrying most of the step's bytes (the break-even map's)."""
-    volume: dict = {}
-    for c in step.calls:
-        volume[c.collective] = volume.get(c.collective, 0) + c.nbytes
-    return max(volume, key=volume.get)
-
-
-def table_rows(
-    options, predictions, errors, order, network, step, ranks, share, assumed: dict
-) -> list[dict]:
-    by_label = {o.label: o for o in options}
-    ring = predictions.get(cm.RING)
-    library = predictions.get(cm.LIBRARY)
-    collective = main_collective(step)
-    base = by_label.get(cm.LIBRARY) or by_label.get(cm.RING)
-    rows = []
-    for rank, label in enumerate(order, 1):
-        p, o = predictions[label], by_label[label]
-        even = (
-            cm.break_even_bytes(o, base, network, collective, ranks, share)
-            if o.codec is not None and base is not None
-            else None
-        )
-        rows.append(
-            {
-                "rank": rank,
-                "option": label,
-                **{f"{b}_ms": p.bucket_s[b] * 1e3 for b in cm.BUCKET_NAMES},
-                "step_ms": p.step_s * 1e3,
-                "exposed_comm_pct": 100 * p.exposed_s / p.step_s,
-                "exposed_codec_pct": 100 * p.exposed_codec_s / p.step_s,
-                "speedup_vs_ring": ring.step_s / p.step_s if ring else math.nan,
-                "speedup_vs_library": library.step_s / p.step_s if library else math.nan,
-                "rel_l2_per_step": errors[label],
-                "break_even_bytes": ""
-                if o.codec is None
-                else ("never" if even is None else int(even)),
-                "break_even_collective": collective if o.codec is not None else "",
-                "assumed_inputs": ";".join(assumed.get(label, [])),
+def step_ranges(options, found: dict, network, step, ranks, share) -> dict:
+    """Label -> (low, high) predicted step, seconds: every collective at the lowest and
+    at the highest efficiency its rows measured (the median's spread over sizes)."""
+    ranges = {}
+    for o in options:
+        ends = []
+        for pick in (min, max):
+            eff = {
+                c: pick(e.values) if e.here and e.values else e.value
+                for (label, c), e in found.items()
+                if label == o.label
             }
-        )
-    return rows
+            ends.append(cm.predict_step(replace(o, efficiency=eff), network, step, ranks, share))
+        ranges[o.label] = (ends[0].step_s, ends[1].step_s)
+    return ranges
 
 
-def _fmt_bytes(v) -> str:
-    if v in ("", "never"):
-        return v or "-"
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if v >= scale:
-            return f"{v / scale:g}{unit}"
-    return str(v)
+def measure_then_run(opts, cluster, ranks, apart, lacking, collectives, unknown_error) -> int:
+    """--measure: codec_throughput for the codecs without an error first (that may bring
+    their options into the table), then the harness rows of the options not measured
+    here; then the advice again, from the parts with these added."""
+    from ccbench.scripts.advise import measure
 
-
-def print_table(rows, excluded: dict) -> None:
-    buckets = [f"{b}_ms" for b in cm.BUCKET_NAMES]
-    print(
-        f"{'#':>2} {'option':<28}"
-        + "".join(f"{b[:-3]:>9}" for b in buckets)
-        + f" {'step ms':>9} {'comm%':>6} {'codec%':>6} {'x ring':>7} {'x lib':>6}"
-        f" {'rel L2':>9} {'break-even':>10}"
+    out = Path(opts.csv)
+    folder = str(out.with_name(out.stem + "-parts"))
+    if folder not in opts.results:
+        opts.results = [*opts.results, folder]
+    if unknown_error and not getattr(opts, "codecs_measured", False):
+        measure.measure_codecs(unknown_error, folder)
+        opts.codecs_measured = True
+        return run(opts)
+    measure.measure_harness(
+        cluster, ranks, {label: lacking[label] for label in apart}, collectives, folder
     )
-    for r in rows:
-        mark = " *" if r["assumed_inputs"] else ""
-        print(
-            f"{r['rank']:>2} {r['option']:<28}"
-            + "".join(f"{r[b]:>9.1f}" for b in buckets)
-            + f" {r['step_ms']:>9.1f} {r['exposed_comm_pct']:>6.1f} "
-            f"{r['exposed_codec_pct']:>6.1f} {r['speedup_vs_ring']:>7.2f} "
-            f"{r['speedup_vs_library']:>6.2f} {r['rel_l2_per_step']:>9.2e} "
-            f"{_fmt_bytes(r['break_even_bytes']):>10}{mark}"
-        )
-    if any(r["assumed_inputs"] for r in rows):
-        print("# * some inputs of this row were not measured (assumed): see the inputs CSV")
-    for label, why in excluded.items():
-        print(f"# left out: {label}: {why}")
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    import pandas as pd
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_csv(path, index=False)
+    opts.measure = False
+    return run(opts)
 
 
 def main(argv: list[str]) -> int:
-    opts = build_parser().parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(opts) -> int:
     if opts.ranks is not None and opts.ranks < 2:
         raise UsageError("--ranks must be at least 2")
     if opts.top < 1 or opts.rounds < 1 or opts.steps < 1:
         raise UsageError("--top, --rounds and --steps must be positive")
     tables = parts.read_results(opts.results)
     network, inputs, share, cluster, link_gbps = network_of(opts, tables)
-    if opts.check and not cluster:
-        raise UsageError(
-            "--check replays on the emulated cluster: give --network measured or --network CLUSTER"
-        )
+    for flag, wanted in (("--check replays", opts.check), ("--measure measures", opts.measure)):
+        if wanted and not cluster:
+            raise UsageError(
+                f"{flag} on the emulated cluster: give --network measured or --network CLUSTER"
+            )
     variants_and_codecs(opts)  # refused before a model is built
+    error_budget(opts.max_error)
     trace, ranks, trace_source = load_step(opts.model, opts.ranks)
     step = trace.steps[0]
     if not step.calls:
         raise UsageError(f"--model {opts.model}: its first step has no collectives")
     share = opts.ranks_per_core or share
+    if opts.ranks_per_core:
+        where = "--ranks-per-core"
+    elif cluster:
+        where = "this host's cores"
+    elif not opts.link and share != 1.0:
+        where = "the compressed harness rows' ranks_per_core (median) on the link advised for"
+    else:
+        where = "assumed: one rank per core or device"
     inputs.append(
-        parts.Input(
-            "",
-            "ranks per codec core",
-            share,
-            "--ranks-per-core"
-            if opts.ranks_per_core
-            else "this host's cores"
-            if cluster
-            else "assumed: one rank per core or device",
-            not (opts.ranks_per_core or cluster),
-        )
+        parts.Input("", "ranks per codec core", share, where, where.startswith("assumed"))
     )
     inputs.append(parts.Input("", "trace", f"{trace.describe()}", trace_source))
     collectives = sorted({c.collective for c in step.calls})
-    options, found = options_of(
+    options, found, efficiencies = options_of(
         opts, tables, ranks, link_gbps, collectives, network if opts.link else None, share
     )
     inputs += found
     predictions, errors = advise(options, network, step, ranks, share)
     excluded = over_budget(options, errors, opts.max_error)
-    order = cm.rank_options(
-        {k: v for k, v in predictions.items() if k not in excluded}, errors, None
+    lacking = lacking_by_option(inputs)
+    measured, apart = tables_out.split_order(predictions, lacking, excluded)
+    unknown_error = sorted(
+        {o.codec.spec for o in options if o.codec is not None and math.isnan(errors[o.label])}
     )
-    if not order:
+    if opts.measure and (apart or unknown_error):
+        return measure_then_run(opts, cluster, ranks, apart, lacking, collectives, unknown_error)
+    if not measured + apart:
         raise UsageError(
-            "every option is over --max-error; allow more error or add uncompressed variants"
+            "every option is over the error budget; allow more error (--max-error) or add "
+            "uncompressed variants"
         )
-    rows = table_rows(
+    rows = tables_out.table_rows(
         options,
         predictions,
+        step_ranges(options, efficiencies, network, step, ranks, share),
         errors,
-        order,
+        measured,
+        apart,
         network,
         step,
         ranks,
         share,
-        assumed_by_option(inputs, order),
+        assumed_by_option(inputs, measured + apart),
+        lacking,
     )
+    bound, _ = error_budget(opts.max_error)
     print(
         f"# ccbench advise: {trace.describe()} ({trace_source}); {ranks} ranks; link "
         f"{network.rate_bps / 1e9:.3g} Gbit/s payload, ring step {network.step_s * 1e6:.0f}"
-        f" us; {share:g} ranks per codec core"
+        f" us; {share:g} ranks per codec core; error budget "
+        + (
+            f"{bound:g} per step"
+            + (" (the default, docs/advise.md)" if opts.max_error is None else "")
+            if bound is not None
+            else opts.max_error
+        )
     )
-    print_table(rows, excluded)
+    tables_out.print_table(rows, excluded)
     out = Path(opts.csv)
-    write_csv(out, rows)
+    tables_out.write_csv(out, rows)
     inputs_path = out.with_name(out.stem + "-inputs.csv")
-    write_csv(inputs_path, [i.row() for i in inputs])
+    tables_out.write_csv(inputs_path, [i.row() for i in inputs])
     map_path = Path(opts.map) if opts.map else out.with_name(out.stem + "-map.png")
     from ccbench.plots.advise_map import draw_break_even_map
 
     largest = max(step.calls, key=lambda c: c.nbytes)
-    collective = main_collective(step)
     draw_break_even_map(
         map_path,
-        [o for o in options if o.label not in excluded],
+        [o for o in options if o.label in measured] or [o for o in options if o.label in apart],
         network.step_s,
-        collective,
+        tables_out.main_collective(step),
         ranks,
         share,
         marks={
@@ -452,10 +467,12 @@ def main(argv: list[str]) -> int:
         },
     )
     print(f"# wrote {out}, {inputs_path}, {map_path}")
-    compressed = order[0] not in cm.UNCOMPRESSED
-    print(f"# advice: {order[0]} ({'compression pays' if compressed else 'do not compress'})")
-    if opts.check:
-        from ccbench.scripts.advise.check import run_check
+    if not opts.check:
+        print(f"# {tables_out.advice_line(rows)}")
+        return 0
+    from ccbench.scripts.advise.check import run_check
 
-        return run_check(opts, cluster, trace, ranks, order, predictions, out)
+    advised = measured[0] if measured else ""
+    verdict = run_check(opts, cluster, trace, ranks, measured + apart, advised, predictions, out)
+    print(f"# {tables_out.advice_line(rows, verdict)}")
     return 0

@@ -11,7 +11,7 @@ from (file, run id) or marked assumed where no row measured it (docs/advise.md).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,7 @@ from ccbench.kernels.codecs import parse_codec
 ASSUMED_CODEC_BPS = 1e9  # a single host core on a large buffer, order of magnitude
 ASSUMED_EFFICIENCY = 1.0  # at the floor
 MIN_EFFICIENCY_BYTES = 1 << 20  # smaller calls are dominated by per-call costs
+RATES_IN_STEP = "codec rates in a step"  # the input that says where the rates came from
 
 
 @dataclass(frozen=True)
@@ -89,12 +90,9 @@ def _where(path: Path, rows: list[dict]) -> str:
 # ------------------------------------------------------------------------- codecs
 
 
-def codec_rates(
-    tables: Tables, spec: str, option: str, buffer: str = ""
-) -> tuple[cm.CodecRates, list[Input]]:
-    """A codec's rates, ratio and error from its newest codec_throughput rows (gradient
-    data first, the fused kernels first, ``buffer`` first when given); assumed where none."""
-    spec = parse_codec(spec).spec
+def _alone_rates(tables: Tables, spec: str, buffer: str) -> tuple[cm.CodecRates, str] | None:
+    """The codec's rates alone on one core: its newest codec_throughput row (gradient
+    data first, the fused kernels first, ``buffer`` first when given)."""
     rows = [(p, r) for p, r in tables.of("codec") if r.get("codec") == spec]
 
     def preference(item):
@@ -106,45 +104,197 @@ def codec_rates(
             r.get("timestamp", ""),
         )
 
-    if rows:
-        path, row = max(rows, key=preference)
-        where = (
-            f"{_where(path, [row])} ({row.get('data')}, {row.get('buffer')}, {row.get('kernels')})"
-        )
-        rates = cm.CodecRates(
-            spec,
-            _number(row, "ratio"),
-            _number(row, "encode_gbps") * 1e9,
-            _number(row, "decode_gbps") * 1e9,
-            _number(row, "hop_gbps") * 1e9,
-            _number(row, "rel_l2_err"),
-        )
-        if not math.isfinite(rates.hop_bps):  # no hop measured: a decode and an encode
-            rates = cm.CodecRates(
-                spec,
-                rates.ratio,
-                rates.encode_bps,
-                rates.decode_bps,
-                1 / (1 / rates.encode_bps + 1 / rates.decode_bps),
-                rates.rel_l2,
+    if not rows:
+        return None
+    path, row = max(rows, key=preference)
+    where = f"{_where(path, [row])} ({row.get('data')}, {row.get('buffer')}, {row.get('kernels')})"
+    rates = cm.CodecRates(
+        spec,
+        _number(row, "ratio"),
+        _number(row, "encode_gbps") * 1e9,
+        _number(row, "decode_gbps") * 1e9,
+        _number(row, "hop_gbps") * 1e9,
+        _number(row, "rel_l2_err"),
+    )
+    if not math.isfinite(rates.hop_bps):  # no hop measured: a decode and an encode
+        rates = replace(rates, hop_bps=1 / (1 / rates.encode_bps + 1 / rates.decode_bps))
+    return rates, where
+
+
+def in_step_codec_s(row: dict) -> float:
+    """A compressed harness row's codec time of one call on its critical rank, seconds:
+    encode, decode and (collective level: the reduce-scatter's fused decode-add-encode
+    hop) reduce, wall time inside the call, as the replay's `codec_us` counts it."""
+    parts = ["encode_us", "decode_us"] + (["reduce_us"] if row.get("variant") == cm.COLL else [])
+    values = [_number(row, c) for c in parts]
+    return sum(values) * 1e-6 if all(math.isfinite(v) for v in values) else math.nan
+
+
+def _row_share(row: dict) -> float:
+    share = _number(row, "ranks_per_device")
+    share = share if math.isfinite(share) and share > 0 else _number(row, "ranks_per_core")
+    return share if math.isfinite(share) and share > 0 else 1.0
+
+
+def rows_share(tables: Tables) -> float:
+    """The ranks sharing a codec's core in the compressed harness rows on an emulated link
+    (their median `ranks_per_core`, or per device), 1.0 where none recorded one."""
+    shares = [
+        _row_share(r)
+        for _, r in tables.of("harness")
+        if r.get("variant") in (cm.COLL, cm.P2P)
+        and _number(r, "link_gbps") > 0
+        and (_number(r, "ranks_per_core") > 0 or _number(r, "ranks_per_device") > 0)
+    ]
+    return float(np.median(shares)) if shares else 1.0
+
+
+def _in_step_rows(tables: Tables, spec: str, variant: str, ranks: int, link_gbps: float):
+    """The compressed harness rows of this codec (1 MiB and up) with a codec time inside
+    the call: this variant, rank count and the link rate nearest ``link_gbps`` first."""
+    rows = [
+        (p, r)
+        for p, r in tables.of("harness")
+        if r.get("variant") in (cm.COLL, cm.P2P)
+        and r.get("codec") == spec
+        and _number(r, "size_bytes") >= MIN_EFFICIENCY_BYTES
+        and int(np.nan_to_num(_number(r, "ranks"))) >= 2
+        and in_step_codec_s(r) > 0
+    ]
+    if not rows:
+        return []
+
+    def key(pr):
+        r = pr[1]
+        link = _number(r, "link_gbps")
+        off = abs(math.log(link / link_gbps)) if link > 0 and link_gbps > 0 else math.inf
+        return (r.get("variant") != variant, int(_number(r, "ranks")) != ranks, off)
+
+    best = key(min(rows, key=key))
+    return [(p, r) for p, r in rows if key((p, r)) == best]
+
+
+def codec_rates(
+    tables: Tables,
+    spec: str,
+    option: str,
+    buffer: str = "",
+    variant: str = cm.COLL,
+    ranks: int = 0,
+    link_gbps: float = 0.0,
+) -> tuple[cm.CodecRates, list[Input]]:
+    """A codec's rates as a step runs them (ranks sharing a core, beside their transport),
+    its ratio and its error on the user's data.
+
+    The rates alone on one core (codec_throughput) scaled by the codec's slow-down inside
+    real calls: the median, over the compressed harness rows of this codec (this variant,
+    rank count and link first), of the row's codec time (encode_us + decode_us, and the
+    collective level's reduce_us) over the model's codec time of that call from the alone
+    rates and the row's ranks per core. Without codec_throughput rows, one rate from the
+    harness rows alone (the call's codec bytes over its codec time, times its share);
+    without harness rows the alone rates stand, marked assumed in a step."""
+    spec = parse_codec(spec).spec
+    alone = _alone_rates(tables, spec, buffer)
+    steps = _in_step_rows(tables, spec, variant, ranks, link_gbps)
+    where_rows = "; ".join(
+        _where(p, [r for q, r in steps if q == p]) for p in sorted({p for p, _ in steps})
+    )
+    if steps:
+        r0 = steps[0][1]
+        link = r0.get("link_gbps") or "no emulated"
+        at = f"{r0.get('variant')}, {r0.get('ranks')} ranks, {link} Gbit/s link"
+    nominal = parse_codec(spec).nominal_ratio()
+    if alone is not None:
+        rates, where = alone
+        inputs = [Input(option, "codec ratio", rates.ratio, where)]
+        factors = [
+            in_step_codec_s(r)
+            / cm.codec_seconds(
+                cm.Option(r["variant"], rates),
+                r.get("collective", ""),
+                _number(r, "size_bytes"),
+                int(_number(r, "ranks")),
+                _row_share(r),
             )
-        return rates, [
-            Input(option, name, value, where)
+            for _, r in steps
+        ]
+        factors = [f for f in factors if math.isfinite(f) and f > 0]
+        if factors:
+            slow = float(np.median(factors))
+            rates = replace(
+                rates,
+                encode_bps=rates.encode_bps / slow,
+                decode_bps=rates.decode_bps / slow,
+                hop_bps=rates.hop_bps / slow,
+            )
+            source = (
+                f"in a step: {where} over {slow:.2f} (median in-call codec time over "
+                f"the alone rates' of {len(factors)} rows: {where_rows}; {at})"
+            )
+            kind = Input(option, RATES_IN_STEP, "measured", source)
+        else:
+            source = f"alone on one core: {where}"
+            kind = Input(
+                option,
+                RATES_IN_STEP,
+                "alone on one core",
+                "assumed in a step: no compressed harness row of this codec timed its "
+                "codec inside a call",
+                True,
+            )
+        inputs.append(kind)
+        inputs += [
+            Input(option, name, value, source)
             for name, value in (
-                ("codec ratio", rates.ratio),
                 ("encode B/s", rates.encode_bps),
                 ("decode B/s", rates.decode_bps),
                 ("hop B/s", rates.hop_bps),
-                ("round-trip rel L2", rates.rel_l2),
             )
         ]
-    nominal = parse_codec(spec).nominal_ratio()
-    why = "assumed: no codec_throughput row for this codec"
+        inputs.append(Input(option, "round-trip rel L2", rates.rel_l2, where))
+        return rates, inputs
+    if steps:
+        per_byte = []
+        for _, r in steps:
+            work = cm.codec_work_bytes(
+                r["variant"],
+                r.get("collective", ""),
+                _number(r, "size_bytes"),
+                int(_number(r, "ranks")),
+            )
+            total = work["encode"] + work["decode"] + work["hop"]
+            per_byte.append(total * _row_share(r) / in_step_codec_s(r))
+        rate = float(np.median(per_byte))
+        ratios = [_number(r, "compression_ratio") for _, r in steps]
+        ratios = [x for x in ratios if math.isfinite(x) and x > 0]
+        ratio = float(np.median(ratios)) if ratios else nominal
+        rates = cm.CodecRates(spec, ratio, rate, rate, rate, math.nan)
+        source = (
+            f"in a step: {len(per_byte)} rows' codec bytes over their codec time "
+            f"({where_rows}; {at})"
+        )
+        why = "assumed: no codec_throughput row for this codec"
+        return rates, [
+            Input(
+                option,
+                "codec ratio",
+                ratio,
+                source if ratios else why + " (nominal ratio)",
+                not ratios,
+            ),
+            Input(option, RATES_IN_STEP, "measured", source),
+            Input(option, "encode B/s", rate, source),
+            Input(option, "decode B/s", rate, source),
+            Input(option, "hop B/s", rate, source),
+            Input(option, "round-trip rel L2", math.nan, why + " (unknown)", True),
+        ]
+    why = "assumed: no codec_throughput or compressed harness row for this codec"
     rates = cm.CodecRates(
         spec, nominal, ASSUMED_CODEC_BPS, ASSUMED_CODEC_BPS, ASSUMED_CODEC_BPS / 2, math.nan
     )
     return rates, [
         Input(option, "codec ratio", nominal, why + " (nominal ratio)", True),
+        Input(option, RATES_IN_STEP, "assumed", why, True),
         Input(option, "encode B/s", ASSUMED_CODEC_BPS, why, True),
         Input(option, "decode B/s", ASSUMED_CODEC_BPS, why, True),
         Input(option, "hop B/s", ASSUMED_CODEC_BPS / 2, why, True),
@@ -179,10 +329,10 @@ def row_network(row: dict, declared: cm.Network | None = None) -> cm.Network | N
 def _row_efficiency(
     row: dict, option: cm.Option, network: cm.Network | None, codec_share: float
 ) -> float:
-    """A harness row's mean call over the model's floor of that call, with the same
-    inputs (the codec's rates, the ranks sharing its core) as the prediction: what the
-    floor leaves out (overlap lost, per-call costs, a codec slower in the call than
-    alone) is in this ratio, once."""
+    """A harness row's mean call over the model's floor of that call, with the codec
+    rates of the prediction (as a step runs them) and the ranks sharing a core the row
+    recorded (else the prediction's): what the floor leaves out (overlap lost, per-call
+    costs) is in this ratio, once."""
     ranks, size = int(_number(row, "ranks")), _number(row, "size_bytes")
     if network is None or ranks < 2 or not math.isfinite(size):
         return math.nan
@@ -200,12 +350,28 @@ def _row_efficiency(
                     option.codec.rel_l2,
                 ),
             )
+    if option.codec is not None and (
+        _number(row, "ranks_per_core") > 0 or _number(row, "ranks_per_device") > 0
+    ):
+        codec_share = _row_share(row)  # the sharing the row ran with, as its codec time had
     floor = float(
         cm.call_seconds(option, network, row.get("collective", ""), size, ranks, codec_share)[
             "floor"
         ]
     )
     return _number(row, "avg_us") * 1e-6 / floor if floor > 0 else math.nan
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """An option's overlap efficiency on one collective: the median of ``values`` (one
+    per harness row, its call over its floor), ``here`` when they were measured at the
+    link rate and rank count asked."""
+
+    value: float
+    input: Input
+    values: tuple = ()
+    here: bool = False
 
 
 def efficiency(
@@ -216,12 +382,13 @@ def efficiency(
     link_gbps: float,
     declared: cm.Network | None = None,
     codec_share: float = 1.0,
-) -> tuple[float, Input]:
+) -> Efficiency:
     """The median call-over-floor of the harness rows of this variant, codec and collective
     on an emulated link (1 MiB and up), at the measured link rate nearest ``link_gbps``
     (same rank count first); with a ``declared`` network (a real cluster's, calibrated),
-    its rows without an emulated link against that network's floor; assumed 1.0 (at the
-    floor) where none."""
+    its rows without an emulated link against that network's floor. Measured at another
+    rate or rank count, or not at all: marked assumed (``worst_measured`` then replaces
+    it by the worst efficiency measured of its collective)."""
     variant, option = model.variant, model.label
     wanted_codec = "none" if model.codec is None else model.codec.spec
     same = [
@@ -249,12 +416,24 @@ def efficiency(
             paths = sorted({p for p, _ in real})
             where = "; ".join(_where(p, [r for q, r in real if q == p]) for p in paths)
             value = float(np.median(values))
-            return value, Input(
-                option, name, value, where + f" ({len(values)} sizes against the declared link)"
+            return Efficiency(
+                value,
+                Input(
+                    option, name, value, where + f" ({len(values)} sizes against the declared link)"
+                ),
+                tuple(values),
+                True,
             )
     if not rows:
-        return ASSUMED_EFFICIENCY, Input(
-            option, name, ASSUMED_EFFICIENCY, "assumed: no harness row on an emulated link", True
+        return Efficiency(
+            ASSUMED_EFFICIENCY,
+            Input(
+                option,
+                name,
+                ASSUMED_EFFICIENCY,
+                "assumed: no harness row on an emulated link",
+                True,
+            ),
         )
     near = min(
         rows,
@@ -271,21 +450,59 @@ def efficiency(
         if math.isfinite(v)
     ]
     if not values:
-        return ASSUMED_EFFICIENCY, Input(
-            option,
-            name,
+        return Efficiency(
             ASSUMED_EFFICIENCY,
-            "assumed: harness rows lack the call's size or ranks",
-            True,
+            Input(
+                option,
+                name,
+                ASSUMED_EFFICIENCY,
+                "assumed: harness rows lack the call's size or ranks",
+                True,
+            ),
         )
     paths = sorted({p for p, _ in chosen})
     where = "; ".join(_where(p, [r for q, r in chosen if q == p]) for p in paths)
     note = f" ({len(values)} sizes at {at[0]:g} Gbit/s, {at[1]} ranks)"
     # another rate or rank count than asked: measured, but not here
     off = abs(at[0] - link_gbps) > 0.05 * link_gbps or str(at[1]) != str(ranks)
-    return float(np.median(values)), Input(
-        option, name, float(np.median(values)), where + note + (" [other link]" if off else ""), off
+    value = float(np.median(values))
+    return Efficiency(
+        value,
+        Input(option, name, value, where + note + (" [other link]" if off else ""), off),
+        tuple(values),
+        not off,
     )
+
+
+def worst_measured(found: dict) -> dict:
+    """Every efficiency not measured here replaced by the worst (largest) one measured of
+    its collective, by any option at any link (never assumed better than that); 1.0 (at
+    the floor) only where nothing measured that collective. ``found``: (option label,
+    collective) -> Efficiency; returns the same keys."""
+    worst: dict = {}
+    for (label, collective), e in found.items():
+        if e.values and e.value > worst.get(collective, (0.0, ""))[0]:
+            worst[collective] = (e.value, label)
+    out = {}
+    for (label, collective), e in found.items():
+        if e.here or collective not in worst:
+            out[label, collective] = e
+            continue
+        value, by = worst[collective]
+        own = f"its own {e.value:.3g} at another link or rank count; " if e.values else ""
+        out[label, collective] = Efficiency(
+            max(value, e.value if e.values else 0.0),
+            replace(
+                e.input,
+                value=max(value, e.value if e.values else 0.0),
+                source=f"assumed: not measured here ({own}"
+                f"{e.input.source.removeprefix('assumed: ')}); the worst "
+                f"measured of {collective}, {by}'s",
+            ),
+            e.values,
+            False,
+        )
+    return out
 
 
 # ------------------------------------------------------------------------- the link

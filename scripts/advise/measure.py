@@ -1,0 +1,106 @@
+"""`ccbench advise --measure`: the parts of the options not measured here, measured on
+the emulated cluster at the rank count asked before they are ranked: the harness rows
+(the library's collective, the ring, the compressed variants with each codec) of the
+step's collectives at 4-32 MiB, and `codec_throughput` for a codec without a row
+(docs/advise.md, "Measuring the parts")."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from ccbench.collectives import compression_model as cm
+from ccbench.kernels.errors import UsageError
+from ccbench.scripts.advise.check import load_average
+from ccbench.scripts.launchers import refuse_inside_mpi_launch
+
+SIZES = "4M:32M"  # the sizes the efficiencies are read from (1 MiB and up)
+ITERATIONS, WARMUP = "5", "1"
+
+
+def harness_args(label: str, collective: str, csv_path: Path) -> list[str]:
+    """The harness command measuring one option on one collective."""
+    variant, _, codec = label.partition(":")
+    if variant in cm.UNCOMPRESSED:
+        module = "baseline"
+        extra = ["--algorithm", "mpi" if variant == cm.LIBRARY else "ring"]
+    else:
+        module, extra = variant, ["--codec", codec]
+    return [
+        sys.executable,
+        "-m",
+        f"ccbench.benchmarks.{module}",
+        "--collective",
+        collective,
+        *extra,
+        "-m",
+        SIZES,
+        "-i",
+        ITERATIONS,
+        "-x",
+        WARMUP,
+        "--csv",
+        str(csv_path),
+    ]
+
+
+def _run(command: list[str], what: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise UsageError(f"--measure: {what} failed: {tail[0]}")
+
+
+def measure_codecs(codecs: list[str], folder) -> Path:
+    """codec_throughput of ``codecs`` on the corpus's gradients into ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"# measure: codec_throughput of {', '.join(codecs)}", flush=True)
+    command = [sys.executable, "-m", "ccbench.benchmarks.codec_throughput"]
+    for spec in codecs:
+        command += ["--codec", spec]
+    command += ["-m", "4M:4M", "-i", ITERATIONS, "--data", "gradient"]
+    _run([*command, "--csv", str(folder / "codecs.csv")], "codec_throughput")
+    return folder
+
+
+def measure_harness(
+    cluster: str, ranks: int, lacking: dict, collectives: list[str], folder
+) -> Path:
+    """Measure, into ``folder``, the harness rows of every option in ``lacking`` (label ->
+    the inputs it lacks) on each collective it lacks an efficiency on (every collective
+    where it lacks in-step codec rates), on the emulated ``cluster`` with ``ranks``."""
+    refuse_inside_mpi_launch("ccbench advise --measure")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for label, names in lacking.items():
+        wanted = {c for c in collectives if f"efficiency {c}" in names}
+        if any(n.startswith("codec") for n in names):
+            wanted = set(collectives)
+        jobs += [(label, c) for c in sorted(wanted)]
+    print(
+        f"# measure: {len(jobs)} harness runs on cluster {cluster} ({ranks} ranks, "
+        f"{SIZES}); load average {load_average()}",
+        flush=True,
+    )
+    for label, collective in jobs:
+        variant = label.partition(":")[0]
+        name = "baseline" if variant in cm.UNCOMPRESSED else variant
+        command = [
+            sys.executable,
+            "-m",
+            "ccbench.scripts.cli",
+            "cluster",
+            "run",
+            "--name",
+            cluster,
+            "-n",
+            str(ranks),
+            "--",
+            *harness_args(label, collective, folder / f"{name}.csv"),
+        ]
+        _run(command, f"{label} {collective}")
+        print(f"#   measured {label} {collective}", flush=True)
+    return folder
