@@ -380,7 +380,7 @@ FAULTS = [
           'float(np.nan_to_num(_number(row, "link_step_us"))) * 1e-3,', ADVISE_INPUTS),
     Fault("advise-inputs", "scripts/advise/parts.py", "np.nan_to_num(step) * 1e-6,",
           "np.nan_to_num(step) * 1e-3,", ADVISE_INPUTS),
-    Fault("advise-inputs", "scripts/advise/command.py",
+    Fault("advise-inputs", "scripts/advise/table.py",
           "volume[c.collective] = volume.get(c.collective, 0) + c.nbytes",
           "volume[c.collective] = c.nbytes", ADVISE_INPUTS),
     # the collective-level allreduce's codec work per rank, in blocks

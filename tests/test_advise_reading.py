@@ -11,7 +11,7 @@ import pytest
 
 from ccbench.collectives.trace import Event, Step
 from ccbench.scripts.advise import parts
-from ccbench.scripts.advise.command import main_collective
+from ccbench.scripts.advise.table import main_collective
 
 
 def emulated_row(**extra) -> dict:
