@@ -130,9 +130,7 @@ def measure(
             calls = max(iterations, sum(r.size for r in rounds))
             if budget_s is not None:
                 left = budget_s - (time.monotonic() - start)
-                calls = int(
-                    min(calls, max(iterations, left / (stats["avg_us"] * 1e-6 * replays)))
-                )
+                calls = int(min(calls, max(iterations, left / (stats["avg_us"] * 1e-6 * replays))))
                 # the clocks' start differs by rank: rank 0's count, or Allgather truncates
                 calls = comm.bcast_obj(calls, root=0)
         rounds.append(timer_loop(run, barrier, calls, watch) / replays)

@@ -491,7 +491,9 @@ class CupyBackend(Backend):
         try:
             import torch  # noqa: F401 - the graph is torch's (NCCL's calls are too)
         except ImportError:
-            raise UsageError("--cuda-graph on -d cupy needs torch (pip install 'ccbench[torch]')")
+            raise UsageError(
+                "--cuda-graph on -d cupy needs torch (pip install 'ccbench[torch]')"
+            ) from None
         from ccbench.kernels.cuda_graph import TorchGraph
 
         return TorchGraph(cupy=True)

@@ -210,7 +210,14 @@ class Kernels:
             self._vote(flag, target)
 
 
-KERNELS = Kernels()
+def _launched(kernel):
+    def launch(self, *args):
+        record_launch()  # one kernel launch each, as kernels/codec_device.py's
+        return kernel(self, *args)
+
+    return launch
+
+
 for _name in (
     "bfp_encode",
     "bfp_decode",
@@ -219,12 +226,8 @@ for _name in (
     "cast_decode",
     "cast_decode_add_encode",
 ):
-
-    def _launched(self, *args, _kernel=getattr(Kernels, _name)):
-        record_launch()  # one kernel launch each, as kernels/codec_device.py's
-        return _kernel(self, *args)
-
-    setattr(Kernels, _name, _launched)
+    setattr(Kernels, _name, _launched(getattr(Kernels, _name)))
+KERNELS = Kernels()
 
 
 class Graph:

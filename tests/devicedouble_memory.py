@@ -66,8 +66,7 @@ def refuse_in_capture(what: str) -> None:
     synchronisation, a copy to or from the host): it raises, as torch does."""
     if cuda_graph.capturing():
         raise RuntimeError(
-            f"CUDA error: operation not permitted when stream is capturing ({what} at "
-            f"{_place()})"
+            f"CUDA error: operation not permitted when stream is capturing ({what} at {_place()})"
         )
 
 
