@@ -111,7 +111,9 @@ def _transfer() -> None:
 
 def record_alloc() -> None:
     """A new device allocation (cupy's pool would serve it, but a timed call that
-    allocates pays the pool's bookkeeping and may grow it: counted, never refused)."""
+    allocates pays the pool's bookkeeping and may grow it: counted, and refused only
+    inside a graph capture, as CUDA refuses it there)."""
+    refuse_in_capture("a device allocation")
     STATS.allocs += 1
     if STATS.in_region:
         STATS.timed_allocs += 1
