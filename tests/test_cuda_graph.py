@@ -124,6 +124,17 @@ def test_codec_throughput_refuses_what_it_cannot_capture(argv, message, capsys):
     assert status == 2 and len(err) == 1 and message in err[0], err
 
 
+def test_compare_refuses_a_graphed_side():
+    from types import SimpleNamespace
+
+    from ccbench.benchmarks.paired import refuse_graph
+    from ccbench.kernels.errors import UsageError
+
+    refuse_graph("A", SimpleNamespace(cuda_graph=0))
+    with pytest.raises(UsageError, match="B: --cuda-graph is a variant's own option"):
+        refuse_graph("B", SimpleNamespace(cuda_graph=5))
+
+
 # ---------------------------------------------------------------- every variant, graphed
 
 CASES = [cid for cid, _, _ in graph_cases()]
