@@ -158,6 +158,7 @@ def test_every_capturable_variant_replays_one_launch_per_call_and_validates(case
     rows, counts = got["rows"], got["double"]
     assert len(rows) == SIZE_COUNT and {r["validation"] for r in rows} == {"Pass"}, rows
     assert {r["cuda_graph"] for r in rows} == {str(REPLAYS)}
+    assert got["sidecar"] == [REPLAYS]  # the run's environment says so too
     assert {int(r["iterations"]) for r in rows} == {ITERATIONS * REPLAYS}  # calls timed
     assert {r["host_syncs"] for r in rows} == {"0.0"}
     for rank in counts:

@@ -80,6 +80,14 @@ REFUSED_ENV = {
 }
 
 
+def sidecar_graph(out: Path) -> list:
+    """The graph mode each run in the CSV's sidecar recorded."""
+    path = Path(f"{out}.json")
+    if not path.exists():
+        return []
+    return [run.get("cuda_graph") for run in json.loads(path.read_text())["runs"].values()]
+
+
 def main() -> None:
     import tests.devicedouble as double
     from ccbench.collectives.comm import Communicator
@@ -110,6 +118,7 @@ def main() -> None:
                 "case": cid,
                 "status": max(statuses),
                 "rows": rows_of(out),
+                "sidecar": sidecar_graph(out),
                 "stderr": err.getvalue(),
                 "double": counts,
             }
