@@ -157,3 +157,16 @@ def test_auto_never_picks_a_chunk_whose_launches_cost_over_5_percent_of_its_wire
     small = auto_chunk_bytes(codec, "float32", 4 << 20, 4, 100.0, 20e9, 20e-6, launch_s=40e-6)
     assert small >= 4 << 20
     assert math.ceil((4 << 20) / small) == 1
+
+
+def test_the_rings_default_chunk_over_nccl_is_auto():
+    from ccbench.benchmarks.coll_compressed import AUTO, default_chunk
+    from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES
+
+    def opts(algorithm, backend):
+        return SimpleNamespace(algorithm=algorithm, backend=backend)
+
+    assert default_chunk(opts("ring", "nccl")) == AUTO
+    assert default_chunk(opts("ring", "gloo")) == DEFAULT_CHUNK_BYTES
+    assert default_chunk(opts("ring", "mpi")) == DEFAULT_CHUNK_BYTES
+    assert default_chunk(opts("library", "nccl")) == DEFAULT_CHUNK_BYTES

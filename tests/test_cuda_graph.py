@@ -167,6 +167,8 @@ def test_every_capturable_variant_replays_one_launch_per_call_and_validates(case
         assert (rank["timed_allocs"], rank["timed"]) == (0, 0), rank
         # and one more replay per size for the accuracy pass, one for -c
         assert rank["replays"] == SIZE_COUNT * (ITERATIONS * REPLAYS + 2), rank
+    if case_id == "coll-ring-auto":  # graphed: no launch floor under the chunk
+        assert {r["launch_us"] for r in rows} == {"0.0"}
     if "call_us" in rows[0]:  # replays run no Python: no breakdown of their time
         assert {r["call_us"] for r in rows} == {""}
 
