@@ -18,6 +18,12 @@ corpus`), gradients and weights of its language model. torch runs on one thread;
 other kernels are single-threaded. Pin the process to a core (taskset -c N) to measure.
 Goals (fused kernels): bfp:rate=8 encode and decode >= 0.8x, fp16 and bf16 >= 0.9x the
 copy rate.
+
+On a device, `host_us_per_call` is the host's time to issue one call (the slowest of
+encode, decode and hop; the best batch of each): what a caller pays before the device
+has the work. `--cuda-graph N` captures each call once in a CUDA graph after the eager
+warm-up and times N replays per batch (fixed-size codecs on their device kernels only);
+its `host_us_per_call` is then a replay's.
 """
 
 from __future__ import annotations
@@ -28,10 +34,11 @@ import time
 
 import numpy as np
 
-from ccbench.benchmarks import accuracy
+from ccbench.benchmarks import accuracy, graphs
 from ccbench.benchmarks.options import (
     RankAwareParser,
     add_buffer,
+    add_cuda_graph,
     add_output,
     add_repetitions,
     add_seed,
@@ -90,6 +97,7 @@ def measure_codec(
     seed: int = 0,
     clock: str = "wall",
     kernels: str = "fused",
+    cuda_graph: int = 0,
 ) -> dict:
     """One row: best-of-`repeats` encode, decode, hop and copy rates, ratio and error.
 
@@ -98,6 +106,8 @@ def measure_codec(
     buffers are timed by events around batches of DEVICE_BATCH calls (stopwatch.py). `kernels`
     'reference' forces the array-API kernels; 'fused' takes what the codec picks (the
     fused or device kernels where it has them); the row's `kernels` says what ran.
+    `cuda_graph` N > 0: each call captured in a graph after the warm-up, N replays timed
+    per batch (device buffers; run() refuses what cannot be captured).
     """
     now = CLOCKS[clock]
     codec = parse_codec(spec)
@@ -145,11 +155,17 @@ def measure_codec(
     watch = Stopwatch(buffer, now)
     watch.prepare(1)
     calls = DEVICE_BATCH if watch.on_device else 1
+    if cuda_graph:
+        steps, calls = captured(buffer, steps), cuda_graph
+    host = {name: float("inf") for name, _ in steps}
+    clock_s = time.perf_counter
     for _ in range(repeats):
         for name, fn in steps:
             watch.begin(0)
+            t0 = clock_s()
             for _ in range(calls):
                 fn()
+            host[name] = min(host[name], (clock_s() - t0) / calls)
             watch.end(0)
             best[name] = min(best[name], float(watch.seconds(1)[0]) / calls)
     codec.check_deferred()
@@ -167,6 +183,11 @@ def measure_codec(
         "size_bytes": nbytes,
         "repeats": repeats,
         "clock": clock,
+        "cuda_graph": cuda_graph,
+        # the host's time to issue a call (a device's only: on the host it is the call)
+        "host_us_per_call": max(host[n] for n in host if n != "copy") * 1e6
+        if watch.on_device
+        else None,
         "encode_gbps": rate["encode"],
         "decode_gbps": rate["decode"],
         "hop_gbps": rate["hop"],
@@ -178,6 +199,35 @@ def measure_codec(
         **round_trip_accuracy(got, ref, kind.is_gradient),
         "error_bound": codec.error_bound(float(np.abs(ref).max()) if count else 0.0, dtype),
     }
+
+
+def captured(buffer: str, steps: list) -> list:
+    """(name, replay) of each step captured once in its own graph (after the warm-up)."""
+    backend = arrays.backend(buffer)
+    out = []
+    for name, fn in steps:
+        graph = backend.graph()
+        graph.capture(fn)
+        out.append((name, graph.replay))
+    return out
+
+
+def check_graph(opts, codecs: list, kernels: list[str]) -> None:
+    """--cuda-graph: refuse in one line what cannot be captured."""
+    if not arrays.backend(opts.buffer).device:
+        raise UsageError(
+            f"{graphs.REFUSED} -d {opts.buffer}: host buffers, no device work to capture "
+            "(use -d torch-cuda or -d cupy)"
+        )
+    if "reference" in kernels:
+        raise UsageError(
+            f"{graphs.REFUSED} --kernels reference: the array-API kernels allocate "
+            "temporaries inside the call (use --kernels fused)"
+        )
+    for codec in codecs:
+        why = graphs.codec_refusal(codec, opts.buffer, opts.dtype)
+        if why:
+            raise UsageError(f"{graphs.REFUSED} {why}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,12 +255,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--kernels",
-        default=",".join(KERNEL_CHOICES),
+        default=None,
         metavar="PATHS",
         help="kernel paths, comma-separated: fused (the codec's fastest: "
         "fused host or device kernels), reference (array-API); "
-        "default both. Codecs with one implementation run once",
+        "default both (with --cuda-graph: fused). Codecs with one implementation run once",
     )
+    add_cuda_graph(parser)
     parser.add_argument(
         "--clock",
         choices=tuple(CLOCKS),
@@ -286,17 +337,21 @@ def run(argv: list[str]) -> int:
     codecs = [parse_codec(spec) for spec in specs]  # bad specs fail before any timing
     for codec in codecs:
         codec.check_supported(opts.buffer, opts.dtype)
-    wanted = [k.strip() for k in opts.kernels.split(",") if k.strip()]
+    kernels = opts.kernels or ("fused" if opts.cuda_graph else ",".join(KERNEL_CHOICES))
+    wanted = [k.strip() for k in kernels.split(",") if k.strip()]
     if not wanted or any(k not in KERNEL_CHOICES for k in wanted):
-        raise UsageError(
-            f"--kernels {opts.kernels!r}: comma-separated, of {', '.join(KERNEL_CHOICES)}"
-        )
+        raise UsageError(f"--kernels {kernels!r}: comma-separated, of {', '.join(KERNEL_CHOICES)}")
+    if opts.cuda_graph:
+        check_graph(opts, codecs, wanted)
     set_one_thread()
     info = _run_info() if opts.csv else {}
+    if info:
+        info["cuda_graph"] = opts.cuda_graph  # the sidecar says so too
     shown = ", ".join(f"{size} B" for size in sizes)
     print(
         f"# ccbench codec throughput: {opts.dtype} buffers of {shown}, buffer "
-        f"{opts.buffer}, best of {opts.iterations} rounds, {opts.clock} clock, one thread",
+        f"{opts.buffer}, best of {opts.iterations} rounds, {opts.clock} clock, one thread"
+        + (f", {opts.cuda_graph} graph replays per batch" if opts.cuda_graph else ""),
         flush=True,
     )
     if skipped:
@@ -328,6 +383,7 @@ def run(argv: list[str]) -> int:
                         opts.seed,
                         opts.clock,
                         kernels,
+                        opts.cuda_graph,
                     )
                     rows.append(build_row(CODEC, info, row, {"hugepages": hugepages}))
                     _print_row(row)

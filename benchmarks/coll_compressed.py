@@ -61,7 +61,7 @@ AUTO = "auto"
 ALGORITHMS = ("ring", "library")
 # the ring's pipeline options, which a library call has no use for: (option, default)
 RING_OPTIONS = (
-    ("chunk_bytes", DEFAULT_CHUNK_BYTES),
+    ("chunk_bytes", None),  # DEFAULT_CHUNK_BYTES; over NCCL auto (resolve_chunk)
     ("progress", DEFAULT_PROGRESS),
     ("codec_threads", 0),
     ("wait", DEFAULT_WAIT),
@@ -92,6 +92,8 @@ class MeasuredRates:
     transport_gbps: float | None  # the transport's rate (1/beta); None on one rank
     link_gbps: float | None  # the rate the chunk is chosen for: the emulated link's where
     # known (the floor's rate), else the transport's
+    launch_s: float | None = None  # a device launch's host cost: eager, the slowest
+    # rank's; 0 graphed (replays launch nothing); None on host buffers
 
 
 def _best(function, repeats: int = RATE_REPEATS) -> float:
@@ -123,6 +125,27 @@ def codec_rate(codec, buffer: str, dtype: str) -> float:
     seconds = _best(encode) + _best(decode)
     codec.check_deferred()
     return 2 * count * itemsize(dtype) / seconds
+
+
+LAUNCH_PROBE_CALLS = 20  # eager encodes queued back to back, per round
+
+
+def launch_host_s(codec, buffer: str, dtype: str) -> float:
+    """The host's time per eager launch on a device: encodes of one granule queued back to
+    back (the host does not wait for them), the best round's time per call."""
+    count = codec.granularity
+    x = arrays.from_numpy(buffer, inputs.values("gradient-like", count, 0, 1, 0), dtype)
+    payload = empty_payload(x, codec.max_encoded_nbytes(count, dtype))
+
+    def calls():
+        for _ in range(LAUNCH_PROBE_CALLS):
+            codec.encode(x, out=payload)
+
+    calls()
+    seconds = _best(calls) / LAUNCH_PROBE_CALLS
+    arrays.synchronize(buffer)
+    codec.check_deferred()
+    return seconds
 
 
 def ring_exchange_s(comm, nbytes: int, buffer: str) -> float:
@@ -199,9 +222,13 @@ def pipeline_chunk_s(comm, codec, buffer: str, dtype: str) -> float:
     return max(cut - whole, 0.0) / ((comm.size - 1) * (CHUNK_PROBE_CHUNKS - 1))
 
 
-def measure_rates(comm, codec, buffer: str, dtype: str) -> MeasuredRates:
+def measure_rates(comm, codec, buffer: str, dtype: str, graphed: bool = False) -> MeasuredRates:
     """The rates --chunk-bytes auto uses, agreed by every rank. Collective."""
     rate = comm.allreduce_value(codec_rate(codec, buffer, dtype), op="min")
+    launch_s = None
+    if arrays.is_gpu(buffer):
+        eager = 0.0 if graphed else launch_host_s(codec, buffer, dtype)
+        launch_s = comm.allreduce_value(eager, op="max")
     message_s, transport_gbps = transport_alpha_beta(comm, buffer)
     # a chunk costs at least the message it is sent in
     chunk_s = max(pipeline_chunk_s(comm, codec, buffer, dtype), message_s)
@@ -213,6 +240,7 @@ def measure_rates(comm, codec, buffer: str, dtype: str) -> MeasuredRates:
         codec_sharing(comm, buffer),
         transport_gbps,
         link if link else transport_gbps,
+        launch_s,
     )
 
 
@@ -225,6 +253,14 @@ def codec_sharing(comm, buffer: str) -> float:
     )
     shares = [codec_share(places, r, on_device) for r in range(len(places))]
     return max(device if on_device else core for core, device in shares)
+
+
+def default_chunk(opts):
+    """--chunk-bytes when not given: auto for the ring over NCCL, where every chunk costs
+    the host its launches (docs/gpu.md, "Chunks on a device"); else DEFAULT_CHUNK_BYTES."""
+    if opts.algorithm == "ring" and opts.backend == "nccl":
+        return AUTO
+    return DEFAULT_CHUNK_BYTES
 
 
 def chunk_option(text: str):
@@ -256,12 +292,13 @@ class CollCompressed(CompressedVariant):
         group.add_argument(
             "--chunk-bytes",
             type=chunk_option,
-            default=DEFAULT_CHUNK_BYTES,
+            default=None,
             metavar="BYTES",
             help=f"uncompressed bytes per pipelined chunk (default "
-            f"{DEFAULT_CHUNK_BYTES // 1024}K; 0: one chunk per block; auto: chosen per "
-            "size from the block, the codec's rate and ratio and the transport's "
-            "per-message cost and rate, measured at start-up)",
+            f"{DEFAULT_CHUNK_BYTES // 1024}K, auto over NCCL; 0: one chunk per block; auto: "
+            "chosen per size from the block, the codec's rate and ratio and the "
+            "transport's per-message cost and rate, measured at start-up; on a device "
+            "never a chunk whose launches cost the host over 5%% of its wire time)",
         )
         group.add_argument(
             "--progress",
@@ -308,6 +345,8 @@ class CollCompressed(CompressedVariant):
                     f"{names}: the ring's pipeline options; --algorithm library "
                     f"makes one library call per phase (use --algorithm ring)"
                 )
+        if opts.chunk_bytes is None:
+            opts.chunk_bytes = default_chunk(opts)
         if opts.chunk_bytes != AUTO and opts.chunk_bytes < 0:
             raise UsageError("--chunk-bytes must not be negative")
 
@@ -327,6 +366,7 @@ class CollCompressed(CompressedVariant):
                 rates.chunk_s,
                 case.collective,
                 rates.codec_share,
+                rates.launch_s or 0.0,
             )
         return {
             "chunk_bytes": chunk,
@@ -339,7 +379,9 @@ class CollCompressed(CompressedVariant):
     def prepare(self, comm, opts) -> None:
         self.rates = {}
         if opts.chunk_bytes == AUTO:
-            self.rates[opts.dtype] = measure_rates(comm, self.codec, opts.buffer, opts.dtype)
+            self.rates[opts.dtype] = measure_rates(
+                comm, self.codec, opts.buffer, opts.dtype, graphed=bool(opts.cuda_graph)
+            )
 
     def run_columns(self, opts) -> dict:
         rates = self.rates.get(opts.dtype)
@@ -351,6 +393,7 @@ class CollCompressed(CompressedVariant):
             "pipeline_chunk_us": rates.chunk_s * 1e6,
             "transport_gbps": rates.transport_gbps,
             "auto_link_gbps": rates.link_gbps,
+            "launch_us": None if rates.launch_s is None else rates.launch_s * 1e6,
         }
 
     def columns(self, opts) -> dict:
@@ -365,6 +408,7 @@ class CollCompressed(CompressedVariant):
             "pipeline_chunk_us": None,
             "transport_gbps": None,
             "auto_link_gbps": None,
+            "launch_us": None,
             "progress": opts.progress,
             "codec_threads": opts.codec_threads,
             "wait": opts.wait,

@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from ccbench.benchmarks import graphs
 from ccbench.benchmarks.environment import link_bound
 from ccbench.benchmarks.harness import Op, Variant, held
 from ccbench.benchmarks.options import iterations_for
@@ -89,6 +90,10 @@ class CompressedVariant(Variant):
             raw = comm.allreduce_value(run.raw_bytes)
             wire = comm.allreduce_value(comm.wire_bytes)
             row = {"compression_ratio": raw / wire if wire else float("nan")}
+            if "chunk_bytes" in options:  # what --chunk-bytes auto chose for this size
+                row["chunk_used_bytes"] = options["chunk_bytes"]
+            if ctx.opts.cuda_graph:  # replays run no Python: no breakdown to read
+                return row
             # the timed calls: after the warm-up, before the harness's untimed last call
             timed = (warmup, -1)
             row.update(
@@ -101,11 +106,12 @@ class CompressedVariant(Variant):
                     run.breakdown.fastest(*timed)[CODEC_CPU],
                 )
             )
-            if "chunk_bytes" in options:  # what --chunk-bytes auto chose for this size
-                row["chunk_used_bytes"] = options["chunk_bytes"]
             return row
 
         return Op(run=run, send=send, recv=recv, stats=stats, check=self.codec.check_deferred)
+
+    def graph_refusal(self, opts) -> str | None:
+        return graphs.codec_refusal(self.codec, opts.buffer, opts.dtype)
 
     def validation_input(self, case, rank: int) -> np.ndarray:
         # a lossy codec is exact on small integers, which would leave its bound untested:

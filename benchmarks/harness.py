@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ccbench.benchmarks import accuracy, environment, osu_format
+from ccbench.benchmarks import accuracy, environment, graphs, osu_format
 from ccbench.benchmarks.agreement import agreed, run_main
 from ccbench.benchmarks.options import (
     DEFAULT_DATA,
@@ -165,6 +165,11 @@ class Variant:
         buffers: what OSU's C timing loop can time (benchmarks/timing_c.py)."""
         return False
 
+    def graph_refusal(self, opts) -> str | None:
+        """Why this run's call cannot be captured in a CUDA graph (--cuda-graph), where
+        the transport could: the host inside the call. None: it can."""
+        return None
+
 
 # Inputs and references -------------------------------------------------------------------
 
@@ -245,6 +250,8 @@ def parse_options(variant: Variant, argv, comm: BaseCommunicator):
     if opts.ci_target is not None and opts.time_budget is None:
         opts.time_budget = DEFAULT_TIME_BUDGET_S
     variant.check_options(opts, comm.size)
+    if opts.cuda_graph:
+        graphs.check_options(variant, opts)
     return opts
 
 
@@ -400,12 +407,13 @@ def check_deferred(comm: BaseCommunicator, op: Op) -> None:
         agreed(comm, op.check)
 
 
-def validate_case(variant: Variant, ctx: Context, case: Case, op: Op) -> dict:
-    """The -c pass: one call on integers whose sums are exact, checked on every rank."""
+def validate_case(variant: Variant, ctx: Context, case: Case, op: Op, run=None) -> dict:
+    """The -c pass: one call on integers whose sums are exact, checked on every rank
+    (`run`: the call to check, the op's own by default; a graph's replay in graph mode)."""
     comm = ctx.comm
     exact = agreed(comm, lambda: [variant.validation_input(case, r) for r in range(case.ranks)])
     agreed(comm, lambda: fill(op.send, exact[case.rank], case))
-    op.run()
+    (run or op.run)()
     arrays.synchronize(case.buffer)
     check_deferred(comm, op)
     return _combine_checks(comm, agreed(comm, lambda: check_result(variant, case, op.recv, exact)))
@@ -415,6 +423,7 @@ def _run_case(variant: Variant, ctx: Context, case: Case):
     comm, opts = ctx.comm, ctx.opts
     prepared = prepare_case(variant, ctx, case)
     op, run, timed = prepared.op, prepared.run, prepared.timed
+    graphed = graphs.GraphedCall(comm, case.buffer) if opts.cuda_graph else None
     timing = measure(
         comm,
         run,
@@ -425,11 +434,16 @@ def _run_case(variant: Variant, ctx: Context, case: Case):
         budget_s=opts.time_budget,
         timer=getattr(opts, "timer", None),
         buffer=case.buffer,
+        capture=graphed.capture if graphed else None,
+        replays=opts.cuda_graph or 1,
     )
     check_deferred(comm, op)
     iters = timing.pop("iterations")
-    # one more call on the timed data: the wire volume, the ratio and the accuracy
+    # one more call on the timed data: the wire volume, the ratio and the accuracy (graph
+    # mode: a replay, and the bytes the captured call put on the wire)
     comm.reset_wire_bytes()
+    if graphed is not None:
+        run = graphed.replay_counted
     run()
     arrays.synchronize(case.buffer)
     check_deferred(comm, op)
@@ -440,7 +454,7 @@ def _run_case(variant: Variant, ctx: Context, case: Case):
     stats.update(_accuracy(comm, variant, case, op.recv, timed))
     check = None
     if opts.validate:  # its own pass, on integers whose sums are exact
-        check = validate_case(variant, ctx, case, op)
+        check = validate_case(variant, ctx, case, op, run)
     return iters, prepared.warmup, timing, check, stats
 
 
@@ -468,6 +482,8 @@ def _run(variant: Variant, argv, launch: BaseCommunicator) -> int:
     comm = open_transport(launch, opts)
     cases, skipped = agreed(comm, lambda: plan_cases(variant, opts, comm))
     opts.timer, timer_note = agreed(comm, lambda: planned_timer(variant, opts, comm))
+    if opts.cuda_graph:
+        agreed(comm, lambda: graphs.check_run(variant, opts, comm))
     agreed(comm, lambda: variant.prepare(comm, opts))
     ctx = Context(comm, opts, variant)
     variant_columns = {**variant.columns(opts), **variant.run_columns(opts)}
@@ -477,6 +493,7 @@ def _run(variant: Variant, argv, launch: BaseCommunicator) -> int:
     root = comm.rank == 0
     agreed(comm, lambda: check_header(opts.csv, columns) if root else None)
     run_info = environment.run_info(comm, variant.name, opts.buffer)
+    run_info["cuda_graph"] = opts.cuda_graph  # in every row and the sidecar
     printer = osu_format.Printer(opts, variant, run_info) if root else None
     if printer:
         if comm.size == 1:

@@ -282,6 +282,20 @@ def check_gradient_codec(variant: str, codec: str) -> str:
     return parse_codec(codec).spec
 
 
+def add_cuda_graph(parser) -> None:
+    """--cuda-graph N: the timed call captured once into a CUDA graph, N replays timed per
+    iteration (nccl-tests' -G); 0, the default: eager calls."""
+    parser.add_argument(
+        "--cuda-graph",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="device buffers: warm up eagerly, capture the timed call once in a CUDA "
+        "graph, time N replays per iteration (0: eager calls, the default); only calls "
+        "queued wholly on the device can be captured (docs/gpu.md)",
+    )
+
+
 def add_output(parser, rows: str, json: bool = False) -> None:
     parser.add_argument(
         "--csv",
@@ -333,6 +347,7 @@ def build_parser(prog: str, description: str, collectives, quiet: bool) -> RankA
         "(OMB-Py), for small messages",
     )
     add_transport(common)
+    add_cuda_graph(common)
     add_output(common, "one row per size", json=True)
     add_seed(common)
     common.add_argument(

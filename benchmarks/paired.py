@@ -97,10 +97,19 @@ class Side:
         self.label, self.text = label, text
         self.variant = agreed(comm, lambda: variant_named(words[0]))
         self.opts = agreed(comm, lambda: parse_options(self.variant, [*words[1:], *common], comm))
+        agreed(comm, lambda: refuse_graph(label, self.opts))
         # each side's own transport (A over MPI, B over torch.distributed, say)
         self.comm = open_transport(comm, self.opts)
         agreed(comm, lambda: self.variant.prepare(self.comm, self.opts))
         self.ctx = Context(self.comm, self.opts, self.variant)
+
+
+def refuse_graph(label: str, opts) -> None:
+    if opts.cuda_graph:
+        raise UsageError(
+            f"{label}: --cuda-graph is a variant's own option; ccbench compare times eager "
+            "calls on both sides (run each side with --cuda-graph and read their rows)"
+        )
 
 
 def case_key(case) -> str:

@@ -73,6 +73,7 @@ COLL_COMPRESSED = VariantColumns(
                     "pipeline_chunk_us",
                     "transport_gbps",
                     "auto_link_gbps",
+                    "launch_us",  # --chunk-bytes auto on a device: host time per launch
                 ),
             ),
             (SETTING, str, ("progress",)),
@@ -104,7 +105,7 @@ VARIANT_TABLES = (P2P_COMPRESSED, COLL_COMPRESSED, SPARSE_STREAMING)
 
 HARNESS = Schema(
     "harness",
-    4,
+    5,
     columns(
         (PROVENANCE, str, (SCHEMA, *RUN)),
         (
@@ -125,6 +126,7 @@ HARNESS = Schema(
         (DERIVED, int, ("bytes_per_rank", "total_bytes", "count")),
         (MEASUREMENT, int, ("iterations", "warmup")),
         (SETTING, str, ("timing", "timer", "hugepages")),
+        (SETTING, int, ("cuda_graph",)),  # replays per timed iteration; 0: eager calls
         (SETTING, float, ("ci_target_pct", "time_budget_s")),
         (MEASUREMENT, str, ("stopped_by",)),
         (
@@ -172,6 +174,10 @@ HARNESS = Schema(
             # before `cluster selfcheck` measured the fixed cost of a ring step: none known
             "link_step_us": ""
         },
+        4: {
+            # before --cuda-graph every call was launched eagerly
+            "cuda_graph": 0
+        },
     },
     variant_defaults={
         1: {
@@ -216,7 +222,7 @@ COMPARE = Schema(
 
 CODEC = Schema(
     "codec",
-    2,
+    3,
     columns(
         (PROVENANCE, str, (SCHEMA, *RUN)),
         (SETTING, str, ("codec", "kernels")),
@@ -225,6 +231,8 @@ CODEC = Schema(
         (SETTING, int, ("size_bytes",)),
         (MEASUREMENT, int, ("repeats",)),
         (SETTING, str, ("clock",)),
+        (SETTING, int, ("cuda_graph",)),  # replays per timed batch; 0: eager calls
+        (MEASUREMENT, float, ("host_us_per_call",)),  # an eager call's host time
         (
             MEASUREMENT,
             float,
@@ -249,7 +257,10 @@ CODEC = Schema(
         defaults={"data": "random"},
     ),
     signature=("encode_gbps", "decode_gbps"),
-    defaults={1: {"data": "random", "kernels": "reference", "hugepages": "madvise"}},
+    defaults={
+        1: {"data": "random", "kernels": "reference", "hugepages": "madvise"},
+        2: {"cuda_graph": 0},  # before --cuda-graph (no host time per call was measured)
+    },
 )
 
 TRAINING = Schema(

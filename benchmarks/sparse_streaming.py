@@ -180,6 +180,16 @@ class SparseStreaming(Variant):
                 )
         self.opts, self.ranks = opts, ranks
 
+    def graph_refusal(self, opts) -> str | None:
+        if opts.algorithm == "omnireduce":
+            return "--algorithm omnireduce: its streams' headers are read on the host"
+        if opts.algorithm == "allgather-sparse":
+            return (
+                "--algorithm allgather-sparse: its block maps are read back on the host at "
+                "every step"
+            )
+        return None
+
     def columns(self, opts) -> dict:
         omni = opts.algorithm == "omnireduce"  # the protocol columns are omnireduce's only
         constant = {

@@ -78,6 +78,8 @@ def measure(
     clock=None,
     timer: str | None = None,
     buffer: str | None = None,
+    capture=None,
+    replays: int = 1,
 ) -> dict:
     """Time `run` on every rank; the statistics across ranks (the same on every rank).
 
@@ -90,6 +92,10 @@ def measure(
     in C (benchmarks/timing_c.py) when `timer` (default: CCBENCH_TIMER, else auto)
     allows and a compiler was found; the result's `timer` says which loop ran: c or
     python.
+
+    `capture` (graph mode, --cuda-graph): called after the eager warm-up with `run`, it
+    captures the call into a graph and returns its replay; each timed region is then
+    `replays` replays back to back, and a call's time is the region's over `replays`.
     """
     barrier = comm.barrier
     watch = Stopwatch(buffer, clock or comm.clock)
@@ -109,6 +115,9 @@ def measure(
         compiled.warm_up(warmup, timing)
     else:
         _warm_up(run, barrier, warmup, timing, watch)
+    if capture is not None:
+        run = _replayed(capture(run), replays)
+        barrier()
     if ci_target is not None:
         t_quantile(2)  # scipy's first import (seconds on a loaded host) is not the budget's
     rounds, stopped_by, start = [], "iterations", time.monotonic()
@@ -121,10 +130,10 @@ def measure(
             calls = max(iterations, sum(r.size for r in rounds))
             if budget_s is not None:
                 left = budget_s - (time.monotonic() - start)
-                calls = int(min(calls, max(iterations, left / (stats["avg_us"] * 1e-6))))
+                calls = int(min(calls, max(iterations, left / (stats["avg_us"] * 1e-6 * replays))))
                 # the clocks' start differs by rank: rank 0's count, or Allgather truncates
                 calls = comm.bcast_obj(calls, root=0)
-        rounds.append(timer_loop(run, barrier, calls, watch))
+        rounds.append(timer_loop(run, barrier, calls, watch) / replays)
         mine = np.concatenate(rounds)
         everyone = comm.allgather_array(mine)
         stats = summarize(everyone)
@@ -143,6 +152,7 @@ def measure(
     calls = sum(r.size for r in rounds) if timing == "per-call" else iterations * len(rounds)
     # the timed calls' declared host synchronisations, the most of any rank
     syncs = comm.allreduce_value(watch.syncs, op="max") if watch.on_device else 0
+    calls *= replays  # graph mode: each timed call is `replays` replays
     stats.update(
         iterations=calls,
         stopped_by=stopped_by,
@@ -155,6 +165,18 @@ def measure(
     # every rank's every call (batch: every block's per-call time), kept beside the row
     stats["times_us"] = everyone * 1e6
     return stats
+
+
+def _replayed(replay, replays: int):
+    """`replays` replays of a captured call back to back: one timed region's work."""
+    if replays == 1:
+        return replay
+
+    def run():
+        for _ in range(replays):
+            replay()
+
+    return run
 
 
 def planned_timer(variant, opts, comm: BaseCommunicator) -> tuple[str, str]:

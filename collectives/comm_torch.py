@@ -81,6 +81,15 @@ def check_backend(backend: str, buffer: str) -> None:
         raise UsageError("--backend gloo: this torch has no gloo")
 
 
+def stages(backend: str, buffer: str) -> bool:
+    """Whether `backend` stages `buffer`'s arrays through a mirror (the host copies them
+    inside each call): a CUDA buffer on gloo, every buffer with CCBENCH_TORCH_STAGE=1.
+    As TorchCommunicator._reachable decides per tensor."""
+    if os.environ.get(STAGE_ENV) == "1":
+        return True
+    return (buffer in CUDA_BUFFERS) != (backend == "nccl")
+
+
 def _interface_address(name: str) -> str:
     """IPv4 address of a network interface (SIOCGIFADDR)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

@@ -96,6 +96,11 @@ class Backend:
         kernels/codec_device.py, where cupy runs)."""
         return None
 
+    def graph(self):
+        """A graph to capture one call into and replay it (`capture(call)`, `replay()`:
+        kernels/cuda_graph.py); device backends only."""
+        raise UsageError(f"--cuda-graph: -d {self.name} buffers live on the host: no device")
+
     def address(self, x) -> int:
         raise NotImplementedError
 
@@ -340,6 +345,13 @@ class TorchBackend(Backend):
     def tensor(self, x):
         return x
 
+    def graph(self):
+        if not self.cuda:
+            return super().graph()
+        from ccbench.kernels.cuda_graph import TorchGraph
+
+        return TorchGraph(cupy=False)
+
 
 class CupyBackend(Backend):
     name = "cupy"
@@ -474,3 +486,14 @@ class CupyBackend(Backend):
         import torch
 
         return torch.as_tensor(x, device=f"cuda:{x.device.id}")
+
+    def graph(self):
+        try:
+            import torch  # noqa: F401 - the graph is torch's (NCCL's calls are too)
+        except ImportError:
+            raise UsageError(
+                "--cuda-graph on -d cupy needs torch (pip install 'ccbench[torch]')"
+            ) from None
+        from ccbench.kernels.cuda_graph import TorchGraph
+
+        return TorchGraph(cupy=True)

@@ -69,8 +69,7 @@ def check() -> None:
         _module = cupy.RawModule(
             code=_SOURCE, options=("--fmad=false", "--prec-div=true", "--prec-sqrt=true")
         )
-        for name in _KERNEL_NAMES:
-            _module.get_function(name)
+        _resolve(_module)
 
 
 # ---------------------------------------------------------------- launch geometry
@@ -151,54 +150,113 @@ def read_flag(flag: Flag) -> int:
     return value
 
 
+# ---------------------------------------------------------------- the launch path
+# A call's host cost is what a caller pays before the device has the work: at tens of
+# MiB a current GPU runs these kernels in tens of microseconds, so every per-call lookup
+# counts. The functions are resolved once (check), array types and streams are looked up
+# in dicts, a codec's constant arguments are packed once, and the stream goes to the
+# launch as an argument (no `with stream:`).
+
+_IS_TORCH: dict = {}  # array type -> whether it is a torch tensor
+
+
 def _is_torch(a) -> bool:
-    return type(a).__module__.startswith("torch")
+    kind = type(a)
+    known = _IS_TORCH.get(kind)
+    if known is None:
+        known = _IS_TORCH[kind] = kind.__module__.startswith("torch")
+    return known
 
 
-def _pointer(a) -> np.uint64:
-    """The device address of a cupy array or a torch CUDA tensor, as a kernel argument. No
-    cupy view is built: a view through __cuda_array_interface__ costs tens of microseconds
-    of Python, more than the kernel itself at tens of MiB on a current GPU."""
-    return np.uint64(a.data_ptr() if _is_torch(a) else a.data.ptr)
+def _address(a) -> int:
+    """The device address of a cupy array or a torch CUDA tensor. No cupy view is built:
+    a view through __cuda_array_interface__ costs tens of microseconds of Python."""
+    return a.data_ptr() if _is_torch(a) else a.data.ptr
 
 
-_functions: dict = {}  # kernel name -> compiled function
+_functions: dict = {}  # kernel name -> compiled function (check() resolves them all)
 _streams: dict = {}  # torch stream handle -> cupy's handle on the same stream
+_launcher: dict = {}  # "stream": whether a launch takes its stream as an argument
+_torch_stream = []  # [torch's raw current-stream handle of a device index]
+
+
+def _resolve(module) -> None:
+    """Every kernel's function, and how a launch is given its stream (once)."""
+    for name in _KERNEL_NAMES:
+        _functions[name] = module.get_function(name)
+    cupy = _cupy()
+    try:  # an empty decode: n = 0 touches no memory
+        _functions["cast_decode"](
+            (1,),
+            (THREADS,),
+            (_NULL, np.int64(0), _NULL, np.int32(0), np.int32(0)),
+            stream=cupy.cuda.get_current_stream(),
+        )
+        _launcher["stream"] = True
+    except TypeError:  # an older cupy: the stream is the current one
+        _launcher["stream"] = False
+
+
+def _current_torch_stream(index: int) -> int:
+    if not _torch_stream:
+        import torch
+
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _torch_stream.append(
+            raw if raw is not None else lambda i: torch.cuda.current_stream(i).cuda_stream
+        )
+    return _torch_stream[0](index)
 
 
 def _stream_of(x):
     """The stream `x`'s library queues work on: torch's current stream for a tensor (one
     cupy handle kept per stream), cupy's current stream for a cupy array."""
-    cupy = _cupy()
     if not _is_torch(x):
-        return cupy.cuda.get_current_stream()
-    import torch
-
-    handle = torch.cuda.current_stream(x.device).cuda_stream
+        return _cupy().cuda.get_current_stream()
+    handle = _current_torch_stream(x.get_device())
     stream = _streams.get(handle)
     if stream is None:
-        stream = _streams[handle] = cupy.cuda.ExternalStream(handle)
+        stream = _streams[handle] = _cupy().cuda.ExternalStream(handle)
     return stream
+
+
+_BLOCK = (THREADS,)
 
 
 def _launch(name: str, work: int, like, args, flag: Flag | None = None) -> None:
     """Launch `name` over `work` items on `like`'s stream; an encode's flag remembers the
     stream, for check_deferred to wait on."""
-    function = _functions.get(name)
-    if function is None:
-        function = _functions[name] = _module.get_function(name)
     stream = _stream_of(like)
     if flag is not None:
         flag.streams[stream.ptr] = stream
-    with stream:
-        function((grid(work),), (THREADS,), args)
+    blocks = (max(1, min(MAX_BLOCKS, -(-work // THREADS))),)
+    if _launcher["stream"]:
+        _functions[name](blocks, _BLOCK, args, stream=stream)
+    else:
+        with stream:
+            _functions[name](blocks, _BLOCK, args)
 
 
-def _vector(*pointers) -> np.int32:
-    return np.int32(vector_ok(*(int(p) for p in pointers)))
+def _vector(*addresses: int) -> np.int32:
+    return _VECTOR[vector_ok(*addresses)]
 
 
+_VECTOR = {True: np.int32(1), False: np.int32(0)}
 _NULL = np.uint64(0)  # a NULL pointer argument
+_BFP: dict = {}  # (block, tile width, rate, limit bits) -> those packed as arguments
+
+
+def _bfp_constants(codec, tile_width: int) -> tuple:
+    key = (codec.block, tile_width, codec.rate, codec.limit_bits)
+    packed = _BFP.get(key)
+    if packed is None:
+        packed = _BFP[key] = (
+            np.int32(codec.block),
+            np.int32(tile_width),
+            np.int32(codec.rate),
+            np.int32(codec.limit_bits),
+        )
+    return packed
 
 
 def bfp_encode(codec, x, payload, tile_width: int, flag: Flag) -> None:
@@ -206,20 +264,21 @@ def bfp_encode(codec, x, payload, tile_width: int, flag: Flag) -> None:
     n = x.shape[0]
     if n == 0:
         return
-    xp, pp = _pointer(x), _pointer(payload)
+    xa, pa = _address(x), _address(payload)
+    block, width, rate, limit = _bfp_constants(codec, tile_width)
     _launch(
         "bfp_encode",
         bfp_groups(n, codec.block, tile_width),
         x,
         (
-            xp,
+            np.uint64(xa),
             np.int64(n),
-            pp,
-            np.int32(codec.block),
-            np.int32(tile_width),
-            np.int32(codec.rate),
-            _vector(xp, pp),
-            np.int32(codec.limit_bits),
+            np.uint64(pa),
+            block,
+            width,
+            rate,
+            _vector(xa, pa),
+            limit,
             flag.pointer,
         ),
         flag,
@@ -230,20 +289,13 @@ def bfp_decode(codec, payload, out, tile_width: int) -> None:
     n = out.shape[0]
     if n == 0:
         return
-    pp, op = _pointer(payload), _pointer(out)
+    pa, oa = _address(payload), _address(out)
+    block, width, rate, _ = _bfp_constants(codec, tile_width)
     _launch(
         "bfp_decode",
         bfp_groups(n, codec.block, tile_width),
         out,
-        (
-            pp,
-            np.int64(n),
-            op,
-            np.int32(codec.block),
-            np.int32(tile_width),
-            np.int32(codec.rate),
-            _vector(pp, op),
-        ),
+        (np.uint64(pa), np.int64(n), np.uint64(oa), block, width, rate, _vector(pa, oa)),
     )
 
 
@@ -253,29 +305,36 @@ def bfp_decode_add_encode(codec, payload, own, target, out, tile_width: int, fla
     n = target.shape[0]
     if n == 0:
         return
-    pointers = [_pointer(a) for a in (payload, own, target)]
-    op = None if out is None else _pointer(out)
+    pa, wa, ta = _address(payload), _address(own), _address(target)
+    oa = 0 if out is None else _address(out)
+    block, width, rate, limit = _bfp_constants(codec, tile_width)
     _launch(
         "bfp_decode_add_encode",
         bfp_groups(n, codec.block, tile_width),
         target,
         (
-            *pointers,
+            np.uint64(pa),
+            np.uint64(wa),
+            np.uint64(ta),
             np.int64(n),
-            _NULL if op is None else op,
-            np.int32(codec.block),
-            np.int32(tile_width),
-            np.int32(codec.rate),
-            _vector(*pointers, *([] if op is None else [op])),
-            np.int32(codec.limit_bits),
+            np.uint64(oa),
+            block,
+            width,
+            rate,
+            _vector(pa, wa, ta, oa),  # NULL (0) is aligned
+            limit,
             flag.pointer,
         ),
         flag,
     )
 
 
+_LIMITS = {True: np.int32(BF16_OVERFLOW_BITS), False: np.int32(F16_OVERFLOW_BITS)}
+_BFLOAT = {True: np.int32(1), False: np.int32(0)}
+
+
 def _limit(bfloat: bool) -> np.int32:
-    return np.int32(BF16_OVERFLOW_BITS if bfloat else F16_OVERFLOW_BITS)
+    return _LIMITS[bool(bfloat)]
 
 
 def cast_encode(x, payload, bfloat: bool, flag: Flag) -> None:
@@ -283,12 +342,20 @@ def cast_encode(x, payload, bfloat: bool, flag: Flag) -> None:
     n = x.shape[0]
     if n == 0:
         return
-    xp, pp = _pointer(x), _pointer(payload)
+    xa, pa = _address(x), _address(payload)
     _launch(
         "cast_encode",
         cast_groups(n),
         x,
-        (xp, np.int64(n), pp, np.int32(bfloat), _vector(xp, pp), _limit(bfloat), flag.pointer),
+        (
+            np.uint64(xa),
+            np.int64(n),
+            np.uint64(pa),
+            _BFLOAT[bfloat],
+            _vector(xa, pa),
+            _LIMITS[bfloat],
+            flag.pointer,
+        ),
         flag,
     )
 
@@ -297,9 +364,12 @@ def cast_decode(payload, out, bfloat: bool) -> None:
     n = out.shape[0]
     if n == 0:
         return
-    pp, op = _pointer(payload), _pointer(out)
+    pa, oa = _address(payload), _address(out)
     _launch(
-        "cast_decode", cast_groups(n), out, (pp, np.int64(n), op, np.int32(bfloat), _vector(pp, op))
+        "cast_decode",
+        cast_groups(n),
+        out,
+        (np.uint64(pa), np.int64(n), np.uint64(oa), _BFLOAT[bfloat], _vector(pa, oa)),
     )
 
 
@@ -308,19 +378,21 @@ def cast_decode_add_encode(payload, own, target, out, bfloat: bool, flag: Flag) 
     n = target.shape[0]
     if n == 0:
         return
-    pointers = [_pointer(a) for a in (payload, own, target)]
-    op = None if out is None else _pointer(out)
+    pa, wa, ta = _address(payload), _address(own), _address(target)
+    oa = 0 if out is None else _address(out)
     _launch(
         "cast_decode_add_encode",
         cast_groups(n),
         target,
         (
-            *pointers,
+            np.uint64(pa),
+            np.uint64(wa),
+            np.uint64(ta),
             np.int64(n),
-            _NULL if op is None else op,
-            np.int32(bfloat),
-            _vector(*pointers, *([] if op is None else [op])),
-            _limit(bfloat),
+            np.uint64(oa),
+            _BFLOAT[bfloat],
+            _vector(pa, wa, ta, oa),
+            _LIMITS[bfloat],
             flag.pointer,
         ),
         flag,

@@ -158,7 +158,7 @@ def draw_all(
             regime is not None
             and spec.needs
             and set(spec.needs) <= set(MODEL_KINDS)
-            and regime != "models"
+            and regime not in ("models", "graphs")
         ):
             continue
         missing = [TITLES[k] for k in spec.needs if not data.has(k)]

@@ -123,13 +123,23 @@ REGIMES = (
     ("links", "Where the papers measured: bandwidth-limited links"),
     ("shm", "Shared memory: where compression cannot win, and why"),
     ("models", "Codecs, layer profiles and simulations"),
+    ("graphs", "CUDA graphs: replayed calls, without the host's launch cost"),
 )
 # Kinds measured on no network at all.
 MODEL_KINDS = ("profile", "codec", "simulation")
 
 
 def regime_of(name: str, frame: pd.DataFrame) -> pd.Series:
-    """Each row's regime: links (an emulated link rate), shm, or models."""
+    """Each row's regime: links (an emulated link rate), shm, or models; graphs for rows
+    of replayed CUDA graphs (--cuda-graph), so no figure draws them with eager calls."""
+    where = _regime_of(name, frame)
+    if "cuda_graph" in frame.columns:
+        graphed = pd.to_numeric(frame["cuda_graph"], errors="coerce").fillna(0) > 0
+        where = where.where(~graphed, "graphs")
+    return where
+
+
+def _regime_of(name: str, frame: pd.DataFrame) -> pd.Series:
     if name in MODEL_KINDS:
         return pd.Series("models", index=frame.index)
     link = (

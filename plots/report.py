@@ -73,6 +73,9 @@ SECTION_INTROS = {
     "without a network to hide them.",
     "models": "Measured on no network: the codecs' throughput on one core, the models' "
     "layer profiles, and MG-WFBP's trace-based simulation.",
+    "graphs": "Rows of --cuda-graph runs: each call captured once in a CUDA graph and "
+    "replayed, so the host's launch cost per kernel and message is left out. They are "
+    "the device's pace, drawn apart from eager calls, never paired with them.",
 }
 
 

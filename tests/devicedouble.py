@@ -14,7 +14,11 @@ behave, where it matters here, like cupy's:
 * a stream whose `synchronize` is counted, and events (`record`, `elapsed`);
 * the codecs' device kernels (`Kernels`: the compiled host kernels on the double's
   memory, their range check a vote into a flag kept on the device, as
-  kernels/codec_device.py's is).
+  kernels/codec_device.py's is);
+* CUDA graphs (`Graph`, --cuda-graph): inside a capture an allocation, a host
+  synchronisation or a copy between host and device raises, as CUDA refuses them; a
+  replay is one host launch, its captured work running on the device (re-run here, its
+  kernels not launched again by the host).
 
 Operations run at once on numpy storage (an ideal device: every kernel has finished when
 it returns). The namespace is numpy's, with arguments and results wrapped, so the
@@ -35,7 +39,7 @@ import time
 
 import numpy as np
 
-from ccbench.kernels import arrays, backends
+from ccbench.kernels import arrays, backends, cuda_graph
 from ccbench.kernels import codec_fused as fused
 from tests.devicedouble_memory import (
     CURRENT,
@@ -45,6 +49,7 @@ from tests.devicedouble_memory import (
     Device,
     DoubleArray,
     record_alloc,
+    record_launch,
     record_sync,
 )
 
@@ -224,7 +229,50 @@ class Kernels:
             self._vote(flag, target)
 
 
+def _launched(kernel):
+    def launch(self, *args):
+        record_launch()  # one kernel launch each, as kernels/codec_device.py's
+        return kernel(self, *args)
+
+    return launch
+
+
+for _name in (
+    "bfp_encode",
+    "bfp_decode",
+    "bfp_decode_add_encode",
+    "cast_encode",
+    "cast_decode",
+    "cast_decode_add_encode",
+):
+    setattr(Kernels, _name, _launched(getattr(Kernels, _name)))
 KERNELS = Kernels()
+
+
+class Graph:
+    """A CUDA graph of one call on the double. The capture runs the call once (this ideal
+    device runs its work at once; a replay overwrites what it wrote) with CUDA's refusals
+    armed; a replay is one host launch and runs the captured call again as the device
+    would, its work not counted as launched by the host."""
+
+    def __init__(self):
+        self.call = None
+
+    def capture(self, call) -> None:
+        with cuda_graph.capture_region():
+            call()
+        self.call = call
+
+    def replay(self) -> None:
+        if self.call is None:
+            raise RuntimeError("replay of a graph that captured nothing")
+        record_launch()
+        STATS.replays += 1
+        STATS.replaying = True
+        try:
+            self.call()
+        finally:
+            STATS.replaying = False
 
 
 class DoubleBackend(backends.Backend):
@@ -319,6 +367,7 @@ class DoubleBackend(backends.Backend):
         def apply():
             host[...] = source
 
+        record_launch()
         stream.enqueue("d2h", apply)
 
     def copy_in_async(self, host, x, stream) -> None:
@@ -329,7 +378,11 @@ class DoubleBackend(backends.Backend):
         def apply():
             target[...] = host
 
+        record_launch()
         stream.enqueue("h2d", apply)
+
+    def graph(self):
+        return Graph()
 
     def codec_kernels(self):
         if os.environ.get("CCBENCH_DOUBLE_KERNELS", "1") == "0" or fused.host_kernels() is None:

@@ -9,7 +9,7 @@ import traceback
 
 import numpy as np
 
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, cuda_graph
 
 STRICT_ENV = "CCBENCH_DOUBLE_STRICT"
 
@@ -29,6 +29,11 @@ class Stats:
         self.timed_transfers = 0  # synchronous explicit copies inside a timed region
         self.copies = {"d2h": 0, "h2d": 0}  # asynchronous copies on copy streams
         self.copy_waits = {"d2h": 0, "h2d": 0}  # copies the host waited for
+        self.launches = 0  # work the host launched: kernels, array operations, copies,
+        # graph replays (a replay's own work runs on the device: not launched again)
+        self.timed_launches = 0  # among them, those inside a timed region
+        self.replays = 0  # graph replays
+        self.replaying = False
         self.in_region = False
         self.where: list[str] = []  # the first undeclared ones' places
         self.alloc_where: list[str] = []  # the first timed allocations' places
@@ -45,6 +50,9 @@ class Stats:
             "timed_transfers": self.timed_transfers,
             "copies": dict(self.copies),
             "copy_waits": dict(self.copy_waits),
+            "launches": self.launches,
+            "timed_launches": self.timed_launches,
+            "replays": self.replays,
             "where": list(self.where),
             "alloc_where": list(self.alloc_where),
         }
@@ -53,7 +61,27 @@ class Stats:
 STATS = Stats()
 
 
+def refuse_in_capture(what: str) -> None:
+    """What CUDA refuses while a stream is being captured into a graph (an allocation, a
+    synchronisation, a copy to or from the host): it raises, as torch does."""
+    if cuda_graph.capturing():
+        raise RuntimeError(
+            f"CUDA error: operation not permitted when stream is capturing ({what} at {_place()})"
+        )
+
+
+def record_launch() -> None:
+    """Work the host launches on the device (a kernel, an array operation, a copy); a
+    graph's replay launches its captured work itself, on the device."""
+    if STATS.replaying:
+        return
+    STATS.launches += 1
+    if STATS.in_region:
+        STATS.timed_launches += 1
+
+
 def record_sync(what: str) -> None:
+    refuse_in_capture(what)
     STATS.syncs += 1
     if not STATS.in_region:
         return
@@ -74,6 +102,8 @@ def _place() -> str:
 
 
 def _transfer() -> None:
+    refuse_in_capture("a copy between host and device memory")
+    record_launch()
     STATS.transfers += 1
     if STATS.in_region:
         STATS.timed_transfers += 1
@@ -81,7 +111,9 @@ def _transfer() -> None:
 
 def record_alloc() -> None:
     """A new device allocation (cupy's pool would serve it, but a timed call that
-    allocates pays the pool's bookkeeping and may grow it: counted, never refused)."""
+    allocates pays the pool's bookkeeping and may grow it: counted, and refused only
+    inside a graph capture, as CUDA refuses it there)."""
+    refuse_in_capture("a device allocation")
     STATS.allocs += 1
     if STATS.in_region:
         STATS.timed_allocs += 1
@@ -177,6 +209,7 @@ def _written(value):
 
 def _binary(name: str):
     def op(self, other):
+        record_launch()
         with np.errstate(**_QUIET):
             return _written(_wrap(getattr(self._a, name)(_unwrap(other))))
 
@@ -186,6 +219,7 @@ def _binary(name: str):
 
 def _inplace(name: str):
     def op(self, other):
+        record_launch()
         with np.errstate(**_QUIET):
             getattr(self._a, name)(_unwrap(other))
         WRITES.wrote(self._a)
@@ -285,6 +319,7 @@ class DoubleArray:
         return _written(DoubleArray(self._a.copy(), self.device))
 
     def fill(self, value) -> None:
+        record_launch()
         self._a.fill(_unwrap(value))
         WRITES.wrote(self._a)
 
@@ -297,6 +332,7 @@ class DoubleArray:
         return _wrap(self._a[_index(key)])
 
     def __setitem__(self, key, value) -> None:
+        record_launch()
         with np.errstate(**_QUIET):
             self._a[_index(key)] = _unwrap(value)
         WRITES.wrote(self._a)
@@ -377,6 +413,7 @@ class _Namespace:
         def call(*args, **kwargs):
             kwargs.pop("device", None)
             out = kwargs.get("out")
+            record_launch()
             if out is not None:
                 kwargs["out"] = _unwrap(out)
             with np.errstate(**_QUIET):

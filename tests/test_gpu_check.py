@@ -71,8 +71,19 @@ def test_without_a_gpu_every_cell_is_skipped_with_its_reason(tmp_path):
                 assert (variant, buffer, transport) in cells_run
     assert all(" -c" in r["command"] for r in rows if r["kind"] == "collective")
     goals = {(r["cell"], r["figure"], r["goal"]) for r in rows if r["kind"] == "goal"}
-    assert len(goals) == 2 * 3 * 3 + 2
+    # per buffer and codec: encode, decode, hop eager and graphed, the host time; then
+    # staging, NCCL's allgather eager and graphed, the graphed pipeline
+    assert len(goals) == 2 * 3 * (3 + 3 + 1) + 4
     assert ("codec bfp:rate=8 hop / cupy", "hop_vs_copy", ">= 0.5") in goals
+    assert ("codec fp16 encode / torch-cuda / graphed", "encode_vs_copy", ">= 0.8") in goals
+    assert ("codec bf16 host time / cupy", "host_us_per_call", "<= 8") in goals
+    figures = {figure: goal for _, figure, goal in goals}
+    assert figures["graphed_speedup_vs_nccl"] == ">= 1.5"
+    assert figures["chunks_vs_whole"] == "<= 1.2"
+    # graph mode's cells: eager and graphed, NCCL's own and the compressed collectives
+    graphed = [r["command"] for r in rows if "--cuda-graph 20" in r["command"]]
+    assert len(graphed) == 2 + 2 * 3 + 2  # codecs, comparisons, the pipeline's two
+    assert sum("reduce_scatter" in c for c in graphed) == 3
     report = (tmp_path / "report.md").read_text()
     assert report.count("| skip |") == len(rows)
 
@@ -142,6 +153,8 @@ def test_each_missing_piece_skips_only_what_needs_it(monkeypatch):
     assert sorted(name for name, why in got.items() if not why) == [
         "codec_throughput / cupy",
         "codec_throughput / torch-cuda",
+        "codec_throughput graphed / cupy",
+        "codec_throughput graphed / torch-cuda",
     ]
     # a tree without the staging benchmark (before its merge): that cell alone
     monkeypatch.setattr(gpu_plan, "STAGING_MODULE", "ccbench.benchmarks.no_such_module")
@@ -203,11 +216,12 @@ def test_a_failing_cell_is_named_and_the_run_exits_1(tmp_path, monkeypatch, caps
 # ------------------------------------------------------------------ the goals
 
 
-def codec_row(codec, encode, decode, hop, copy=400.0):
+def codec_row(codec, encode, decode, hop, copy=400.0, size=64 << 20, host_us=5.0):
     return {
         "codec": codec,
         "kernels": "device",
-        "size_bytes": str(64 << 20),
+        "size_bytes": str(size),
+        "host_us_per_call": host_us,
         "encode_gbps": encode * copy,
         "decode_gbps": decode * copy,
         "hop_gbps": hop * copy,
@@ -247,17 +261,30 @@ class FakeLaunches:
     """subprocess.run for gpu_check: each performance cell's CSV written as given (the
     correctness cells pass), so the run's parsing, goals, report and exit are real."""
 
-    def __init__(self, codec, staging, nccl_us, compressed_us):
+    def __init__(
+        self, codec, staging, nccl_us, compressed_us, graphed=None, chunks=1.1, graphed_nccl=1510.0
+    ):
         self.codec, self.staging = codec, staging
         self.nccl_us, self.compressed_us = nccl_us, compressed_us
+        # graphed: the codecs at 1 MiB; NCCL's graphed allgather and the compressed one
+        # as eager; the pipeline in 1 MiB chunks `chunks` times one chunk per block
+        self.graphed = graphed or [{**r, "size_bytes": str(1 << 20)} for r in GOOD_CODECS]
+        self.chunks, self.graphed_nccl = chunks, graphed_nccl
 
     def __call__(self, command, **kwargs):
         text = " ".join(command)
         if command[:3] == [sys.executable, "-m", "pytest"]:
             return subprocess.CompletedProcess(command, 0, "3 passed in 1.0s\n", "")
         path = Path(command[command.index("--csv") + 1])
+        graphed = "--cuda-graph" in text
         if "codec_throughput" in text:
-            rows = self.codec
+            rows = self.graphed if graphed else self.codec
+        elif "--chunk-bytes 1M" in text:
+            rows = [timing_row(1000.0 * self.chunks)]
+        elif "--chunk-bytes 0" in text:
+            rows = [timing_row(1000.0)]
+        elif graphed and "allgather" in text:
+            rows = [timing_row(1000.0 if "coll_compressed" in text else self.graphed_nccl)]
         elif "staging_bound" in text:
             rows = self.staging
         elif "16M:16M" in text:
@@ -314,15 +341,23 @@ def test_goals_met_are_reported_beside_their_bounds(tmp_path, monkeypatch):
     )
 
 
-@pytest.mark.parametrize("miss", ["encode", "decode", "hop", "staging", "nccl"])
+MISSES = ["encode", "decode", "hop", "staging", "nccl", "host", "graphed", "graphed-nccl"]
+
+
+@pytest.mark.parametrize("miss", [*MISSES, "chunks"])
 def test_each_goal_missed_fails_alone(tmp_path, monkeypatch, miss):
     codecs = [dict(r) for r in GOOD_CODECS]
+    graphed = [{**r, "size_bytes": str(1 << 20)} for r in GOOD_CODECS]
     figure = {
         "encode": "encode_vs_copy",
         "decode": "decode_vs_copy",
         "hop": "hop_vs_copy",
         "staging": "staged_vs_bound",
         "nccl": "speedup_vs_nccl",
+        "host": "host_us_per_call",
+        "graphed": "encode_vs_copy",
+        "graphed-nccl": "graphed_speedup_vs_nccl",
+        "chunks": "chunks_vs_whole",
     }[miss]
     if miss in ("encode", "decode"):
         codecs[1] = codec_row(
@@ -330,17 +365,30 @@ def test_each_goal_missed_fails_alone(tmp_path, monkeypatch, miss):
         )
     elif miss == "hop":
         codecs[1] = codec_row("bf16", 0.8, 0.8, 0.49)
+    elif miss == "host":
+        codecs[1] = codec_row("bf16", 0.8, 0.8, 0.5, host_us=8.1)
+    elif miss == "graphed":  # met eagerly at 64 MiB, missed replayed at 1 MiB
+        graphed[1] = codec_row("bf16", 0.79, 0.8, 0.5, size=1 << 20)
     fake = FakeLaunches(
         codecs,
         [staging_row(1.31 if miss == "staging" else 1.29)],
         nccl_us=1490.0 if miss == "nccl" else 1510.0,
         compressed_us=1000.0,
+        graphed=graphed,
+        chunks=1.21 if miss == "chunks" else 1.19,
+        graphed_nccl=1490.0 if miss == "graphed-nccl" else 1510.0,
     )
     status, goals = goals_of(tmp_path, monkeypatch, fake)
     assert status == 1
     failed = [key for key, r in goals.items() if r["status"] == "fail"]
-    assert len(failed) == (2 if miss in ("encode", "decode", "hop") else 1)  # both buffers
+    per_buffer = ("encode", "decode", "hop", "host", "graphed")
+    assert len(failed) == (2 if miss in per_buffer else 1), failed  # both buffers
     assert {fig for _, fig in failed} == {figure}
+    if miss == "graphed":
+        assert {cell for cell, _ in failed} == {
+            "codec bf16 encode / cupy / graphed",
+            "codec bf16 encode / torch-cuda / graphed",
+        }
 
 
 def test_a_goal_without_its_row_or_its_cell_is_not_met(tmp_path, monkeypatch):

@@ -137,6 +137,7 @@ def test_benchmarks_hold_the_harness_and_variants_only():
         "accuracy",
         "timing_c",
         "timing",
+        "graphs",
         "agreement",
         "schemas",
         "schema_model",

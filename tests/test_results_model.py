@@ -167,7 +167,7 @@ def test_harness_rows_of_version_1_ran_over_mpi(tmp_path):
     table = results.read_table(path)
     assert (table.schema, table.version) == (HARNESS, 1)
     (row,) = table.current()
-    assert (row["schema"], row["transport"], row["backend"]) == ("harness/4", "mpi", "mpi")
+    assert (row["schema"], row["transport"], row["backend"]) == ("harness/5", "mpi", "mpi")
     assert HARNESS.role("transport") == HARNESS.role("backend") == "setting"
     assert HARNESS.role("device") == "provenance"
     assert HARNESS.role("host_syncs") == "measurement"
@@ -182,8 +182,29 @@ def test_harness_rows_of_version_3_knew_no_step_cost(tmp_path):
     table = results.read_table(path)
     assert (table.schema, table.version) == (HARNESS, 3) and table.missing() == []
     (row,) = table.current()
-    assert (row["schema"], row["link_step_us"]) == ("harness/4", "")
+    assert (row["schema"], row["link_step_us"]) == ("harness/5", "")
     assert HARNESS.role("link_step_us") == "provenance"
+
+
+def test_harness_rows_of_version_4_were_eager_and_never_pair_with_graphed_ones(tmp_path):
+    """Version 4 knew no graph mode: its rows read as eager calls (cuda_graph 0), which
+    is part of a point's identity, so a graphed row of the same point is another point."""
+    v4 = [c for c in COMMON_COLUMNS if c != "cuda_graph"]
+    path = tmp_path / "v4.csv"
+    write_csv_atomic(path, [harness_row(schema="harness/4")], v4)
+    table = results.read_table(path)
+    assert (table.schema, table.version) == (HARNESS, 4) and table.missing() == []
+    (eager,) = table.current()
+    assert (eager["schema"], eager["cuda_graph"]) == ("harness/5", 0)
+    assert HARNESS.role("cuda_graph") == "setting"
+    header = [*COMMON_COLUMNS]
+    graphed = {**eager, "cuda_graph": "20"}
+    assert results.point_identity(eager, HARNESS, header) != results.point_identity(
+        graphed, HARNESS, header
+    )
+    assert results.point_identity(eager, HARNESS, header) == results.point_identity(
+        {**eager, "cuda_graph": "0"}, HARNESS, header
+    )
 
 
 def test_harness_rows_of_version_2_ran_over_mpi_and_keep_their_own_settings(tmp_path):
@@ -209,7 +230,7 @@ def test_harness_rows_of_version_2_ran_over_mpi_and_keep_their_own_settings(tmp_
     ring_now, sparse_now = table.current()
     for row in (ring_now, sparse_now):
         assert (row["schema"], row["transport"], row["backend"], row["hugepages"]) == (
-            "harness/4",
+            "harness/5",
             "mpi",
             "mpi",
             "off",

@@ -54,6 +54,7 @@ def row(**changes) -> dict:
         hugepages="madvise",
         transport="mpi",
         backend="mpi",
+        cuda_graph="0",
         avg_us="30.0",
         validation="Pass",
     )
@@ -63,10 +64,10 @@ def row(**changes) -> dict:
 
 def older(version: int, rows: list[dict]) -> tuple[list[str], list[dict]]:
     """Rows as a file of `version` writes them: version 1 had no schema, paging or
-    transport columns, version 2 no transport."""
+    transport columns, version 2 no transport; neither had graph mode."""
     gone = {
-        1: ("schema", "hugepages", "transport", "backend", "host_syncs", "device"),
-        2: ("transport", "backend", "host_syncs", "device"),
+        1: ("schema", "hugepages", "transport", "backend", "host_syncs", "device", "cuda_graph"),
+        2: ("transport", "backend", "host_syncs", "device", "cuda_graph"),
     }[version]
     columns = [c for c in COMMON_COLUMNS if c not in gone]
     tag = {"schema": f"harness/{version}"} if version > 1 else {}
@@ -75,7 +76,7 @@ def older(version: int, rows: list[dict]) -> tuple[list[str], list[dict]]:
 
 def test_a_merge_of_three_versions_upgrades_before_it_keeps_the_newest(tmp_path):
     """Point 4096 B measured by a version-1 run (10 us), a version-2 run (20 us) and a
-    current (version-4) run (30 us, newest); point 8192 B by the version-1 run alone. Upgraded, the
+    current run (30 us, newest); point 8192 B by the version-1 run alone. Upgraded, the
     three 4096 B rows are one point (over MPI, paging madvise): the newest is kept."""
     v1 = tmp_path / "v1.csv"
     columns, rows = older(
@@ -93,7 +94,7 @@ def test_a_merge_of_three_versions_upgrades_before_it_keeps_the_newest(tmp_path)
     write_csv_atomic(v3, [row()], COMMON_COLUMNS)
     for path, run in ((v1, "r1"), (v2, "r2"), (v3, "r3")):
         Sidecar(path).add(run, {"argv": [run]})
-    assert [results.read_table(p).version for p in (v1, v2, v3)] == [1, 2, 4]
+    assert [results.read_table(p).version for p in (v1, v2, v3)] == [1, 2, HARNESS.version]
 
     out = tmp_path / "merged.csv"
     summary = merge.merge_files([v1, v2, v3], out)
@@ -103,13 +104,13 @@ def test_a_merge_of_three_versions_upgrades_before_it_keeps_the_newest(tmp_path)
         2,
     )
     merged = results.read_table(out)
-    assert merged.version == 4
+    assert merged.version == 5
     by_size = {r["size_bytes"]: r for r in merged.rows}
     assert sorted(by_size) == ["4096", "8192"]
     assert float(by_size["4096"]["avg_us"]) == 30.0 and by_size["4096"]["run_id"] == "r3"
     assert float(by_size["8192"]["avg_us"]) == 11.0
     assert {(r["schema"], r["transport"], r["backend"], r["hugepages"]) for r in merged.rows} == {
-        ("harness/4", "mpi", "mpi", "madvise")
+        ("harness/5", "mpi", "mpi", "madvise")
     }
     assert list(json.loads(out.with_name("merged.csv.json").read_text())["runs"]) == [
         "r1",

@@ -19,7 +19,10 @@ The goals (GOALS): the codecs on the device against the device copy (codec_throu
 64 MiB of fp32 gradient-like values); host staging against its bound of pinned copies
 (benchmarks.staging_bound, where this tree has it); the compressed allgather against
 NCCL's own (coll_compressed --codec fp16 against baseline's library allgather over
-torch.distributed's NCCL, 16 MiB, 2 ranks). Where a cell cannot run here it is skipped
+torch.distributed's NCCL, 16 MiB, 2 ranks); graph mode's (--cuda-graph): the host's
+time per eager codec call, the codecs replayed at 1 MiB, the graphed compressed
+allgather against NCCL's graphed one, a graphed pipeline in 1 MiB chunks against one
+chunk per block (scripts/gpu/goals.py). Where a cell cannot run here it is skipped
 with the reason: no CUDA device, no cupy, a torch without CUDA or NCCL, an MPI without
 CUDA support. Collective cells report their largest size with its busbw in nccl-tests'
 definition (benchmarks/harness.py). Exit status: 1 when a cell that ran failed or a
@@ -64,6 +67,7 @@ COLUMNS = (
     "decode_gbps",
     "hop_gbps",
     "copy_gbps",
+    "host_us_per_call",
     "figure",
     "measured",
     "bound",
@@ -151,6 +155,7 @@ def run_cell(cell: Cell, folder: Path, index: int | None = None) -> list[dict]:
                 "decode_gbps": r["decode_gbps"],
                 "hop_gbps": r["hop_gbps"],
                 "copy_gbps": r["copy_gbps"],
+                "host_us_per_call": r.get("host_us_per_call", ""),
                 "rows": [r],
             }
             for r in rows

@@ -2,13 +2,22 @@
 measured by its performance cells (scripts/gpu/plan.py) beside its bound and its goal
 (GOALS). The codecs' encode, decode and reduce-scatter hop against the device copy
 (codec_throughput), host staging against its bound of pinned copies (staging_bound), the
-fp16-compressed allgather against NCCL's own; a goal whose cell was skipped or failed is
-skipped or failed with that cell's reason, and one whose row is missing is not met.
+fp16-compressed allgather against NCCL's own; graph mode's: the host's time per eager
+codec call, the codecs replayed from graphs at 1 MiB, the graphed compressed allgather
+against NCCL's graphed one, a graphed pipeline in 1 MiB chunks against one chunk per
+block. A goal whose cell was skipped or failed is skipped or failed with that cell's
+reason, and one whose row is missing is not met.
 """
 
 from __future__ import annotations
 
-from ccbench.scripts.gpu.plan import BUFFERS, CODECS
+from ccbench.scripts.gpu.plan import (
+    BUFFERS,
+    CODECS,
+    graph_compare_cell,
+    graphed_codec_cell,
+    pipeline_cell,
+)
 
 GOAL_BYTES = 16 << 20  # the staging and compressed-allgather goals' size
 # (figure, goal): codec rates as a fraction of the device copy's; staging time over its
@@ -19,7 +28,13 @@ GOALS = {
     "hop_vs_copy": (">=", 0.5),
     "staged_vs_bound": ("<=", 1.3),
     "speedup_vs_nccl": (">=", 1.5),
+    # graph mode: an eager codec call's host time; the graphed compressed allgather
+    # against NCCL's own graphed; a graphed pipeline in 1 MiB chunks over one chunk
+    "host_us_per_call": ("<=", 8.0),
+    "graphed_speedup_vs_nccl": (">=", 1.5),
+    "chunks_vs_whole": ("<=", 1.2),
 }
+GRAPHED_CODEC_BYTES = 1 << 20  # graphed, the codecs are held to their goals at 1 MiB
 
 
 def _goal(
@@ -40,9 +55,9 @@ def _goal(
     }
 
 
-def codec_goals(rows: list[dict], buffer: str) -> list[dict]:
+def codec_goals(rows: list[dict], buffer: str, mode: str = "") -> list[dict]:
     """Encode, decode and the reduce-scatter hop of each codec_throughput row against the
-    device copy of the same buffer."""
+    device copy of the same buffer (`mode`: ' / graphed' for replayed calls)."""
     out = []
     for r in rows:
         copy = float(r["copy_gbps"])
@@ -51,7 +66,7 @@ def codec_goals(rows: list[dict], buffer: str) -> list[dict]:
             ratio = float(r[figure])
             out.append(
                 _goal(
-                    f"codec {r['codec']} {piece} / {buffer}",
+                    f"codec {r['codec']} {piece} / {buffer}{mode}",
                     figure,
                     ratio,
                     f"device copy {copy:.1f} GB/s",
@@ -63,6 +78,54 @@ def codec_goals(rows: list[dict], buffer: str) -> list[dict]:
                 )
             )
     return out
+
+
+def host_goals(rows: list[dict], buffer: str) -> list[dict]:
+    """The host's time per eager codec call (the slowest of encode, decode and hop)."""
+    out = []
+    for r in rows:
+        name = f"codec {r['codec']} host time / {buffer}"
+        host = r.get("host_us_per_call") or ""
+        if host == "":
+            out.append({**_goal(name, "host_us_per_call", None, ""), "status": "fail"})
+            out[-1]["reason"] = "its row has no host_us_per_call"
+            continue
+        out.append(
+            _goal(
+                name,
+                "host_us_per_call",
+                float(host),
+                "a kernel's launch",
+                f"{float(host):.1f} us of host time per eager call",
+                buffer=buffer,
+                codec=r["codec"],
+            )
+        )
+    return out
+
+
+def ratio_goal(slow: list[dict], fast: list[dict], name: str, figure: str, bound: str) -> dict:
+    """slow's time over fast's at GOAL_BYTES (figure: a speedup, or a cost over a bound)."""
+
+    def at(rows):
+        got = [r for r in rows if int(float(r["size_bytes"])) == GOAL_BYTES]
+        return float(got[-1]["avg_us"]) if got else None
+
+    a, b = at(slow), at(fast)
+    if a is None or b is None:
+        return {
+            **_goal(name, figure, None, ""),
+            "status": "fail",
+            "reason": f"no row at {GOAL_BYTES >> 20} MiB",
+        }
+    return _goal(
+        name,
+        figure,
+        a / b,
+        f"{bound} {b if figure == 'chunks_vs_whole' else a:.0f} us",
+        f"{a:.0f} us against {b:.0f} us: {a / b:.2f}x",
+        size_bytes=str(GOAL_BYTES),
+    )
 
 
 def staging_goal(rows: list[dict], name: str) -> dict:
@@ -136,6 +199,18 @@ def goal_rows(results: dict[str, list[dict]], skipped: dict[str, str]) -> list[d
                 for c in CODECS
                 for piece in ("encode", "decode", "hop")
             ]
+            out += [
+                _goal(
+                    f"codec {c} host time / {buffer}",
+                    "host_us_per_call",
+                    None,
+                    "",
+                    skipped[name],
+                    buffer=buffer,
+                    codec=c,
+                )
+                for c in CODECS
+            ]
             continue
         lines = results.get(name, [])
         if any(r["status"] == "fail" for r in lines) or not lines:
@@ -147,7 +222,9 @@ def goal_rows(results: dict[str, list[dict]], skipped: dict[str, str]) -> list[d
                 }
             )
             continue
-        out += codec_goals([row for r in lines for row in r["rows"]], buffer)
+        rows = [row for r in lines for row in r["rows"]]
+        out += codec_goals(rows, buffer) + host_goals(rows, buffer)
+    out += graphed_codec_goals(results, skipped)
     name = "staging / cupy / 16 MiB on 2 ranks"
     out.append(
         _outcome(
@@ -173,6 +250,69 @@ def goal_rows(results: dict[str, list[dict]], skipped: dict[str, str]) -> list[d
             lambda rows: compressed_goal(rows[0], rows[1], name),
         )
     )
+    name = "graphed coll_compressed fp16 against NCCL's graphed allgather / 16 MiB on 2 ranks"
+    out.append(
+        _outcome(
+            name,
+            [
+                graph_compare_cell("baseline", "allgather", True),
+                graph_compare_cell("fp16", "allgather", True),
+            ],
+            results,
+            skipped,
+            "graphed_speedup_vs_nccl",
+            lambda rows: ratio_goal(
+                rows[0], rows[1], name, "graphed_speedup_vs_nccl", "NCCL's graphed allgather"
+            ),
+        )
+    )
+    name = "graphed pipeline in 1 MiB chunks against one chunk per block / 16 MiB"
+    out.append(
+        _outcome(
+            name,
+            [pipeline_cell("1M"), pipeline_cell("0")],
+            results,
+            skipped,
+            "chunks_vs_whole",
+            lambda rows: ratio_goal(rows[0], rows[1], name, "chunks_vs_whole", "one chunk"),
+        )
+    )
+    return out
+
+
+def graphed_codec_goals(results: dict, skipped: dict) -> list[dict]:
+    """The codec goals again, for calls replayed from CUDA graphs at 1 MiB."""
+    out = []
+    for buffer in BUFFERS:
+        name = graphed_codec_cell(buffer)
+        if name in skipped:
+            out += [
+                _goal(
+                    f"codec {c} {piece} / {buffer} / graphed",
+                    f"{piece}_vs_copy",
+                    None,
+                    "",
+                    skipped[name],
+                    buffer=buffer,
+                    codec=c,
+                )
+                for c in CODECS
+                for piece in ("encode", "decode", "hop")
+            ]
+            continue
+        lines = results.get(name, [])
+        rows = [row for r in lines for row in r.get("rows", [])]
+        at = [r for r in rows if int(float(r["size_bytes"])) == GRAPHED_CODEC_BYTES]
+        if any(r["status"] == "fail" for r in lines) or not at:
+            out.append(
+                {
+                    **_goal(f"codec / {buffer} / graphed", "encode_vs_copy", None, ""),
+                    "status": "fail",
+                    "reason": "its cell failed" if lines else "its cell did not run",
+                }
+            )
+            continue
+        out += codec_goals(at, buffer, " / graphed")
     return out
 
 

@@ -4,7 +4,8 @@ a device buffer over a transport (MPI staged, MPI GPU-aware, NCCL) with -c, a tr
 step, the device tests, or a performance cell whose CSV feeds the goals
 (scripts/gpu/goals.py). Where ranks outnumber the GPUs they share them, and the NCCL
 cells get one host id per rank; `skip_reason` names what this machine lacks for a cell
-(from the survey, scripts/gpu/survey.py), or nothing when it can run.
+(from the survey, scripts/gpu/survey.py), or nothing when it can run. Graph mode's cells
+(--cuda-graph) time the same calls replayed from CUDA graphs (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -236,7 +237,74 @@ def cells(ranks: int, gpus: int | None = None) -> list[Cell]:
             2,
         )
     )
+    out += graph_cells()
     return [_shared(c, gpus) for c in out]
+
+
+GRAPH_REPLAYS = "20"  # --cuda-graph: replays per timed iteration
+GRAPH_SIZES = "1M,16M,64M"
+GRAPH_CODECS = ("fp16", "bfp:rate=8")
+
+
+def graphed_codec_cell(buffer: str) -> str:
+    return f"codec_throughput graphed / {buffer}"
+
+
+def graph_compare_cell(variant: str, collective: str, graphed: bool) -> str:
+    """`variant`: 'baseline' (NCCL's own) or a codec (the compressed collective)."""
+    what = "baseline library" if variant == "baseline" else f"coll_compressed {variant}"
+    return f"{what} {collective} {'graphed' if graphed else 'eager'} / torch-cuda / nccl"
+
+
+def pipeline_cell(chunk: str) -> str:
+    return f"coll_compressed fp16 ring allgather 16M chunk {chunk} graphed / torch-cuda / nccl"
+
+
+def graph_cells() -> list[Cell]:
+    """Graph mode's performance cells: the codecs graphed at 1 and 64 MiB; compressed
+    allgather and reduce-scatter (fp16, bfp:rate=8) against NCCL's own, each eager and
+    graphed, at 1, 16 and 64 MiB; a graphed 16 MiB pipeline in 1 MiB chunks and in one
+    chunk per block."""
+    graph = ["--cuda-graph", GRAPH_REPLAYS]
+    codecs = [a for c in CODECS for a in ("--codec", c)]
+    out = [
+        Cell(
+            graphed_codec_cell(buffer),
+            "codec",
+            ["codec_throughput", "-d", buffer, *codecs, "-m", "1M,64M", "--data", "gradient-like"]
+            + ["--kernels", "fused", "-i", "10", *graph],
+            buffer,
+            "",
+            1,
+        )
+        for buffer in BUFFERS
+    ]
+    nccl = ["-d", "torch-cuda", "--transport", "torch", "--backend", "nccl"]
+    timed = ["-i", "50", "-x", "10", "--data", "gradient-like"]
+    for collective in ("allgather", "reduce_scatter"):
+        for graphed in (False, True):
+            for variant in ("baseline", *GRAPH_CODECS):
+                argv = (
+                    ["baseline"]
+                    if variant == "baseline"
+                    else ["coll_compressed", "--codec", variant]
+                )
+                argv += ["--collective", collective, *nccl, "-m", GRAPH_SIZES, *timed]
+                out.append(
+                    Cell(
+                        graph_compare_cell(variant, collective, graphed),
+                        "compare",
+                        argv + (graph if graphed else []),
+                        "torch-cuda",
+                        "nccl",
+                        2,
+                    )
+                )
+    for chunk in ("1M", "0"):
+        argv = ["coll_compressed", "--codec", "fp16", "--algorithm", "ring", "--chunk-bytes", chunk]
+        argv += ["--collective", "allgather", *nccl, "-m", "16M:16M", *timed, *graph]
+        out.append(Cell(pipeline_cell(chunk), "compare", argv, "torch-cuda", "nccl", 2))
+    return out
 
 
 def skip_reason(cell: Cell, m: Machine) -> str:
