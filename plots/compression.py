@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 
 from ccbench.kernels import variants
 from ccbench.plots import papers
@@ -22,6 +23,7 @@ from ccbench.plots.base import (
     below_floor_text,
     change_text,
     draw_series,
+    drawn_values,
     fit_axis_to_points,
     floor_us,
     held_text,
@@ -35,10 +37,18 @@ from ccbench.plots.base import (
     rows,
     runs_note,
     same_run,
-    separate_ratio,
     series_keys,
     strict_bound,
     time_bounds,
+)
+from ccbench.plots.claims import (
+    INTERLEAVED,
+    SEPARATE_LAUNCHES,
+    Point,
+    RatioClaim,
+    differs_text,
+    opposite,
+    separate_ratio,
 )
 from ccbench.plots.style import (
     COLLECTIVE_LABELS,
@@ -87,9 +97,10 @@ def _at(frame: pd.DataFrame, size) -> pd.Series | None:
 
 
 def interleaved(compares: pd.DataFrame, claim: str, codec: str, size, ranks, link):
-    """(ratio, low, high) of the `ccbench compare` row that measured this claim for this
-    codec, size, rank count and link, oriented as B = collective level; or None."""
-    from ccbench.plots.headlines import oriented_ratio
+    """The `ccbench compare` row that measured this claim for this codec, size, rank
+    count and link: ((ratio, low, high) oriented as B = collective level, {variant: the
+    mean time of its interleaved rounds}); or None."""
+    from ccbench.plots.headlines import oriented_ratio, parse_side
 
     if compares.empty:
         return None
@@ -102,8 +113,18 @@ def interleaved(compares: pd.DataFrame, claim: str, codec: str, size, ranks, lin
             continue
         got = oriented_ratio(row, claim, codec, str(row.get("collective", "")))
         if got is not None:
-            return got
+            times = {
+                parse_side(row[side])["variant"]: float(row.get(f"{side}_us", np.nan))
+                for side in ("a", "b")
+            }
+            return got, times
     return None
+
+
+def _point(row) -> Point | None:
+    if row is None:
+        return None
+    return Point(float(row["avg_us"]), float(row["_lo"]), float(row["_hi"]))
 
 
 def reductions(
@@ -118,7 +139,9 @@ def reductions(
     where `ccbench compare` measured the claim at a size the panel draws, the note is at
     that size and quotes that measurement, the one the headline table quotes; otherwise
     it is the ratio of the separately launched points, at the largest size shared with
-    the baseline, and says so."""
+    the baseline, and says so. Each comparison (`vs_baseline`, `vs_p2p`) is a dict: the
+    ratio (ratio, low, high), A's series, the drawn points of A and B, the interleaved
+    rounds' mean times (variant -> us) when it is interleaved; or None."""
     compares = compares if compares is not None else pd.DataFrame()
     base_name, base = baseline_reference(points)
     coll = points[points["variant"] == "coll_compressed"]
@@ -145,30 +168,43 @@ def reductions(
             "vs_baseline": None,
             "vs_p2p": None,
             "interleaved": bool(compared),
+            "b": ("coll_compressed", str(b["algorithm"]), codec),
         }
-        vs_base, vs_p2p = measured[size]
-        a = _at(base, size)
-        if vs_base is not None:
-            entry["vs_baseline"] = vs_base
-        elif not compared and same_run(a, b):  # rows of two runs are never paired
-            entry["vs_baseline"] = separate_ratio(
-                a["avg_us"], a["_lo"], a["_hi"], b["avg_us"], b["_lo"], b["_hi"]
-            )
         p2p = points[(points["variant"] == "p2p_compressed") & (points["codec"] == codec)]
-        a = _at(p2p, size)
-        if vs_p2p is not None:
-            entry["vs_p2p"] = vs_p2p
-        elif not compared and a is not None and same_run(a, b):
-            entry["vs_p2p"] = separate_ratio(
-                a["avg_us"], a["_lo"], a["_hi"], b["avg_us"], b["_lo"], b["_hi"]
+        for key, reference, got in (
+            ("vs_baseline", _at(base, size), measured[size][0]),
+            ("vs_p2p", _at(p2p, size), measured[size][1]),
+        ):
+            if reference is None and got is None:
+                continue
+            drawn = (_point(reference), _point(b))
+            series = (
+                None
+                if reference is None
+                else (str(reference["variant"]), str(reference["algorithm"]), str(codec))
             )
+            if key == "vs_baseline" and reference is not None:
+                series = (str(reference["variant"]), str(reference["algorithm"]), "none")
+            if got is not None:
+                entry[key] = {"ratio": got[0], "times": got[1], "a": series, "drawn": drawn}
+            elif not compared and reference is not None and same_run(reference, b):
+                # rows of two runs are never paired
+                entry[key] = {
+                    "ratio": separate_ratio(*drawn),
+                    "times": None,
+                    "a": series,
+                    "drawn": drawn,
+                }
         found.append(entry)
     return found
 
 
-def reduction_text(entries: list[dict]) -> str:
+def reduction_text(
+    entries: list[dict], figure: str = "", panel: str = "", where: dict | None = None
+) -> tuple[str, list[RatioClaim]]:
+    """The note and the claims it states (one per ratio quoted)."""
     if not entries:
-        return ""
+        return "", []
     base = entries[0]["baseline"] or "baseline"
     any_p2p = any(e["vs_p2p"] is not None for e in entries)
     sizes = sorted({e["size"] for e in entries})
@@ -182,23 +218,98 @@ def reduction_text(entries: list[dict]) -> str:
     )
     at = format_bytes(sizes[0]) if len(sizes) == 1 else "the sizes named"
     lines = [f"collective-level latency change at {at} [{source}]"]
+    claims, explain = [], []
     for e in entries:
-        where = "" if len(sizes) == 1 else f" at {format_bytes(e['size'])}"
+        at_size = "" if len(sizes) == 1 else f" at {format_bytes(e['size'])}"
         kind = "" if len(how) == 1 else (" (interleaved)" if e["interleaved"] else " (separate)")
+        name = f"{codec_label(e['codec'])}{at_size}"
         if e["vs_baseline"] is None and not e["interleaved"]:
-            text = f"{codec_label(e['codec'])}{where}: {base} is another run's, not paired"
+            text = f"{name}: {base} is another run's, not paired"
         elif e["vs_baseline"] is None:
-            text = f"{codec_label(e['codec'])}{where}: no comparison with {base}"
+            text = f"{name}: no comparison with {base}"
         else:
-            text = f"{codec_label(e['codec'])}{where}: {change_text(*e['vs_baseline'])} vs {base}"
+            text = f"{name}: {change_text(*e['vs_baseline']['ratio'])} vs {base}"
         if any_p2p:
             text += (
-                "; " + change_text(*e["vs_p2p"]) + " vs p2p"
+                "; " + change_text(*e["vs_p2p"]["ratio"]) + " vs p2p"
                 if e["vs_p2p"] is not None
                 else "; no p2p point"
             )
         lines.append(text + kind)
-    return "\n".join(lines)
+        for key, against in (("vs_baseline", base), ("vs_p2p", "p2p")):
+            c = e[key]
+            if c is None or c["a"] is None:
+                continue
+            differs = None
+            a_drawn, b_drawn = c["drawn"]
+            if e["interleaved"] and a_drawn is not None and b_drawn is not None:
+                separate = separate_ratio(a_drawn, b_drawn)
+                if opposite(c["ratio"][0], separate[0]):
+                    differs = separate
+                    explain.append(f"{name} vs {against}:" + differs_text(separate))
+            claims.append(
+                RatioClaim(
+                    figure,
+                    panel,
+                    c["a"],
+                    e["b"],
+                    float(e["size"]),
+                    *c["ratio"],
+                    INTERLEAVED if e["interleaved"] else SEPARATE_LAUNCHES,
+                    text + kind,
+                    a_drawn,
+                    b_drawn,
+                    differs,
+                    dict(where or {}),
+                )
+            )
+    return "\n".join(lines + explain), claims
+
+
+def draw_interleaved(ax, entries: list[dict], style: Style, scale: float) -> bool:
+    """The interleaved rounds' mean times (`ccbench compare`) beside the sweep's points:
+    a star of each side's colour, edged in black. Returns whether any was drawn."""
+    drawn = False
+    for e in entries:
+        for key in ("vs_baseline", "vs_p2p"):
+            c = e[key]
+            if c is None or not c["times"]:
+                continue
+            for variant, us in c["times"].items():
+                if not np.isfinite(us):
+                    continue
+                algorithm = c["a"][1] if c["a"] and variant == c["a"][0] else None
+                ax.plot(
+                    [e["size"]],
+                    [us / scale],
+                    linestyle="none",
+                    marker="*",
+                    markersize=7,
+                    markeredgecolor="black",
+                    markeredgewidth=0.5,
+                    color=style.color(variant, algorithm),
+                    zorder=4,
+                    label="_interleaved",
+                )
+                drawn = True
+    return drawn
+
+
+def interleaved_handle() -> Line2D:
+    return Line2D(
+        [],
+        [],
+        linestyle="none",
+        marker="*",
+        markersize=7,
+        markeredgecolor="black",
+        markeredgewidth=0.5,
+        color="0.6",
+        label=INTERLEAVED_LABEL,
+    )
+
+
+INTERLEAVED_LABEL = "interleaved rounds (ccbench compare), mean"
 
 
 def draw_model_lines(
@@ -277,6 +388,7 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     shown, omitted = groups[:MAX_PANELS], groups[MAX_PANELS:]
     fig, axes = figure(len(shown), panel_height=2.35 + 0.12 * (len(codecs) + 1))
     keys, modelled, kinds, no_p2p, flagged, clipped = [], False, set(), False, [], False
+    claims, rounds_drawn = [], False
     for ax, ((ranks, link), sub) in zip(axes, shown, strict=True):
         points = drawn_points(sub)
         scale, unit = time_unit(points["avg_us"])
@@ -286,9 +398,7 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
                 & (points["algorithm"] == algorithm)
                 & (points["codec"] == codec)
             ]
-            marker = style.marker(codec)
-            if variant == "p2p_compressed":  # hollow: visible where it meets coll's line
-                marker = {**marker, "markerfacecolor": "white"}
+            marker = style.marker(codec, variant)  # p2p hollow: seen where it meets coll
             _, kind = draw_series(
                 ax,
                 series,
@@ -309,20 +419,32 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
             flagged.append(below)
         size_axis(ax, points["size_bytes"])
         ax.set_yscale("log")
-        clipped |= fit_axis_to_points(ax, points["avg_us"], scale)
-        tidy_log_axis(ax)
         ax.set_ylabel(f"Latency ({unit})")
         ax.set_title(panel_title(ranks, link))
         entries = reductions(points, rows(data, "compare"), collective, ranks, link)
         no_p2p |= bool(entries) and all(e["vs_p2p"] is None for e in entries)
-        text = reduction_text(entries)
+        rounds_drawn |= draw_interleaved(ax, entries, style, scale)
+        # the points, floors, stars and error bars drawn, unless a bar of a few noisy
+        # calls reaches a decade beyond them
+        clipped |= fit_axis_to_points(ax, points["avg_us"], scale, also=drawn_values(ax))
+        tidy_log_axis(ax)
+        text, stated = reduction_text(
+            entries,
+            f"seed000_{collective}_latency",
+            panel_title(ranks, link),
+            {"collective": collective, "ranks": ranks, "link": link},
+        )
+        claims += stated
         if text:
             panel_note(ax, text)
-    handles, labels = variant_codec_handles(style, keys)
+    handles, labels = variant_codec_handles(style, keys, hollow=True)
     if modelled:
         proxy = model_handle("model: the floor")
         handles.append(proxy)
         labels.append(proxy.get_label())
+    if rounds_drawn:
+        handles.append(interleaved_handle())
+        labels.append(INTERLEAVED_LABEL)
     legend_below(fig, handles, labels)
     name = COLLECTIVE_LABELS.get(collective, collective)
     caption = (
@@ -335,6 +457,13 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
         + SEPARATE
         + paper_numbers(collective)
     )
+    if rounds_drawn:
+        caption += (
+            " Stars edged in black: the mean times of the interleaved rounds that "
+            "measured the note's comparison (ccbench compare), in the colour of each "
+            "side, beside the sweep's separately launched points; where the two point "
+            "different ways the note says so."
+        )
     if no_p2p:
         caption += " No point-to-point compressed rows were drawn, so there is no 'vs p2p'."
     if modelled:
@@ -356,8 +485,8 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     caption += interval_caption(kinds)
     if clipped:
         caption += (
-            " The axis spans the points: an error bar that runs off it belongs to "
-            "a point of few, noisy calls."
+            " The axis spans the points and what is drawn within a decade of them: "
+            "an error bar that runs off it belongs to a point of few, noisy calls."
         )
     if omitted:
         caption += " Not shown: " + ", ".join(panel_title(*k) for k, _ in omitted) + "."
@@ -367,7 +496,7 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
             f" Also measured, left out for legibility: {others} (see the rate-sensitivity figure)."
         )
     caption += held_text(held) + runs_note(frame)
-    return [Figure(f"seed000_{collective}_latency", fig, caption)]
+    return [Figure(f"seed000_{collective}_latency", fig, caption, claims)]
 
 
 def rate_sensitivity(data, style: Style) -> list[Figure]:

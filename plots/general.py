@@ -84,7 +84,7 @@ def busbw_vs_size(data, style: Style) -> list[Figure]:
                     high="_hi",
                     color=style.color(variant, algorithm),
                     label=series_label(variant, algorithm, codec),
-                    **style.marker(codec),
+                    **style.marker(codec, variant),
                 )
                 kinds.add(kind if drawn else None)
                 keys.append((variant, algorithm, codec))
@@ -109,7 +109,7 @@ def busbw_vs_size(data, style: Style) -> list[Figure]:
                 else "Bus bandwidth (GB/s)"
             )
             ax.set_title(COLLECTIVE_LABELS.get(collective, collective))
-    handles, labels = variant_codec_handles(style, keys)
+    handles, labels = variant_codec_handles(style, keys, hollow=True)
     if ceiling is not None:
         handles.append(ceiling)
         labels.append(ceiling.get_label())
@@ -266,7 +266,10 @@ def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
                 kw = dict(
                     color=style.color(point["variant"], point["algorithm"]),
                     linestyle="none",
-                    **style.marker(point["codec"]),
+                    # p2p hollow and on top: it coincides with coll where both codecs
+                    # see the same data, and must still show
+                    zorder=3 if point["variant"] == "p2p_compressed" else 2,
+                    **style.marker(point["codec"], point["variant"]),
                 )
                 if lossless and log and np.isfinite(value) and value > 0:
                     seen = lossless_off.setdefault(point["codec"], {})
@@ -291,7 +294,7 @@ def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
             ax.set_ylabel(name)
             if row_index == 0:
                 ax.set_title(COLLECTIVE_LABELS[collective])
-    handles, labels = variant_codec_handles(style, keys)
+    handles, labels = variant_codec_handles(style, keys, hollow=True)
     legend_below(fig, handles, labels)
     kinds = ", ".join(sorted(set(frame["data"].astype(str))))
     where = "; ".join(

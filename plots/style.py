@@ -110,6 +110,9 @@ FALLBACK_MARKERS = ("*", "h", "<", ">", "p", "8", "d", "H")
 # family's first codec takes the family's marker, its other rates the first free glyph.
 MARKER_POOL = ("o", "s", "D", "^", "v", "P", "X", "<", ">", "p", "h", "*", "8", "d", "H")
 
+# Drawn with hollow markers (Style.marker with the variant), and the legend says so.
+HOLLOW_VARIANTS = ("p2p_compressed",)
+
 COLLECTIVE_LABELS = {name: spec.label for name, spec in SPECS.items()}
 
 
@@ -213,14 +216,18 @@ class Style:
                 return self._colors[key]
         return FALLBACK_COLORS[hash_index(f"{variant}/{algorithm}", len(FALLBACK_COLORS))]
 
-    def marker(self, codec: str) -> dict:
-        """Keyword arguments for plot(): the glyph of one codec and rate (filled)."""
+    def marker(self, codec: str, variant: str | None = None) -> dict:
+        """Keyword arguments for plot(): the glyph of one codec and rate, filled, and
+        hollow for point-to-point compression (HOLLOW_VARIANTS) where `variant` is given,
+        so it shows where it meets the collective-level line."""
         marker = self._glyph.get(str(codec))
         if marker is None:  # a codec the report was not built with
             marker = (
                 self._markers.get(codec_family(codec))
                 or FALLBACK_MARKERS[hash_index(str(codec), len(FALLBACK_MARKERS))]
             )
+        if variant in HOLLOW_VARIANTS:
+            return {"marker": marker, "fillstyle": "full", "markerfacecolor": "white"}
         return {"marker": marker, "fillstyle": "full"}
 
     @staticmethod
@@ -369,9 +376,10 @@ def legend_below(fig, handles, labels, ncol: int | None = None) -> None:
     )
 
 
-def variant_codec_handles(style: Style, keys) -> tuple[list, list]:
+def variant_codec_handles(style: Style, keys, hollow: bool = False) -> tuple[list, list]:
     """Legend entries that factor colour and marker: one line per variant (colour), one
-    marker per codec, instead of one entry per combination."""
+    marker per codec, instead of one entry per combination. `hollow`: the figure drew
+    HOLLOW_VARIANTS' markers hollow (Style.marker with the variant): the legend says so."""
     handles, labels = [], []
     seen_series, seen_codecs = {}, {}
     for variant, algorithm, codec in keys:
@@ -380,11 +388,11 @@ def variant_codec_handles(style: Style, keys) -> tuple[list, list]:
         seen_codecs.setdefault(codec, None)
     for variant, algo in seen_series:
         label = series_label(variant, algo)
-        hollow = {}
-        if variant == "p2p_compressed":  # its markers are drawn hollow: say so
+        face = {}
+        if hollow and variant in HOLLOW_VARIANTS:  # its markers are drawn hollow: say so
             label += " (hollow markers)"
-            hollow = {"marker": "o", "markerfacecolor": "white"}
-        handles.append(Line2D([], [], color=style.color(variant, algo), label=label, **hollow))
+            face = {"marker": "o", "markerfacecolor": "white"}
+        handles.append(Line2D([], [], color=style.color(variant, algo), label=label, **face))
         labels.append(label)
     for codec in sorted(seen_codecs, key=codec_sort_key):
         label = "uncompressed" if codec == "none" else codec_label(codec)

@@ -20,6 +20,14 @@ from ccbench.plots.base import (
     panel_title,
     rows,
     runs_note,
+)
+from ccbench.plots.claims import (
+    INTERLEAVED,
+    SEPARATE_LAUNCHES,
+    Point,
+    RatioClaim,
+    differs_text,
+    opposite,
     separate_ratio,
 )
 from ccbench.plots.steps import FRAMEWORK_ORDER, Launch, interval, launches, training_frame
@@ -237,13 +245,16 @@ def interleaved_step(compares, claim: str, codec: str, ranks, link):
     return None
 
 
-def step_time_changes(
-    bars: list[dict], compares=None, ranks=0, link=0.0
-) -> list[tuple[str, tuple | None, tuple | None, bool]]:
-    """(label, collective-level over baseline, over p2p, interleaved) per collective-level
-    run, each against bars of its own framework: (ratio, low, high), from the interleaved
-    comparison of the same claim where one was measured (FSDP: the number the headline
-    table quotes), else from the drawn bars."""
+def _bar_point(bar: dict | None) -> Point | None:
+    return None if bar is None else Point(bar["step_us"], bar["low"], bar["high"])
+
+
+def step_time_changes(bars: list[dict], compares=None, ranks=0, link=0.0) -> list[dict]:
+    """Per collective-level run, each against bars of its own framework: its label, the
+    change over the baseline and over p2p ((ratio, low, high) or None), whether they are
+    interleaved, and the bars drawn (A's of each, B's). From the interleaved comparison of
+    the same claim where one was measured (FSDP: the number the headline table quotes),
+    else from the drawn bars."""
     out = []
     frameworks = list(dict.fromkeys(b["launch"].key[0] for b in bars))
     several = len(frameworks) > 1
@@ -263,11 +274,7 @@ def step_time_changes(
             )
 
             def against(a, b=bar):
-                if a is None:
-                    return None
-                return separate_ratio(
-                    a["step_us"], a["low"], a["high"], b["step_us"], b["low"], b["high"]
-                )
+                return None if a is None else separate_ratio(_bar_point(a), _bar_point(b))
 
             label = f"{framework} {codec_label(codec)}" if several else codec_label(codec)
             measured = (None, None)
@@ -276,19 +283,30 @@ def step_time_changes(
                     interleaved_step(compares, f"training_vs_{what}", codec, ranks, link)
                     for what in ("baseline", "p2p")
                 )
+            entry = {"label": label, "base_bar": base, "p2p_bar": p2p, "bar": bar}
             if any(measured):
-                out.append((label, *measured, True))
+                out.append({**entry, "base": measured[0], "p2p": measured[1], "interleaved": True})
             elif base is not None or p2p is not None:
-                out.append((label, against(base), against(p2p), False))
+                out.append(
+                    {**entry, "base": against(base), "p2p": against(p2p), "interleaved": False}
+                )
     return out
 
 
-def step_time_text(bars: list[dict], compares=None, ranks=0, link=0.0) -> str:
+def series_of(bar: dict) -> tuple[str, str, str]:
+    _, variant, algorithm, codec = bar["launch"].key[:4]
+    return (str(variant), str(algorithm), str(codec))
+
+
+def step_time_text(
+    bars: list[dict], compares=None, ranks=0, link=0.0, panel: str = ""
+) -> tuple[str, list[RatioClaim]]:
+    """The note and the claims it states."""
     changes = step_time_changes(bars, compares, ranks, link)
     if not changes:
-        return ""
+        return "", []
     show = lambda v: "no comparison" if v is None else change_text(*v)  # noqa: E731
-    how = {c[3] for c in changes}
+    how = {c["interleaved"] for c in changes}
     source = (
         "interleaved, ccbench compare"
         if how == {True}
@@ -296,14 +314,40 @@ def step_time_text(bars: list[dict], compares=None, ranks=0, link=0.0) -> str:
         if how == {False}
         else "see each line"
     )
-    return "\n".join(
-        [f"collective-level step time change [{source}]"]
-        + [
-            f"{c}: {show(b)} vs baseline; {show(p)} vs p2p"
-            + ("" if len(how) == 1 else " (interleaved)" if i else " (separate)")
-            for c, b, p, i in changes
-        ]
-    )
+    lines, claims, explain = [f"collective-level step time change [{source}]"], [], []
+    for c in changes:
+        text = f"{c['label']}: {show(c['base'])} vs baseline; {show(c['p2p'])} vs p2p" + (
+            "" if len(how) == 1 else " (interleaved)" if c["interleaved"] else " (separate)"
+        )
+        lines.append(text)
+        for key, against in (("base", "baseline"), ("p2p", "p2p")):
+            reference = c[f"{key}_bar"]
+            if c[key] is None or reference is None:
+                continue
+            a_drawn, b_drawn = _bar_point(reference), _bar_point(c["bar"])
+            differs = None
+            if c["interleaved"]:
+                separate = separate_ratio(a_drawn, b_drawn)
+                if opposite(c[key][0], separate[0]):
+                    differs = separate
+                    explain.append(f"{c['label']} vs {against}:" + differs_text(separate))
+            claims.append(
+                RatioClaim(
+                    "seed000_training_step_time",
+                    panel,
+                    series_of(reference),
+                    series_of(c["bar"]),
+                    0.0,
+                    *c[key],
+                    INTERLEAVED if c["interleaved"] else SEPARATE_LAUNCHES,
+                    text,
+                    a_drawn,
+                    b_drawn,
+                    differs,
+                    {"ranks": ranks, "link": link},
+                )
+            )
+    return "\n".join(lines + explain), claims
 
 
 def bar_label(bar: dict, several: bool, varied: bool) -> str:
@@ -319,7 +363,7 @@ def training_step_time(data, style: Style) -> list[Figure]:
         raise Skip("no per-step training rows")
     settings = training_settings(runs)[:2]
     fig, axes = figure(len(settings), panel_height=2.9)
-    handles, labels = [], []
+    handles, labels, claims = [], [], []
     inferred = all(la.inferred for _, group in settings for la in group)
     for ax, ((model, ranks, link), group) in zip(axes, settings, strict=True):
         several = len({la.key[0] for la in group}) > 1
@@ -374,7 +418,10 @@ def training_step_time(data, style: Style) -> list[Figure]:
         ax.set_ylabel(f"Time per step ({unit})")
         ax.set_title(setting_title(model, ranks, link))
         ax.set_ylim(bottom=0)
-        text = step_time_text(bars, rows(data, "compare"), ranks, link or 0.0)
+        text, stated = step_time_text(
+            bars, rows(data, "compare"), ranks, link or 0.0, setting_title(model, ranks, link)
+        )
+        claims += stated
         if text:
             panel_note(ax, text)
     from matplotlib.patches import Patch
@@ -400,7 +447,9 @@ def training_step_time(data, style: Style) -> list[Figure]:
     )
     if not inferred:
         caption += " Some runs have no summary row: their warm-up is the training loop's default."
-    return [Figure("seed000_training_step_time", fig, caption + runs_note(training_frame(data)))]
+    return [
+        Figure("seed000_training_step_time", fig, caption + runs_note(training_frame(data)), claims)
+    ]
 
 
 FIGURES = [

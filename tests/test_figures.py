@@ -48,7 +48,11 @@ def t_interval(values) -> tuple[float, float, float]:
 
 
 def pct(ratio: float) -> str:
-    return f"{100 * (ratio - 1):+.0f}"
+    """Whole percents; a change under 0.5% in tenths; never '-0' or '+0'."""
+    text = f"{100 * (ratio - 1):+.0f}"
+    if text in ("+0", "-0"):
+        text = f"{100 * (ratio - 1):+.1f}"
+    return "0" if text in ("+0.0", "-0.0") else text
 
 
 def change(b: dict, a: dict) -> str:
