@@ -45,6 +45,11 @@ class Headline:
     where: str = ""
     margin: str = ""  # the verdict's margin around 1, as a percentage
     against_paper: str = ""  # reproduced / not reproduced / not comparable, and why
+    # the interval's relative half-width (sqrt(high / low) - 1) and the target the rounds
+    # aimed at, in percent (NaN: none); the page check holds `samples` to saying so when
+    # the rounds stopped at their cap short of the target
+    half_width_pct: float = float("nan")
+    target_pct: float = float("nan")
 
 
 class Skip(Exception):

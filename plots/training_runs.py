@@ -363,7 +363,7 @@ def training_step_time(data, style: Style) -> list[Figure]:
         raise Skip("no per-step training rows")
     settings = training_settings(runs)[:2]
     fig, axes = figure(len(settings), panel_height=2.9)
-    handles, labels, claims = [], [], []
+    handles, labels, stated_claims = [], [], []
     inferred = all(la.inferred for _, group in settings for la in group)
     for ax, ((model, ranks, link), group) in zip(axes, settings, strict=True):
         several = len({la.key[0] for la in group}) > 1
@@ -421,7 +421,7 @@ def training_step_time(data, style: Style) -> list[Figure]:
         text, stated = step_time_text(
             bars, rows(data, "compare"), ranks, link or 0.0, setting_title(model, ranks, link)
         )
-        claims += stated
+        stated_claims += stated
         if text:
             panel_note(ax, text)
     from matplotlib.patches import Patch
@@ -448,7 +448,12 @@ def training_step_time(data, style: Style) -> list[Figure]:
     if not inferred:
         caption += " Some runs have no summary row: their warm-up is the training loop's default."
     return [
-        Figure("seed000_training_step_time", fig, caption + runs_note(training_frame(data)), claims)
+        Figure(
+            "seed000_training_step_time",
+            fig,
+            caption + runs_note(training_frame(data)),
+            stated_claims,
+        )
     ]
 
 
