@@ -31,6 +31,7 @@ from ccbench.plots import (
 from ccbench.plots.advice import read_advice
 from ccbench.plots.base import Skip
 from ccbench.plots.data import MODEL_KINDS, REGIMES, RUN, TITLES, Data, Run, load
+from ccbench.plots.figure_check import check_figure, colour_meanings, has_data
 from ccbench.plots.page_check import check_page
 from ccbench.plots.report import (
     RenderedFigure,
@@ -177,11 +178,7 @@ def draw_all(
             close_all()
             continue
         for figure in figures:
-            empty = [
-                ax
-                for ax in figure.fig.axes
-                if ax.get_visible() and not (ax.lines or ax.collections or ax.patches or ax.images)
-            ]
+            empty = [ax for ax in figure.fig.axes if ax.get_visible() and not has_data(ax)]
             if empty and len(empty) < len(figure.fig.axes):  # nothing drawn there
                 for ax in empty:
                     ax.set_visible(False)
@@ -198,6 +195,7 @@ def draw_all(
             ]
             files = save(figure.fig, outdir, figure.name + suffix, formats, dpi)
             claims = [replace(c, figure=figure.name + suffix) for c in figure.claims]
+            problems = check_figure(figure.fig)
             rendered.append(
                 RenderedFigure(
                     figure.name + suffix,
@@ -207,6 +205,8 @@ def draw_all(
                     files,
                     notes,
                     claims,
+                    problems,
+                    figure.fig,
                 )
             )
     return rendered, skipped, failed
@@ -370,9 +370,16 @@ def render(
         inputs.append((str(r.path), what, status))
     footer = footer_text([c for f in rendered for c in f.claims])
     contradictions = [c.line() for c in check_page(checked, footer)]
+    contradictions += [f"figure {f.name}: {p}" for f in rendered for p in f.problems]
+    contradictions += [
+        f"page: {p}" for p in colour_meanings([(f.name, f.drawn) for f in rendered])
+    ]
     for line in contradictions:
         print(f"page check: {line}", file=sys.stderr)
-    print(f"page check: {len(contradictions)} contradiction(s) between the page and its rows")
+    print(
+        f"page check: {len(contradictions)} contradiction(s) between the page and its rows "
+        "or defect(s) in its figures"
+    )
     content = ReportContent(
         inputs=inputs,
         figures=rendered,

@@ -52,6 +52,7 @@ from ccbench.plots.claims import (
 )
 from ccbench.plots.style import (
     COLLECTIVE_LABELS,
+    ROLE_COLORS,
     Style,
     codec_family,
     codec_label,
@@ -327,7 +328,7 @@ def draw_model_lines(
             linestyle="none",
             marker="x",
             markersize=7,
-            color="#c0392b",
+            color=ROLE_COLORS["model"],
             zorder=5,
         )
     _, base = baseline_reference(sub)
@@ -426,7 +427,14 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
         rounds_drawn |= draw_interleaved(ax, entries, style, scale)
         # the points, floors, stars and error bars drawn, unless a bar of a few noisy
         # calls reaches a decade beyond them
-        clipped |= fit_axis_to_points(ax, points["avg_us"], scale, also=drawn_values(ax))
+        stars = [
+            us
+            for e in entries
+            for k in ("vs_baseline", "vs_p2p")
+            if e[k] and e[k]["times"]
+            for us in e[k]["times"].values()
+        ]
+        clipped |= fit_axis_to_points(ax, [*points["avg_us"], *stars], scale, also=drawn_values(ax))
         tidy_log_axis(ax)
         text, stated = reduction_text(
             entries,
@@ -540,8 +548,7 @@ def rate_sensitivity(data, style: Style) -> list[Figure]:
                 color=style.color(variant),
                 label=label,
                 linestyle="--" if hollow else "-",
-                zorder=3 if hollow else 2,
-                **marker,
+                **{"zorder": 2, **marker},
             )
             line, kind = draw_series(
                 ax_time, series, "rate", "avg_us", scale, low="_lo", high="_hi", **kw

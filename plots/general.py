@@ -26,6 +26,7 @@ from ccbench.plots.base import (
 from ccbench.plots.headlines import REAL_GRADIENT
 from ccbench.plots.style import (
     COLLECTIVE_LABELS,
+    ROLE_COLORS,
     Style,
     codec_label,
     codec_sort_key,
@@ -91,7 +92,7 @@ def busbw_vs_size(data, style: Style) -> list[Figure]:
             if link > 0:
                 ceiling = ax.axhline(
                     link / 8.0,
-                    color="#c0392b",
+                    color=ROLE_COLORS["model"],
                     linestyle="--",
                     linewidth=0.9,
                     label="model: link rate (ceiling)",
@@ -171,8 +172,12 @@ def codec_throughput(data, style: Style) -> list[Figure]:
         ].reset_index(drop=True)
         y = np.arange(len(sub))[::-1]
         height = 0.38
-        enc = ax.barh(y + height / 2, sub["encode_gbps"], height, color="#1f66b4", label="encode")
-        dec = ax.barh(y - height / 2, sub["decode_gbps"], height, color="#8fb8e0", label="decode")
+        enc = ax.barh(
+            y + height / 2, sub["encode_gbps"], height, color=ROLE_COLORS["encode"], label="encode"
+        )
+        dec = ax.barh(
+            y - height / 2, sub["decode_gbps"], height, color=ROLE_COLORS["decode"], label="decode"
+        )
         handles += [enc, dec]
         labels += ["encode", "decode"]
         top = every_top
@@ -266,9 +271,8 @@ def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
                 kw = dict(
                     color=style.color(point["variant"], point["algorithm"]),
                     linestyle="none",
-                    # p2p hollow and on top: it coincides with coll where both codecs
-                    # see the same data, and must still show
-                    zorder=3 if point["variant"] == "p2p_compressed" else 2,
+                    # p2p hollow and on top (Style.marker): it coincides with coll where
+                    # both codecs see the same data, and must still show
                     **style.marker(point["codec"], point["variant"]),
                 )
                 if lossless and log and np.isfinite(value) and value > 0:

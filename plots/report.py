@@ -49,6 +49,8 @@ class RenderedFigure:
     files: list[Path]
     notes: list[tuple[str, list[str]]] = field(default_factory=list)  # (panel, lines)
     claims: list = field(default_factory=list)  # what the notes state (plots/claims.py)
+    problems: list[str] = field(default_factory=list)  # plots/figure_check.py's findings
+    drawn: object = None  # the matplotlib Figure (closed), for the page-wide checks
 
 
 @dataclass
@@ -163,11 +165,15 @@ def check_html(contradictions: list[str] | None) -> list[str]:
     if not contradictions:
         return out + [
             "<p>Every note, caption and section text that states a direction or a "
-            "number agrees with the rows drawn (plots/page_check.py).</p>"
+            "number agrees with the rows drawn (plots/page_check.py), and no figure has "
+            "an empty panel, a legend entry for a marker it does not draw, a series "
+            "hidden under another, one quantity in two units, a series off its axis, "
+            "or a colour that means two things on this page "
+            "(plots/figure_check.py).</p>"
         ]
     out.append(
         f"<p class='error'>{len(contradictions)} sentence(s) of this page disagree with "
-        "the rows drawn:</p><ul>"
+        "the rows drawn, or figure(s) hide or mislabel what they draw:</p><ul>"
     )
     out += [f"<li class='error'>{esc(c)}</li>" for c in contradictions]
     return out + ["</ul>"]

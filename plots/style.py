@@ -72,15 +72,31 @@ SERIES_COLORS = {
     ("sparse_streaming", "allgather-sparse"): "#9a4fc4",
     ("sparse_streaming", "sparcml"): "#b5651d",
 }
-FALLBACK_COLORS = ("#c0392b", "#17a2b8", "#8c564b", "#e377c2", "#bcbd22", "#6b8e23")
+FALLBACK_COLORS = ("#800000", "#17a2b8", "#6b8e23", "#ff69b4", "#4b0082", "#556b2f")
 
+# Merge strategies are not variants: colours of their own, none a variant's (blue stays
+# collective-level, orange point-to-point across the page).
 STRATEGY_COLORS = {
-    "wfbp": "#e6770b",
-    "single": "#7f7f7f",
-    "fixed": "#9a4fc4",
-    "ddp": "#c0392b",
-    "mgwfbp": "#1f66b4",
-    "optimal": "#2a9d2a",
+    "wfbp": "#17becf",
+    "single": "#bcbd22",
+    "fixed": "#e377c2",
+    "ddp": "#8c564b",
+    "mgwfbp": "#00876c",
+    "optimal": "#ffb000",
+}
+
+# Colours of what is not a series: parts of a call or a step, and models. None is a
+# variant's or a strategy's (tests/test_figure_checks.py holds the page to one meaning
+# per colour).
+ROLE_COLORS = {
+    "encode": "#f2c12e",
+    "decode": "#f4a582",
+    "reduce": "#b2df8a",
+    "wait": "#cab2d6",
+    "idle": "#e0e0e0",
+    "bytes": "#607d8b",
+    "time": "#a1887f",
+    "model": "#c0392b",
 }
 
 # Strategies often coincide (single = fixed:64MB on small models; optimal = mgwfbp):
@@ -226,8 +242,8 @@ class Style:
                 self._markers.get(codec_family(codec))
                 or FALLBACK_MARKERS[hash_index(str(codec), len(FALLBACK_MARKERS))]
             )
-        if variant in HOLLOW_VARIANTS:
-            return {"marker": marker, "fillstyle": "full", "markerfacecolor": "white"}
+        if variant in HOLLOW_VARIANTS:  # see-through and on top: a series under it shows
+            return {"marker": marker, "fillstyle": "full", "markerfacecolor": "none", "zorder": 3}
         return {"marker": marker, "fillstyle": "full"}
 
     @staticmethod
@@ -299,7 +315,13 @@ def tidy_log_axis(ax, axis: str = "y") -> None:
     if lo <= 0 or hi <= 0:
         return
     decades = math.log10(hi / lo)
-    subs = (1.0, 2.0, 5.0) if decades <= 1.5 else ((1.0, 3.0) if decades <= 3 else (1.0,))
+    # enough ticks inside a short span that the values drawn sit between labelled ones
+    if decades <= 0.7:
+        subs = tuple(float(k) for k in range(1, 10))
+    elif decades <= 1.5:
+        subs = (1.0, 2.0, 3.0, 5.0)
+    else:
+        subs = (1.0, 3.0) if decades <= 3 else (1.0,)
     target.set_major_locator(LogLocator(base=10, subs=subs))
     target.set_major_formatter(FuncFormatter(plain_number))
     target.set_minor_formatter(NullFormatter())
@@ -386,12 +408,16 @@ def variant_codec_handles(style: Style, keys, hollow: bool = False) -> tuple[lis
         algo = algorithm if variant in ("baseline", "sparse_streaming") else None
         seen_series.setdefault((variant, algo), None)
         seen_codecs.setdefault(codec, None)
+    first_codec = {}
+    for variant, _, codec in keys:
+        first_codec.setdefault(variant, codec)
     for variant, algo in seen_series:
         label = series_label(variant, algo)
         face = {}
         if hollow and variant in HOLLOW_VARIANTS:  # its markers are drawn hollow: say so
             label += " (hollow markers)"
-            face = {"marker": "o", "markerfacecolor": "white"}
+            face = style.marker(first_codec[variant], variant)
+            face.pop("zorder", None)
         handles.append(Line2D([], [], color=style.color(variant, algo), label=label, **face))
         labels.append(label)
     for codec in sorted(seen_codecs, key=codec_sort_key):

@@ -363,7 +363,7 @@ def training_step_time(data, style: Style) -> list[Figure]:
         raise Skip("no per-step training rows")
     settings = training_settings(runs)[:2]
     fig, axes = figure(len(settings), panel_height=2.9)
-    handles, labels, stated_claims = [], [], []
+    handles, labels, stated_claims, drawn_series = [], [], [], []
     inferred = all(la.inferred for _, group in settings for la in group)
     for ax, ((model, ranks, link), group) in zip(axes, settings, strict=True):
         several = len({la.key[0] for la in group}) > 1
@@ -376,6 +376,7 @@ def training_step_time(data, style: Style) -> list[Figure]:
         for x, bar in enumerate(bars):
             variant, algorithm = bar["launch"].key[1:3]
             color = style.color(variant, algorithm)
+            drawn_series.append((variant, algorithm))
             compute, comm, step = bar["compute_us"], bar["comm_us"], bar["step_us"]
             if np.isfinite(compute) and np.isfinite(comm):
                 a = ax.bar(x, compute / scale, 0.6, color="0.8", label="compute")
@@ -426,8 +427,10 @@ def training_step_time(data, style: Style) -> list[Figure]:
             panel_note(ax, text)
     from matplotlib.patches import Patch
 
-    handles.append(Patch(facecolor="0.5", label="communication (colour of the variant)"))
-    labels.append("communication (colour of the variant)")
+    for variant, algorithm in dict.fromkeys(drawn_series):
+        label = f"{series_label(variant, algorithm)}: communication"
+        handles.append(Patch(facecolor=style.color(variant, algorithm), label=label))
+        labels.append(label)
     legend_below(fig, handles, labels, ncol=2)
     claims = papers.CLAIMS
     caption = (
