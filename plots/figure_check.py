@@ -29,7 +29,7 @@ def has_data(ax) -> bool:
     lines = [
         ln
         for ln in ax.lines
-        if ln.get_transform() == ax.transData and len(np.atleast_1d(ln.get_xdata())) > 0
+        if ln.get_transform() is ax.transData and len(np.atleast_1d(ln.get_xdata())) > 0
     ]
     return bool(lines or ax.collections or ax.patches or ax.images)
 
@@ -174,7 +174,7 @@ def off_axis(fig) -> list[str]:
     found = []
     for ax in _data_axes(fig):
         for line in ax.lines:
-            if line.get_transform() != ax.transData or _marker(line) in ("_", "|"):
+            if line.get_transform() is not ax.transData or _marker(line) in ("_", "|"):
                 continue
             if not line.get_visible() or str(line.get_label()) == "_nolegend_":
                 continue
