@@ -371,9 +371,7 @@ def render(
     footer = footer_text([c for f in rendered for c in f.claims])
     contradictions = [c.line() for c in check_page(checked, footer)]
     contradictions += [f"figure {f.name}: {p}" for f in rendered for p in f.problems]
-    contradictions += [
-        f"page: {p}" for p in colour_meanings([(f.name, f.drawn) for f in rendered])
-    ]
+    contradictions += [f"page: {p}" for p in colour_meanings([(f.name, f.drawn) for f in rendered])]
     for line in contradictions:
         print(f"page check: {line}", file=sys.stderr)
     print(

@@ -155,3 +155,30 @@ def test_every_figure_of_the_fixture_page_passes_every_check(page):
         assert name in names
     assert {name: check_figure(fig) for name, fig in page if check_figure(fig)} == {}
     assert colour_meanings(page) == []
+
+
+def test_the_advice_map_colours_mean_what_they_mean_on_the_page():
+    """Blue is collective-level, orange point-to-point, black the library, grey the ring,
+    as on every figure; a variant's further codecs are lighter shades, none alike."""
+    from matplotlib.colors import to_hex
+
+    from ccbench.collectives import compression_model as cm
+    from ccbench.plots.advise_map import option_label, page_colours
+
+    def codec(spec, ratio):
+        return cm.CodecRates(spec, ratio, 1e9, 1e9, 5e8)
+
+    options = [
+        cm.Option(cm.P2P, codec("bfp:rate=4", 8)),
+        cm.Option(cm.LIBRARY),
+        cm.Option(cm.COLL, codec("bfp:rate=4", 8)),
+        cm.Option(cm.RING),
+        cm.Option(cm.COLL, codec("fp16", 2)),
+    ]
+    colours = [to_hex(c) for c in page_colours(options)]
+    assert colours[1] == "#000000" and colours[3] == "#7f7f7f"
+    # fp16 comes first among the page's codecs: it takes the variant's own blue
+    assert colours[4] == BLUE and colours[0] == ORANGE
+    assert colours[2] not in (BLUE, "#ffffff") and len(set(colours)) == len(colours)
+    assert option_label(options[2]) == "collective compressed, bfp:rate=4"
+    assert option_label(options[1]) == "library (MPI)"
