@@ -540,14 +540,15 @@ def rate_sensitivity(data, style: Style) -> list[Figure]:
         )
         scale, unit = time_unit(part["avg_us"])
         for (variant, family), series in part.groupby(["variant", "family"], sort=True):
-            # p2p hollow, on top, dashed: its error often equals coll's, and must show
+            # p2p hollow, on top, dash-dotted (dashed is for models): its error often
+            # equals coll's, and must show
             marker = style.marker(series["codec"].iloc[0], variant)
             label = f"{series_label(variant, None)}, {family}"
             hollow = variant == "p2p_compressed"
             kw = dict(
                 color=style.color(variant),
                 label=label,
-                linestyle="--" if hollow else "-",
+                linestyle="-." if hollow else "-",
                 **{"zorder": 2, **marker},
             )
             line, kind = draw_series(
@@ -630,7 +631,7 @@ def error_text(frame: pd.DataFrame) -> str:
     if larger.empty:
         return (
             "Point-to-point and collective-level compression have the same error at "
-            "every rate drawn here (dashed hollow p2p over solid coll): recompressing "
+            "every rate drawn here (hollow, dash-dotted p2p over solid coll): recompressing "
             "at every hop added none on these inputs."
         )
     return (

@@ -419,7 +419,7 @@ def test_sparse_figures(data, style):
     assert workers.fig.axes[0].get_xlabel() == "Workers (ranks)"
     assert [t.get_text() for t in workers.fig.axes[0].get_xticklabels()] == ["2", "4"]
     (blocks,) = draw("seed001_block_size_fusion", data, style)
-    assert set(legend_labels(blocks.fig)) == {"no fusion", "fusion 8"}
+    assert set(legend_labels(blocks.fig)) == {"omnireduce, no fusion", "omnireduce, fusion 8"}
     (wire,) = draw("seed001_wire_bytes", data, style)
     assert "model: OmniReduce's minimum (from the inputs' block bitmaps)" in legend_labels(wire.fig)
     assert wire.fig.axes[0].get_ylabel() == "Wire bytes per rank (MiB)"
