@@ -131,8 +131,7 @@ def hold_fixed(
 
 
 def pick_densities(values: pd.Series, targets) -> list[float]:
-    """The measured densities nearest (in log scale) to the targets, largest first: the
-    panels of a figure that cannot show every density."""
+    """The measured densities nearest (log scale) to the targets, largest first."""
     present = sorted(set(values.dropna()), reverse=True)
     if len(present) <= len(targets):
         return present
@@ -430,15 +429,13 @@ def block_size_fusion(data, style: Style) -> list[Figure]:
     frame = frame[(frame["ranks"] == ranks) & (frame["_link"] == link)]
     size = largest_size(frame)
     frame = frame[frame["size_bytes"] == size]
-    # a panel per density measured at two block sizes or more: a line, not a point
-    blocks_at = frame.groupby("density")["block_size"].nunique()
-    frame = frame[frame["density"].isin(blocks_at[blocks_at >= 2].index)]
-    if frame.empty:
+    blocks_at = frame.groupby("density")["block_size"].nunique()  # a line, not a point
+    if (blocks_at < 2).all():
         raise Skip("needs OmniReduce rows at two or more block sizes at one density")
+    frame = frame[frame["density"].isin(blocks_at[blocks_at >= 2].index)]
     densities = pick_densities(frame["density"], (1.0, 0.1, 0.01))
     fusions = sorted(frame["fusion"].dropna().unique()) if "fusion" in frame else []
     fig, axes = figure(len(densities), ncols=min(3, len(densities)))
-    # one unit for every panel: the panels are read side by side
     scale, unit = time_unit(frame[frame["density"].isin(densities)]["avg_us"])
     handles, labels, kinds = [], [], set()
     styles = ("-", ":", "-.", (0, (3, 1, 1, 1, 1, 1)))  # dashed is kept for models
@@ -448,9 +445,8 @@ def block_size_fusion(data, style: Style) -> list[Figure]:
         for i, fusion in enumerate(fusions or [None]):
             series = sub if fusion is None else sub[sub["fusion"] == fusion]
             series = newest_per(series, ["block_size"])
-            label = "omnireduce, " + (
-                "no fusion" if fusion in (None, 0, 1) else f"fusion {fmt(fusion)}"
-            )
+            name = "no fusion" if fusion in (None, 0, 1) else f"fusion {fmt(fusion)}"
+            label = f"omnireduce, {name}"
             line, kind = draw_series(
                 ax,
                 series,
