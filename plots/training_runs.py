@@ -30,6 +30,7 @@ from ccbench.plots.claims import (
     opposite,
     separate_ratio,
 )
+from ccbench.plots.compression_notes import INTERLEAVED_LABEL, interleaved_handle
 from ccbench.plots.steps import FRAMEWORK_ORDER, Launch, interval, launches, training_frame
 from ccbench.plots.style import (
     FULL_WIDTH,
@@ -226,9 +227,10 @@ def step_bars(group: list[Launch]) -> list[dict]:
 
 
 def interleaved_step(compares, claim: str, codec: str, ranks, link):
-    """(ratio, low, high) of the `ccbench compare` of two FSDP training runs that measured
-    this claim (B = collective level) for this codec, rank count and link; or None."""
-    from ccbench.plots.headlines import oriented_ratio
+    """((ratio, low, high), {variant: mean step time of its interleaved rounds}) of the
+    `ccbench compare` of two FSDP training runs that measured this claim (B = collective
+    level) for this codec, rank count and link; or None."""
+    from ccbench.plots.headlines import oriented_ratio, parse_side
 
     if compares is None or compares.empty:
         return None
@@ -241,7 +243,11 @@ def interleaved_step(compares, claim: str, codec: str, ranks, link):
             continue
         got = oriented_ratio(row, claim, codec)
         if got is not None:
-            return got
+            times = {
+                parse_side(row[side]).get("variant_option", ""): float(row.get(f"{side}_us"))
+                for side in ("a", "b")
+            }
+            return got, times
     return None
 
 
@@ -285,7 +291,16 @@ def step_time_changes(bars: list[dict], compares=None, ranks=0, link=0.0) -> lis
                 )
             entry = {"label": label, "base_bar": base, "p2p_bar": p2p, "bar": bar}
             if any(measured):
-                out.append({**entry, "base": measured[0], "p2p": measured[1], "interleaved": True})
+                times = {k: m[1] for k, m in zip(("base", "p2p"), measured, strict=True) if m}
+                out.append(
+                    {
+                        **entry,
+                        "base": measured[0] and measured[0][0],
+                        "p2p": measured[1] and measured[1][0],
+                        "interleaved": True,
+                        "times": times,
+                    }
+                )
             elif base is not None or p2p is not None:
                 out.append(
                     {**entry, "base": against(base), "p2p": against(p2p), "interleaved": False}
@@ -350,6 +365,34 @@ def step_time_text(
     return "\n".join(lines + explain), claims
 
 
+def draw_interleaved_steps(ax, bars, changes, style: Style, scale: float) -> bool:
+    """The interleaved rounds' mean step times on the bars of the two sides."""
+    drawn = False
+    for c in changes:
+        for key, times in c.get("times", {}).items():
+            for bar in (c[f"{key}_bar"], c["bar"]):
+                us = times.get(bar["launch"].key[1]) if bar is not None else None
+                if us is None or not np.isfinite(us):
+                    continue
+                variant, algorithm = bar["launch"].key[1:3]
+                ax.plot(
+                    [bars.index(bar)],
+                    [us / scale],
+                    linestyle="none",
+                    marker="*",
+                    markersize=7,
+                    markeredgecolor="black",
+                    markeredgewidth=0.5,
+                    color=style.color(variant, algorithm),
+                    zorder=4,
+                    label="_interleaved",
+                )
+                drawn = True
+                low, high = ax.get_ylim()
+                ax.set_ylim(low, max(high, 1.05 * us / scale))  # on the axis
+    return drawn
+
+
 def bar_label(bar: dict, several: bool, varied: bool) -> str:
     label = run_label(bar["launch"], several, varied).replace(" [strategies rotated]", "")
     if bar["strategy"]:
@@ -363,7 +406,7 @@ def training_step_time(data, style: Style) -> list[Figure]:
         raise Skip("no per-step training rows")
     settings = training_settings(runs)[:2]
     fig, axes = figure(len(settings), panel_height=2.9)
-    handles, labels, stated_claims, drawn_series = [], [], [], []
+    handles, labels, stated_claims, drawn_series, stars = [], [], [], [], False
     inferred = all(la.inferred for _, group in settings for la in group)
     for ax, ((model, ranks, link), group) in zip(axes, settings, strict=True):
         several = len({la.key[0] for la in group}) > 1
@@ -422,6 +465,8 @@ def training_step_time(data, style: Style) -> list[Figure]:
         text, stated = step_time_text(
             bars, rows(data, "compare"), ranks, link or 0.0, setting_title(model, ranks, link)
         )
+        changes = step_time_changes(bars, rows(data, "compare"), ranks, link or 0.0)
+        stars |= draw_interleaved_steps(ax, bars, changes, style, scale)
         stated_claims += stated
         if text:
             panel_note(ax, text)
@@ -431,6 +476,9 @@ def training_step_time(data, style: Style) -> list[Figure]:
         label = f"{series_label(variant, algorithm)}: communication"
         handles.append(Patch(facecolor=style.color(variant, algorithm), label=label))
         labels.append(label)
+    if stars:
+        handles.append(interleaved_handle())
+        labels.append(INTERLEAVED_LABEL)
     legend_below(fig, handles, labels, ncol=2)
     claims = papers.CLAIMS
     caption = (
@@ -448,6 +496,12 @@ def training_step_time(data, style: Style) -> list[Figure]:
         f"{claims['training_vs_baseline'].value} than the baseline, "
         f"{claims['training_vs_p2p'].value} than point-to-point compression."
     )
+    if stars:
+        caption += (
+            " Stars edged in black: the mean step times of the interleaved rounds the "
+            "note quotes (ccbench compare), on the bars of each side; where they and the "
+            "bars point different ways the note says so."
+        )
     if not inferred:
         caption += " Some runs have no summary row: their warm-up is the training loop's default."
     return [
