@@ -182,3 +182,27 @@ def test_the_advice_map_colours_mean_what_they_mean_on_the_page():
     assert colours[2] not in (BLUE, "#ffffff") and len(set(colours)) == len(colours)
     assert option_label(options[2]) == "collective compressed, bfp:rate=4"
     assert option_label(options[1]) == "library (MPI)"
+
+
+def test_the_breakdown_says_only_what_it_draws(tmp_path, style):
+    """No p2p rows: the bars are named 'MPI, coll'; shared memory has no floor: no tick
+    is described; the reproduction's codecs come first, fp16 among them."""
+    from ccbench.plots.data import load
+    from tests.plot_benchmark_rows import seed000_rows
+    from tests.plot_fixtures import draw, write
+
+    rows = [
+        r
+        for r in seed000_rows([1 << 16, 1 << 20], ranks=2, link=0)
+        if r["variant"] != "p2p_compressed"
+    ]
+    (figure,) = draw("seed000_breakdown", load([write(tmp_path / "h.csv", rows)]), style)
+    axes = [ax for ax in figure.fig.axes if ax.get_visible()]
+    assert {ax.get_xlabel() for ax in axes} == {"Message size (bytes); bars: MPI, coll"}
+    assert [ax.get_title() for ax in axes[:3]] == [
+        "Allgather, fp16",
+        "Allgather, bfp:rate=8",
+        "Allgather, zfp:rate=8",
+    ]
+    assert "tick" not in figure.caption and "point-to-point" not in figure.caption
+    assert check_figure(figure.fig) == []
