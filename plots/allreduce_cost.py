@@ -27,6 +27,7 @@ from ccbench.plots.base import (
     time_bounds,
 )
 from ccbench.plots.style import (
+    ROLE_COLORS,
     Style,
     figure,
     legend_below,
@@ -142,7 +143,7 @@ def allreduce_fit(data, style: Style) -> list[Figure]:
             grid,
             (alpha + beta * grid) / scale,
             "--",
-            color="#1f66b4",
+            color=ROLE_COLORS["model"],
             label="model: alpha + beta x size (fitted)",
         )
         handles += [meas, fit]

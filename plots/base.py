@@ -7,7 +7,7 @@ more `Figure`s, or raises `Skip` with the reason it cannot be drawn from this da
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -15,6 +15,8 @@ import pandas as pd
 from ccbench.collectives.costmodel import call_floor_s, floor_steps, wire_floor_s
 from ccbench.collectives.spec import spec
 from ccbench.kernels import variants
+from ccbench.plots.claims import RatioClaim
+from ccbench.plots.claims import change_text as claims_change_text
 from ccbench.plots.data import RUN, Data
 from ccbench.plots.style import Style, codec_sort_key
 
@@ -24,6 +26,7 @@ class Figure:
     name: str  # file stem of the PNG and PDF
     fig: object  # matplotlib Figure
     caption: str
+    claims: list[RatioClaim] = field(default_factory=list)  # what its notes state
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,11 @@ class Headline:
     where: str = ""
     margin: str = ""  # the verdict's margin around 1, as a percentage
     against_paper: str = ""  # reproduced / not reproduced / not comparable, and why
+    # the interval's relative half-width (sqrt(high / low) - 1) and the target the rounds
+    # aimed at, in percent (NaN: none); the page check holds `samples` to saying so when
+    # the rounds stopped at their cap short of the target
+    half_width_pct: float = float("nan")
+    target_pct: float = float("nan")
 
 
 class Skip(Exception):
@@ -161,12 +169,9 @@ def separate_ratio(
 
 
 def change_text(ratio: float, low: float, high: float) -> str:
-    """A ratio of times as a latency change with its interval: '-45% [-50, -39]'."""
-    text = f"{100 * (ratio - 1):+.0f}%"
-    if np.isfinite(low) and not np.isnan(high):
-        upper = f"{100 * (high - 1):+.0f}" if np.isfinite(high) else "+inf"
-        text += f" [{100 * (low - 1):+.0f}, {upper}]"
-    return text
+    """A ratio of times as a latency change with its interval: '-45% [-50, -39]' (never
+    '-0': plots.claims.percent)."""
+    return claims_change_text(ratio, low, high)
 
 
 def draw_series(
@@ -208,18 +213,37 @@ def draw_series(
     return line, None
 
 
-def fit_axis_to_points(ax, values, scale: float = 1.0, factor: float = 1.6) -> bool:
-    """A log y axis spanning the points drawn (a factor either side), not their error bars:
-    one wide interval of a few noisy calls would otherwise squash every line. Returns
-    whether an error bar now runs off the axis (the caption says so)."""
+def drawn_values(ax) -> np.ndarray:
+    """The y values of every line, marker and error bar drawn in a panel (axis units)."""
+    values = [np.asarray(line.get_ydata(), dtype=float) for line in ax.lines]
+    for collection in ax.collections:  # error bars' vertical segments
+        for segment in getattr(collection, "get_segments", lambda: [])():
+            values.append(np.asarray(segment, dtype=float)[:, 1])
+    return np.concatenate(values) if values else np.array([])
+
+
+def fit_axis_to_points(ax, values, scale: float = 1.0, factor: float = 1.6, also=()) -> bool:
+    """A log y axis spanning the points drawn (a factor either side), and the values
+    `also` drawn (floors, error bars; in axis units) that lie within `REACH` of them: one
+    wide interval of a few noisy calls would otherwise squash every line. Returns whether
+    something drawn now runs off the axis (the caption says so)."""
     values = np.asarray(values, dtype=float) / scale
     values = values[np.isfinite(values) & (values > 0)]
     if values.size == 0:
         return False
-    low, high = values.min() / factor, values.max() * factor
-    before = ax.get_ylim()
-    ax.set_ylim(low, high)
-    return before[0] < low * 0.999 or before[1] > high * 1.001
+    low, high = values.min(), values.max()
+    extra = np.asarray(also, dtype=float)
+    extra = extra[np.isfinite(extra) & (extra > 0)]
+    near = extra[(extra >= low / REACH) & (extra <= high * REACH)]
+    if near.size:
+        low, high = min(low, near.min()), max(high, near.max())
+    ax.set_ylim(low / factor, high * factor)
+    drawn = np.asarray(also, dtype=float)
+    drawn = drawn[np.isfinite(drawn)]
+    return bool(((drawn < low / factor * 0.999) | (drawn > high * factor * 1.001)).any())
+
+
+REACH = 10.0  # how far beyond the points an error bar or floor may stretch the axis
 
 
 def wire_measured(frame: pd.DataFrame) -> pd.Series:

@@ -26,6 +26,7 @@ from ccbench.plots.base import (
     below_floor_text,
     floor_us,
     link_of,
+    main_codecs,
     newest_per,
     panel_title,
     panels,
@@ -33,25 +34,29 @@ from ccbench.plots.base import (
 )
 from ccbench.plots.style import (
     COLLECTIVE_LABELS,
+    ROLE_COLORS,
+    SERIES_COLORS,
     Style,
     codec_label,
+    codec_sort_key,
     figure,
     format_bytes,
     legend_below,
+    series_label,
 )
 
 PARTS = (
-    ("encode_us", "encode", "#1f77b4"),
-    ("decode_us", "decode", "#ff7f0e"),
-    ("reduce_us", "reduce", "#2ca02c"),
-    ("wait_us", "wait (wire)", "#9467bd"),
-    ("idle_us", "idle", "#c7c7c7"),
+    ("encode_us", "encode", ROLE_COLORS["encode"]),
+    ("decode_us", "decode", ROLE_COLORS["decode"]),
+    ("reduce_us", "reduce", ROLE_COLORS["reduce"]),
+    ("wait_us", "wait (wire)", ROLE_COLORS["wait"]),
+    ("idle_us", "idle", ROLE_COLORS["idle"]),
 )
 # the MPI library's collective, then each compressed variant by its short name
 BARS = ((variants.BASELINE, "MPI"), *((v, variants.kind(v)) for v in variants.COMPRESSED))
 MAX_CODECS = 3
-TOTAL_COLOR = "#7f7f7f"
-BELOW_COLOR = "#c0392b"
+COLORS = {v: SERIES_COLORS[(v, None)] for v in variants.COMPRESSED}
+BELOW_COLOR = ROLE_COLORS["model"]
 
 
 def newest(frame):
@@ -72,38 +77,50 @@ def breakdown(data, style: Style) -> list[Figure]:
     compressed = compressed[(compressed["ranks"] == ranks) & (link_of(compressed) == link)]
     mpi = mpi[(mpi["ranks"] == ranks) & (link_of(mpi) == link)]
     collectives = [c for c in COLLECTIVE_LABELS if c in set(compressed["collective"])]
-    codecs = sorted(set(compressed["codec"]))[:MAX_CODECS]
+    # the reproduction's codecs first (fp16, bfp:rate=8, zfp:rate=8), then the most sizes
+    codecs, left_out = main_codecs(compressed, MAX_CODECS)
+    codecs = sorted(codecs, key=codec_sort_key)
+    # a panel per collective and codec that has rows: no empty panel
+    shown = [
+        (collective, codec)
+        for collective in collectives
+        for codec in codecs
+        if ((compressed["collective"] == collective) & (compressed["codec"] == codec)).any()
+    ]
     # the call the bar stacks up to (the critical rank's), else the average over ranks
     measured = compressed["call_us"].astype(float).fillna(compressed["avg_us"].astype(float))
     compressed = compressed.assign(_floor=floor_us(compressed), _measured=measured)
-    below = []
-    fig, axes = figure(len(collectives) * len(codecs), ncols=len(codecs), panel_height=2.2)
-    for r, collective in enumerate(collectives):
+    below, drew = [], set()
+    fig, axes = figure(len(shown), ncols=min(len(codecs), len(shown)), panel_height=2.2)
+    for ax, (collective, codec) in zip(axes, shown, strict=True):
         base = newest(mpi[mpi["collective"] == collective]).set_index("size_bytes")["avg_us"]
         sub = newest(compressed[compressed["collective"] == collective])
-        for c, codec in enumerate(codecs):
-            ax = axes[r * len(codecs) + c]
-            below.append(draw_panel(ax, sub[sub["codec"] == codec], base))
-            ax.set_title(f"{COLLECTIVE_LABELS[collective]}, {codec_label(codec)}")
-            if c == 0:
-                ax.set_ylabel("time / MPI's time")
-    handles = [Patch(color=color, label=label) for _, label, color in PARTS]
-    handles += [
-        Patch(color=TOTAL_COLOR, label="call (no breakdown in the row)"),
-        Patch(facecolor="white", edgecolor="black", hatch="///", label="MPI call"),
-        Patch(color="black", label="coll floor"),
-    ]
+        below.append(draw_panel(ax, sub[sub["codec"] == codec], base, drew))
+        ax.set_title(f"{COLLECTIVE_LABELS[collective]}, {codec_label(codec)}")
+        ax.set_ylabel("time / MPI's time" if not base.empty else "time / coll's time")
+    handles = [Patch(color=color, label=label) for column, label, color in PARTS if column in drew]
+    for variant, _ in BARS[1:]:  # calls without a breakdown: the variant's colour
+        if variant in drew and "total" in drew:
+            label = f"{series_label(variant, None)}: the call (no breakdown in the row)"
+            handles.append(Patch(color=COLORS[variant], label=label))
+    if "mpi" in drew:
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="MPI call"))
+    if "floor" in drew:
+        handles.append(Patch(color="black", label="coll floor"))
     legend_below(fig, handles, [h.get_label() for h in handles])
     caption = (
-        f"{panel_title(ranks, link)}. Per collective (rows) and codec (columns), per "
-        "message size: the MPI library's call (hatched), point-to-point (p2p) and "
-        "collective-level (coll) compression stacked from the critical rank's "
-        "breakdown, each divided by the MPI call at that size (or by coll where MPI "
-        "was not run); black tick: the collective-level pipeline's floor "
-        "(docs/compression.md): its wire bytes less the shaper's burst at the link's "
-        "payload rate plus each step's fixed cost, or its codec's floor where that is "
-        "larger."
+        f"{panel_title(ranks, link)}. Per collective and codec, per message size: "
+        + bars_text(drew)
+        + ", each divided by the MPI call at that size (or by coll where MPI was not run)."
     )
+    if "floor" in drew:
+        caption += (
+            " Black tick: the collective-level pipeline's floor (docs/compression.md): its "
+            "wire bytes less the shaper's burst at the link's payload rate plus each "
+            "step's fixed cost, or its codec's floor where that is larger."
+        )
+    if left_out:
+        caption += f" Also measured, left out for legibility: {', '.join(left_out)}."
     below = [b for b in below if not b.empty]
     if below:
         points = pd.concat(below)
@@ -116,12 +133,32 @@ def breakdown(data, style: Style) -> list[Figure]:
     return [Figure("seed000_breakdown", fig, caption)]
 
 
-def draw_panel(ax, sub, base) -> pd.DataFrame:
+def bars_text(drew: set) -> str:
+    """What the bars are, of those drawn."""
+    parts = []
+    if "mpi" in drew:
+        parts.append("the MPI library's call (hatched)")
+    kinds = [name for variant, name in BARS[1:] if variant in drew]
+    if kinds:
+        names = {"p2p": "point-to-point (p2p)", "coll": "collective-level (coll)"}
+        text = " and ".join(names.get(k, k) for k in kinds) + " compression"
+        if drew & {column for column, _, _ in PARTS}:
+            text += " stacked from the critical rank's breakdown"
+        if "total" in drew:
+            text += " (in the variant's colour: the whole call, where a row has no breakdown)"
+        parts.append(text)
+    return ", ".join(parts) if parts else "nothing"
+
+
+def draw_panel(ax, sub, base, drew: set) -> pd.DataFrame:
     """Draws one collective and codec's bars; returns its collective-level rows measured
-    below their floor (marked in red)."""
+    below their floor (marked in red). Adds to `drew` what it drew: 'mpi', each variant,
+    each breakdown column, 'total' (a call without breakdown), 'floor'."""
     below = below_floor(sub[sub["variant"] == "coll_compressed"], "_measured")
     sizes = sorted(set(sub["size_bytes"]))
-    width = 0.27
+    present = [(v, name) for v, name in BARS if v != "baseline" and (sub["variant"] == v).any()]
+    bars = ([(variants.BASELINE, "MPI")] if not base.empty else []) + present
+    width = 0.8 / max(len(bars), 1)
     for i, size in enumerate(sizes):
         at = sub[sub["size_bytes"] == size]
         coll = at[at["variant"] == "coll_compressed"]
@@ -130,8 +167,8 @@ def draw_panel(ax, sub, base) -> pd.DataFrame:
             scale = float(coll["avg_us"].iloc[0])
         if not np.isfinite(scale) or scale <= 0:
             continue
-        for k, (variant, _) in enumerate(BARS):
-            x = i + (k - 1) * width
+        for k, (variant, _) in enumerate(bars):
+            x = i + (k - (len(bars) - 1) / 2) * width
             if variant == "baseline":
                 if size in base.index:
                     ax.bar(
@@ -143,19 +180,24 @@ def draw_panel(ax, sub, base) -> pd.DataFrame:
                         hatch="///",
                         linewidth=0.6,
                     )
+                    drew.add("mpi")
                 continue
             row = at[at["variant"] == variant]
             if row.empty:
                 continue
             row = row.iloc[0]
+            drew.add(variant)
             bottom = 0.0
             if not np.isfinite(row["encode_us"]):  # no breakdown: the call as one part
-                ax.bar(x, float(row["avg_us"]) / scale, width, color=TOTAL_COLOR, linewidth=0)
+                ax.bar(x, float(row["avg_us"]) / scale, width, color=COLORS[variant], linewidth=0)
+                drew.add("total")
                 continue
             for column, _, color in PARTS:
                 value = float(row[column]) / scale if np.isfinite(row[column]) else 0.0
                 ax.bar(x, value, width, bottom=bottom, color=color, linewidth=0)
                 bottom += value
+                if value > 0:
+                    drew.add(column)
             if variant == "coll_compressed" and np.isfinite(row["_floor"]):
                 floor = float(row["_floor"]) / scale
                 low = size in set(below["size_bytes"])
@@ -165,6 +207,7 @@ def draw_panel(ax, sub, base) -> pd.DataFrame:
                     color=BELOW_COLOR if low else "black",
                     linewidth=1.4,
                 )
+                drew.add("floor")
                 if low:
                     ax.plot(
                         [x],
@@ -177,7 +220,7 @@ def draw_panel(ax, sub, base) -> pd.DataFrame:
                     )
     ax.set_xticks(range(len(sizes)))
     ax.set_xticklabels([format_bytes(s) for s in sizes], fontsize="small")
-    ax.set_xlabel("Message size (bytes); bars: MPI, p2p, coll")
+    ax.set_xlabel("Message size (bytes); bars: " + ", ".join(name for _, name in bars))
     ax.axhline(1.0, color="black", linewidth=0.5, linestyle=":")
     return below
 

@@ -31,6 +31,8 @@ from ccbench.plots import (
 from ccbench.plots.advice import read_advice
 from ccbench.plots.base import Skip
 from ccbench.plots.data import MODEL_KINDS, REGIMES, RUN, TITLES, Data, Run, load
+from ccbench.plots.figure_check import check_figure, colour_meanings, has_data
+from ccbench.plots.page_check import check_page
 from ccbench.plots.report import (
     RenderedFigure,
     ReportContent,
@@ -38,6 +40,7 @@ from ccbench.plots.report import (
     write_index,
     write_runs_index,
 )
+from ccbench.plots.section_text import footer_text, section_intro
 from ccbench.plots.style import PNG_DPI, Style, close_all, note_texts, save
 
 REGIME_HEADINGS = dict(REGIMES)
@@ -175,11 +178,7 @@ def draw_all(
             close_all()
             continue
         for figure in figures:
-            empty = [
-                ax
-                for ax in figure.fig.axes
-                if ax.get_visible() and not (ax.lines or ax.collections or ax.patches or ax.images)
-            ]
+            empty = [ax for ax in figure.fig.axes if ax.get_visible() and not has_data(ax)]
             if empty and len(empty) < len(figure.fig.axes):  # nothing drawn there
                 for ax in empty:
                     ax.set_visible(False)
@@ -195,9 +194,19 @@ def draw_all(
                 and str(ax.get_legend().get_gid()).startswith("note")
             ]
             files = save(figure.fig, outdir, figure.name + suffix, formats, dpi)
+            claims = [replace(c, figure=figure.name + suffix) for c in figure.claims]
+            problems = check_figure(figure.fig)
             rendered.append(
                 RenderedFigure(
-                    figure.name + suffix, spec.paper, spec.title, figure.caption, files, notes
+                    figure.name + suffix,
+                    spec.paper,
+                    spec.title,
+                    figure.caption,
+                    files,
+                    notes,
+                    claims,
+                    problems,
+                    figure.fig,
                 )
             )
     return rendered, skipped, failed
@@ -306,6 +315,7 @@ def render(
         [],
         [],
     )
+    checked = []  # what the page check reads: each section's text, figures, headlines
     for key, subset in regimes:
         drawn, missed, broken = draw_all(
             subset,
@@ -318,7 +328,9 @@ def render(
         )
         claims, notes, trouble = ([], [], []) if key == "models" else collect_headlines(subset)
         claims = point_to_earlier(claims, sections)
-        sections.append(Section(key, REGIME_HEADINGS[key], drawn, claims))
+        intro = section_intro(key, subset, drawn, claims, headlines.NOT_MEASURED)
+        sections.append(Section(key, REGIME_HEADINGS[key], drawn, claims, intro))
+        checked.append((REGIME_HEADINGS[key], subset, intro if several else "", drawn, claims))
         rendered += drawn
         skipped += missed
         failed += broken
@@ -356,6 +368,16 @@ def render(
         if run is not None and r.kind and str(r.path) not in set(run.files) | shared:
             what, status = f"{what}; another run's, not drawn here", "note"
         inputs.append((str(r.path), what, status))
+    footer = footer_text([c for f in rendered for c in f.claims])
+    contradictions = [c.line() for c in check_page(checked, footer)]
+    contradictions += [f"figure {f.name}: {p}" for f in rendered for p in f.problems]
+    contradictions += [f"page: {p}" for p in colour_meanings([(f.name, f.drawn) for f in rendered])]
+    for line in contradictions:
+        print(f"page check: {line}", file=sys.stderr)
+    print(
+        f"page check: {len(contradictions)} contradiction(s) between the page and its rows "
+        "or defect(s) in its figures"
+    )
     content = ReportContent(
         inputs=inputs,
         figures=rendered,
@@ -366,6 +388,8 @@ def render(
         runs=tuple(r.label for r in together or ()),
         sections=sections if several else [],
         advice=read_advice(Path(opts.advice), outdir) if opts.advice else None,
+        footer=footer,
+        contradictions=contradictions,
     )
     outdir.mkdir(parents=True, exist_ok=True)
     index = write_index(outdir, content)

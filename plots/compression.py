@@ -20,8 +20,8 @@ from ccbench.plots.base import (
     Skip,
     below_floor,
     below_floor_text,
-    change_text,
     draw_series,
+    drawn_values,
     fit_axis_to_points,
     floor_us,
     held_text,
@@ -29,24 +29,29 @@ from ccbench.plots.base import (
     interval_caption,
     link_of,
     main_codecs,
-    newest_per,
     panel_title,
     panels,
     rows,
     runs_note,
-    same_run,
-    separate_ratio,
     series_keys,
     strict_bound,
-    time_bounds,
+)
+from ccbench.plots.compression_notes import (  # noqa: F401 (reductions: the notes' numbers)
+    INTERLEAVED_LABEL,
+    baseline_reference,
+    draw_interleaved,
+    drawn_points,
+    interleaved_handle,
+    reduction_text,
+    reductions,
 )
 from ccbench.plots.style import (
     COLLECTIVE_LABELS,
+    ROLE_COLORS,
     Style,
     codec_family,
     codec_label,
     codec_rate,
-    codec_sort_key,
     figure,
     format_bytes,
     legend_below,
@@ -61,144 +66,6 @@ from ccbench.plots.style import (
 
 VARIANTS = (variants.BASELINE, *variants.COMPRESSED)
 MAX_PANELS = 4
-POINT_KEYS = ["variant", "algorithm", "codec", "size_bytes"]
-
-
-def drawn_points(sub: pd.DataFrame) -> pd.DataFrame:
-    """One row per (series, size) with its interval (_lo, _hi): what a panel draws."""
-    sub = newest_per(sub, POINT_KEYS)
-    low, high, _ = time_bounds(sub)
-    return sub.assign(_lo=low, _hi=high)
-
-
-def baseline_reference(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:
-    """The baseline the paper compares with: the MPI library's collective, else the ring."""
-    base = frame[frame["variant"] == "baseline"]
-    for algorithm in ("mpi", "ring"):
-        chosen = base[base["algorithm"] == algorithm]
-        if not chosen.empty:
-            return ("MPI" if algorithm == "mpi" else "ring"), chosen
-    return "", base
-
-
-def _at(frame: pd.DataFrame, size) -> pd.Series | None:
-    hit = frame[frame["size_bytes"] == size]
-    return None if hit.empty else hit.iloc[-1]
-
-
-def interleaved(compares: pd.DataFrame, claim: str, codec: str, size, ranks, link):
-    """(ratio, low, high) of the `ccbench compare` row that measured this claim for this
-    codec, size, rank count and link, oriented as B = collective level; or None."""
-    from ccbench.plots.headlines import oriented_ratio
-
-    if compares.empty:
-        return None
-    for _, row in compares.iloc[::-1].iterrows():  # the newest first
-        if (
-            float(row["size_bytes"]) != float(size)
-            or int(row["ranks"]) != int(ranks)
-            or float(link_of(row.to_frame().T).iloc[0]) != float(link)
-        ):
-            continue
-        got = oriented_ratio(row, claim, codec, str(row.get("collective", "")))
-        if got is not None:
-            return got
-    return None
-
-
-def reductions(
-    points: pd.DataFrame,
-    compares: pd.DataFrame | None = None,
-    collective: str = "",
-    ranks=0,
-    link=0.0,
-) -> list[dict]:
-    """Per collective-level codec drawn in a panel: its latency over the baseline's and
-    over point-to-point compression's (same codec), with bounds. One number per claim:
-    where `ccbench compare` measured the claim at a size the panel draws, the note is at
-    that size and quotes that measurement, the one the headline table quotes; otherwise
-    it is the ratio of the separately launched points, at the largest size shared with
-    the baseline, and says so."""
-    compares = compares if compares is not None else pd.DataFrame()
-    base_name, base = baseline_reference(points)
-    coll = points[points["variant"] == "coll_compressed"]
-    found = []
-    for codec in sorted(coll["codec"].unique(), key=codec_sort_key):
-        mine = coll[coll["codec"] == codec]
-        sizes = set(mine["size_bytes"]) & set(base["size_bytes"])
-        if not sizes:
-            continue
-        measured = {
-            size: (
-                interleaved(compares, f"{collective}_vs_baseline", codec, size, ranks, link),
-                interleaved(compares, f"{collective}_vs_p2p", codec, size, ranks, link),
-            )
-            for size in sizes
-        }
-        compared = [size for size, pair in measured.items() if any(pair)]
-        size = max(compared) if compared else max(sizes)
-        b = _at(mine, size)
-        entry = {
-            "codec": codec,
-            "size": size,
-            "baseline": base_name,
-            "vs_baseline": None,
-            "vs_p2p": None,
-            "interleaved": bool(compared),
-        }
-        vs_base, vs_p2p = measured[size]
-        a = _at(base, size)
-        if vs_base is not None:
-            entry["vs_baseline"] = vs_base
-        elif not compared and same_run(a, b):  # rows of two runs are never paired
-            entry["vs_baseline"] = separate_ratio(
-                a["avg_us"], a["_lo"], a["_hi"], b["avg_us"], b["_lo"], b["_hi"]
-            )
-        p2p = points[(points["variant"] == "p2p_compressed") & (points["codec"] == codec)]
-        a = _at(p2p, size)
-        if vs_p2p is not None:
-            entry["vs_p2p"] = vs_p2p
-        elif not compared and a is not None and same_run(a, b):
-            entry["vs_p2p"] = separate_ratio(
-                a["avg_us"], a["_lo"], a["_hi"], b["avg_us"], b["_lo"], b["_hi"]
-            )
-        found.append(entry)
-    return found
-
-
-def reduction_text(entries: list[dict]) -> str:
-    if not entries:
-        return ""
-    base = entries[0]["baseline"] or "baseline"
-    any_p2p = any(e["vs_p2p"] is not None for e in entries)
-    sizes = sorted({e["size"] for e in entries})
-    how = {e["interleaved"] for e in entries}
-    source = (
-        "interleaved, ccbench compare"
-        if how == {True}
-        else "separate launches"
-        if how == {False}
-        else "see each line"
-    )
-    at = format_bytes(sizes[0]) if len(sizes) == 1 else "the sizes named"
-    lines = [f"collective-level latency change at {at} [{source}]"]
-    for e in entries:
-        where = "" if len(sizes) == 1 else f" at {format_bytes(e['size'])}"
-        kind = "" if len(how) == 1 else (" (interleaved)" if e["interleaved"] else " (separate)")
-        if e["vs_baseline"] is None and not e["interleaved"]:
-            text = f"{codec_label(e['codec'])}{where}: {base} is another run's, not paired"
-        elif e["vs_baseline"] is None:
-            text = f"{codec_label(e['codec'])}{where}: no comparison with {base}"
-        else:
-            text = f"{codec_label(e['codec'])}{where}: {change_text(*e['vs_baseline'])} vs {base}"
-        if any_p2p:
-            text += (
-                "; " + change_text(*e["vs_p2p"]) + " vs p2p"
-                if e["vs_p2p"] is not None
-                else "; no p2p point"
-            )
-        lines.append(text + kind)
-    return "\n".join(lines)
 
 
 def draw_model_lines(
@@ -216,7 +83,7 @@ def draw_model_lines(
             linestyle="none",
             marker="x",
             markersize=7,
-            color="#c0392b",
+            color=ROLE_COLORS["model"],
             zorder=5,
         )
     _, base = baseline_reference(sub)
@@ -277,6 +144,7 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     shown, omitted = groups[:MAX_PANELS], groups[MAX_PANELS:]
     fig, axes = figure(len(shown), panel_height=2.35 + 0.12 * (len(codecs) + 1))
     keys, modelled, kinds, no_p2p, flagged, clipped = [], False, set(), False, [], False
+    claims, rounds_drawn = [], False
     for ax, ((ranks, link), sub) in zip(axes, shown, strict=True):
         points = drawn_points(sub)
         scale, unit = time_unit(points["avg_us"])
@@ -286,9 +154,7 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
                 & (points["algorithm"] == algorithm)
                 & (points["codec"] == codec)
             ]
-            marker = style.marker(codec)
-            if variant == "p2p_compressed":  # hollow: visible where it meets coll's line
-                marker = {**marker, "markerfacecolor": "white"}
+            marker = style.marker(codec, variant)  # p2p hollow: seen where it meets coll
             _, kind = draw_series(
                 ax,
                 series,
@@ -309,20 +175,39 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
             flagged.append(below)
         size_axis(ax, points["size_bytes"])
         ax.set_yscale("log")
-        clipped |= fit_axis_to_points(ax, points["avg_us"], scale)
-        tidy_log_axis(ax)
         ax.set_ylabel(f"Latency ({unit})")
         ax.set_title(panel_title(ranks, link))
         entries = reductions(points, rows(data, "compare"), collective, ranks, link)
         no_p2p |= bool(entries) and all(e["vs_p2p"] is None for e in entries)
-        text = reduction_text(entries)
+        rounds_drawn |= draw_interleaved(ax, entries, style, scale)
+        # the points, floors, stars and error bars drawn, unless a bar of a few noisy
+        # calls reaches a decade beyond them
+        stars = [
+            us
+            for e in entries
+            for k in ("vs_baseline", "vs_p2p")
+            if e[k] and e[k]["times"]
+            for us in e[k]["times"].values()
+        ]
+        clipped |= fit_axis_to_points(ax, [*points["avg_us"], *stars], scale, also=drawn_values(ax))
+        tidy_log_axis(ax)
+        text, stated = reduction_text(
+            entries,
+            f"seed000_{collective}_latency",
+            panel_title(ranks, link),
+            {"collective": collective, "ranks": ranks, "link": link},
+        )
+        claims += stated
         if text:
             panel_note(ax, text)
-    handles, labels = variant_codec_handles(style, keys)
+    handles, labels = variant_codec_handles(style, keys, hollow=True)
     if modelled:
         proxy = model_handle("model: the floor")
         handles.append(proxy)
         labels.append(proxy.get_label())
+    if rounds_drawn:
+        handles.append(interleaved_handle())
+        labels.append(INTERLEAVED_LABEL)
     legend_below(fig, handles, labels)
     name = COLLECTIVE_LABELS.get(collective, collective)
     caption = (
@@ -335,6 +220,13 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
         + SEPARATE
         + paper_numbers(collective)
     )
+    if rounds_drawn:
+        caption += (
+            " Stars edged in black: the mean times of the interleaved rounds that "
+            "measured the note's comparison (ccbench compare), in the colour of each "
+            "side, beside the sweep's separately launched points; where the two point "
+            "different ways the note says so."
+        )
     if no_p2p:
         caption += " No point-to-point compressed rows were drawn, so there is no 'vs p2p'."
     if modelled:
@@ -356,8 +248,8 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     caption += interval_caption(kinds)
     if clipped:
         caption += (
-            " The axis spans the points: an error bar that runs off it belongs to "
-            "a point of few, noisy calls."
+            " The axis spans the points and what is drawn within a decade of them: "
+            "an error bar that runs off it belongs to a point of few, noisy calls."
         )
     if omitted:
         caption += " Not shown: " + ", ".join(panel_title(*k) for k, _ in omitted) + "."
@@ -367,7 +259,7 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
             f" Also measured, left out for legibility: {others} (see the rate-sensitivity figure)."
         )
     caption += held_text(held) + runs_note(frame)
-    return [Figure(f"seed000_{collective}_latency", fig, caption)]
+    return [Figure(f"seed000_{collective}_latency", fig, caption, claims)]
 
 
 def rate_sensitivity(data, style: Style) -> list[Figure]:
@@ -403,10 +295,17 @@ def rate_sensitivity(data, style: Style) -> list[Figure]:
         )
         scale, unit = time_unit(part["avg_us"])
         for (variant, family), series in part.groupby(["variant", "family"], sort=True):
-            marker = style.marker(series["codec"].iloc[0])
-            marker["fillstyle"] = "full"
+            # p2p hollow, on top, dash-dotted (dashed is for models): its error often
+            # equals coll's, and must show
+            marker = style.marker(series["codec"].iloc[0], variant)
             label = f"{series_label(variant, None)}, {family}"
-            kw = dict(color=style.color(variant), label=label, **marker)
+            hollow = variant == "p2p_compressed"
+            kw = dict(
+                color=style.color(variant),
+                label=label,
+                linestyle="-." if hollow else "-",
+                **{"zorder": 2, **marker},
+            )
             line, kind = draw_series(
                 ax_time, series, "rate", "avg_us", scale, low="_lo", high="_hi", **kw
             )
@@ -457,12 +356,44 @@ def rate_sensitivity(data, style: Style) -> list[Figure]:
         "Sensitivity to the fixed rate of the lossy codecs: latency (top) and "
         "max relative error against the uncompressed result (bottom) as a "
         "function of the bits per value; the dotted line is the uncompressed "
-        "baseline at the same size, its shaded band its interval. Point-to-point "
-        "compression recompresses at every hop, so its error can grow with the "
-        "rank count. Errors are measured once on the run's inputs (deterministic: "
-        "no interval)." + interval_caption(kinds) + held_text(held) + runs_note(sub)
+        "baseline at the same size, its shaded band its interval. "
+        + error_text(sub)
+        + " Errors are measured once on the run's inputs (deterministic: no interval)."
+        + interval_caption(kinds)
+        + held_text(held)
+        + runs_note(sub)
     )
     return [Figure("seed000_rate_sensitivity", fig, caption)]
+
+
+def error_text(frame: pd.DataFrame) -> str:
+    """What the error panels show of point-to-point against collective-level compression,
+    from the rows: equal errors (one line over the other), or where p2p's is larger."""
+    if "max_rel_err" not in frame.columns:
+        return ""
+    table = frame.pivot_table(
+        index=["collective", "codec", "size_bytes"],
+        columns="variant",
+        values="max_rel_err",
+        aggfunc="last",
+    )
+    if not {"p2p_compressed", "coll_compressed"} <= set(table.columns):
+        return ""
+    both = table[["p2p_compressed", "coll_compressed"]].dropna()
+    if both.empty:
+        return ""
+    larger = both[both["p2p_compressed"] > both["coll_compressed"] * (1 + 1e-9)]
+    if larger.empty:
+        return (
+            "Point-to-point and collective-level compression have the same error at "
+            "every rate drawn here (hollow, dash-dotted p2p over solid coll): recompressing "
+            "at every hop added none on these inputs."
+        )
+    return (
+        f"Point-to-point compression recompresses at every hop: its error is larger "
+        f"than collective-level's at {len(larger)} of the {len(both)} rates and "
+        "collectives drawn."
+    )
 
 
 FIGURES = [

@@ -26,6 +26,7 @@ from ccbench.plots.base import (
 from ccbench.plots.headlines import REAL_GRADIENT
 from ccbench.plots.style import (
     COLLECTIVE_LABELS,
+    ROLE_COLORS,
     Style,
     codec_label,
     codec_sort_key,
@@ -84,14 +85,14 @@ def busbw_vs_size(data, style: Style) -> list[Figure]:
                     high="_hi",
                     color=style.color(variant, algorithm),
                     label=series_label(variant, algorithm, codec),
-                    **style.marker(codec),
+                    **style.marker(codec, variant),
                 )
                 kinds.add(kind if drawn else None)
                 keys.append((variant, algorithm, codec))
             if link > 0:
                 ceiling = ax.axhline(
                     link / 8.0,
-                    color="#c0392b",
+                    color=ROLE_COLORS["model"],
                     linestyle="--",
                     linewidth=0.9,
                     label="model: link rate (ceiling)",
@@ -109,7 +110,7 @@ def busbw_vs_size(data, style: Style) -> list[Figure]:
                 else "Bus bandwidth (GB/s)"
             )
             ax.set_title(COLLECTIVE_LABELS.get(collective, collective))
-    handles, labels = variant_codec_handles(style, keys)
+    handles, labels = variant_codec_handles(style, keys, hollow=True)
     if ceiling is not None:
         handles.append(ceiling)
         labels.append(ceiling.get_label())
@@ -171,8 +172,12 @@ def codec_throughput(data, style: Style) -> list[Figure]:
         ].reset_index(drop=True)
         y = np.arange(len(sub))[::-1]
         height = 0.38
-        enc = ax.barh(y + height / 2, sub["encode_gbps"], height, color="#1f66b4", label="encode")
-        dec = ax.barh(y - height / 2, sub["decode_gbps"], height, color="#8fb8e0", label="decode")
+        enc = ax.barh(
+            y + height / 2, sub["encode_gbps"], height, color=ROLE_COLORS["encode"], label="encode"
+        )
+        dec = ax.barh(
+            y - height / 2, sub["decode_gbps"], height, color=ROLE_COLORS["decode"], label="decode"
+        )
         handles += [enc, dec]
         labels += ["encode", "decode"]
         top = every_top
@@ -266,7 +271,9 @@ def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
                 kw = dict(
                     color=style.color(point["variant"], point["algorithm"]),
                     linestyle="none",
-                    **style.marker(point["codec"]),
+                    # p2p hollow and on top (Style.marker): it coincides with coll where
+                    # both codecs see the same data, and must still show
+                    **style.marker(point["codec"], point["variant"]),
                 )
                 if lossless and log and np.isfinite(value) and value > 0:
                     seen = lossless_off.setdefault(point["codec"], {})
@@ -291,7 +298,7 @@ def ratio_vs_accuracy(data, style: Style) -> list[Figure]:
             ax.set_ylabel(name)
             if row_index == 0:
                 ax.set_title(COLLECTIVE_LABELS[collective])
-    handles, labels = variant_codec_handles(style, keys)
+    handles, labels = variant_codec_handles(style, keys, hollow=True)
     legend_below(fig, handles, labels)
     kinds = ", ".join(sorted(set(frame["data"].astype(str))))
     where = "; ".join(

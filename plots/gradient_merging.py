@@ -32,6 +32,7 @@ from ccbench.plots.steps import interval, launches, training_frame
 from ccbench.plots.style import (
     COLUMN_WIDTH,
     FULL_WIDTH,
+    ROLE_COLORS,
     Style,
     figure,
     format_bytes,
@@ -63,10 +64,10 @@ def layer_profiles(data, style: Style) -> list[Figure]:
             2, ncols=1, width=COLUMN_WIDTH, panel_height=1.45, sharex=True
         )
         index = sub["order"].to_numpy()
-        ax_size.bar(index, sub["bytes"], width=1.0, color="#1f66b4", linewidth=0)
+        ax_size.bar(index, sub["bytes"], width=1.0, color=ROLE_COLORS["bytes"], linewidth=0)
         ax_size.set_yscale("log", base=2)
         size_axis(ax_size, sub["bytes"], axis="y", label="Gradient size (bytes)")
-        ax_time.bar(index, sub["backward_us"], width=1.0, color="#e6770b", linewidth=0)
+        ax_time.bar(index, sub["backward_us"], width=1.0, color=ROLE_COLORS["time"], linewidth=0)
         ax_time.set_ylabel("Backward time (µs)")
         ax_time.set_xlabel("Gradient tensor, in backward order (0 = last layer)")
         ax_time.set_xlim(index.min() - 1, index.max() + 1)
@@ -119,7 +120,7 @@ def iteration_time(data, style: Style) -> list[Figure]:
         strategies = sorted(sub["strategy"].astype(str).unique(), key=strategy_key)
         scale, unit = time_unit(sub[["measured_us", "predicted_us"]].to_numpy().ravel())
         slot = 0.8 / max(1, len(strategies))
-        values = []
+        values, centres = [], []
         for m, model in enumerate(models):
             part = sub[sub["model"].astype(str) == model]
             if part.empty:
@@ -165,6 +166,7 @@ def iteration_time(data, style: Style) -> list[Figure]:
                     markeredgecolor=color,
                 )
                 values += [mean, float(row["predicted_us"]), low, high]
+                centres += [mean, float(row["predicted_us"])]
                 handles.append(bar.lines[0])
                 labels.append(strategy)
         ax.set_xticks(range(len(models)), models)
@@ -172,9 +174,11 @@ def iteration_time(data, style: Style) -> list[Figure]:
         ax.grid(axis="x", visible=False)
         ax.set_ylabel(f"Iteration time ({unit})")
         shown_values = np.asarray([v for v in values if np.isfinite(v)], dtype=float)
+        points = np.asarray([v for v in centres if np.isfinite(v) and v > 0], dtype=float)
         if shown_values.size:
             low, high = shown_values.min(), shown_values.max()
-            if low > 0 and high > 3 * low:  # one slow strategy would flatten the rest
+            # one slow strategy (not one wide error bar) would flatten the rest
+            if points.size and points.max() > 3 * points.min() and low > 0:
                 logged = True
                 ax.set_yscale("log")
                 ax.set_ylim(low / 1.15 / scale, high * 1.15 / scale)

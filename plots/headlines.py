@@ -127,6 +127,21 @@ def speedup(ratio: float, low: float, high: float) -> str:
     return text
 
 
+def half_width_pct(low: float, high: float) -> float:
+    """An interval's relative half-width in percent, as `ccbench compare` measures it
+    against its target: sqrt(high / low) - 1 (symmetric in log B/A)."""
+    if not (math.isfinite(low) and math.isfinite(high)) or low <= 0:
+        return math.nan
+    return 100 * (math.sqrt(high / low) - 1)
+
+
+def cap_text(half_width: float, target: float, how: str = "round cap reached") -> str:
+    """Said beside a headline's rounds when its interval stayed wider than the target."""
+    if not (math.isfinite(half_width) and math.isfinite(target)) or half_width <= target:
+        return ""
+    return f"; {how}: interval +-{half_width:.0f}%, wider than the +-{target:g}% target"
+
+
 def samples(rounds, a_iterations, b_iterations, unit: str = "iterations", turns=None) -> str:
     """'5 rounds x 6 turns x 5 iterations': the launches behind a ratio, the turns of
     both sides within each (in-launch comparisons) and the timed calls of each turn."""
@@ -253,6 +268,8 @@ def compare_headlines(data) -> tuple[list[Headline], list[str]]:
             ratio, low, high = 1 / ratio, 1 / high, 1 / low
             a_it, b_it = b_it, a_it
         claim = papers.CLAIMS[key]
+        target = float(row.get("ci_target_pct", np.nan) or np.nan)
+        width = half_width_pct(low, high)
         measured = (
             speedup(ratio, low, high)
             if key == "omnireduce_speedup"
@@ -280,11 +297,14 @@ def compare_headlines(data) -> tuple[list[Headline], list[str]]:
                     if key != "omnireduce_speedup"
                     else " (B is OmniReduce)"
                 ),
-                samples(row["rounds"], a_it, b_it, turns=row.get("turns")),
+                samples(row["rounds"], a_it, b_it, turns=row.get("turns"))
+                + cap_text(width, target),
                 published(claim),
                 ", ".join(where),
                 margin_text(margin),
                 against_paper(key, ratio, low, high, margin, codec, float(row["_link"])),
+                width,
+                target,
             )
         )
     for codec, ratio in sorted(lossless_out.items()):
@@ -334,7 +354,12 @@ def rotation_headlines(data) -> list[Headline]:
                     f"{claim.text}: against {other}",
                     percent_change(r.ratio, r.low, r.high),
                     r.verdict() + " (B is MG-WFBP)",
-                    samples(r.rounds, 1, 1, "step each"),
+                    samples(r.rounds, 1, 1, "step each")
+                    + cap_text(
+                        half_width_pct(r.low, r.high),
+                        100 * DEFAULT_MARGIN,
+                        "round cap reached (the run's steps)",
+                    ),
                     published(claim),
                     f"{model}, {panel_title(ranks, link)}, training run "
                     f"{launch.steps['run_id'].iloc[0]} (strategies rotated step by step)",
@@ -349,6 +374,8 @@ def rotation_headlines(data) -> list[Headline]:
                         if link not in ("", None) and np.isfinite(float(link))
                         else 0.0,
                     ),
+                    half_width_pct(r.low, r.high),
+                    100 * DEFAULT_MARGIN,
                 )
             )
     return out

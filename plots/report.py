@@ -48,6 +48,9 @@ class RenderedFigure:
     caption: str
     files: list[Path]
     notes: list[tuple[str, list[str]]] = field(default_factory=list)  # (panel, lines)
+    claims: list = field(default_factory=list)  # what the notes state (plots/claims.py)
+    problems: list[str] = field(default_factory=list)  # plots/figure_check.py's findings
+    drawn: object = None  # the matplotlib Figure (closed), for the page-wide checks
 
 
 @dataclass
@@ -58,25 +61,7 @@ class Section:
     heading: str
     figures: list[RenderedFigure]
     headlines: list[Headline]
-
-
-# What each section says before its figures: why its numbers look as they do.
-SECTION_INTROS = {
-    "links": "Each rank sits in a network namespace of its own, its link shaped by tc to "
-    "the rate named in each panel: a bandwidth-limited network, the regime the "
-    "papers measured, where bytes saved on the wire can pay for the codec's "
-    "work. The papers' headline claims are measured here.",
-    "shm": "Ranks on one host exchange bytes through shared memory at memory speed, tens "
-    "of GB/s: a codec that reads and writes every byte costs about as much as the "
-    "copy it saves, so compression cannot win here, and the numbers say by how "
-    "much it loses. They check that everything works and show the codecs' costs "
-    "without a network to hide them.",
-    "models": "Measured on no network: the codecs' throughput on one core, the models' "
-    "layer profiles, and MG-WFBP's trace-based simulation.",
-    "graphs": "Rows of --cuda-graph runs: each call captured once in a CUDA graph and "
-    "replayed, so the host's launch cost per kernel and message is left out. They are "
-    "the device's pace, drawn apart from eager calls, never paired with them.",
-}
+    intro: str = ""  # what it says before its figures, from its rows (section_text.py)
 
 
 @dataclass
@@ -90,6 +75,9 @@ class ReportContent:
     runs: tuple[str, ...] = ()  # or the runs drawn together, each curve from one
     sections: list[Section] = field(default_factory=list)  # by regime, when several
     advice: Advice | None = None  # `ccbench advise`'s table and map, when given
+    footer: str = ""  # under the headline tables: how the numbers were measured
+    # the page check's findings (plots/page_check.py), None when it did not run
+    contradictions: list[str] | None = None
 
 
 def esc(text) -> str:
@@ -147,6 +135,7 @@ def write_index(outdir: Path, content: ReportContent) -> Path:
         out += unsectioned(content)
     if content.advice is not None:
         out += advice_html(content.advice)
+    out += check_html(content.contradictions)
     out.append("<h2>Inputs</h2><table><tr><th>File</th><th>Read as</th></tr>")
     for name, what, status in content.inputs:
         out.append(
@@ -163,16 +152,44 @@ def write_index(outdir: Path, content: ReportContent) -> Path:
     return path
 
 
-HEADLINE_NOTE = (
-    "<p>Every number measured here is an interleaved comparison (B and A run "
-    "in alternating rounds: <code>ccbench compare</code>, or MG-WFBP strategies "
-    "taking turns step by step), never a ratio of two separate runs. Verdict: B "
-    "is faster or slower when the whole interval clears a margin around 1, "
-    "otherwise no difference this run can show. The papers measured GPU "
-    "clusters; numbers here come from the machine and link named in each row, so "
-    "compare the shape, not the digits. The papers' numbers and where they are "
-    "stated: <code>docs/references.md</code>.</p>"
-)
+def footer_html(content: ReportContent) -> list[str]:
+    return [f"<p>{esc(content.footer)}</p>"] if content.footer else []
+
+
+def check_html(contradictions: list[str] | None) -> list[str]:
+    """The page check's verdict on this page: every note, caption and section text that
+    states a direction or a number, compared with the rows drawn."""
+    if contradictions is None:
+        return []
+    out = ["<h2 id='page-check'>Page check</h2>"]
+    if not contradictions:
+        return out + [
+            "<p>Every note, caption and section text that states a direction or a "
+            "number agrees with the rows drawn (plots/page_check.py), and no figure has "
+            "an empty panel, a legend entry for a marker it does not draw, a series "
+            "hidden under another, one quantity in two units, a series off its axis, "
+            "or a colour that means two things on this page "
+            "(plots/figure_check.py).</p>"
+        ]
+    out.append(
+        f"<p class='error'>{len(contradictions)} sentence(s) of this page disagree with "
+        "the rows drawn, or figure(s) hide or mislabel what they draw:</p><ul>"
+    )
+    out += [f"<li class='error'>{esc(c)}</li>" for c in contradictions]
+    return out + ["</ul>"]
+
+
+def contents_items(figures) -> list[str]:
+    """One link per figure; a title several figures share names each by its file."""
+    counts: dict[str, int] = {}
+    for f in figures:
+        counts[f.title] = counts.get(f.title, 0) + 1
+    return [
+        f"<li><a href='#{esc(f.name)}'>{esc(f.title)}"
+        + (f" ({esc(f.name)})" if counts[f.title] > 1 else "")
+        + "</a></li>"
+        for f in figures
+    ]
 
 
 def sentences(text: str) -> list[str]:
@@ -227,12 +244,14 @@ def sectioned(content: ReportContent) -> list[str]:
     out = ["<h2>Contents</h2><ul>"]
     for section in content.sections:
         out.append(f"<li><a href='#{esc(section.key)}'>{esc(section.heading)}</a><ul>")
-        out += [f"<li><a href='#{esc(f.name)}'>{esc(f.title)}</a></li>" for f in section.figures]
+        out += contents_items(section.figures)
         out.append("</ul></li>")
+    out += contents_tail(content)
     out.append("</ul>")
     for section in content.sections:
         out.append(f"<h2 id='{esc(section.key)}'>{esc(section.heading)}</h2>")
-        out.append(f"<p>{esc(SECTION_INTROS[section.key])}</p>")
+        if section.intro:
+            out.append(f"<p>{esc(section.intro)}</p>")
         if section.key != "models":
             out.append("<h3>Headline numbers: measured next to the papers'</h3>")
             out += headline_table(section.headlines)
@@ -251,17 +270,27 @@ def sectioned(content: ReportContent) -> list[str]:
             f"<p class='note'><b>{esc(title)}</b>: {esc(why)}</p>"
             for _, title, why in content.skipped
         ]
-    out.append(HEADLINE_NOTE)
+    out += footer_html(content)
+    return out
+
+
+def contents_tail(content: ReportContent) -> list[str]:
+    """The contents' entries after the figures: the advice and the page check."""
+    out = []
+    if content.advice is not None:
+        out.append("<li><a href='#advice'>Should you compress?</a></li>")
+    if content.contradictions is not None:
+        out.append("<li><a href='#page-check'>Page check</a></li>")
     return out
 
 
 def unsectioned(content: ReportContent) -> list[str]:
     out = ["<h2>Headline numbers: measured next to the papers'</h2>"]
     out += headline_table(content.headlines)
-    out.append(HEADLINE_NOTE)
+    out += footer_html(content)
     if content.figures:
         out.append("<h2>Contents</h2><ul>")
-        out += [f"<li><a href='#{esc(f.name)}'>{esc(f.title)}</a></li>" for f in content.figures]
+        out += contents_items(content.figures) + contents_tail(content)
         out.append("</ul>")
     shared = shared_sentences(content.figures)
     out += shared_html(shared)

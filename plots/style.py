@@ -72,15 +72,31 @@ SERIES_COLORS = {
     ("sparse_streaming", "allgather-sparse"): "#9a4fc4",
     ("sparse_streaming", "sparcml"): "#b5651d",
 }
-FALLBACK_COLORS = ("#c0392b", "#17a2b8", "#8c564b", "#e377c2", "#bcbd22", "#6b8e23")
+FALLBACK_COLORS = ("#800000", "#17a2b8", "#6b8e23", "#ff69b4", "#4b0082", "#556b2f")
 
+# Merge strategies are not variants: colours of their own, none a variant's (blue stays
+# collective-level, orange point-to-point across the page).
 STRATEGY_COLORS = {
-    "wfbp": "#e6770b",
-    "single": "#7f7f7f",
-    "fixed": "#9a4fc4",
-    "ddp": "#c0392b",
-    "mgwfbp": "#1f66b4",
-    "optimal": "#2a9d2a",
+    "wfbp": "#17becf",
+    "single": "#bcbd22",
+    "fixed": "#e377c2",
+    "ddp": "#8c564b",
+    "mgwfbp": "#00876c",
+    "optimal": "#ffb000",
+}
+
+# Colours of what is not a series: parts of a call or a step, and models. None is a
+# variant's or a strategy's (tests/test_figure_checks.py holds the page to one meaning
+# per colour).
+ROLE_COLORS = {
+    "encode": "#f2c12e",
+    "decode": "#f4a582",
+    "reduce": "#b2df8a",
+    "wait": "#cab2d6",
+    "idle": "#e0e0e0",
+    "bytes": "#607d8b",
+    "time": "#a1887f",
+    "model": "#c0392b",
 }
 
 # Strategies often coincide (single = fixed:64MB on small models; optimal = mgwfbp):
@@ -109,6 +125,9 @@ FALLBACK_MARKERS = ("*", "h", "<", ">", "p", "8", "d", "H")
 # Every codec and rate has a glyph of its own, all filled (hollow is point-to-point's): a
 # family's first codec takes the family's marker, its other rates the first free glyph.
 MARKER_POOL = ("o", "s", "D", "^", "v", "P", "X", "<", ">", "p", "h", "*", "8", "d", "H")
+
+# Drawn with hollow markers (Style.marker with the variant), and the legend says so.
+HOLLOW_VARIANTS = ("p2p_compressed",)
 
 COLLECTIVE_LABELS = {name: spec.label for name, spec in SPECS.items()}
 
@@ -213,14 +232,18 @@ class Style:
                 return self._colors[key]
         return FALLBACK_COLORS[hash_index(f"{variant}/{algorithm}", len(FALLBACK_COLORS))]
 
-    def marker(self, codec: str) -> dict:
-        """Keyword arguments for plot(): the glyph of one codec and rate (filled)."""
+    def marker(self, codec: str, variant: str | None = None) -> dict:
+        """Keyword arguments for plot(): the glyph of one codec and rate, filled, and
+        hollow for point-to-point compression (HOLLOW_VARIANTS) where `variant` is given,
+        so it shows where it meets the collective-level line."""
         marker = self._glyph.get(str(codec))
         if marker is None:  # a codec the report was not built with
             marker = (
                 self._markers.get(codec_family(codec))
                 or FALLBACK_MARKERS[hash_index(str(codec), len(FALLBACK_MARKERS))]
             )
+        if variant in HOLLOW_VARIANTS:  # see-through and on top: a series under it shows
+            return {"marker": marker, "fillstyle": "full", "markerfacecolor": "none", "zorder": 3}
         return {"marker": marker, "fillstyle": "full"}
 
     @staticmethod
@@ -292,7 +315,13 @@ def tidy_log_axis(ax, axis: str = "y") -> None:
     if lo <= 0 or hi <= 0:
         return
     decades = math.log10(hi / lo)
-    subs = (1.0, 2.0, 5.0) if decades <= 1.5 else ((1.0, 3.0) if decades <= 3 else (1.0,))
+    # enough ticks inside a short span that the values drawn sit between labelled ones
+    if decades <= 0.7:
+        subs = tuple(float(k) for k in range(1, 10))
+    elif decades <= 1.5:
+        subs = (1.0, 2.0, 3.0, 5.0)
+    else:
+        subs = (1.0, 3.0) if decades <= 3 else (1.0,)
     target.set_major_locator(LogLocator(base=10, subs=subs))
     target.set_major_formatter(FuncFormatter(plain_number))
     target.set_minor_formatter(NullFormatter())
@@ -369,22 +398,27 @@ def legend_below(fig, handles, labels, ncol: int | None = None) -> None:
     )
 
 
-def variant_codec_handles(style: Style, keys) -> tuple[list, list]:
+def variant_codec_handles(style: Style, keys, hollow: bool = False) -> tuple[list, list]:
     """Legend entries that factor colour and marker: one line per variant (colour), one
-    marker per codec, instead of one entry per combination."""
+    marker per codec, instead of one entry per combination. `hollow`: the figure drew
+    HOLLOW_VARIANTS' markers hollow (Style.marker with the variant): the legend says so."""
     handles, labels = [], []
     seen_series, seen_codecs = {}, {}
     for variant, algorithm, codec in keys:
         algo = algorithm if variant in ("baseline", "sparse_streaming") else None
         seen_series.setdefault((variant, algo), None)
         seen_codecs.setdefault(codec, None)
+    first_codec = {}
+    for variant, _, codec in keys:
+        first_codec.setdefault(variant, codec)
     for variant, algo in seen_series:
         label = series_label(variant, algo)
-        hollow = {}
-        if variant == "p2p_compressed":  # its markers are drawn hollow: say so
+        face = {}
+        if hollow and variant in HOLLOW_VARIANTS:  # its markers are drawn hollow: say so
             label += " (hollow markers)"
-            hollow = {"marker": "o", "markerfacecolor": "white"}
-        handles.append(Line2D([], [], color=style.color(variant, algo), label=label, **hollow))
+            face = style.marker(first_codec[variant], variant)
+            face.pop("zorder", None)
+        handles.append(Line2D([], [], color=style.color(variant, algo), label=label, **face))
         labels.append(label)
     for codec in sorted(seen_codecs, key=codec_sort_key):
         label = "uncompressed" if codec == "none" else codec_label(codec)

@@ -19,7 +19,15 @@ from matplotlib.patches import Patch
 from ccbench.kernels import variants
 from ccbench.plots import papers
 from ccbench.plots.base import Figure, FigureSpec, Skip, link_of, newest_per, rows
-from ccbench.plots.style import Style, figure, legend_below, panel_note, series_label, time_unit
+from ccbench.plots.style import (
+    ROLE_COLORS,
+    Style,
+    figure,
+    legend_below,
+    panel_note,
+    series_label,
+    time_unit,
+)
 
 MAX_PANELS = 6
 BAR_KEYS = ("variant", "algorithm", "codec", "compress", "merge")
@@ -79,7 +87,7 @@ def step_stacks(data, style: Style) -> list[Figure]:
     fig, axes = figure(len(groups), panel_height=2.9)
     claims = papers.CLAIMS
     paper = {"baseline": claims["training_vs_baseline"], "p2p": claims["training_vs_p2p"]}
-    ticked = False
+    ticked, drawn_series = False, []
     for ax, (key, sub) in zip(axes, groups, strict=True):
         sub = sub.assign(_order=sub["variant"].map(variants.order)).sort_values(
             ["_order", "codec", "merge"], kind="stable"
@@ -90,6 +98,7 @@ def step_stacks(data, style: Style) -> list[Figure]:
         names = []
         for x, (_, r) in enumerate(sub.iterrows()):
             color = style.color(r["variant"], r["algorithm"])
+            drawn_series.append((r["variant"], r["algorithm"]))
             step, exposed = float(r["step_us"]), float(r["comm_us"])
             codec = min(float(r.get("exposed_codec_us", 0.0) or 0.0), exposed)
             compute = step - exposed
@@ -129,8 +138,11 @@ def step_stacks(data, style: Style) -> list[Figure]:
             panel_note(ax, text)
     handles = [
         Patch(facecolor="0.82", label="compute"),
-        Patch(facecolor="0.45", label="exposed communication (colour of the variant)"),
-        Patch(facecolor="0.45", hatch="////", edgecolor="white", label="codec time in it"),
+        *(
+            Patch(facecolor=style.color(v, a), label=f"{series_label(v, a)}: exposed communication")
+            for v, a in dict.fromkeys(drawn_series)
+        ),
+        Patch(facecolor="white", hatch="////", edgecolor="0.3", label="codec time in it"),
     ]
     if ticked:
         from matplotlib.lines import Line2D
@@ -139,9 +151,9 @@ def step_stacks(data, style: Style) -> list[Figure]:
             Line2D(
                 [],
                 [],
-                color="#c0392b",
+                color=ROLE_COLORS["model"],
                 linewidth=1.4,
-                label="seed 000's FSDP saving applied to this panel",
+                label="model: seed 000's FSDP saving applied to this panel",
             )
         )
     legend_below(fig, handles, [h.get_label() for h in handles], ncol=2)
@@ -180,7 +192,7 @@ def _paper_ticks(ax, x: int, sub: pd.DataFrame, coll, scale: float) -> bool:
         ax.plot(
             [x - 0.34, x + 0.34],
             [level, level],
-            color="#c0392b",
+            color=ROLE_COLORS["model"],
             linewidth=1.4,
             linestyle="-" if name == "baseline" else "--",
         )

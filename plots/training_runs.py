@@ -20,8 +20,17 @@ from ccbench.plots.base import (
     panel_title,
     rows,
     runs_note,
+)
+from ccbench.plots.claims import (
+    INTERLEAVED,
+    SEPARATE_LAUNCHES,
+    Point,
+    RatioClaim,
+    differs_text,
+    opposite,
     separate_ratio,
 )
+from ccbench.plots.compression_notes import INTERLEAVED_LABEL, interleaved_handle
 from ccbench.plots.steps import FRAMEWORK_ORDER, Launch, interval, launches, training_frame
 from ccbench.plots.style import (
     FULL_WIDTH,
@@ -218,9 +227,10 @@ def step_bars(group: list[Launch]) -> list[dict]:
 
 
 def interleaved_step(compares, claim: str, codec: str, ranks, link):
-    """(ratio, low, high) of the `ccbench compare` of two FSDP training runs that measured
-    this claim (B = collective level) for this codec, rank count and link; or None."""
-    from ccbench.plots.headlines import oriented_ratio
+    """((ratio, low, high), {variant: mean step time of its interleaved rounds}) of the
+    `ccbench compare` of two FSDP training runs that measured this claim (B = collective
+    level) for this codec, rank count and link; or None."""
+    from ccbench.plots.headlines import oriented_ratio, parse_side
 
     if compares is None or compares.empty:
         return None
@@ -233,17 +243,24 @@ def interleaved_step(compares, claim: str, codec: str, ranks, link):
             continue
         got = oriented_ratio(row, claim, codec)
         if got is not None:
-            return got
+            times = {
+                parse_side(row[side]).get("variant_option", ""): float(row.get(f"{side}_us"))
+                for side in ("a", "b")
+            }
+            return got, times
     return None
 
 
-def step_time_changes(
-    bars: list[dict], compares=None, ranks=0, link=0.0
-) -> list[tuple[str, tuple | None, tuple | None, bool]]:
-    """(label, collective-level over baseline, over p2p, interleaved) per collective-level
-    run, each against bars of its own framework: (ratio, low, high), from the interleaved
-    comparison of the same claim where one was measured (FSDP: the number the headline
-    table quotes), else from the drawn bars."""
+def _bar_point(bar: dict | None) -> Point | None:
+    return None if bar is None else Point(bar["step_us"], bar["low"], bar["high"])
+
+
+def step_time_changes(bars: list[dict], compares=None, ranks=0, link=0.0) -> list[dict]:
+    """Per collective-level run, each against bars of its own framework: its label, the
+    change over the baseline and over p2p ((ratio, low, high) or None), whether they are
+    interleaved, and the bars drawn (A's of each, B's). From the interleaved comparison of
+    the same claim where one was measured (FSDP: the number the headline table quotes),
+    else from the drawn bars."""
     out = []
     frameworks = list(dict.fromkeys(b["launch"].key[0] for b in bars))
     several = len(frameworks) > 1
@@ -263,11 +280,7 @@ def step_time_changes(
             )
 
             def against(a, b=bar):
-                if a is None:
-                    return None
-                return separate_ratio(
-                    a["step_us"], a["low"], a["high"], b["step_us"], b["low"], b["high"]
-                )
+                return None if a is None else separate_ratio(_bar_point(a), _bar_point(b))
 
             label = f"{framework} {codec_label(codec)}" if several else codec_label(codec)
             measured = (None, None)
@@ -276,19 +289,39 @@ def step_time_changes(
                     interleaved_step(compares, f"training_vs_{what}", codec, ranks, link)
                     for what in ("baseline", "p2p")
                 )
+            entry = {"label": label, "base_bar": base, "p2p_bar": p2p, "bar": bar}
             if any(measured):
-                out.append((label, *measured, True))
+                times = {k: m[1] for k, m in zip(("base", "p2p"), measured, strict=True) if m}
+                out.append(
+                    {
+                        **entry,
+                        "base": measured[0] and measured[0][0],
+                        "p2p": measured[1] and measured[1][0],
+                        "interleaved": True,
+                        "times": times,
+                    }
+                )
             elif base is not None or p2p is not None:
-                out.append((label, against(base), against(p2p), False))
+                out.append(
+                    {**entry, "base": against(base), "p2p": against(p2p), "interleaved": False}
+                )
     return out
 
 
-def step_time_text(bars: list[dict], compares=None, ranks=0, link=0.0) -> str:
+def series_of(bar: dict) -> tuple[str, str, str]:
+    _, variant, algorithm, codec = bar["launch"].key[:4]
+    return (str(variant), str(algorithm), str(codec))
+
+
+def step_time_text(
+    bars: list[dict], compares=None, ranks=0, link=0.0, panel: str = ""
+) -> tuple[str, list[RatioClaim]]:
+    """The note and the claims it states."""
     changes = step_time_changes(bars, compares, ranks, link)
     if not changes:
-        return ""
+        return "", []
     show = lambda v: "no comparison" if v is None else change_text(*v)  # noqa: E731
-    how = {c[3] for c in changes}
+    how = {c["interleaved"] for c in changes}
     source = (
         "interleaved, ccbench compare"
         if how == {True}
@@ -296,14 +329,68 @@ def step_time_text(bars: list[dict], compares=None, ranks=0, link=0.0) -> str:
         if how == {False}
         else "see each line"
     )
-    return "\n".join(
-        [f"collective-level step time change [{source}]"]
-        + [
-            f"{c}: {show(b)} vs baseline; {show(p)} vs p2p"
-            + ("" if len(how) == 1 else " (interleaved)" if i else " (separate)")
-            for c, b, p, i in changes
-        ]
-    )
+    lines, claims, explain = [f"collective-level step time change [{source}]"], [], []
+    for c in changes:
+        text = f"{c['label']}: {show(c['base'])} vs baseline; {show(c['p2p'])} vs p2p" + (
+            "" if len(how) == 1 else " (interleaved)" if c["interleaved"] else " (separate)"
+        )
+        lines.append(text)
+        for key, against in (("base", "baseline"), ("p2p", "p2p")):
+            reference = c[f"{key}_bar"]
+            if c[key] is None or reference is None:
+                continue
+            a_drawn, b_drawn = _bar_point(reference), _bar_point(c["bar"])
+            differs = None
+            if c["interleaved"]:
+                separate = separate_ratio(a_drawn, b_drawn)
+                if opposite(c[key][0], separate[0]):
+                    differs = separate
+                    explain.append(f"{c['label']} vs {against}:" + differs_text(separate))
+            claims.append(
+                RatioClaim(
+                    "seed000_training_step_time",
+                    panel,
+                    series_of(reference),
+                    series_of(c["bar"]),
+                    0.0,
+                    *c[key],
+                    INTERLEAVED if c["interleaved"] else SEPARATE_LAUNCHES,
+                    text,
+                    a_drawn,
+                    b_drawn,
+                    differs,
+                    {"ranks": ranks, "link": link},
+                )
+            )
+    return "\n".join(lines + explain), claims
+
+
+def draw_interleaved_steps(ax, bars, changes, style: Style, scale: float) -> bool:
+    """The interleaved rounds' mean step times on the bars of the two sides."""
+    drawn = False
+    for c in changes:
+        for key, times in c.get("times", {}).items():
+            for bar in (c[f"{key}_bar"], c["bar"]):
+                us = times.get(bar["launch"].key[1]) if bar is not None else None
+                if us is None or not np.isfinite(us):
+                    continue
+                variant, algorithm = bar["launch"].key[1:3]
+                ax.plot(
+                    [bars.index(bar)],
+                    [us / scale],
+                    linestyle="none",
+                    marker="*",
+                    markersize=7,
+                    markeredgecolor="black",
+                    markeredgewidth=0.5,
+                    color=style.color(variant, algorithm),
+                    zorder=4,
+                    label="_interleaved",
+                )
+                drawn = True
+                low, high = ax.get_ylim()
+                ax.set_ylim(low, max(high, 1.05 * us / scale))  # on the axis
+    return drawn
 
 
 def bar_label(bar: dict, several: bool, varied: bool) -> str:
@@ -319,7 +406,7 @@ def training_step_time(data, style: Style) -> list[Figure]:
         raise Skip("no per-step training rows")
     settings = training_settings(runs)[:2]
     fig, axes = figure(len(settings), panel_height=2.9)
-    handles, labels = [], []
+    handles, labels, stated_claims, drawn_series, stars = [], [], [], [], False
     inferred = all(la.inferred for _, group in settings for la in group)
     for ax, ((model, ranks, link), group) in zip(axes, settings, strict=True):
         several = len({la.key[0] for la in group}) > 1
@@ -332,6 +419,7 @@ def training_step_time(data, style: Style) -> list[Figure]:
         for x, bar in enumerate(bars):
             variant, algorithm = bar["launch"].key[1:3]
             color = style.color(variant, algorithm)
+            drawn_series.append((variant, algorithm))
             compute, comm, step = bar["compute_us"], bar["comm_us"], bar["step_us"]
             if np.isfinite(compute) and np.isfinite(comm):
                 a = ax.bar(x, compute / scale, 0.6, color="0.8", label="compute")
@@ -374,13 +462,23 @@ def training_step_time(data, style: Style) -> list[Figure]:
         ax.set_ylabel(f"Time per step ({unit})")
         ax.set_title(setting_title(model, ranks, link))
         ax.set_ylim(bottom=0)
-        text = step_time_text(bars, rows(data, "compare"), ranks, link or 0.0)
+        text, stated = step_time_text(
+            bars, rows(data, "compare"), ranks, link or 0.0, setting_title(model, ranks, link)
+        )
+        changes = step_time_changes(bars, rows(data, "compare"), ranks, link or 0.0)
+        stars |= draw_interleaved_steps(ax, bars, changes, style, scale)
+        stated_claims += stated
         if text:
             panel_note(ax, text)
     from matplotlib.patches import Patch
 
-    handles.append(Patch(facecolor="0.5", label="communication (colour of the variant)"))
-    labels.append("communication (colour of the variant)")
+    for variant, algorithm in dict.fromkeys(drawn_series):
+        label = f"{series_label(variant, algorithm)}: communication"
+        handles.append(Patch(facecolor=style.color(variant, algorithm), label=label))
+        labels.append(label)
+    if stars:
+        handles.append(interleaved_handle())
+        labels.append(INTERLEAVED_LABEL)
     legend_below(fig, handles, labels, ncol=2)
     claims = papers.CLAIMS
     caption = (
@@ -398,9 +496,22 @@ def training_step_time(data, style: Style) -> list[Figure]:
         f"{claims['training_vs_baseline'].value} than the baseline, "
         f"{claims['training_vs_p2p'].value} than point-to-point compression."
     )
+    if stars:
+        caption += (
+            " Stars edged in black: the mean step times of the interleaved rounds the "
+            "note quotes (ccbench compare), on the bars of each side; where they and the "
+            "bars point different ways the note says so."
+        )
     if not inferred:
         caption += " Some runs have no summary row: their warm-up is the training loop's default."
-    return [Figure("seed000_training_step_time", fig, caption + runs_note(training_frame(data)))]
+    return [
+        Figure(
+            "seed000_training_step_time",
+            fig,
+            caption + runs_note(training_frame(data)),
+            stated_claims,
+        )
+    ]
 
 
 FIGURES = [

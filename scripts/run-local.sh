@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's main job: the three papers' figures and headline numbers on this host.
-#   scripts/run-local.sh           sweeps/main.toml (about 25 minutes on 2 cores; it prints
-#                                  what it took)
+#   scripts/run-local.sh           sweeps/main.toml (63 minutes on a shared 2-core host at
+#                                  load 4-11; the sweep prints its time left from measured
+#                                  task costs scaled by the load, and the job what it took)
 #   scripts/run-local.sh --quick   sweeps/quick.toml (fewer sizes, rounds and figures)
 # First where the papers measured, 4 ranks on emulated 1 Gbit/s links (root, or
 # unprivileged user namespaces; docs/emulated-cluster.md), then shared memory, then the

@@ -230,3 +230,12 @@ def test_a_captions_shared_text_is_said_once_per_section(rendered):
     assert "Where the note says" not in "".join(
         re.findall(r"<figcaption>(.*?)</figcaption>", links, re.S)
     )
+
+
+def test_the_page_check_finds_nothing_on_the_fixture_page(rendered):
+    """The fixture's rows are consistent: the page check (run by `ccbench plot`) finds
+    no sentence the rows refute, and the page says so and links to it."""
+    _, out = rendered
+    page = (out / "index.html").read_text()
+    assert "agrees with the rows drawn" in page and "disagree with the rows" not in page
+    assert "<a href='#page-check'>Page check</a>" in page

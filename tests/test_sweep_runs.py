@@ -335,14 +335,61 @@ def test_time_left_comes_from_the_tasks_costs():
 
     from ccbench.scripts.sweeps.progress_report import Progress
 
-    progress = Progress(4, 4, io.StringIO(), plan=[(("a",), 100.0), (("b",), 50.0)])
+    idle = dict(load=lambda: None)  # no load average: no slowdown
+    progress = Progress(4, 4, io.StringIO(), plan=[(("a",), 100.0), (("b",), 50.0)], **idle)
     assert progress.seconds_left() == 150.0  # declared only, nothing measured yet
-    progress = Progress(4, 4, io.StringIO(), plan=[(("a",), 100.0), (("c",), None)])
+    progress = Progress(4, 4, io.StringIO(), plan=[(("a",), 100.0), (("c",), None)], **idle)
     assert progress.seconds_left() is None  # "c" declares nothing and nothing is measured
     progress.took = {("a",): [10.0, 30.0]}  # two "a" tasks took 20 s on average
     # "a" at its measured 20 (not the declared 100); "c" at the mean of all finished, 20
     assert progress.seconds_left() == 40.0
     assert "~0:40 left" in progress.line()
+
+
+def test_time_left_scales_with_the_hosts_load(tmp_path):
+    """Idle-host costs times the load over the cores (at least 1), by hand: 150 s of
+    tasks at load 5 on 2 cores take 375 s; below the core count, no slowdown. A task that
+    took 300 s at load 6 on 2 cores cost 100 s on an idle host, recorded for the next
+    run of the same output folder."""
+    import io
+
+    from ccbench.scripts.sweeps.progress_report import (
+        Progress,
+        read_costs,
+        record_cost,
+        slowdown,
+    )
+
+    plan = [(("a",), 100.0), (("b",), 50.0)]
+    load = [5.0]
+    progress = Progress(4, 4, io.StringIO(), plan=plan, load=lambda: load[0], cores=2)
+    assert progress.seconds_left() == 375.0
+    assert "(load 5.0 on 2 cores: tasks x2.5)" in progress.line()
+    load[0] = 1.5
+    assert progress.seconds_left() == 150.0
+    assert (slowdown(6.0, 2), slowdown(0.5, 2), slowdown(None, 2)) == (3.0, 1.0, 1.0)
+    record_cost(tmp_path, "compare_x", 300.0, slowdown(6.0, 2))
+    record_cost(tmp_path, "baseline_y", 20.0, 0.5)  # never below an idle host's factor
+    assert read_costs(tmp_path) == {"compare_x": 100.0, "baseline_y": 20.0}
+
+
+def test_a_long_task_prints_its_progress_while_it_runs():
+    """The heartbeat: a line saying the task still runs, without waiting for its end."""
+    import io
+
+    from ccbench.scripts.sweeps.progress_report import Progress
+
+    stream = io.StringIO()
+    progress = Progress(1, 1, stream, plan=[(("a",), 100.0)], load=lambda: None)
+    progress.label = "compare_fsdp"
+    progress.task_started_now(heartbeat_s=0.02)
+    deadline = time.monotonic() + 30
+    while "running" not in stream.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    progress.task_done()
+    progress.close()
+    beat = next(x for x in stream.getvalue().splitlines() if "running" in x)
+    assert beat.startswith("sweep: 0/1 points, 0/1 tasks") and "compare_fsdp; running" in beat
 
 
 def test_a_spec_declares_a_tasks_cost(tmp_path):

@@ -37,7 +37,12 @@ from ccbench.scripts.launchers import (
     srun_placement_args,
 )
 from ccbench.scripts.sweeps.merge import merge_files, schema_groups
-from ccbench.scripts.sweeps.progress_report import Progress, RowCounter
+from ccbench.scripts.sweeps.progress_report import (
+    Progress,
+    RowCounter,
+    read_costs,
+    record_cost,
+)
 from ccbench.scripts.sweeps.slurm import BIND_GPU, srun_mpi, submit
 from ccbench.scripts.sweeps.tasks import (
     COMPARE,
@@ -215,7 +220,10 @@ def run_sweep(
     todo = {t.index: remaining_sizes(spec, t) for t in selected}
     # link-rate tasks last, grouped by rate, so the emulated cluster is rebuilt rarely
     order = sorted(selected, key=lambda t: (t.link_gbps is not None, t.link_gbps or 0, t.index))
-    plan = [(t.kind, t.cost_s) for t in order if todo[t.index]]
+    # a task's cost on an idle host: what it took when this output folder last ran it,
+    # else what the spec declares
+    recorded = read_costs(spec.output)
+    plan = [(t.kind, recorded.get(t.slug, t.cost_s)) for t in order if todo[t.index]]
     progress = Progress(sum(t.points for t in selected), len(selected), progress_stream, plan)
     failed, invalid = [], []
     cluster_shape = None
@@ -260,6 +268,8 @@ def run_sweep(
                 len(sizes) - rows.counted if status == 0 or finished else 0,
                 failed=status != 0 and not (status == 1 and finished),
             )
+            if finished and len(sizes) == task.points and progress.last_task:
+                record_cost(spec.output, task.slug, *progress.last_task)
             if failed and fail_fast:
                 break
     finally:
