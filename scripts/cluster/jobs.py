@@ -1,4 +1,5 @@
-"""MPI jobs in the cluster: one rank per namespace, MPICH over TCP on the shaped links.
+"""MPI jobs in the cluster: the ranks of a node in its namespace, MPICH over TCP on the
+shaped links between nodes and over the namespace's loopback within one.
 
 ``run`` starts the ``mpiexec`` next to the running Python (else the one on PATH) in the
 host namespace; Hydra's proxy forks every rank as ``ip netns exec <name>-<i> COMMAND``.
@@ -46,6 +47,15 @@ def rank_environment(cluster: Cluster, nranks: int) -> dict[str, str]:
         **MPICH_TCP_ENV,
         "FI_TCP_IFACE": cluster.rank_iface,
         "CCBENCH_LINK_GBPS": f"{cluster.link_gbps:g}",
+        # the layout: rows record it, and hierarchical collectives split by it
+        "CCBENCH_NODES": str(-(-nranks // cluster.ranks_per_node)),
+        "CCBENCH_RANKS_PER_NODE": str(cluster.ranks_per_node),
+        # the rate between two ranks of a node (their loopback), once `selfcheck` measured it
+        **(
+            {"CCBENCH_INTRA_NODE_GBPS": f"{cluster.intra_bps / 1e9:.6g}"}
+            if cluster.intra_bps
+            else {}
+        ),
         "CCBENCH_LINK_GOODPUT_GBPS": f"{goodput / 1e9:.6g}",
         # what a lower bound on a transfer's time needs: the fastest payload rate the
         # shaper allows and the bytes its token bucket passes at once after a pause
@@ -63,7 +73,8 @@ def rank_environment(cluster: Cluster, nranks: int) -> dict[str, str]:
 def mpiexec_command(
     cluster: Cluster, command: list[str], nranks: int, mpiexec: str, bind: bool | None = None
 ) -> list[str]:
-    """Hydra MPMD launch: segment i is rank i, run inside namespace i."""
+    """Hydra MPMD launch: segment i is rank i, run inside the namespace of its node
+    (consecutive ranks share one)."""
     if command[0] in ("python", "python3"):
         command = [sys.executable, *command[1:]]  # the Python with mpi4py, even under sudo
     # Hydra binds each rank to a core of the host the emulated nodes share
@@ -79,7 +90,7 @@ def mpiexec_command(
     for i in range(nranks):
         if i:
             args.append(":")
-        args += ["-n", "1", "ip", "netns", "exec", cluster.namespaces[i], *command]
+        args += ["-n", "1", "ip", "netns", "exec", cluster.namespaces[cluster.node_of(i)], *command]
     return args
 
 

@@ -1,0 +1,217 @@
+"""Hierarchical collectives: uncompressed inside a node, compressed (or not) across nodes.
+
+A cluster has two levels: ranks of one node on fast links, nodes on a slower network.
+These collectives send across the network only what must cross it, per local rank: the
+ranks of one local index, one per node, form an inter-node communicator, and every rank's
+link carries its share (no node leader). With N nodes of M ranks (rank r on node r // M,
+local index r % M, as SLURM's block distribution and `ccbench cluster up --nodes N
+--ranks-per-node M` place them):
+
+* allgather: the inter-node allgather of each rank's block among the ranks of its local
+  index (N blocks), then the intra-node allgather of those (M x N blocks), reordered
+  into rank order;
+* reduce-scatter: the send buffer reordered so that the N blocks each local index ends
+  up with lie together, the intra-node reduce-scatter of them (the node's partial sums,
+  N blocks), then the inter-node reduce-scatter of the partial sums: each node's
+  contribution crosses the network once, compressed once where the inter-node
+  collective compresses each contribution once;
+* allreduce: the intra-node reduce-scatter of M pieces, the inter-node allreduce of this
+  rank's piece, the intra-node allgather of the pieces.
+
+The inter-node collective is bound by the caller (`bind_inter`): a compressed variant
+(collectives/compressed.py: the point-to-point ring, the collective-level ring, the
+library-backed one) or the uncompressed baseline (collectives/baseline.py), so each
+comparison is like with like. Inside a node: the uncompressed ring of
+collectives/ring.py over the node's communicator (a departure from the library
+collectives hierarchical libraries use inside a node: it takes blocks that differ in
+length, and counts the bytes it sends; with 2 ranks per node it is the one exchange any
+algorithm makes). The phases run one after another (no overlap between the levels).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from ccbench.collectives.compressed import ring_raw_bytes
+from ccbench.collectives.pipeline import CODEC_CPU, FIELDS, WAIT, Breakdown
+from ccbench.collectives.ring import (
+    RingScratch,
+    block_bounds,
+    ring_allgather_inplace,
+    ring_reduce_scatter_blocks,
+)
+from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE, spec
+from ccbench.kernels import arrays
+from ccbench.kernels.errors import UsageError
+from ccbench.kernels.reduce import copy_into
+from ccbench.kernels.vocabulary import dtype_name, itemsize
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """N nodes of M consecutive ranks each."""
+
+    nodes: int
+    ranks_per_node: int
+
+    def node(self, rank: int) -> int:
+        return rank // self.ranks_per_node
+
+    def local(self, rank: int) -> int:
+        return rank % self.ranks_per_node
+
+
+def ranks_per_node_from_environment() -> int | None:
+    """`ccbench cluster run`'s CCBENCH_RANKS_PER_NODE, else SLURM's tasks per node where
+    every node has as many ("4", or "4(x2)"); None where neither says."""
+    given = os.environ.get("CCBENCH_RANKS_PER_NODE", "")
+    if given.isdigit():
+        return int(given)
+    slurm = re.fullmatch(r"(\d+)(\(x\d+\))?", os.environ.get("SLURM_NTASKS_PER_NODE", ""))
+    return int(slurm.group(1)) if slurm else None
+
+
+def node_layout(comm, ranks_per_node: int | None = None) -> NodeLayout:
+    """The node layout of `comm`: `ranks_per_node` where given (on one host it fakes
+    nodes), else the environment's (`ccbench cluster run`, SLURM), else the ranks' host
+    names, which must give every node as many consecutive ranks. UsageError where the
+    ranks do not split so. Collective where it asks the host names."""
+    size = comm.size
+    if ranks_per_node is None:
+        ranks_per_node = ranks_per_node_from_environment()
+    if ranks_per_node is None:
+        hosts = comm.allgather_obj(comm.processor_name())
+        ranks_per_node = hosts.count(hosts[0])
+        blocks = [hosts[i : i + ranks_per_node] for i in range(0, size, ranks_per_node)]
+        names = [b[0] for b in blocks]
+        if any(len(set(b)) != 1 or len(b) != ranks_per_node for b in blocks) or len(
+            set(names)
+        ) != len(names):
+            raise UsageError(
+                "hierarchical collectives need every node to hold as many consecutive "
+                "ranks; these ranks' hosts do not (give --ranks-per-node)"
+            )
+    if ranks_per_node < 1 or size % ranks_per_node:
+        raise UsageError(f"--ranks-per-node {ranks_per_node}: {size} ranks do not make whole nodes")
+    return NodeLayout(size // ranks_per_node, ranks_per_node)
+
+
+class Hierarchical:
+    """One hierarchical collective bound to its buffers (module docstring). Calling it
+    runs one blocking collective from sendbuf into recvbuf. After each call,
+    `intra_wire_bytes` and `inter_wire_bytes` are what this rank sent at each level; both
+    are added to `comm.wire_bytes`. `raw_bytes` is what it would send uncompressed."""
+
+    def __init__(self, comm, layout: NodeLayout, collective: str, sendbuf, recvbuf, bind_inter):
+        described = spec(collective)
+        if arrays.is_device_array(sendbuf):
+            raise UsageError("hierarchical collectives run on host buffers (--buffer numpy)")
+        n_send, n_recv = sendbuf.shape[0], recvbuf.shape[0]
+        if not described.fits(n_send, n_recv, comm.size):
+            raise ValueError(
+                f"{collective} on {comm.size} ranks: {n_send} values in, {n_recv} out do not fit"
+            )
+        self.comm, self.layout, self.collective = comm, layout, collective
+        self.sendbuf, self.recvbuf = sendbuf, recvbuf
+        m, n_nodes = layout.ranks_per_node, layout.nodes
+        node, local = layout.node(comm.rank), layout.local(comm.rank)
+        self.node, self.local = node, local
+        # the ranks of this node, by local index; the ranks of this local index, by node
+        self.intra = comm.split(node, local)
+        self.inter = comm.split(local, node)
+        self.phases = described.phases
+        self.breakdown = Breakdown(comm, sendbuf)
+        self.intra_wire_bytes = self.inter_wire_bytes = 0
+        item = itemsize(dtype_name(sendbuf))
+        if GATHER_PHASE in self.phases and REDUCE_PHASE not in self.phases:
+            # staged: [local index][node] blocks; this rank's inter-node result lands in
+            # the slab of its local index
+            count = n_send
+            slab = n_nodes * count
+            self.staged = arrays.empty_like(sendbuf, m * slab)
+            self.intra_bounds = [(k * slab, (k + 1) * slab) for k in range(m)]
+            mine = self.staged[local * slab : (local + 1) * slab]
+            self.inner = bind_inter(self.inter, sendbuf, mine)
+            self._run = self._allgather
+        elif GATHER_PHASE not in self.phases:
+            count = n_recv  # one rank's block of the result
+            slab = n_nodes * count
+            self.staged = arrays.empty_like(sendbuf, m * slab)
+            self.intra_bounds = [(k * slab, (k + 1) * slab) for k in range(m)]
+            self.partial = arrays.empty_like(sendbuf, slab)
+            self.scratch = RingScratch(sendbuf, slab)
+            self.inner = bind_inter(self.inter, self.partial, recvbuf)
+            self._run = self._reduce_scatter
+        else:
+            self.pieces = block_bounds(n_send, m)
+            p0, p1 = self.pieces[local]
+            self.partial = arrays.empty_like(sendbuf, p1 - p0)
+            self.scratch = RingScratch(sendbuf, max(b - a for a, b in self.pieces))
+            self.inner = bind_inter(self.inter, self.partial, recvbuf[p0:p1])
+            self._run = self._allreduce
+            count = n_send
+        self.count = count
+        bounds = self.pieces if self._run == self._allreduce else self.intra_bounds
+        intra_raw = ring_raw_bytes(self.phases, bounds, local, m, item) if m > 1 else 0
+        self.raw_bytes = intra_raw + getattr(self.inner, "raw_bytes", 0)
+
+    # one call ---------------------------------------------------------------------
+    def __call__(self) -> None:
+        started = self.breakdown.start()
+        intra0, inter0 = self.intra.wire_bytes, self.inter.wire_bytes
+        self._run()
+        self.intra_wire_bytes = self.intra.wire_bytes - intra0
+        self.inter_wire_bytes = self.inter.wire_bytes - inter0
+        self.comm.wire_bytes += self.intra_wire_bytes + self.inter_wire_bytes
+        self.breakdown.finish(started)
+
+    def _intra(self, fn, *args) -> None:
+        self.breakdown.timed(WAIT, fn, self.intra, *args)
+
+    def _across(self) -> None:
+        """The inter-node collective; its own time breakdown (codec, wait) joins this
+        call's, an uncompressed one counts as waiting on the wire."""
+        inner = getattr(self.inner, "breakdown", None)
+        if inner is None:
+            self.breakdown.timed(WAIT, self.inner)
+            return
+        self.inner()
+        row = inner.rows[-1]
+        for field, name in enumerate(FIELDS):
+            if name in ("call", "stage"):
+                continue
+            if field == CODEC_CPU:
+                self.breakdown.add(field, 0.0, row[field])
+            else:
+                self.breakdown.add(field, row[field])
+
+    def _allgather(self) -> None:
+        m, n_nodes, count = self.layout.ranks_per_node, self.layout.nodes, self.count
+        self._across()
+        self._intra(ring_allgather_inplace, self.staged, self.intra_bounds)
+        for k in range(m):  # [local index][node] -> rank order [node][local index]
+            for nd in range(n_nodes):
+                src = (k * n_nodes + nd) * count
+                dst = (nd * m + k) * count
+                copy_into(self.recvbuf[dst : dst + count], self.staged[src : src + count])
+
+    def _reduce_scatter(self) -> None:
+        m, n_nodes, count = self.layout.ranks_per_node, self.layout.nodes, self.count
+        for k in range(m):  # rank order [node][local index] -> [local index][node]
+            for nd in range(n_nodes):
+                src = (nd * m + k) * count
+                dst = (k * n_nodes + nd) * count
+                copy_into(self.staged[dst : dst + count], self.sendbuf[src : src + count])
+        self._intra(
+            ring_reduce_scatter_blocks, self.staged, self.intra_bounds, self.partial, self.scratch
+        )
+        self._across()
+
+    def _allreduce(self) -> None:
+        self._intra(
+            ring_reduce_scatter_blocks, self.sendbuf, self.pieces, self.partial, self.scratch
+        )
+        self._across()
+        self._intra(ring_allgather_inplace, self.recvbuf, self.pieces)
