@@ -343,7 +343,7 @@ def pipeline_chunk_bytes(
 # ---------------------------------------------------------------- two levels
 #
 # A cluster of N nodes of M ranks: the ranks of a node on fast links (the emulated
-# cluster: the node's loopback), nodes on a shaped network link, one per node, which its
+# cluster: shared memory), nodes on a shaped network link, one per node, which its
 # M ranks share. The hierarchical collectives (collectives/hierarchical.py) run an
 # intra-node level, then an inter-node one, in series.
 

@@ -397,8 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--ranks-per-node",
         type=int,
         metavar="M",
-        help="ranks per node (default 1): they share the node's namespace and talk over "
-        "its loopback, unshaped; consecutive ranks share a node",
+        help="ranks per node (default 1): they share the node's namespace, and MPI "
+        "between them goes through shared memory, unshaped; consecutive ranks share a node",
     )
     up.add_argument("--rate", help=f"link rate per direction (default {DEFAULT_RATE})")
     up.add_argument(

@@ -111,7 +111,7 @@ class Cluster:
     goodput_bps: float = 0.0  # TCP payload rate measured by `selfcheck` (0: not yet)
     step_us: float = 0.0  # fixed cost of a ring step measured by `selfcheck` (0: not yet)
     regime: dict | None = None  # --codec / --codec-ratio: how the rate was chosen
-    ranks_per_node: int = 1  # ranks sharing one namespace (talking over its loopback)
+    ranks_per_node: int = 1  # ranks sharing one namespace (MPI between them: shared memory)
     intra_bps: float = 0.0  # TCP rate between two ranks of a node, measured by `selfcheck`
     # Derived from the name alone, so `down` finds leftovers without a state file, and a
     # hash of the name picks the subnet, so clusters of different names do not share one.
@@ -181,7 +181,7 @@ def describe(c: Cluster) -> str:
     where = f"; in a user namespace (keeper pid {c.keeper_pid})" if c.mode == USERNS else ""
     nodes = (
         f" as {c.nodes} nodes x {c.ranks_per_node} ranks (a node's ranks share its "
-        "namespace and talk over its loopback, unshaped)"
+        "namespace and talk through shared memory, unshaped)"
         if c.ranks_per_node > 1
         else ""
     )
