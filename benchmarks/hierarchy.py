@@ -49,7 +49,7 @@ def check_hierarchy(opts, ranks: int) -> None:
     if opts.transport != "mpi":
         raise UsageError("--hierarchy node runs over MPI (--transport mpi)")
     if opts.buffer != "numpy":
-        raise UsageError("--hierarchy node runs on host buffers (--buffer numpy)")
+        raise UsageError("--hierarchy node runs on numpy buffers (-d numpy)")
     m = opts.ranks_per_node
     if m is not None and (m < 1 or ranks % m):
         raise UsageError(f"--ranks-per-node {m}: {ranks} ranks do not make whole nodes")

@@ -107,7 +107,7 @@ class Hierarchical:
     def __init__(self, comm, layout: NodeLayout, collective: str, sendbuf, recvbuf, bind_inter):
         described = spec(collective)
         if arrays.is_device_array(sendbuf):
-            raise UsageError("hierarchical collectives run on host buffers (--buffer numpy)")
+            raise UsageError("hierarchical collectives run on host buffers")
         n_send, n_recv = sendbuf.shape[0], recvbuf.shape[0]
         if not described.fits(n_send, n_recv, comm.size):
             raise ValueError(
