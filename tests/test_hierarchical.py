@@ -244,3 +244,23 @@ def test_cluster_of_nodes_shares_memory_inside_and_shapes_across(tmp_path):
             assert 0.62 <= node / flat <= 0.71, (sent, node / flat)
     finally:
         down_and_check_gone(name)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--ranks", "4", "--nodes", "2"], "not both"),
+        (["--ranks", "2", "--ranks-per-node", "2"], "goes with --nodes"),
+        ([], "give --ranks N"),
+        (["--nodes", "251"], "between 1 and 250"),
+        (["--nodes", "2", "--ranks-per-node", "0"], "between 1 and 64"),
+    ],
+)
+def test_cluster_up_refuses_a_layout_in_one_line(monkeypatch, capsys, args, message):
+    from ccbench.scripts.cluster import command as cl
+
+    # refused before anything is built, with or without privileges here
+    monkeypatch.setattr(cl, "require_tools_and_privileges", lambda userns=False: "root")
+    assert cl.main(["up", "--name", "ccbx", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]

@@ -211,7 +211,7 @@ def cmd_up(opts) -> int:
 def node_layout(opts) -> tuple[int, int]:
     """(ranks, ranks per node) from `--ranks N` (N nodes of one rank each) or `--nodes N
     --ranks-per-node M`."""
-    per_node = opts.ranks_per_node or 1
+    per_node = 1 if opts.ranks_per_node is None else opts.ranks_per_node
     if opts.nodes is not None:
         if opts.ranks is not None:
             raise UsageError("give --ranks, or --nodes with --ranks-per-node, not both")
