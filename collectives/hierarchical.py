@@ -8,13 +8,13 @@ local index r % M, as SLURM's block distribution and `ccbench cluster up --nodes
 --ranks-per-node M` place them):
 
 * allgather: the inter-node allgather of each rank's block among the ranks of its local
-  index (N blocks), then the intra-node allgather of those (M x N blocks), reordered
-  into rank order;
-* reduce-scatter: the send buffer reordered so that the N blocks each local index ends
-  up with lie together, the intra-node reduce-scatter of them (the node's partial sums,
-  N blocks), then the inter-node reduce-scatter of the partial sums: each node's
-  contribution crosses the network once, compressed once where the inter-node
-  collective compresses each contribution once;
+  index (N blocks, each copied to its place in the result), then, per node's slab of the
+  result (its M ranks' blocks), the intra-node allgather in place;
+* reduce-scatter: per node's slab of the send buffer (the blocks of its M ranks), the
+  intra-node reduce-scatter (this rank's block of every slab, summed over its node: the
+  node's partial sums, N blocks), then the inter-node reduce-scatter of the partial
+  sums: each node's contribution crosses the network once, compressed once where the
+  inter-node collective compresses each contribution once;
 * allreduce: the intra-node reduce-scatter of M pieces, the inter-node allreduce of this
   rank's piece, the intra-node allgather of the pieces.
 
@@ -24,8 +24,9 @@ library-backed one) or the uncompressed baseline (collectives/baseline.py), so e
 comparison is like with like. Inside a node: the uncompressed ring of
 collectives/ring.py over the node's communicator (a departure from the library
 collectives hierarchical libraries use inside a node: it takes blocks that differ in
-length, and counts the bytes it sends; with 2 ranks per node it is the one exchange any
-algorithm makes). The phases run one after another (no overlap between the levels).
+length, works on a slab in place, and counts the bytes it sends; with 2 ranks per node
+it is the one exchange any algorithm makes, per slab). The levels run one after another
+(no overlap between them).
 """
 
 from __future__ import annotations
@@ -126,22 +127,18 @@ class Hierarchical:
         self.intra_wire_bytes = self.inter_wire_bytes = 0
         item = itemsize(dtype_name(sendbuf))
         if GATHER_PHASE in self.phases and REDUCE_PHASE not in self.phases:
-            # staged: [local index][node] blocks; this rank's inter-node result lands in
-            # the slab of its local index
+            # the blocks of node nd's ranks lie together in the result (its slab); this
+            # rank's inter-node result, one block per node, lands in `gathered` first
             count = n_send
-            slab = n_nodes * count
-            self.staged = arrays.empty_like(sendbuf, m * slab)
-            self.intra_bounds = [(k * slab, (k + 1) * slab) for k in range(m)]
-            mine = self.staged[local * slab : (local + 1) * slab]
-            self.inner = bind_inter(self.inter, sendbuf, mine)
+            self.gathered = arrays.empty_like(sendbuf, n_nodes * count)
+            self.inner = bind_inter(self.inter, sendbuf, self.gathered)
             self._run = self._allgather
         elif GATHER_PHASE not in self.phases:
+            # node nd's slab of the send buffer holds the blocks of its ranks: reduced
+            # inside the node, slab by slab, into this rank's block of each node's slab
             count = n_recv  # one rank's block of the result
-            slab = n_nodes * count
-            self.staged = arrays.empty_like(sendbuf, m * slab)
-            self.intra_bounds = [(k * slab, (k + 1) * slab) for k in range(m)]
-            self.partial = arrays.empty_like(sendbuf, slab)
-            self.scratch = RingScratch(sendbuf, slab)
+            self.partial = arrays.empty_like(sendbuf, n_nodes * count)
+            self.scratch = RingScratch(sendbuf, count)
             self.inner = bind_inter(self.inter, self.partial, recvbuf)
             self._run = self._reduce_scatter
         else:
@@ -153,8 +150,12 @@ class Hierarchical:
             self._run = self._allreduce
             count = n_send
         self.count = count
-        bounds = self.pieces if self._run == self._allreduce else self.intra_bounds
-        intra_raw = ring_raw_bytes(self.phases, bounds, local, m, item) if m > 1 else 0
+        if self._run == self._allreduce:
+            bounds, slabs = self.pieces, 1
+        else:  # one ring per node's slab, of blocks of `count`
+            bounds, slabs = [(k * count, (k + 1) * count) for k in range(m)], n_nodes
+        self.block_bounds = bounds
+        intra_raw = slabs * ring_raw_bytes(self.phases, bounds, local, m, item) if m > 1 else 0
         self.raw_bytes = intra_raw + getattr(self.inner, "raw_bytes", 0)
 
     # one call ---------------------------------------------------------------------
@@ -187,26 +188,27 @@ class Hierarchical:
             else:
                 self.breakdown.add(field, row[field])
 
+    def _slabs(self, buf):
+        """Node nd's slab of `buf`: the blocks of its M ranks, in rank order."""
+        span = self.layout.ranks_per_node * self.count
+        return [buf[nd * span : (nd + 1) * span] for nd in range(self.layout.nodes)]
+
     def _allgather(self) -> None:
-        m, n_nodes, count = self.layout.ranks_per_node, self.layout.nodes, self.count
+        count, local = self.count, self.local
         self._across()
-        self._intra(ring_allgather_inplace, self.staged, self.intra_bounds)
-        for k in range(m):  # [local index][node] -> rank order [node][local index]
-            for nd in range(n_nodes):
-                src = (k * n_nodes + nd) * count
-                dst = (nd * m + k) * count
-                copy_into(self.recvbuf[dst : dst + count], self.staged[src : src + count])
+        # node nd's block of this local index goes to its place in nd's slab; then each
+        # slab is gathered in place inside the node (a ring of M per slab)
+        for nd, slab in enumerate(self._slabs(self.recvbuf)):
+            src = nd * count
+            copy_into(slab[local * count : (local + 1) * count], self.gathered[src : src + count])
+        for slab in self._slabs(self.recvbuf):
+            self._intra(ring_allgather_inplace, slab, self.block_bounds)
 
     def _reduce_scatter(self) -> None:
-        m, n_nodes, count = self.layout.ranks_per_node, self.layout.nodes, self.count
-        for k in range(m):  # rank order [node][local index] -> [local index][node]
-            for nd in range(n_nodes):
-                src = (nd * m + k) * count
-                dst = (k * n_nodes + nd) * count
-                copy_into(self.staged[dst : dst + count], self.sendbuf[src : src + count])
-        self._intra(
-            ring_reduce_scatter_blocks, self.staged, self.intra_bounds, self.partial, self.scratch
-        )
+        count = self.count
+        for nd, slab in enumerate(self._slabs(self.sendbuf)):
+            out = self.partial[nd * count : (nd + 1) * count]
+            self._intra(ring_reduce_scatter_blocks, slab, self.block_bounds, out, self.scratch)
         self._across()
 
     def _allreduce(self) -> None:
