@@ -264,3 +264,26 @@ def test_cluster_up_refuses_a_layout_in_one_line(monkeypatch, capsys, args, mess
     assert cl.main(["up", "--name", "ccbx", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+@pytest.mark.parametrize(
+    "environ, hosts, ranks, expected",
+    [
+        # the emulated cluster: every rank on one host, the layout from `cluster run`
+        ({"CCBENCH_NODES": "2", "CCBENCH_RANKS_PER_NODE": "2"}, 1, 4, (2, 2)),
+        # SLURM's allocation: 3 nodes of 4 tasks
+        ({"SLURM_NNODES": "3", "SLURM_NTASKS_PER_NODE": "4(x3)"}, 3, 12, (3, 4)),
+        # nothing said: the hosts the ranks run on, ranks spread evenly
+        ({}, 2, 8, (2, 4)),
+        ({}, 3, 8, (3, None)),  # 8 ranks on 3 hosts: no one count per node
+    ],
+)
+def test_rows_record_nodes_and_ranks_per_node(monkeypatch, environ, hosts, ranks, expected):
+    from ccbench.benchmarks.environment import node_layout_of_run
+
+    for key in ("CCBENCH_NODES", "CCBENCH_RANKS_PER_NODE", "SLURM_NNODES", "SLURM_NTASKS_PER_NODE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    got = node_layout_of_run(hosts, ranks)
+    assert (got["nodes"], got["ranks_per_node"]) == expected
