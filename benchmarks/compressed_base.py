@@ -13,11 +13,24 @@ import numpy as np
 from ccbench.benchmarks import graphs
 from ccbench.benchmarks.environment import link_bound
 from ccbench.benchmarks.harness import Op, Variant, held
+from ccbench.benchmarks.hierarchy import (
+    LEVEL_COLUMNS,
+    add_hierarchy_options,
+    bind_hierarchical,
+    check_hierarchy,
+    hierarchical_algorithm,
+    level_columns,
+)
 from ccbench.benchmarks.options import iterations_for
 from ccbench.benchmarks.schemas import COMPRESSED
 from ccbench.collectives.compressed import bind_compressed
-from ccbench.collectives.compressed_error import compressions_on_path, error_bound
+from ccbench.collectives.compressed_error import (
+    compressions_on_path,
+    error_bound,
+    hierarchical_error_bound,
+)
 from ccbench.collectives.costmodel import floor_steps, pipeline_floor
+from ccbench.collectives.hierarchical import ranks_per_node_from_environment
 from ccbench.collectives.pipeline import CODEC_CPU, FIELDS
 from ccbench.kernels import arrays, inputs
 from ccbench.kernels.codecs import parse_codec
@@ -36,6 +49,8 @@ class CompressedVariant(Variant):
     def __init__(self):
         self.codec = None
         self.ranks = 1
+        self.hierarchical = False
+        self.layout = None  # hierarchical: the node layout, once a collective is bound
 
     def add_options(self, parser) -> None:
         group = parser.add_argument_group("compression")
@@ -46,6 +61,7 @@ class CompressedVariant(Variant):
             help=f"codec spec (default {DEFAULT_CODEC}); see above",
         )
         self.add_variant_options(group)
+        add_hierarchy_options(parser)
 
     def add_variant_options(self, group) -> None:
         """The variant's own options, in the compression group."""
@@ -54,6 +70,9 @@ class CompressedVariant(Variant):
         self.ranks = ranks
         self.codec = parse_codec(opts.codec)
         self.codec.check_supported(opts.buffer, opts.dtype)
+        check_hierarchy(opts, ranks)
+        self.hierarchical = opts.hierarchy == "node"
+        self.ranks_per_node = opts.ranks_per_node
 
     def options(self, opts, case) -> dict:
         """Keyword options of the bound collective for this case."""
@@ -63,12 +82,18 @@ class CompressedVariant(Variant):
         return parse_codec(opts.codec).name != "none"
 
     def columns(self, opts) -> dict:
-        # compressions: encode/decode round trips on the worst element's path
+        # compressions: encode/decode round trips on the worst element's path (across
+        # nodes only, where hierarchical: nothing is compressed inside a node)
+        ranks = self.ranks
+        per_node = opts.ranks_per_node or ranks_per_node_from_environment()
+        if self.hierarchical and per_node:
+            ranks //= per_node
         return {
-            "algorithm": self.algorithm,
+            "algorithm": hierarchical_algorithm(opts, self.algorithm),
             "codec": self.codec.spec,
-            "compressions": compressions_on_path(self.kind, opts.collective, self.ranks),
+            "compressions": compressions_on_path(self.kind, opts.collective, ranks),
             **dict.fromkeys(BREAKDOWN_COLUMNS),
+            **dict.fromkeys(LEVEL_COLUMNS),
         }  # each row's values come from `stats`
 
     def stdout_columns(self, opts) -> list[tuple[str, str, str]]:
@@ -82,7 +107,19 @@ class CompressedVariant(Variant):
         send = arrays.empty(case.buffer, case.send_count, case.dtype)
         recv = arrays.empty(case.buffer, case.recv_count, case.dtype)
         options = self.options(ctx.opts, case)
-        run = bind_compressed(comm, self.kind, case.collective, self.codec, send, recv, **options)
+        if self.hierarchical:
+
+            def bind_inter(inter, s, r):
+                return bind_compressed(
+                    inter, self.kind, case.collective, self.codec, s, r, **options
+                )
+
+            run = bind_hierarchical(comm, ctx.opts, case.collective, send, recv, bind_inter)
+            self.layout = run.layout
+        else:
+            run = bind_compressed(
+                comm, self.kind, case.collective, self.codec, send, recv, **options
+            )
         warmup = iterations_for(case.size_bytes, ctx.opts)[1]
 
         def stats() -> dict:
@@ -106,6 +143,8 @@ class CompressedVariant(Variant):
                     run.breakdown.fastest(*timed)[CODEC_CPU],
                 )
             )
+            if self.hierarchical:  # the two levels' bytes, and their floor
+                row.update(level_columns(comm, run, case.collective, self.algorithm, row))
             return row
 
         return Op(run=run, send=send, recv=recv, stats=stats, check=self.codec.check_deferred)
@@ -123,6 +162,15 @@ class CompressedVariant(Variant):
         if not self.codec.lossy:
             return None
         amaxes = [float(np.abs(held(x, case.dtype)).max()) if x.size else 0.0 for x in inputs]
+        if self.hierarchical:
+            return hierarchical_error_bound(
+                self.codec,
+                self.kind,
+                case.collective,
+                amaxes,
+                case.dtype,
+                self.layout.ranks_per_node,
+            )
         return error_bound(self.codec, self.kind, case.collective, amaxes, case.dtype)
 
 
@@ -130,7 +178,9 @@ class CompressedVariant(Variant):
 
 # the columns both compressed variants' schema tables declare (benchmarks/schemas.py), in
 # their order, except `compressions` (a value of the run, not of each call)
-BREAKDOWN_COLUMNS = tuple(c.name for c in COMPRESSED if c.name != "compressions")
+BREAKDOWN_COLUMNS = tuple(
+    c.name for c in COMPRESSED if c.name != "compressions" and c.name not in LEVEL_COLUMNS
+)
 
 
 def floor_link_gbps() -> float | None:

@@ -72,6 +72,21 @@ def link_bound() -> dict:
     }
 
 
+def node_layout_of_run(hosts: int, ranks: int) -> dict:
+    """Nodes and ranks per node of this launch: the emulated cluster's (`ccbench cluster
+    run` sets CCBENCH_NODES and CCBENCH_RANKS_PER_NODE; its ranks all run on one host),
+    else SLURM's allocation (SLURM_NNODES, SLURM_NTASKS_PER_NODE where every node has as
+    many: "4" or "4(x2)"), else the distinct hosts the ranks run on."""
+    nodes = os.environ.get("CCBENCH_NODES") or os.environ.get("SLURM_NNODES") or ""
+    per_node = os.environ.get("CCBENCH_RANKS_PER_NODE", "")
+    if not per_node:
+        match = re.fullmatch(r"(\d+)(\(x\d+\))?", os.environ.get("SLURM_NTASKS_PER_NODE", ""))
+        per_node = match.group(1) if match else ""
+    n = int(nodes) if nodes.isdigit() else hosts
+    m = int(per_node) if per_node.isdigit() else (ranks // n if n and ranks % n == 0 else None)
+    return {"nodes": n, "ranks_per_node": m}
+
+
 def _cpus_allowed() -> list[int]:
     try:
         return sorted(os.sched_getaffinity(0))
@@ -135,7 +150,7 @@ def run_info(comm, variant: str, buffer: str | None = None) -> dict:
             "sweep_id": os.environ.get("CCBENCH_SWEEP_ID", ""),
             "timestamp": now.isoformat(timespec="seconds"),
             "variant": variant,
-            "nodes": len(hosts),
+            "nodes": node_layout_of_run(len(hosts), comm.size)["nodes"],
             "link_gbps": link_gbps(),
             **link_bound(),
             "mpi_library": mpi_library(),
@@ -195,6 +210,7 @@ def describe(info: dict, argv, ranks: int) -> dict:
         **{k: v for k, v in info.items() if k != "placement"},
         "argv": list(argv),
         "ranks": ranks,
+        "ranks_per_node": node_layout_of_run(info.get("nodes") or 1, ranks)["ranks_per_node"],
         "mpi_library_full": MPI.Get_library_version().replace("\0", "").strip() if started else "",
         "mpi_version": "{}.{}".format(*MPI.Get_version()) if started else "",
         "mpi_thread_level": THREAD_LEVELS.get(MPI.Query_thread(), str(MPI.Query_thread()))

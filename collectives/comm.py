@@ -470,6 +470,9 @@ class Communicator(BaseCommunicator):
     def processor_name(self) -> str:
         return MPI.Get_processor_name()
 
+    def split(self, color: int, key: int) -> Communicator:
+        return Communicator(self.mpi.Split(color, key), self.gpu_aware, self.stage_chunk_bytes)
+
     def describe(self) -> dict:
         library = MPI.Get_library_version().replace("\0", "").strip()
         return {

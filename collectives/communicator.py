@@ -156,6 +156,14 @@ class BaseCommunicator:
 
         return socket.gethostname()
 
+    def split(self, color: int, key: int):
+        """A communicator of the ranks that give the same `color`, ordered by `key`
+        (MPI_Comm_split); collective. Transports without sub-communicators refuse."""
+        raise UsageError(
+            f"the {self.transport} transport has no sub-communicators here; "
+            "hierarchical collectives run over MPI (--transport mpi)"
+        )
+
     def describe(self) -> dict:
         """What the sidecar records of this transport (library and versions)."""
         return {"transport": self.transport, "backend": self.backend}

@@ -87,3 +87,28 @@ def error_bound(
         return rs
     # then the reduced block, gathered
     return chain(total, _round_trips(variant, GATHER_PHASE, size), False, rs)
+
+
+def hierarchical_error_bound(
+    codec: Codec,
+    variant: str,
+    collective: str,
+    amaxes: list[float],
+    dtype: str,
+    ranks_per_node: int,
+) -> float | None:
+    """Max abs error of a hierarchical collective's result (collectives/hierarchical.py):
+    the inter-node collective's bound on N participants (error_bound), whose
+    contributions are the nodes' (allgather: a rank's block, at most the largest of its
+    node's; reducing: the node's partial sum, at most the sum of its ranks' amaxes),
+    plus, where it reduces, the M-1 additions of the intra-node reduce-scatter rounded
+    in `dtype`. Inside a node nothing is compressed."""
+    if not codec.lossy:
+        return None
+    m = ranks_per_node
+    nodes = [amaxes[i : i + m] for i in range(0, len(amaxes), m)]
+    if REDUCE_PHASE not in spec(collective).phases:
+        return error_bound(codec, variant, collective, [max(n) for n in nodes], dtype)
+    sums = [sum(n) for n in nodes]
+    intra = sum((m - 1) * rounding_error(dtype, s) for s in sums)
+    return error_bound(codec, variant, collective, sums, dtype) + intra

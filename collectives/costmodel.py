@@ -338,3 +338,61 @@ def pipeline_chunk_bytes(
         if t <= best_t * (1 + 1e-12):
             best, best_t = size, t
     return best
+
+
+# ---------------------------------------------------------------- two levels
+#
+# A cluster of N nodes of M ranks: the ranks of a node on fast links (the emulated
+# cluster: shared memory), nodes on a shaped network link, one per node, which its
+# M ranks share. The hierarchical collectives (collectives/hierarchical.py) run an
+# intra-node level, then an inter-node one, in series.
+
+
+def node_link_bytes(
+    collective: str, size_bytes: float, nodes: int, ranks_per_node: int, hierarchical: bool
+) -> float:
+    """Uncompressed bytes one node's link carries (each direction) in one call of an OSU
+    size: the flat ring's every step crosses each node's link once with one block (ranks
+    placed in blocks, M per node), (P-1) blocks of the P-rank ring; the hierarchical
+    collective's M ranks each send the inter-node ring's bytes on N ranks of the
+    inter-node size (allgather: the rank's block; the others: 1/M of the buffer)."""
+    described = spec(collective)
+    ranks = nodes * ranks_per_node
+    if not hierarchical:
+        return described.ring_wire_bytes(size_bytes, ranks)
+    inter_size = size_bytes if described.ring_block_is_send else size_bytes / ranks_per_node
+    return ranks_per_node * described.ring_wire_bytes(inter_size, nodes)
+
+
+def hierarchical_floor(
+    intra_bytes: float,
+    intra_rate_bps: float | None,
+    link_bytes: float,
+    rate_bps: float | None,
+    codec_cpu_s,
+    codec_share: float,
+    burst_bytes: float = 0.0,
+    inter_steps: int = 0,
+    step_s: float = 0.0,
+) -> dict:
+    """One hierarchical call's floor in seconds, its parts by name: intra (the bytes a
+    rank sends inside its node at the intra-node rate; 0 where no rate is known), inter
+    (wire_floor_s of the bytes through the node's link, all its ranks' inter-node bytes
+    as they share it, plus the inter-node steps' fixed cost; None without a link), codec
+    (codec_floor_s: the codec works during the inter-node level only), wire (intra +
+    inter) and floor: intra + the larger of inter and codec (the levels run in series;
+    the inter-node collective may overlap its codec with its transfers)."""
+    intra = intra_bytes * 8.0 / intra_rate_bps if intra_rate_bps else 0.0
+    inter = (
+        float(wire_floor_s(link_bytes, rate_bps, burst_bytes, inter_steps, step_s))
+        if rate_bps
+        else None
+    )
+    codec = codec_floor_s(codec_cpu_s, codec_share)
+    return {
+        "intra": intra,
+        "inter": inter,
+        "codec": codec,
+        "wire": intra + inter if inter is not None else None,
+        "floor": intra + float(call_floor_s(inter, codec)),
+    }

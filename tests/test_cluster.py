@@ -116,6 +116,9 @@ def test_mpiexec_command_puts_each_rank_in_its_namespace():
         "FI_PROVIDER": "tcp",
         "FI_TCP_IFACE": "ccb-eth",
         "CCBENCH_LINK_GBPS": "1",
+        # one rank per node: 3 ranks are 3 nodes
+        "CCBENCH_NODES": "3",
+        "CCBENCH_RANKS_PER_NODE": "1",
         "CCBENCH_LINK_GOODPUT_GBPS": ceiling,
         "CCBENCH_LINK_CEILING_GBPS": ceiling,
         "CCBENCH_LINK_BURST_BYTES": "125000",

@@ -132,6 +132,7 @@ def test_benchmarks_hold_the_harness_and_variants_only():
         "results",
         "environment",
         "compressed_base",
+        "hierarchy",
         "progress",
         "statistics",
         "accuracy",

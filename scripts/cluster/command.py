@@ -35,7 +35,7 @@ from ccbench.kernels.errors import UsageError
 from ccbench.scripts.cluster.jobs import check_hydra, launch, mpiexec_command
 from ccbench.scripts.cluster.keeper import keeper_alive, keeper_main, start_keeper, stop_keeper
 from ccbench.scripts.cluster.layout import (
-    MAX_RANKS,
+    MAX_NODES,
     ROOT,
     USERNS,
     Cluster,
@@ -112,7 +112,7 @@ def require_cluster(name: str) -> Cluster:
     if cluster is None:
         raise UsageError(
             f"cluster {name!r} is not up; start it with `ccbench cluster up "
-            f"--name {name} --ranks N --rate 1gbit`"
+            f"--name {name} --ranks N --rate 1gbit`, or --nodes N --ranks-per-node M"
         )
     if not intact(cluster):
         raise UsageError(
@@ -145,8 +145,7 @@ def terminate_as_interrupt():
 
 def cmd_up(opts) -> int:
     mode = require_tools_and_privileges(opts.userns)
-    if not 1 <= opts.ranks <= MAX_RANKS:
-        raise UsageError(f"--ranks must be between 1 and {MAX_RANKS}")
+    ranks, per_node = node_layout(opts)
     regime = None
     if (opts.codec is None) != (opts.codec_ratio is None):
         raise UsageError(
@@ -158,8 +157,8 @@ def cmd_up(opts) -> int:
             raise UsageError("give --rate or --codec with --codec-ratio, not both")
         if not opts.codec_ratio > 0:
             raise UsageError("--codec-ratio must be positive")
-        regime = regime_rate(opts.codec, opts.codec_ratio, opts.ranks)
-        print(describe_regime(regime, opts.ranks))
+        regime = regime_rate(opts.codec, opts.codec_ratio, ranks)
+        print(describe_regime(regime, ranks))
         rate = regime["rate_bps"]
     else:
         rate = parse_rate(opts.rate or DEFAULT_RATE)
@@ -172,7 +171,7 @@ def cmd_up(opts) -> int:
         raise UsageError(f"--burst must hold one frame ({opts.mtu + 14} bytes)")
     want = Cluster(
         opts.name,
-        opts.ranks,
+        ranks,
         rate,
         delay,
         opts.mtu,
@@ -181,6 +180,7 @@ def cmd_up(opts) -> int:
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         mode=mode,
         regime=regime,
+        ranks_per_node=per_node,
     )
     with state_lock(), terminate_as_interrupt():
         have = load_state(opts.name)
@@ -206,6 +206,29 @@ def cmd_up(opts) -> int:
             raise
     print(f"cluster {opts.name} is up: {describe(want)}")
     return 0
+
+
+def node_layout(opts) -> tuple[int, int]:
+    """(ranks, ranks per node) from `--ranks N` (N nodes of one rank each) or `--nodes N
+    --ranks-per-node M`."""
+    per_node = 1 if opts.ranks_per_node is None else opts.ranks_per_node
+    if opts.nodes is not None:
+        if opts.ranks is not None:
+            raise UsageError("give --ranks, or --nodes with --ranks-per-node, not both")
+        nodes = opts.nodes
+    elif opts.ranks is not None:
+        if opts.ranks_per_node not in (None, 1):
+            raise UsageError(
+                "--ranks-per-node goes with --nodes (--ranks N is N nodes of one rank)"
+            )
+        nodes = opts.ranks
+    else:
+        raise UsageError("give --ranks N, or --nodes N with --ranks-per-node M")
+    if not 1 <= nodes <= MAX_NODES:
+        raise UsageError(f"--nodes (--ranks) must be between 1 and {MAX_NODES}")
+    if not 1 <= per_node <= 64:
+        raise UsageError("--ranks-per-node must be between 1 and 64")
+    return nodes * per_node, per_node
 
 
 def cmd_down(opts) -> int:
@@ -248,7 +271,11 @@ def _status(opts, cluster: Cluster) -> int:
         ok = ns in present and cluster.switch_namespace in present
         ranks.append(
             {
-                "rank": i,
+                "rank": i,  # the namespace's index: its node (its rank where one per node)
+                "node": i,
+                "mpi_ranks": list(
+                    range(i * cluster.ranks_per_node, (i + 1) * cluster.ranks_per_node)
+                ),
                 "namespace": ns,
                 "present": ns in present,
                 "address": addr,
@@ -260,7 +287,13 @@ def _status(opts, cluster: Cluster) -> int:
     if opts.json:
         print(
             json.dumps(
-                {**asdict(cluster), "up": up, "link_gbps": cluster.link_gbps, "ranks_detail": ranks}
+                {
+                    **asdict(cluster),
+                    "up": up,
+                    "link_gbps": cluster.link_gbps,
+                    "nodes": cluster.nodes,
+                    "ranks_detail": ranks,
+                }
             )
         )
         return 0 if up else 1
@@ -274,7 +307,8 @@ def _status(opts, cluster: Cluster) -> int:
         f"bridge {cluster.bridge} in {cluster.switch_namespace}; "
         f"rank interface {cluster.rank_iface}; state {state_path(cluster.name)}"
     )
-    print(f"  {'rank':>4}  {'namespace':<12} {'address':<15} {'sent B':>14} {'recv B':>14} drops")
+    what = "node" if cluster.ranks_per_node > 1 else "rank"
+    print(f"  {what:>4}  {'namespace':<12} {'address':<15} {'sent B':>14} {'recv B':>14} drops")
     for r in ranks:
         drops = r["sent"].get("drops", 0) + r["received"].get("drops", 0)
         print(
@@ -353,7 +387,19 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     up = add("up", "create the namespaces, bridge, veth links and tc shaping")
-    up.add_argument("--ranks", "-n", type=int, required=True, help="number of ranks (namespaces)")
+    up.add_argument(
+        "--ranks", "-n", type=int, help="number of ranks, one per node (namespace); = --nodes N"
+    )
+    up.add_argument(
+        "--nodes", type=int, help="number of nodes (namespaces, each with one shaped link)"
+    )
+    up.add_argument(
+        "--ranks-per-node",
+        type=int,
+        metavar="M",
+        help="ranks per node (default 1): they share the node's namespace, and MPI "
+        "between them goes through shared memory, unshaped; consecutive ranks share a node",
+    )
     up.add_argument("--rate", help=f"link rate per direction (default {DEFAULT_RATE})")
     up.add_argument(
         "--codec",

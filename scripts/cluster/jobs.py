@@ -1,4 +1,6 @@
-"""MPI jobs in the cluster: one rank per namespace, MPICH over TCP on the shaped links.
+"""MPI jobs in the cluster: the ranks of a node in its namespace, MPICH over TCP on the
+shaped links between nodes and through shared memory within one (MPICH, told which
+ranks share a node).
 
 ``run`` starts the ``mpiexec`` next to the running Python (else the one on PATH) in the
 host namespace; Hydra's proxy forks every rank as ``ip netns exec <name>-<i> COMMAND``.
@@ -17,7 +19,7 @@ import sys
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.cluster.layout import Cluster
 from ccbench.scripts.cluster.netns import enter_command
-from ccbench.scripts.launchers import MPICH, placement_args
+from ccbench.scripts.launchers import MPICH, binding_enabled, placement_args
 
 # Checked with the mpich wheel (MPICH 5, ch4:ucx,ofi): without NOLOCAL the ranks, all on
 # one host as far as MPICH knows, talk through shared memory; without the ofi/tcp
@@ -44,8 +46,20 @@ def rank_environment(cluster: Cluster, nranks: int) -> dict[str, str]:
     goodput = cluster.goodput_bps or cluster.tcp_goodput_bps()
     env = {
         **MPICH_TCP_ENV,
+        # several ranks per node: Hydra's hosts tell MPICH which ranks share a node, and
+        # those talk through shared memory (node_hosts); only one rank per node needs it
+        **({"MPIR_CVAR_NOLOCAL": "0"} if cluster.ranks_per_node > 1 else {}),
         "FI_TCP_IFACE": cluster.rank_iface,
         "CCBENCH_LINK_GBPS": f"{cluster.link_gbps:g}",
+        # the layout: rows record it, and hierarchical collectives split by it
+        "CCBENCH_NODES": str(-(-nranks // cluster.ranks_per_node)),
+        "CCBENCH_RANKS_PER_NODE": str(cluster.ranks_per_node),
+        # the rate between two ranks of a node (shared memory), once `selfcheck` measured it
+        **(
+            {"CCBENCH_INTRA_NODE_GBPS": f"{cluster.intra_bps / 1e9:.6g}"}
+            if cluster.intra_bps
+            else {}
+        ),
         "CCBENCH_LINK_GOODPUT_GBPS": f"{goodput / 1e9:.6g}",
         # what a lower bound on a transfer's time needs: the fastest payload rate the
         # shaper allows and the bytes its token bucket passes at once after a pause
@@ -63,24 +77,41 @@ def rank_environment(cluster: Cluster, nranks: int) -> dict[str, str]:
 def mpiexec_command(
     cluster: Cluster, command: list[str], nranks: int, mpiexec: str, bind: bool | None = None
 ) -> list[str]:
-    """Hydra MPMD launch: segment i is rank i, run inside namespace i."""
+    """Hydra MPMD launch: segment i is rank i, run inside the namespace of its node
+    (consecutive ranks share one)."""
     if command[0] in ("python", "python3"):
         command = [sys.executable, *command[1:]]  # the Python with mpi4py, even under sudo
     # Hydra binds each rank to a core of the host the emulated nodes share
-    args = [
-        *enter_command(cluster),
-        mpiexec,
-        "-launcher",
-        "fork",
-        *placement_args(MPICH, nranks, bind),
-    ]
+    args = [*enter_command(cluster), mpiexec, "-launcher", "fork"]
+    cores = []
+    if cluster.ranks_per_node > 1:
+        args += ["-hosts", node_hosts(cluster, nranks)]
+        # each fake host's proxy would bind its ranks from core 0 up: taskset binds
+        # rank i to the i-th core of this process's affinity instead
+        args += placement_args(MPICH, nranks, False)
+        if binding_enabled(bind):
+            cores = sorted(os.sched_getaffinity(0))
+    else:
+        args += placement_args(MPICH, nranks, bind)
     for key, value in rank_environment(cluster, nranks).items():
         args += ["-genv", key, value]
     for i in range(nranks):
         if i:
             args.append(":")
-        args += ["-n", "1", "ip", "netns", "exec", cluster.namespaces[i], *command]
+        pin = ["taskset", "-c", str(cores[i % len(cores)])] if cores else []
+        namespace = cluster.namespaces[cluster.node_of(i)]
+        args += ["-n", "1", "ip", "netns", "exec", namespace, *pin, *command]
     return args
+
+
+def node_hosts(cluster: Cluster, nranks: int) -> str:
+    """Hydra's `-hosts`: one made-up host per node (its namespace's name) with its ranks'
+    slots. With the fork launcher every proxy runs here, but MPICH takes the ranks of one
+    host for one node: shared memory between them (MPI_COMM_TYPE_SHARED is the node),
+    the network module, over the node's shaped link, to the others (checked with the
+    mpich wheel: Sendrecv between two ranks of a node moved no bytes through the link)."""
+    nodes = -(-nranks // cluster.ranks_per_node)
+    return ",".join(f"{ns}:{cluster.ranks_per_node}" for ns in cluster.namespaces[:nodes])
 
 
 def launch(args: list[str]) -> int:

@@ -72,7 +72,17 @@ def start_keeper(cluster: Cluster, timeout: float = 120.0) -> int:
         {
             k: v
             for k, v in asdict(cluster).items()
-            if k in ("name", "ranks", "rate_bps", "delay_us", "mtu", "burst_bytes", "limit_bytes")
+            if k
+            in (
+                "name",
+                "ranks",
+                "rate_bps",
+                "delay_us",
+                "mtu",
+                "burst_bytes",
+                "limit_bytes",
+                "ranks_per_node",
+            )
         }
     )
     with open(log, "w") as err:

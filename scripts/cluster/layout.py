@@ -24,6 +24,7 @@ ROOT_STATE_DIR = Path("/run/ccbench")
 ROOT, USERNS = "root", "userns"  # how a cluster was built: capabilities, or a user namespace
 NAME_RE = re.compile(r"[a-z][a-z0-9]{0,7}")  # keeps "<name>-p<rank>" within 15 characters
 MAX_RANKS = 250  # one /24
+MAX_NODES = 250  # one address per node in the /24
 
 
 class ClusterError(Exception):
@@ -93,10 +94,12 @@ def check_name(name: str) -> str:
 
 @dataclass
 class Cluster:
-    """What `up` built: names, addresses and shaping; saved as the state file."""
+    """What `up` built: names, addresses and shaping; saved as the state file. One
+    namespace (an emulated node, one shaped link) per `ranks_per_node` consecutive ranks:
+    the names, addresses and ports below are per node."""
 
     name: str
-    ranks: int
+    ranks: int  # MPI ranks in all: nodes x ranks_per_node
     rate_bps: int
     delay_us: int
     mtu: int
@@ -108,6 +111,8 @@ class Cluster:
     goodput_bps: float = 0.0  # TCP payload rate measured by `selfcheck` (0: not yet)
     step_us: float = 0.0  # fixed cost of a ring step measured by `selfcheck` (0: not yet)
     regime: dict | None = None  # --codec / --codec-ratio: how the rate was chosen
+    ranks_per_node: int = 1  # ranks sharing one namespace (MPI between them: shared memory)
+    intra_bps: float = 0.0  # TCP rate between two ranks of a node, measured by `selfcheck`
     # Derived from the name alone, so `down` finds leftovers without a state file, and a
     # hash of the name picks the subnet, so clusters of different names do not share one.
     subnet: str = field(init=False)
@@ -122,12 +127,21 @@ class Cluster:
         h = zlib.crc32(self.name.encode())
         self.subnet = f"10.{200 + h % 50}.{(h >> 8) % 256}.0/24"
         prefix = self.subnet.rsplit(".", 1)[0]
-        self.namespaces = [f"{self.name}-{i}" for i in range(self.ranks)]
-        self.addresses = [f"{prefix}.{i + 1}" for i in range(self.ranks)]
-        self.ports = [f"{self.name}-p{i}" for i in range(self.ranks)]
+        self.namespaces = [f"{self.name}-{i}" for i in range(self.nodes)]
+        self.addresses = [f"{prefix}.{i + 1}" for i in range(self.nodes)]
+        self.ports = [f"{self.name}-p{i}" for i in range(self.nodes)]
         self.switch_namespace = f"{self.name}-sw"
         self.bridge = f"{self.name}-br"
         self.rank_iface = f"{self.name}-eth"
+
+    @property
+    def nodes(self) -> int:
+        return self.ranks // self.ranks_per_node
+
+    def node_of(self, rank: int) -> int:
+        """The node (namespace index) of MPI rank `rank`: consecutive ranks share a node,
+        as SLURM's default block distribution places them."""
+        return rank // self.ranks_per_node
 
     @property
     def link_gbps(self) -> float:
@@ -143,6 +157,7 @@ class Cluster:
         return (
             self.mode,
             self.ranks,
+            self.ranks_per_node,
             rate,
             self.delay_us,
             self.mtu,
@@ -164,8 +179,14 @@ def describe(c: Cluster) -> str:
         else ""
     )
     where = f"; in a user namespace (keeper pid {c.keeper_pid})" if c.mode == USERNS else ""
+    nodes = (
+        f" as {c.nodes} nodes x {c.ranks_per_node} ranks (a node's ranks share its "
+        "namespace and talk through shared memory, unshaped)"
+        if c.ranks_per_node > 1
+        else ""
+    )
     return (
-        f"{c.ranks} ranks, {format_rate(c.rate_bps)} full-duplex links{regime}{delay}, "
+        f"{c.ranks} ranks{nodes}, {format_rate(c.rate_bps)} full-duplex links{regime}{delay}, "
         f"MTU {c.mtu}, subnet {c.subnet}, namespaces {c.namespaces[0]}.."
         f"{c.namespaces[-1]}{where}"
     )
@@ -223,7 +244,15 @@ def load_state(name: str) -> Cluster | None:
             "created",
         )
     }
-    optional = ("mode", "keeper_pid", "goodput_bps", "step_us", "regime")
+    optional = (
+        "mode",
+        "keeper_pid",
+        "goodput_bps",
+        "step_us",
+        "regime",
+        "ranks_per_node",
+        "intra_bps",
+    )
     fields.update({k: data[k] for k in optional if k in data})
     return Cluster(**fields)
 
@@ -232,7 +261,8 @@ def save_state(cluster: Cluster) -> None:
     state_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
     path = state_path(cluster.name)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({**asdict(cluster), "link_gbps": cluster.link_gbps}, indent=2) + "\n")
+    state = {**asdict(cluster), "link_gbps": cluster.link_gbps, "nodes": cluster.nodes}
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
     os.replace(tmp, path)
 
 

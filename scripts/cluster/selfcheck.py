@@ -46,6 +46,8 @@ def selfcheck(cluster: Cluster, nbytes: int, mpi_bytes: int, step: bool = True) 
         f"{ceiling / 1e9:.3f} Gbit/s (Ethernet+IP+TCP headers)"
     )
     ok = nbytes <= 0 or tcp_check(cluster, nbytes, ceiling)
+    if cluster.ranks_per_node > 1 and (nbytes or mpi_bytes):
+        intra_node_check(cluster)
     if mpi_bytes:
         ok &= mpi_check(cluster, mpi_bytes)
     if step:
@@ -69,11 +71,18 @@ def tcp_check(cluster: Cluster, nbytes: int, ceiling: float) -> bool:
         ok &= good
         return f"{bps / 1e9:.3f} Gbit/s = {bps / rate:.1%} of rate  {'ok' if good else 'OFF'}"
 
-    one = tcp_flows(cluster, [(0, 1)], nbytes)
-    print(f"tcp  rank 0 -> 1, {nbytes} B:            {judge(one[0])}")
-    ring = [(i, (i + 1) % cluster.ranks) for i in range(cluster.ranks)]
-    worst = min(tcp_flows(cluster, ring, nbytes).values())
-    print(f"tcp  ring of {cluster.ranks} (all at once), slowest: {judge(worst)}")
+    nodes = cluster.nodes
+    what = "node" if cluster.ranks_per_node > 1 else "rank"
+    if nodes > 1:
+        one = tcp_flows(cluster, [(0, 1)], nbytes)
+        print(f"tcp  {what} 0 -> 1, {nbytes} B:            {judge(one[0])}")
+        ring = [(i, (i + 1) % nodes) for i in range(nodes)]
+        worst = min(tcp_flows(cluster, ring, nbytes).values())
+        print(f"tcp  ring of {nodes} {what}s (all at once), slowest: {judge(worst)}")
+    else:
+        worst = 0.0
+    if not worst:
+        return ok
     # the compressed variants' floor uses this rate from now on (CCBENCH_LINK_GOODPUT_GBPS)
     with state_lock():
         current = load_state(cluster.name)
@@ -83,11 +92,59 @@ def tcp_check(cluster: Cluster, nbytes: int, ceiling: float) -> bool:
     return ok
 
 
+INTRA_NODE_BYTES = 4 << 20  # each way, between two ranks of node 0
+
+
+def intra_node_check(cluster: Cluster) -> float:
+    """The rate between two ranks of node 0 through MPI (shared memory: the path a
+    node's ranks take), in bit/s: the fastest of 15 MPI_Sendrecv exchanges of
+    INTRA_NODE_BYTES each way; printed, and kept in the state (`run` exports it as
+    CCBENCH_INTRA_NODE_GBPS, the intra-node level's rate of the hierarchical floor)."""
+    out = subprocess.run(
+        mpiexec_command(
+            cluster,
+            [
+                sys.executable,
+                "-m",
+                "ccbench.scripts.cluster",
+                "_mpi-ring-step",
+                "--bytes",
+                str(INTRA_NODE_BYTES),
+            ],
+            2,
+            find_mpiexec(),
+        ),
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        check=False,
+        timeout=120,
+    )
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ClusterError(f"MPI intra-node self-check failed: {tail}")
+    bps = INTRA_NODE_BYTES * 8 / json.loads(lines[-1])["best_s"][0]
+    print(
+        f"mpi  within node 0 (2 ranks, shared memory, unshaped), {INTRA_NODE_BYTES} B each "
+        f"way: fastest {bps / 1e9:.3f} Gbit/s = {bps / cluster.rate_bps:.1f}x the link "
+        "between nodes"
+    )
+    with state_lock():
+        current = load_state(cluster.name)
+        if current is not None and current.keeper_pid == cluster.keeper_pid:
+            current.intra_bps = float(bps)
+            save_state(current)
+    return bps
+
+
 def mpi_check(cluster: Cluster, size: int) -> bool:
-    """MPI_Allgather of `size` bytes per rank, judged against the link bound."""
+    """MPI_Allgather of `size` bytes per rank, judged against the link bound: the ring's
+    (P-1) blocks through each node's link (with several ranks per node, each ring step
+    still crosses every node's link once; the rest stays in its shared memory)."""
     rate = cluster.rate_bps
     cores = len(os.sched_getaffinity(0))
-    bound = (cluster.ranks - 1) * size * 8 / rate
+    bound = (cluster.ranks - 1) * size * 8 / rate if cluster.nodes > 1 else 0.0
     out = subprocess.run(
         mpiexec_command(
             cluster,
@@ -113,6 +170,9 @@ def mpi_check(cluster: Cluster, size: int) -> bool:
         tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
         raise ClusterError(f"MPI self-check failed: {tail}")
     res = json.loads(lines[-1])
+    if not bound:  # one node: no link to judge against
+        print(f"mpi  MPI_Allgather {cluster.ranks} ranks x {size} B: mean {res['mean_s']:.4f} s")
+        return True
     ratio = res["mean_s"] / bound
     good = ratio <= 1.10
     print(

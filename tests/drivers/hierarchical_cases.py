@@ -1,0 +1,133 @@
+"""Hierarchical collectives, every collective x inter-node algorithm x count, in one launch.
+
+Run under mpiexec on 4 ranks (2 nodes x 2 ranks, faked on one host by the layout) or 6
+(3 x 2 and 2 x 3); rank 0 prints one JSON line per case: {"case": id, "ok": bool, ...}.
+Uncompressed cases use small integers, whose sums are exact in any order, and must match
+numpy exactly; compressed ones use values over many magnitudes and must lie within the
+hierarchical error bound, computed here from the codec's own bound by hand. Each case
+also reports the bytes this rank sent inside its node and across nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+from ccbench.kernels.vocabulary import COLLECTIVES
+
+# (variant, codec): the uncompressed baseline's library and ring, and compressed ones
+INTER = (
+    ("mpi", "none"),
+    ("ring", "none"),
+    ("coll", "fp16"),
+    ("library", "bfp:rate=8"),
+    ("p2p", "bf16"),
+)
+# element counts: per rank for allgather and reduce_scatter, total for allreduce; uneven,
+# and (allreduce) fewer elements than ranks
+COUNTS = {"allgather": (1, 7, 1000), "reduce_scatter": (1, 7, 300), "allreduce": (1, 3, 4099)}
+
+
+def cases(ranks_per_node: int):
+    for collective in COLLECTIVES:
+        for variant, codec in INTER:
+            for count in COUNTS[collective]:
+                yield (
+                    f"{ranks_per_node}-{collective}-{variant}-{codec}-{count}",
+                    (collective, variant, codec, count),
+                )
+
+
+def bound(codec, collective: str, inputs: list, m: int) -> float:
+    """The error a hierarchical call may carry, by hand for these variants (one round trip
+    per node's contribution where N = 2, the ring's on N nodes otherwise)."""
+    amax = [float(np.abs(x).max()) for x in inputs]
+    nodes = [amax[i : i + m] for i in range(0, len(amax), m)]
+    e = codec.error_bound
+    if collective == "allgather":  # one round trip per hop across nodes, at most N-1
+        return max(1, len(nodes) - 1) * e(2 * max(amax), "float32")
+    sums = [sum(n) for n in nodes]
+    total = sum(sums)
+    eps = np.finfo(np.float32).eps
+    # every node's partial sum encoded up to N-1 times at the total's magnitude, plus
+    # float32 rounding of every addition and of the inputs: a loose bound that a wrong
+    # result (a block in the wrong place, a missing contribution) exceeds by far
+    err = len(nodes) * e(total, "float32") * max(1, len(nodes) - 1)
+    err += 4 * len(amax) * eps * total
+    if collective == "allreduce":
+        err += e(total + err, "float32")
+    return err
+
+
+def run_case(comm, layout, collective, variant, codec_spec, count):
+    from ccbench.collectives.baseline import bind_collective
+    from ccbench.collectives.compressed import bind_compressed
+    from ccbench.collectives.hierarchical import Hierarchical
+    from ccbench.kernels import inputs as kinds
+    from ccbench.kernels.codecs import parse_codec
+
+    size, rank = comm.size, comm.rank
+    send_count = count * size if collective == "reduce_scatter" else count
+    recv_count = {"allgather": count * size, "reduce_scatter": count, "allreduce": count}[
+        collective
+    ]
+    codec = parse_codec(codec_spec)
+    if codec.lossy:
+        values = [kinds.values("gradient-like", send_count, r, size, 3) for r in range(size)]
+    else:
+        values = [
+            np.random.default_rng([7, r, send_count]).integers(-8, 9, send_count)
+            for r in range(size)
+        ]
+    values = [np.asarray(v, np.float32) for v in values]
+    send = values[rank].copy()
+    recv = np.empty(recv_count, np.float32)
+
+    def bind_inter(inter, s, r):
+        if codec_spec == "none":
+            return bind_collective(inter, variant, collective, s, r)
+        return bind_compressed(inter, variant, collective, codec, s, r)
+
+    run = Hierarchical(comm, layout, collective, send, recv, bind_inter)
+    run()
+    run()  # twice: the second call's bytes alone are counted
+    exact = [v.astype(np.float64) for v in values]
+    if collective == "allgather":
+        expected = np.concatenate(exact)
+    elif collective == "allreduce":
+        expected = np.sum(exact, axis=0)
+    else:
+        expected = np.sum(exact, axis=0)[rank * count : (rank + 1) * count]
+    err = float(np.abs(recv.astype(np.float64) - expected).max()) if expected.size else 0.0
+    limit = bound(codec, collective, values, layout.ranks_per_node) if codec.lossy else 0.0
+    return err <= limit, {
+        "err": err,
+        "bound": float(limit),
+        "intra": run.intra_wire_bytes,
+        "inter": run.inter_wire_bytes,
+        "total": comm.wire_bytes,
+    }
+
+
+def main() -> int:
+    from ccbench.collectives.comm import Communicator
+    from ccbench.collectives.hierarchical import node_layout
+
+    comm = Communicator(MPI.COMM_WORLD)
+    for m in [int(a) for a in sys.argv[1:]] or [2]:
+        layout = node_layout(comm, m)
+        for case_id, params in cases(m):
+            comm.reset_wire_bytes()
+            ok, detail = run_case(comm, layout, *params)
+            everywhere = comm.mpi.allreduce(int(ok), op=MPI.MIN) == 1
+            details = comm.mpi.gather(detail, root=0)
+            if comm.rank == 0:
+                print(json.dumps({"case": case_id, "ok": everywhere, "ranks": details}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
