@@ -73,7 +73,11 @@ def call_times(
     codec = codec_for_ratio(ratio, rate_bps, parts)
     net = Network(rate_bps, parts.step_s, parts.burst_bytes)
     times = {}
-    for name, variant, c in (("baseline", LIBRARY, None), ("p2p", P2P, codec), ("coll", COLL, codec)):
+    for name, variant, c in (
+        ("baseline", LIBRARY, None),
+        ("p2p", P2P, codec),
+        ("coll", COLL, codec),
+    ):
         option = Option(variant, c, parts.efficiency.get(variant, 1.0))
         times[name] = float(call_seconds(option, net, collective, size, ranks)["time"])
     return times

@@ -109,7 +109,11 @@ def regime_points(data, size: int = rm.SIZE, ranks: int = rm.RANKS) -> list[Poin
             burst_bytes=_num(row, "link_burst_bytes", 0.0),
         )
         measured = {}
-        same = compare[(compare["collective"] == collective) & (compare["_link"] == link)]
+        same = (
+            compare[(compare["collective"] == collective) & (compare["_link"] == link)]
+            if not compare.empty and "collective" in compare.columns
+            else compare
+        )
         for claim in CLAIMS:
             key = f"{collective}_{claim}"
             for _, c in same.iterrows():
@@ -118,7 +122,9 @@ def regime_points(data, size: int = rm.SIZE, ranks: int = rm.RANKS) -> list[Poin
                     ratio, low, high = found
                     measured[claim] = (1 - ratio, 1 - high, 1 - low)
         model = rm.savings(got["ratio"], collective, parts, payload * 1e9, size, ranks)
-        out.append(Point(collective, codec, link, got["ratio"], parts, payload * 1e9, measured, model))
+        out.append(
+            Point(collective, codec, link, got["ratio"], parts, payload * 1e9, measured, model)
+        )
     return sorted(out, key=lambda p: (p.collective, p.ratio))
 
 

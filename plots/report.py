@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ccbench.plots.advice import Advice, advice_html
 from ccbench.plots import regime
+from ccbench.plots.advice import Advice, advice_html
 from ccbench.plots.base import Headline
 from ccbench.plots.headlines import REPRODUCTION_RULE
 

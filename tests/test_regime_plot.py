@@ -71,8 +71,12 @@ def data():
     p2p = "p2p_compressed --codec {}"
     compare = pd.DataFrame(
         [
-            compare_row("allgather", p2p.format("zfp:rate=4"), "zfp:rate=4", 0.25, 0.70, 0.66, 0.74),
-            compare_row("allgather", "baseline --algorithm mpi", "zfp:rate=4", 0.25, 0.5, 0.45, 0.55),
+            compare_row(
+                "allgather", p2p.format("zfp:rate=4"), "zfp:rate=4", 0.25, 0.70, 0.66, 0.74
+            ),
+            compare_row(
+                "allgather", "baseline --algorithm mpi", "zfp:rate=4", 0.25, 0.5, 0.45, 0.55
+            ),
             compare_row(
                 "reduce_scatter", p2p.format("zfp:rate=4"), "zfp:rate=4", 1.0, 0.95, 0.92, 0.98
             ),
