@@ -109,13 +109,15 @@ def measured_parts(
     """A collective-level row's codec as the call saw it: its round-trip rate per rank
     (bytes/s, from the row's encode and decode wall times and the bytes the call encodes
     and decodes), encode's share of a round trip, the reduce-scatter hop in round trips
-    (from reduce_us, where the call has hops) and the codec-to-wire ratio (nan without a
-    link rate)."""
+    (from reduce_us, where the call has hops; one round trip where the row has none) and
+    the codec-to-wire ratio (nan without a link rate)."""
     work = codec_work_bytes(COLL, collective, size, ranks)
     encode_s_per_byte = encode_us * 1e-6 / work["encode"]
     decode_s_per_byte = decode_us * 1e-6 / work["decode"]
     round_trip_s = encode_s_per_byte + decode_s_per_byte  # per byte
     hop = reduce_us * 1e-6 / work["hop"] / round_trip_s if work["hop"] > 0 else 1.0
+    if not hop > 0:  # no hop time in the row (nan or 0): a hop taken as one round trip
+        hop = 1.0
     rate = 1 / round_trip_s
     return {
         "round_trip_bps": rate,
