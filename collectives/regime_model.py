@@ -107,21 +107,29 @@ def measured_parts(
     link_payload_gbps: float = math.nan,
 ) -> dict:
     """A collective-level row's codec as the call saw it: its round-trip rate per rank
-    (bytes/s, from the row's encode and decode wall times and the bytes the call encodes
-    and decodes), encode's share of a round trip, the reduce-scatter hop in round trips
-    (from reduce_us, where the call has hops; one round trip where the row has none) and
-    the codec-to-wire ratio (nan without a link rate)."""
+    (bytes/s), encode's share of a round trip, the reduce-scatter hop in round trips and
+    the codec-to-wire ratio (nan without a link rate).
+
+    Allgather: from the row's encode and decode wall times and the bytes the call encodes
+    (its block) and decodes (the P-1 others). Reduce-scatter: the row counts its last
+    decode with the hops' decode-add-encode (reduce_us), so its encode, decode and reduce
+    times are taken together, over its codec work in round trips: the first encode and
+    the last decode half a round trip of a block each, each of the P-2 hops one (encode
+    share 1/2, a hop one round trip)."""
     work = codec_work_bytes(COLL, collective, size, ranks)
-    encode_s_per_byte = encode_us * 1e-6 / work["encode"]
-    decode_s_per_byte = decode_us * 1e-6 / work["decode"]
-    round_trip_s = encode_s_per_byte + decode_s_per_byte  # per byte
-    hop = reduce_us * 1e-6 / work["hop"] / round_trip_s if work["hop"] > 0 else 1.0
-    if not hop > 0:  # no hop time in the row (nan or 0): a hop taken as one round trip
-        hop = 1.0
+    if work["hop"] > 0:
+        total_s = (encode_us + decode_us + reduce_us) * 1e-6
+        round_trip_s = total_s / (0.5 * work["encode"] + 0.5 * work["decode"] + work["hop"])
+        share, hop = 0.5, 1.0
+    else:
+        encode_s_per_byte = encode_us * 1e-6 / work["encode"]
+        decode_s_per_byte = decode_us * 1e-6 / work["decode"]
+        round_trip_s = encode_s_per_byte + decode_s_per_byte  # per byte
+        share, hop = encode_s_per_byte / round_trip_s, 1.0
     rate = 1 / round_trip_s
     return {
         "round_trip_bps": rate,
-        "encode_share": encode_s_per_byte / round_trip_s,
+        "encode_share": share,
         "hop_round_trips": hop,
         "ratio": rate / (link_payload_gbps * 1e9 / 8.0),
     }

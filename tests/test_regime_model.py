@@ -54,8 +54,12 @@ def test_measured_parts_from_a_rows_codec_times():
     assert got["round_trip_bps"] == pytest.approx((1 << 20) / 3e-3)
     assert got["encode_share"] == pytest.approx(1 / 3)
     assert got["ratio"] == pytest.approx((1 << 20) / 3e-3 / 1.25e8)
-    # reduce-scatter of 4 MiB: blocks of 1 MiB, encode 1 ms, decode 1 ms, two hops 4 ms
+    # reduce-scatter of 4 MiB: blocks of 1 MiB, encode 1 ms, decode 1 ms, two hops 4 ms:
+    # 6 ms over 3 MiB of round trips (half of each end block, two hops), 2 ms per MiB
     got = measured_parts("reduce_scatter", 4 << 20, 4, 1000, 1000, 4000, 0.5)
     assert got["hop_round_trips"] == pytest.approx(1.0)
     assert got["encode_share"] == pytest.approx(0.5)
     assert got["ratio"] == pytest.approx((1 << 20) / 2e-3 / 6.25e7)
+    # the row counts the last decode with the hops: the same codec work, the same rate
+    same = measured_parts("reduce_scatter", 4 << 20, 4, 1000, 0, 5000, 0.5)
+    assert same["ratio"] == pytest.approx(got["ratio"])
