@@ -169,10 +169,13 @@ def verdict(points: list[Point], collective: str, claim: str, band=PAPER_BAND) -
     words = f"paper {100 * paper:.1f}% at ratios {band[0]:g}-{band[1]:g}"
     inside = [p for p in judged if band[0] <= p.ratio <= band[1]]
     if inside:
+        # the headline table's rule: a saving beyond the margin (the whole interval) and
+        # the paper's number within the interval widened by the margin
         hits = [
             p
             for p in inside
-            if (1 - p.measured[claim][2]) / (1 + MARGIN)
+            if 1 - p.measured[claim][1] < 1 / (1 + MARGIN)
+            and (1 - p.measured[claim][2]) / (1 + MARGIN)
             <= 1 - paper
             <= (1 - p.measured[claim][1]) * (1 + MARGIN)
         ]

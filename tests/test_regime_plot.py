@@ -108,6 +108,12 @@ def test_verdicts_name_the_regime():
     points = regime.regime_points(data())
     # a measured point at the paper's ratio: 30.3% lies in 26-34%
     assert regime.verdict(points, "allgather", "vs_p2p").startswith("reproduced:")
+    # the paper's number inside an interval that reaches no saving: not reproduced (the
+    # headline table's rule: the saving must be beyond the margin)
+    wide = data()
+    wide.frames["compare"].loc[0, ["ratio", "ratio_low", "ratio_high"]] = [0.70, 0.5, 1.01]
+    said = regime.verdict(regime.regime_points(wide), "allgather", "vs_p2p")
+    assert said.startswith("not reproduced at the paper's ratio:"), said
     # the same point against the baseline: 45-55% is far from 83.6%
     said = regime.verdict(points, "allgather", "vs_baseline")
     assert said.startswith("not reproduced at the paper's ratio:")
