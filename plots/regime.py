@@ -275,8 +275,9 @@ def draw_regime(data, style: Style) -> list[Figure]:
     lines = [f"{c}, {w}: {v}." for c, w, v in verdict_rows(data)]
     caption = (
         "Seed 000's collective-level saving at 16 MiB on 4 ranks against the codec-to-wire "
-        "ratio (log x; y clipped to -100%..100%: the codec's round trip per rank as the call saw it, from the "
-        "collective-level row's codec times, over the link's payload rate), "
+        "ratio (log x; savings clipped to -100%..100%; the ratio: the codec's round trip per "
+        "rank as the call saw it, from the collective-level row's codec times, over the "
+        "link's payload rate), "
         "from the separate sweep sweeps/regime.toml. Points: interleaved comparisons "
         "(95% intervals); dashed: the model (compression_model.call_seconds at the "
         "codec's floors, overlap efficiency 1) across the axis; red: the model at each "
