@@ -194,7 +194,7 @@ def verdict(points: list[Point], collective: str, claim: str, band=PAPER_BAND) -
     low, high = span
     # the band widened by the model's worst error at the measured points (on B/A)
     wide_low = 1 - (1 - low) * (1 + worst)
-    wide_high = 1 - (1 - high) * (1 - worst)
+    wide_high = min(1.0, 1 - (1 - high) * (1 - worst))  # a saving reaches 100% at most
     falls = "falls inside" if wide_low <= paper <= wide_high else "falls outside"
     ratios = [p.ratio for p in judged] or [p.ratio for p in checked]
     return (
