@@ -24,6 +24,7 @@ from ccbench.plots import (
     general,
     gradient_merging,
     headlines,
+    regime,
     sparse_allreduce,
     traces,
     training_runs,
@@ -53,6 +54,7 @@ MODULES = (
     general,
     breakdown,
     traces,
+    regime,
 )
 DEFAULT_OUTDIR = "results/figures"
 FORMATS = ("png", "pdf")

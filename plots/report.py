@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ccbench.plots import regime
 from ccbench.plots.advice import Advice, advice_html
 from ccbench.plots.base import Headline
 from ccbench.plots.headlines import REPRODUCTION_RULE
@@ -255,6 +256,7 @@ def sectioned(content: ReportContent) -> list[str]:
         if section.key != "models":
             out.append("<h3>Headline numbers: measured next to the papers'</h3>")
             out += headline_table(section.headlines)
+            out += regime.page_link(section.figures)
         shared = shared_sentences(section.figures)
         out += shared_html(shared)
         for paper in PAPERS:
@@ -287,6 +289,7 @@ def contents_tail(content: ReportContent) -> list[str]:
 def unsectioned(content: ReportContent) -> list[str]:
     out = ["<h2>Headline numbers: measured next to the papers'</h2>"]
     out += headline_table(content.headlines)
+    out += regime.page_link(content.figures)
     out += footer_html(content)
     if content.figures:
         out.append("<h2>Contents</h2><ul>")

@@ -1,0 +1,311 @@
+"""Seed 000's savings against the codec-to-wire ratio: where the paper's numbers live.
+
+Each measured point is one (collective, codec, link rate) of sweeps/regime.toml at 16 MiB
+on 4 ranks: its savings are `ccbench compare` rows (the collective level against
+point-to-point compression, and against the MPI library's uncompressed call; 1 - B/A with
+the 95% interval), its ratio comes from its collective-level harness row (the codec's
+round-trip rate per rank from the call's own encode and decode times, over the link's
+payload rate). The model's line is collectives/regime_model.py (compression_model's
+call_seconds, as `ccbench advise` uses it) across the whole axis, and at every measured
+point with that point's own parts, so its error there is shown. The paper's regime is a
+band of ratios (docs/references.md, "The paper's regime").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ccbench.collectives import regime_model as rm
+from ccbench.plots import papers
+from ccbench.plots.base import Figure, FigureSpec, Skip, link_of, rows
+from ccbench.plots.headlines import oriented_ratio
+from ccbench.plots.style import COLLECTIVE_LABELS, Style, figure, legend_below
+
+# The paper's codec-to-wire ratio: GPU ZFP fixed-rate (encode and decode each tens to
+# hundreds of GB/s: a round trip of about 25-250 GB/s per rank, one rank per GPU) over
+# 100-200 Gbit/s InfiniBand (12.5-25 GB/s of payload); docs/references.md derives it.
+PAPER_BAND = (1.0, 20.0)
+COLLECTIVES = ("allgather", "reduce_scatter")
+CLAIMS = ("vs_p2p", "vs_baseline")
+CLAIM_WORDS = {
+    "vs_p2p": "over point-to-point compression",
+    "vs_baseline": "over the uncompressed baseline (MPI)",
+}
+# the codec judged against the paper's "vs uncompressed" numbers: ZFP rate 4, ratio 8,
+# the ratio those savings need; vs point-to-point: the paper's codec at either rate
+JUDGED_CODECS = {"vs_p2p": ("zfp:rate=4", "zfp:rate=8"), "vs_baseline": ("zfp:rate=4",)}
+MARGIN = 0.03  # the headline table's margin around the interval
+CODEC_COLORS = {
+    "fp16": "#1f77b4",
+    "bfp:rate=4": "#2ca02c",
+    "bfp:rate=8": "#17becf",
+    "bfp:rate=16": "#9467bd",
+    "zfp:rate=4": "#d62728",
+    "zfp:rate=8": "#ff7f0e",
+}
+AXIS = np.logspace(-2, 2.5, 200)  # ratios drawn: 0.01 .. 316
+
+
+@dataclass
+class Point:
+    collective: str
+    codec: str
+    link_gbps: float
+    ratio: float  # codec-to-wire, measured
+    parts: rm.RegimeParts
+    rate_bps: float  # the link's payload rate the model takes
+    measured: dict  # claim -> (saving, low, high)
+    model: dict  # claim -> the model's saving at this point
+
+    def error(self, claim: str) -> float:
+        """The model's B/A over the measured B/A, less 1 (nan where not measured)."""
+        if claim not in self.measured:
+            return math.nan
+        return (1 - self.model[claim]) / (1 - self.measured[claim][0]) - 1
+
+
+def _num(row, key, default=math.nan) -> float:
+    try:
+        value = float(row.get(key, default))
+    except (TypeError, ValueError):
+        return default
+    return value if math.isfinite(value) else default
+
+
+def regime_points(data, size: int = rm.SIZE, ranks: int = rm.RANKS) -> list[Point]:
+    """The measured points: a collective-level harness row at `size` on `ranks` over an
+    emulated link, with the compare rows of the same collective, codec and link."""
+    harness = rows(data, "harness", variant="coll_compressed", ranks=ranks, size_bytes=size)
+    if harness.empty:
+        return []
+    harness = harness.assign(_link=link_of(harness))
+    compare = rows(data, "compare", ranks=ranks, size_bytes=size)
+    compare = compare.assign(_link=link_of(compare)) if not compare.empty else compare
+    out = []
+    for _, row in harness[harness["_link"] > 0].iterrows():
+        collective, codec, link = str(row["collective"]), str(row["codec"]), float(row["_link"])
+        if collective not in COLLECTIVES:
+            continue
+        payload = _num(row, "link_ceiling_gbps", link)
+        got = rm.measured_parts(
+            collective,
+            size,
+            ranks,
+            _num(row, "encode_us"),
+            _num(row, "decode_us"),
+            _num(row, "reduce_us", 0.0),
+            payload,
+        )
+        if not (got["ratio"] > 0 and math.isfinite(got["ratio"])):
+            continue
+        parts = rm.RegimeParts(
+            compression=_num(row, "compression_ratio"),
+            encode_share=got["encode_share"],
+            hop_round_trips=got["hop_round_trips"],
+            step_s=_num(row, "link_step_us", 0.0) * 1e-6,
+            burst_bytes=_num(row, "link_burst_bytes", 0.0),
+        )
+        measured = {}
+        same = (
+            compare[(compare["collective"] == collective) & (compare["_link"] == link)]
+            if not compare.empty and "collective" in compare.columns
+            else compare
+        )
+        for claim in CLAIMS:
+            key = f"{collective}_{claim}"
+            for _, c in same.iterrows():
+                found = oriented_ratio(c, key, codec, collective)
+                if found is not None:
+                    ratio, low, high = found
+                    measured[claim] = (1 - ratio, 1 - high, 1 - low)
+        model = rm.savings(got["ratio"], collective, parts, payload * 1e9, size, ranks)
+        out.append(
+            Point(collective, codec, link, got["ratio"], parts, payload * 1e9, measured, model)
+        )
+    return sorted(out, key=lambda p: (p.collective, p.ratio))
+
+
+def paper_saving(collective: str, claim: str) -> float:
+    return 1 - papers.CLAIMS[f"{collective}_{claim}"].ratio
+
+
+def model_band(points: list[Point], collective: str, claim: str, band=PAPER_BAND):
+    """(least, most) saving the model gives over the band of ratios, with the parts of
+    the judged codec's measured points (their median), at their link's payload rate."""
+    mine = [p for p in points if p.collective == collective and p.codec in JUDGED_CODECS[claim]]
+    if not mine:
+        return None
+    values = []
+    for codec in sorted({p.codec for p in mine}):
+        of = [p for p in mine if p.codec == codec]
+        parts = rm.RegimeParts(
+            compression=float(np.median([p.parts.compression for p in of])),
+            encode_share=float(np.median([p.parts.encode_share for p in of])),
+            hop_round_trips=float(np.median([p.parts.hop_round_trips for p in of])),
+            step_s=float(np.median([p.parts.step_s for p in of])),
+            burst_bytes=float(np.median([p.parts.burst_bytes for p in of])),
+        )
+        rate = float(np.median([p.rate_bps for p in of]))
+        for ratio in np.logspace(math.log10(band[0]), math.log10(band[1]), 41):
+            values.append(rm.savings(float(ratio), collective, parts, rate)[claim])
+    return min(values), max(values)
+
+
+def verdict(points: list[Point], collective: str, claim: str, band=PAPER_BAND) -> str:
+    """Words for one claim: reproduced (or not) where a measured point of the judged codec
+    sits in the paper's band of ratios; else what the model, its error at the measured
+    points shown, puts there and whether the paper's number falls in that band."""
+    paper = paper_saving(collective, claim)
+    judged = [
+        p
+        for p in points
+        if p.collective == collective and p.codec in JUDGED_CODECS[claim] and claim in p.measured
+    ]
+    checked = [p for p in points if p.collective == collective and claim in p.measured]
+    errors = [abs(p.error(claim)) for p in checked]
+    words = f"paper {100 * paper:.1f}% at ratios {band[0]:g}-{band[1]:g}"
+    inside = [p for p in judged if band[0] <= p.ratio <= band[1]]
+    if inside:
+        # the headline table's rule: a saving beyond the margin (the whole interval) and
+        # the paper's number within the interval widened by the margin
+        hits = [
+            p
+            for p in inside
+            if 1 - p.measured[claim][1] < 1 / (1 + MARGIN)
+            and (1 - p.measured[claim][2]) / (1 + MARGIN)
+            <= 1 - paper
+            <= (1 - p.measured[claim][1]) * (1 + MARGIN)
+        ]
+        said = "; ".join(
+            f"{p.codec} at {p.link_gbps:g} Gbit/s, ratio {p.ratio:.2g}: "
+            f"{100 * p.measured[claim][0]:.1f}% ({100 * p.measured[claim][1]:.1f} to "
+            f"{100 * p.measured[claim][2]:.1f})"
+            for p in inside
+        )
+        head = "reproduced" if hits else "not reproduced at the paper's ratio"
+        return f"{head}: {words}; measured {said}"
+    span = model_band(points, collective, claim, band)
+    if span is None or not errors:
+        return f"not measured: {words}; no measured point of {', '.join(JUDGED_CODECS[claim])}"
+    worst = max(errors)
+    low, high = span
+    # the band widened by the model's worst error at the measured points (on B/A)
+    wide_low = 1 - (1 - low) * (1 + worst)
+    wide_high = min(1.0, 1 - (1 - high) * (1 - worst))  # a saving reaches 100% at most
+    falls = "falls inside" if wide_low <= paper <= wide_high else "falls outside"
+    ratios = [p.ratio for p in judged] or [p.ratio for p in checked]
+    return (
+        f"modelled (no measured point of {', '.join(JUDGED_CODECS[claim])} in the band; "
+        f"they reach ratios {min(ratios):.2g}-{max(ratios):.2g}): {words}; the model puts "
+        f"{100 * low:.1f}% to {100 * high:.1f}% there, {100 * wide_low:.1f}% to "
+        f"{100 * wide_high:.1f}% with its largest error at the {len(errors)} measured "
+        f"points ({100 * worst:.0f}%, median {100 * float(np.median(errors)):.0f}%); the "
+        f"paper's number {falls} that band"
+    )
+
+
+def verdict_rows(data) -> list[tuple[str, str, str]]:
+    """(collective, claim words, verdict) for every seed-000 collective-level claim."""
+    points = regime_points(data)
+    return [
+        (COLLECTIVE_LABELS.get(c, c), CLAIM_WORDS[claim], verdict(points, c, claim))
+        for c in COLLECTIVES
+        for claim in CLAIMS
+    ]
+
+
+def draw_regime(data, style: Style) -> list[Figure]:
+    points = regime_points(data)
+    if not any(p.measured for p in points):
+        raise Skip(
+            "no collective-level rows at 16 MiB on 4 ranks over an emulated link with their "
+            "comparisons (sweeps/regime.toml)"
+        )
+    fig, axes = figure(4, ncols=2, sharex=True)
+    axes = np.asarray(axes).reshape(2, 2)
+    handles = {}
+    for j, collective in enumerate(COLLECTIVES):
+        mine = [p for p in points if p.collective == collective]
+        for i, claim in enumerate(CLAIMS):
+            ax = axes[i, j]
+            ax.axvspan(*PAPER_BAND, color="#f3e3b5", zorder=0)
+            paper = 100 * paper_saving(collective, claim)
+            (h,) = ax.plot(PAPER_BAND, [paper, paper], ls="-", color="#b8860b", lw=2, zorder=1)
+            handles["paper's number, in the paper's band of ratios"] = h
+            for r in sorted({round(p.parts.compression, 1) for p in mine}):
+                parts = next(p.parts for p in mine if round(p.parts.compression, 1) == r)
+                rate = next(p.rate_bps for p in mine if round(p.parts.compression, 1) == r)
+                line = [100 * rm.savings(float(x), collective, parts, rate)[claim] for x in AXIS]
+                (h,) = ax.plot(AXIS, line, ls="--", color="#555555", lw=0.8, zorder=2)
+                handles["model (call_seconds), one line per compression ratio"] = h
+                ax.annotate(f"r={r:g}", (AXIS[-1], line[-1]), fontsize=6, ha="right")
+            for p in mine:
+                if claim not in p.measured:
+                    continue
+                s, lo, hi = (100 * v for v in p.measured[claim])
+                h = ax.errorbar(
+                    p.ratio,
+                    s,
+                    yerr=[[s - lo], [hi - s]],
+                    ls="none",
+                    color=CODEC_COLORS.get(p.codec, "black"),
+                    ms=4,
+                    **style.marker(p.codec),
+                    zorder=3,
+                )
+                handles[f"{p.codec} (measured, 95% interval)"] = h
+                model = 100 * p.model[claim]
+                ax.plot([p.ratio, p.ratio], [s, model], color="red", lw=0.8, zorder=2)
+                (h,) = ax.plot(p.ratio, model, "x", color="red", ms=4, zorder=3)
+                handles["model at the point, its error in red"] = h
+                ax.annotate(
+                    f"{100 * p.error(claim):+.0f}%", (p.ratio, model), fontsize=5, color="red"
+                )
+            ax.set_xscale("log")
+            ax.set_title(f"{COLLECTIVE_LABELS.get(collective, collective)}, {CLAIM_WORDS[claim]}")
+            ax.set_ylabel("saving (%)")
+            if i == 1:
+                ax.set_xlabel("codec-to-wire ratio")
+            # a codec far slower than the wire loses many times over: keep the savings legible
+            ax.set_ylim(max(ax.get_ylim()[0], -100), min(ax.get_ylim()[1], 100))
+    legend_below(fig, list(handles.values()), list(handles))
+    lines = [f"{c}, {w}: {v}." for c, w, v in verdict_rows(data)]
+    caption = (
+        "Seed 000's collective-level saving at 16 MiB on 4 ranks against the codec-to-wire "
+        "ratio (log x; savings clipped to -100%..100%; the ratio: the codec's round trip per "
+        "rank as the call saw it, from the collective-level row's codec times, over the "
+        "link's payload rate), "
+        "from the separate sweep sweeps/regime.toml. Points: interleaved comparisons "
+        "(95% intervals); dashed: the model (compression_model.call_seconds at the "
+        "codec's floors, overlap efficiency 1) across the axis; red: the model at each "
+        "measured point with its own parts, its error on B/A written beside it. Shaded: "
+        f"the paper's regime (ratios {PAPER_BAND[0]:g}-{PAPER_BAND[1]:g}, "
+        "docs/references.md) with the paper's number. " + " ".join(lines)
+    )
+    return [Figure("seed000_regime", fig, caption)]
+
+
+FIGURES = [
+    FigureSpec(
+        "seed000_regime",
+        "seed 000",
+        "Saving against the codec-to-wire ratio: where the paper numbers live",
+        ("harness", "compare"),
+        draw_regime,
+    ),
+]
+
+
+def page_link(figures) -> list[str]:
+    """The headline table's pointer to the regime figure, where the page draws one."""
+    if not any(getattr(f, "name", "") == "seed000_regime" for f in figures):
+        return []
+    return [
+        "<p class='note'>Seed 000's numbers against the codec-to-wire ratio, measured where "
+        "this host reaches and modelled beyond, with a verdict per claim: "
+        "<a href='#seed000_regime'>the regime figure</a> (its rows come from a separate "
+        "sweep, sweeps/regime.toml).</p>"
+    ]
