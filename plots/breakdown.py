@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from ccbench.kernels import variants
@@ -106,7 +107,7 @@ def breakdown(data, style: Style) -> list[Figure]:
     if "mpi" in drew:
         handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="MPI call"))
     if "floor" in drew:
-        handles.append(Patch(color="black", label="coll floor"))
+        handles.append(Line2D([], [], color="black", linewidth=1.4, label="coll floor"))
     legend_below(fig, handles, [h.get_label() for h in handles])
     caption = (
         f"{panel_title(ranks, link)}. Per collective and codec, per message size: "
