@@ -283,8 +283,8 @@ def draw_regime(data, style: Style) -> list[Figure]:
     caption = (
         "Seed 000's collective-level saving at 16 MiB on 4 ranks against the codec-to-wire "
         "ratio (log x; the model's line drawn down to -100% or the lowest interval; the "
-        "ratio: the codec's round trip per rank as the call saw it, from the collective-level row's codec times, over the "
-        "link's payload rate), "
+        "ratio: the codec's round trip per rank as the call saw it, from the "
+        "collective-level row's codec times, over the link's payload rate), "
         "from the separate sweep sweeps/regime.toml. Points: interleaved comparisons "
         "(95% intervals); dashed: the model (compression_model.call_seconds at the "
         "codec's floors, overlap efficiency 1) across the axis; red: the model at each "
