@@ -57,7 +57,7 @@ def shades(colour, n: int) -> list:
     from matplotlib.colors import to_rgb
 
     rgb = np.asarray(to_rgb(colour))
-    steps = np.linspace(0.0, 0.6, n) if n > 1 else [0.0]
+    steps = np.linspace(0.0, 0.6, n) if n > 1 else [0.0] * n  # n = 0: none
     return [tuple(rgb + (1.0 - rgb) * t) for t in steps]
 
 

@@ -182,6 +182,9 @@ def test_the_advice_map_colours_mean_what_they_mean_on_the_page():
     assert colours[2] not in (BLUE, "#ffffff") and len(set(colours)) == len(colours)
     assert option_label(options[2]) == "collective compressed, bfp:rate=4"
     assert option_label(options[1]) == "library (MPI)"
+    # only the uncompressed options (nothing compressed measured): one colour each
+    plain = [to_hex(c) for c in page_colours([cm.Option(cm.LIBRARY), cm.Option(cm.RING)])]
+    assert plain == ["#000000", "#7f7f7f"]
 
 
 def test_the_breakdown_says_only_what_it_draws(tmp_path, style):
