@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from ccbench.plots.base import Headline, link_of, newest_per, rows, time_bounds
 from ccbench.plots.claims import (
@@ -30,6 +29,7 @@ from ccbench.plots.claims import (
     opposite,
     separate_ratio,
 )
+from ccbench.plots.section_text import busbw_span
 
 
 @dataclass(frozen=True)
@@ -136,17 +136,6 @@ def check_against_rows(data, claim: RatioClaim) -> list[Contradiction]:
     return found
 
 
-def bus_bandwidth_range(data) -> tuple[float, float] | None:
-    """The smallest and largest bus bandwidth (GB/s) of the dense rows drawn."""
-    frame = rows(data, "harness")
-    if frame.empty or "busbw_gbps" not in frame.columns:
-        return None
-    frame = frame[frame["variant"] != "sparse_streaming"]
-    values = pd.to_numeric(frame["busbw_gbps"], errors="coerce").to_numpy(dtype=float)
-    values = values[np.isfinite(values) & (values > 0)]
-    return (float(values.min()), float(values.max())) if values.size else None
-
-
 RATE = re.compile(r"(tens|hundreds|[\d.]+(?:\s*(?:-|to)\s*[\d.]+)?)\s+(?:of\s+)?GB/s")
 WORDS = {"tens": (10.0, 100.0), "hundreds": (100.0, 1000.0)}
 NEVER_WINS = re.compile(r"(cannot|can't|never|does not) win", re.IGNORECASE)
@@ -164,7 +153,7 @@ def check_text(
     found = []
     for sentence in re.split(r"(?<=[.:;])\s+", text):
         for match in RATE.finditer(sentence):
-            span = bus_bandwidth_range(data)
+            span = busbw_span(data)
             if span is None:
                 continue
             said = match.group(1)
