@@ -49,7 +49,7 @@ from ccbench.collectives.pipeline import (
     WAIT_MODES,
     async_progress,
 )
-from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE, spec
+from ccbench.collectives.spec import spec
 from ccbench.kernels import arrays, inputs
 from ccbench.kernels.codec_base import empty_payload
 from ccbench.kernels.codecs import describe_codecs
@@ -397,8 +397,7 @@ class CollCompressed(CompressedVariant):
         }
 
     def columns(self, opts) -> dict:
-        phases = spec(opts.collective).phases  # fusing joins a reduce phase to a gather phase
-        fuses = REDUCE_PHASE in phases and GATHER_PHASE in phases
+        fuses = spec(opts.collective).fusible  # fusing joins a reduce phase to a gather phase
         columns = {
             **super().columns(opts),
             "chunk_bytes": opts.chunk_bytes,

@@ -1,6 +1,7 @@
 """Compressed ring collectives: point-to-point compression and collective-level compression.
 
-Both walk the ring schedules of collectives/ring.py; they differ in where the codec sits.
+Both walk a collective's phases (collectives/phases.py: each phase's schedule, and a walk
+per kind of step); they differ in where the codec sits.
 
 * Point-to-point (`P2PCompressed`, the earlier design the seed compares against): every
   message is compressed by its sender and decompressed by its receiver, as if the MPI
@@ -30,6 +31,7 @@ import time
 from ccbench.collectives import compressed_ordered
 from ccbench.collectives.compressed_library import LibraryCompressed
 from ccbench.collectives.costmodel import pipeline_chunk_bytes
+from ccbench.collectives.phases import COPY, REDUCE_INTO, fuses, step_walk
 from ccbench.collectives.pipeline import (
     DECODE,
     DEFAULT_PROGRESS,
@@ -47,14 +49,8 @@ from ccbench.collectives.pipeline import (
     sub_ranges,
     timed,
 )
-from ccbench.collectives.ring import (
-    RingScratch,
-    allgather_schedule,
-    reduce_scatter_schedule,
-    ring_blocks,
-    ring_neighbors,
-)
-from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE, spec
+from ccbench.collectives.ring import RingScratch, ring_blocks, ring_neighbors
+from ccbench.collectives.spec import spec
 from ccbench.kernels import arrays
 from ccbench.kernels.codec_base import Codec, dtype_name, empty_payload
 from ccbench.kernels.errors import UsageError
@@ -64,7 +60,7 @@ from ccbench.kernels.vocabulary import itemsize, nbytes
 DEFAULT_CHUNK_BYTES = 1 << 20  # uncompressed bytes per pipelined chunk
 SLOT_ALIGN = 64  # payload slots start on cache-line boundaries
 _TAG_P2P = 7100
-_TAG_BASE = 7200  # collective-level: one tag per (phase, step)
+_TAG_BASE = 7200  # collective-level: one tag per (phase, step), by the phase's place
 
 
 # ------------------------------------------------------------------------------- helpers
@@ -90,15 +86,10 @@ def _wait(comm, requests, mode: str = DEFAULT_WAIT) -> None:
         idle_wait(since, mode)
 
 
-_SCHEDULES = {REDUCE_PHASE: reduce_scatter_schedule, GATHER_PHASE: allgather_schedule}
-
-
 def ring_raw_bytes(phases, bounds, rank: int, size: int, itemsize: int) -> int:
     """Bytes this rank's uncompressed ring sends per call (the schedules' blocks)."""
     total = sum(
-        bounds[sb][1] - bounds[sb][0]
-        for phase in phases
-        for _, sb, _ in _SCHEDULES[phase](rank, size)
+        bounds[sb][1] - bounds[sb][0] for phase in phases for sb in phase.sent_blocks(rank, size)
     )
     return total * itemsize
 
@@ -122,9 +113,20 @@ class _Bound:
         self.bounds = ring_blocks(described, n_send, self.size)
         start, stop = self.bounds[self.rank]
         self.own_input = described.own_block(sendbuf, start, stop)
+        # where this rank's block of the result lands (the whole result where no phase gathers)
+        self.own_result = described.result_block(recvbuf, start, stop)
         self.raw_bytes = ring_raw_bytes(
             self.phases, self.bounds, self.rank, self.size, itemsize(self.dtype)
         )
+
+    def walk_plan(self, fused: bool) -> list[tuple[int, object, bool]]:
+        """(place, phase, hands on) per phase, in order: `hands on` where, fused, the next
+        phase starts on each chunk this one finishes (collectives/phases.fuses)."""
+        after = [*self.phases[1:], None]
+        return [
+            (i, phase, fused and nxt is not None and fuses(phase, nxt))
+            for i, (phase, nxt) in enumerate(zip(self.phases, after, strict=True))
+        ]
 
     def _slot_nbytes(self, count: int) -> int:
         return _round_up(self.codec.max_encoded_nbytes(count, self.dtype))
@@ -149,21 +151,29 @@ class P2PCompressed(_Bound):
         self.recv_payload = empty_payload(sendbuf, self._slot_nbytes(longest))
         self.scratch = RingScratch(sendbuf, longest)
         self.breakdown = Breakdown(comm, sendbuf)
+        self.walks = {REDUCE_INTO: self._reduce_walk, COPY: self._copy_walk}
+        for phase in self.phases:  # UsageError for a phase of a step it has no walk of
+            step_walk(self.walks, phase, "the point-to-point compressed ring")
 
     def __call__(self) -> None:
         started = self.breakdown.start()
         if self.size == 1:
             copy_into(self.recvbuf, self.sendbuf)
-        else:  # ring.ring_collective's phases, each hop compressed
-            start, stop = self.bounds[self.rank]
-            own = self.recvbuf[start:stop] if GATHER_PHASE in self.phases else self.recvbuf
-            if REDUCE_PHASE in self.phases:
-                self._reduce_scatter(own)
-            else:
-                copy_into(own, self.own_input)
-            if GATHER_PHASE in self.phases:
-                self._allgather(self.recvbuf)
+        else:  # ring.ring_collective's walk, each hop compressed
+            held = self.own_input
+            for phase in self.phases:
+                held = self.walks[phase.step](phase, held)
         self.breakdown.finish(started)
+
+    def _reduce_walk(self, phase, held):
+        self._reduce_scatter(phase, self.own_result)
+        return self.own_result
+
+    def _copy_walk(self, phase, held):
+        if held is not self.own_result:
+            copy_into(self.own_result, held)
+        self._allgather(phase, self.recvbuf)
+        return self.recvbuf
 
     def _hop(self, data, out) -> None:
         """Send `data` right and receive `out` from the left, each compressed if large
@@ -184,15 +194,15 @@ class P2PCompressed(_Bound):
         if compressed:
             timed(timing, DECODE, self.codec.decode, incoming, out)
 
-    def _allgather(self, buf) -> None:
-        for _, send_block, recv_block in allgather_schedule(self.rank, self.size):
+    def _allgather(self, phase, buf) -> None:
+        for _, send_block, recv_block in phase.schedule(self.rank, self.size):
             s0, s1 = self.bounds[send_block]
             r0, r1 = self.bounds[recv_block]
             self._hop(buf[s0:s1], buf[r0:r1])
 
-    def _reduce_scatter(self, out) -> None:
+    def _reduce_scatter(self, phase, out) -> None:
         outgoing = None
-        for step, send_block, recv_block in reduce_scatter_schedule(self.rank, self.size):
+        for step, send_block, recv_block in phase.schedule(self.rank, self.size):
             s0, s1 = self.bounds[send_block]
             r0, r1 = self.bounds[recv_block]
             if outgoing is None:  # the first hop sends this rank's own contribution
@@ -348,20 +358,11 @@ class CollCompressed(_Bound):
         self.chunk_count = chunk_count_for(codec, self.dtype, chunk_bytes)
         self.chunks = [split_chunks(start, stop, self.chunk_count) for start, stop in self.bounds]
         sizes = {}
-        if REDUCE_PHASE in self.phases:
-            # partial sums: one receive and one send slot per (step, chunk)
-            for step, send_block, recv_block in reduce_scatter_schedule(self.rank, self.size):
-                for c, (c0, c1) in enumerate(self.chunks[recv_block]):
-                    sizes["rs-in", step, c] = self._slot_nbytes(c1 - c0)
-                for c, (c0, c1) in enumerate(self.chunks[send_block]):
-                    sizes["rs-out", step, c] = self._slot_nbytes(c1 - c0)
-            longest = max(stop - start for start, stop in self.bounds)
-            self.scratch = RingScratch(sendbuf, min(longest, self.chunk_count or longest))
-        if GATHER_PHASE in self.phases:
-            # every block's compressed chunks, own block included
-            for b, chunks in enumerate(self.chunks):
-                for c, (c0, c1) in enumerate(chunks):
-                    sizes["ag", b, c] = self._slot_nbytes(c1 - c0)
+        self.walks = {REDUCE_INTO: self._reduce_walk, COPY: self._copy_walk}
+        slot_sizes = {REDUCE_INTO: self._reduce_slots, COPY: self._copy_slots}
+        for phase in self.phases:  # UsageError for a phase of a step it has no walk of
+            step_walk(self.walks, phase, "the collective-level compressed ring")
+            slot_sizes[phase.step](phase, sizes)
         self.slots = _Slots(sendbuf, sizes)
         # codec work is cut into sub-chunks, with MPI progress in between, when asked for
         # and when the codec's payloads concatenate
@@ -375,32 +376,55 @@ class CollCompressed(_Bound):
         self.breakdown = Breakdown(comm, sendbuf)
         self.engine: Engine | None = None
 
+    def _reduce_slots(self, phase, sizes: dict) -> None:
+        """Partial sums: one receive and one send slot per (step, chunk)."""
+        for step, send_block, recv_block in phase.schedule(self.rank, self.size):
+            for c, (c0, c1) in enumerate(self.chunks[recv_block]):
+                sizes["rs-in", step, c] = self._slot_nbytes(c1 - c0)
+            for c, (c0, c1) in enumerate(self.chunks[send_block]):
+                sizes["rs-out", step, c] = self._slot_nbytes(c1 - c0)
+        longest = max(stop - start for start, stop in self.bounds)
+        self.scratch = RingScratch(self.sendbuf, min(longest, self.chunk_count or longest))
+
+    def _copy_slots(self, phase, sizes: dict) -> None:
+        """Every block's compressed chunks, own block included."""
+        for b, chunks in enumerate(self.chunks):
+            for c, (c0, c1) in enumerate(chunks):
+                sizes["ag", b, c] = self._slot_nbytes(c1 - c0)
+
     def __call__(self) -> None:
         started = self.breakdown.start()
         if self.size == 1:
             copy_into(self.recvbuf, self.sendbuf)
         elif not self.comm.any_completion:  # torch.distributed: in posting order
             compressed_ordered.run(self)
-        elif REDUCE_PHASE not in self.phases:
-            start, _ = self.bounds[self.rank]
-            self._run(lambda e: self._allgather(e, self.own_input, self.recvbuf, start))
-        elif GATHER_PHASE not in self.phases:
-            self._run(lambda e: self._reduce_scatter(e, self.recvbuf, self.bounds[self.rank][0]))
-        elif self.fused:
-            start, stop = self.bounds[self.rank]
-            out = self.recvbuf[start:stop]
-
-            def both(engine):
-                self._reduce_scatter(engine, out, start, fuse_into=self.recvbuf)
-                self._allgather(engine, None, self.recvbuf, start)
-
-            self._run(both)
-        else:
-            start, stop = self.bounds[self.rank]
-            out = self.recvbuf[start:stop]
-            self._run(lambda e: self._reduce_scatter(e, out, start))
-            self._run(lambda e: self._allgather(e, out, self.recvbuf, start))
+        else:  # fused: one pipeline, each phase starting on what the previous finished;
+            # else one pipeline per phase, back to back
+            plan = self.walk_plan(self.fused)
+            self._held = self.own_input
+            for part in [plan] if self.fused else [[placed] for placed in plan]:
+                self._run(lambda e, part=part: self._walk(e, part))
         self.breakdown.finish(started)
+
+    def _walk(self, engine, plan) -> None:
+        """Post the walks of `plan`'s phases on `engine`, each from the block the previous
+        one left this rank (`_held`)."""
+        for place, phase, hands_on in plan:
+            self._held = self.walks[phase.step](engine, place, phase, self._held, hands_on)
+
+    def _reduce_walk(self, engine, place, phase, held, hands_on):
+        """This rank's block of the sum into its place in the result; handed on, each
+        reduced chunk is the next phase's first message (its payload, encoded once)."""
+        start = self.bounds[self.rank][0]
+        fuse_into = self.recvbuf if hands_on else None
+        self._reduce_scatter(engine, phase, place, self.own_result, start, fuse_into)
+        return None if hands_on else self.own_result
+
+    def _copy_walk(self, engine, place, phase, held, hands_on):
+        """Every rank's block into the result, from the block this rank holds (None: the
+        previous phase encodes and sends it chunk by chunk)."""
+        self._allgather(engine, phase, place, held, self.recvbuf, self.bounds[self.rank][0])
+        return self.recvbuf
 
     def _run(self, build) -> None:
         self.engine = Engine(self.comm, self.breakdown, self.codec_threads, self.wait)
@@ -473,14 +497,14 @@ class CollCompressed(_Bound):
         return None if slot is None else slot[: self._offset(n)]
 
     # allgather: compress once, forward compressed bytes, decompress off the critical path
-    def _allgather(self, engine, own, buf, own_start: int) -> None:
+    def _allgather(self, engine, phase, place: int, own, buf, own_start: int) -> None:
         """buf[block b] = decoded block of rank b. `own` is this rank's uncompressed block,
         or None when the fused reduce-scatter encodes it chunk by chunk."""
         rank, last = self.rank, self.size - 2
-        for step, _, recv_block in allgather_schedule(rank, self.size):
+        for step, _, recv_block in phase.schedule(rank, self.size):
             for c in range(len(self.chunks[recv_block])):
                 slot = self.slots["ag", recv_block, c]
-                request = self.comm.irecv(slot, self.left, self._tag(1, step))
+                request = self.comm.irecv(slot, self.left, self._tag(place, step))
                 engine.post(request, lambda s=step, b=recv_block, c=c: arrived(s, b, c))
 
         def arrived(step, block, c):
@@ -488,7 +512,9 @@ class CollCompressed(_Bound):
             slot = self.slots["ag", block, c]
             if step < last:  # forward the compressed bytes untouched, then decode
                 engine.send(
-                    self._send, slot[: self._payload_len(slot, c1 - c0)], self._tag(1, step + 1)
+                    self._send,
+                    slot[: self._payload_len(slot, c1 - c0)],
+                    self._tag(place, step + 1),
                 )
             engine.local.append(lambda: self._decode(slot, buf[c0:c1]))
 
@@ -497,28 +523,31 @@ class CollCompressed(_Bound):
         for c, (c0, c1) in enumerate(self.chunks[rank]):
             engine.first.append(
                 lambda c=c, c0=c0, c1=c1: self._own_chunk(
-                    engine, own[c0 - own_start : c1 - own_start], buf[c0:c1], c
+                    engine, own[c0 - own_start : c1 - own_start], buf[c0:c1], c, place
                 )
             )
 
-    def _own_chunk(self, engine, data, result, c) -> None:
-        """Encode one chunk of this rank's block once, send it, and decode it back later
-        (every rank ends with the same decoded values, the owner included)."""
+    def _own_chunk(self, engine, data, result, c, place: int) -> None:
+        """Encode one chunk of this rank's block once, send it as the first message of the
+        phase at `place`, and decode it back later (every rank ends with the same decoded
+        values, the owner included)."""
         payload = self._encode(data, self.slots["ag", self.rank, c])
-        engine.send(self._send, payload, self._tag(1, 0))
+        engine.send(self._send, payload, self._tag(place, 0))
         engine.local.append(lambda: self._decode(payload, result))
 
     # reduce-scatter: decompress, reduce, recompress, chunk by chunk
-    def _reduce_scatter(self, engine, out, out_start: int, fuse_into=None) -> None:
+    def _reduce_scatter(
+        self, engine, phase, place: int, out, out_start: int, fuse_into=None
+    ) -> None:
         """out = block `rank` of the sum; out_start is its offset in the buffer. With
-        `fuse_into` (the allreduce's result), each reduced chunk starts the allgather."""
+        `fuse_into` (the allreduce's result), each reduced chunk starts the next phase."""
         rank, last = self.rank, self.size - 2
         send = self.sendbuf
-        schedule = list(reduce_scatter_schedule(rank, self.size))
+        schedule = list(phase.schedule(rank, self.size))
         for step, _, recv_block in schedule:
             for c in range(len(self.chunks[recv_block])):
                 slot = self.slots["rs-in", step, c]
-                request = self.comm.irecv(slot, self.left, self._tag(0, step))
+                request = self.comm.irecv(slot, self.left, self._tag(place, step))
                 engine.post(
                     request,
                     lambda s=step, b=recv_block, c=c: engine.wire.append(lambda: reduce(s, b, c)),
@@ -531,13 +560,13 @@ class CollCompressed(_Bound):
                 target = out[c0 - out_start : c1 - out_start]
                 self._decode_add(incoming, send[c0:c1], target)
                 if fuse_into is not None:
-                    self._own_chunk(engine, target, target, c)
+                    self._own_chunk(engine, target, target, c, place + 1)
                 return
             partial = self.scratch.partial[: c1 - c0]
             payload = self._decode_add(
                 incoming, send[c0:c1], partial, self.slots["rs-out", step + 1, c]
             )
-            engine.send(self._send, payload, self._tag(0, step + 1))
+            engine.send(self._send, payload, self._tag(place, step + 1))
 
         first_block = schedule[0][1]
         for c, (c0, c1) in enumerate(self.chunks[first_block]):
@@ -545,7 +574,7 @@ class CollCompressed(_Bound):
                 lambda c=c, c0=c0, c1=c1: engine.send(
                     self._send,
                     self._encode(send[c0:c1], self.slots["rs-out", 0, c]),
-                    self._tag(0, 0),
+                    self._tag(place, 0),
                 )
             )
 

@@ -16,19 +16,21 @@ what they computed (docs/compression.md).
 
 from __future__ import annotations
 
-from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE, spec
+from ccbench.collectives.phases import Phase
+from ccbench.collectives.spec import spec
 from ccbench.kernels.codec_base import Codec, rounding_error
 
 
-def _round_trips(variant: str, phase: str, size: int) -> int:
+def _round_trips(variant: str, phase: Phase, size: int) -> int:
     """Encode/decode round trips one phase puts on the worst element's path: the library
-    encodes each contribution once; the collective-level ring's gather phase encodes a
-    block once and forwards it; every other phase re-encodes at each of the P-1 hops."""
+    encodes each contribution once; the collective-level ring encodes a block once where
+    the phase's step forwards it unchanged (the gather phase); every other phase
+    re-encodes at each hop of its path (the ring's P-1)."""
     if size == 1:
         return 0
-    if variant == "library" or (variant == "coll" and phase == GATHER_PHASE):
+    if variant == "library" or (variant == "coll" and phase.step.forwards):
         return 1
-    return size - 1
+    return phase.path_hops(size)
 
 
 def compressions_on_path(variant: str, collective: str, size: int) -> int:
@@ -68,25 +70,26 @@ def error_bound(
                 err += rounding_error(dtype, magnitude + err)
         return err
 
-    phases = spec(collective).phases
-    big = max(amaxes) if amaxes else 0.0
-    if REDUCE_PHASE not in phases:
-        return chain(big, compressions_on_path(variant, collective, size), False)
-    total = sum(amaxes)
-    inputs = sum(rounding_error(dtype, a) for a in amaxes) + rounding_error(dtype, total)
-    if variant == "library":
-        decoded = 0.0
-        if size > 1:
-            decoded = sum(codec.error_bound(a, dtype) for a in amaxes) - codec.error_bound(
-                min(amaxes), dtype
-            )
-        rs = decoded + (size - 1) * rounding_error(dtype, total + decoded) + inputs
-    else:
-        rs = chain(total, size - 1, True) + inputs
-    if GATHER_PHASE not in phases:
-        return rs
-    # then the reduced block, gathered
-    return chain(total, _round_trips(variant, GATHER_PHASE, size), False, rs)
+    # the phases in order, each adding to the error the previous left: a reducing step's
+    # on partial sums (of magnitude up to the sum of amaxes from then on), a copying one's
+    # round trips on the blocks it moves
+    err, magnitude = 0.0, max(amaxes) if amaxes else 0.0
+    for phase in spec(collective).phases:
+        if not phase.step.reduces:
+            err = chain(magnitude, _round_trips(variant, phase, size), False, err)
+            continue
+        total = magnitude = sum(amaxes)
+        inputs = sum(rounding_error(dtype, a) for a in amaxes) + rounding_error(dtype, total)
+        if variant == "library":
+            decoded = 0.0
+            if size > 1:
+                decoded = sum(codec.error_bound(a, dtype) for a in amaxes) - codec.error_bound(
+                    min(amaxes), dtype
+                )
+            err += decoded + (size - 1) * rounding_error(dtype, total + decoded) + inputs
+        else:
+            err = chain(total, phase.path_hops(size), True, err) + inputs
+    return err
 
 
 def hierarchical_error_bound(
@@ -107,7 +110,7 @@ def hierarchical_error_bound(
         return None
     m = ranks_per_node
     nodes = [amaxes[i : i + m] for i in range(0, len(amaxes), m)]
-    if REDUCE_PHASE not in spec(collective).phases:
+    if not spec(collective).reduces:
         return error_bound(codec, variant, collective, [max(n) for n in nodes], dtype)
     sums = [sum(n) for n in nodes]
     intra = sum((m - 1) * rounding_error(dtype, s) for s in sums)

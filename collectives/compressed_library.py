@@ -39,9 +39,10 @@ from itertools import accumulate
 
 import numpy as np
 
+from ccbench.collectives.phases import COPY, REDUCE_INTO, step_walk
 from ccbench.collectives.pipeline import DECODE, ENCODE, REDUCE, WAIT, Breakdown, timed
 from ccbench.collectives.ring import ring_blocks
-from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE, spec
+from ccbench.collectives.spec import spec
 from ccbench.kernels import arrays
 from ccbench.kernels.codec_base import Codec, dtype_name, empty_payload, host_numpy
 from ccbench.kernels.reduce import copy_into
@@ -77,35 +78,48 @@ class LibraryCompressed:
         self.bounds = ring_blocks(described, n_send, self.size)
         start, stop = self.bounds[self.rank]
         self.own_input = described.own_block(sendbuf, start, stop)
+        self.own_result = described.result_block(recvbuf, start, stop)
         self.lengths = [stop - start for start, stop in self.bounds]
         self.fixed = codec.fixed_size
-        others = [d for d in range(self.size) if d != self.rank]
-        raw = 0
-        if REDUCE_PHASE in self.phases:
-            raw += sum(self.lengths[d] for d in others)
-        if GATHER_PHASE in self.phases:
-            raw += (self.size - 1) * self.lengths[self.rank]
+        # per kind of step: its library call (walk), what the same call would send
+        # uncompressed (elements), and its buffers
+        self.walks = {REDUCE_INTO: self._reduce_walk, COPY: self._copy_walk}
+        raw_of = {REDUCE_INTO: self._reduce_raw, COPY: self._copy_raw}
+        buffers_of = {REDUCE_INTO: self._reduce_buffers, COPY: self._copy_buffers}
+        for phase in self.phases:  # UsageError for a phase of a step it has no walk of
+            step_walk(self.walks, phase, "the library-backed compressed collectives")
+        raw = sum(raw_of[phase.step]() for phase in self.phases)
         self.raw_bytes = raw * itemsize(self.dtype)
         self.breakdown = Breakdown(comm, sendbuf)
         if self.size == 1:
             return
-        capacity = self.capacity = [self._capacity(n) for n in self.lengths]
-        if REDUCE_PHASE in self.phases:
-            own = self.lengths[self.rank]
-            self.send_capacity = [0 if d == self.rank else capacity[d] for d in range(self.size)]
-            self.recv_capacity = [
-                0 if s == self.rank else capacity[self.rank] for s in range(self.size)
-            ]
-            self.a2a_send = empty_payload(sendbuf, max(sum(self.send_capacity), 1))
-            self.a2a_recv = empty_payload(sendbuf, max(sum(self.recv_capacity), 1))
-            self.scratch = arrays.empty_like(sendbuf, max(own, 1))
-        if GATHER_PHASE in self.phases:
-            self.slot = max(capacity)  # every rank's block padded to the longest payload
-            self.ag_send = empty_payload(sendbuf, max(self.slot, 1))
-            self.ag_recv = empty_payload(sendbuf, max(self.size * self.slot, 1))
+        self.capacity = [self._capacity(n) for n in self.lengths]
+        for phase in self.phases:
+            buffers_of[phase.step]()
         if not self.fixed:  # payload lengths, exchanged before the payloads
             self.lengths_send = empty_payload(sendbuf, self.size * LENGTH_NBYTES)
             self.lengths_recv = empty_payload(sendbuf, self.size * LENGTH_NBYTES)
+
+    def _reduce_raw(self) -> int:
+        return sum(n for d, n in enumerate(self.lengths) if d != self.rank)
+
+    def _copy_raw(self) -> int:
+        return (self.size - 1) * self.lengths[self.rank]
+
+    def _reduce_buffers(self) -> None:
+        capacity, own = self.capacity, self.lengths[self.rank]
+        self.send_capacity = [0 if d == self.rank else capacity[d] for d in range(self.size)]
+        self.recv_capacity = [
+            0 if s == self.rank else capacity[self.rank] for s in range(self.size)
+        ]
+        self.a2a_send = empty_payload(self.sendbuf, max(sum(self.send_capacity), 1))
+        self.a2a_recv = empty_payload(self.sendbuf, max(sum(self.recv_capacity), 1))
+        self.scratch = arrays.empty_like(self.sendbuf, max(own, 1))
+
+    def _copy_buffers(self) -> None:
+        self.slot = max(self.capacity)  # every rank's block padded to the longest payload
+        self.ag_send = empty_payload(self.sendbuf, max(self.slot, 1))
+        self.ag_recv = empty_payload(self.sendbuf, max(self.size * self.slot, 1))
 
     def _capacity(self, count: int) -> int:
         if count == 0:
@@ -118,15 +132,19 @@ class LibraryCompressed:
         started = self.breakdown.start()
         if self.size == 1:
             copy_into(self.recvbuf, self.sendbuf)
-        else:  # the reduce phase's block of the sum is what the gather phase sends
-            own = self.own_input
-            if REDUCE_PHASE in self.phases:
-                start, stop = self.bounds[self.rank]
-                own = self.recvbuf[start:stop] if GATHER_PHASE in self.phases else self.recvbuf
-                self._reduce_scatter(own)
-            if GATHER_PHASE in self.phases:
-                self._allgather(own)
+        else:  # each phase from what the previous left: the reduce's block of the sum
+            held = self.own_input
+            for phase in self.phases:
+                held = self.walks[phase.step](held)
         self.breakdown.finish(started)
+
+    def _reduce_walk(self, held):
+        self._reduce_scatter(self.own_result)
+        return self.own_result
+
+    def _copy_walk(self, held):
+        self._allgather(held)
+        return self.recvbuf
 
     # allgather: encode once, the library's allgather, decode every block ---------------
     def _allgather(self, own) -> None:

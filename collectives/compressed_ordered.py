@@ -19,27 +19,31 @@ bytes are those of the tagged pipeline, chunk for chunk.
 
 from __future__ import annotations
 
+from ccbench.collectives.phases import COPY, REDUCE_INTO, step_walk
 from ccbench.collectives.pipeline import WAIT, timed
-from ccbench.collectives.ring import allgather_schedule, reduce_scatter_schedule
-from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE
 
 
 def run(bound) -> None:
-    """One call of `bound`, a CollCompressed, in posting order."""
-    start_stop = bound.bounds[bound.rank]
-    if REDUCE_PHASE not in bound.phases:
-        _allgather(bound, bound.own_input, bound.recvbuf, start_stop[0])
-    elif GATHER_PHASE not in bound.phases:
-        _reduce_scatter(bound, bound.recvbuf, start_stop[0])
-    else:
-        start, stop = start_stop
-        out = bound.recvbuf[start:stop]
-        if bound.fused:  # the reduced chunks are encoded once, as the allgather's first
-            payloads = _reduce_scatter(bound, out, start, encode_into="ag")
-            _allgather(bound, None, bound.recvbuf, start, payloads)
-        else:
-            _reduce_scatter(bound, out, start)
-            _allgather(bound, out, bound.recvbuf, start)
+    """One call of `bound`, a CollCompressed, in posting order: its phases walked by their
+    steps, each from what the previous one left this rank (its block, or, fused, the
+    payloads of its block encoded once)."""
+    held, payloads = bound.own_input, None
+    for _, phase, hands_on in bound.walk_plan(bound.fused):
+        walk = step_walk(_WALKS, phase, "the collective-level ring in posting order")
+        held, payloads = walk(bound, phase, held, payloads, hands_on)
+
+
+def _reduce_walk(bound, phase, held, payloads, hands_on):
+    start = bound.bounds[bound.rank][0]
+    out = bound.own_result
+    # handed on: the reduced chunks are encoded once, as the next phase's first messages
+    encoded = _reduce_scatter(bound, phase, out, start, encode_into="ag" if hands_on else None)
+    return (None, encoded) if hands_on else (out, None)
+
+
+def _copy_walk(bound, phase, held, payloads, hands_on):
+    _allgather(bound, phase, held, bound.recvbuf, bound.bounds[bound.rank][0], payloads)
+    return bound.recvbuf, None
 
 
 def _receive_view(bound, slot, count: int):
@@ -68,11 +72,11 @@ def _wait(bound, requests: list) -> None:
     timed(bound.breakdown, WAIT, bound.comm.waitall, requests)
 
 
-def _reduce_scatter(bound, out, out_start: int, encode_into: str | None = None) -> list:
+def _reduce_scatter(bound, phase, out, out_start: int, encode_into: str | None = None) -> list:
     """out = block `rank` of the sum. With `encode_into`, each reduced chunk is also
     encoded into its allgather slot; those payloads are returned."""
     rank, last, send = bound.rank, bound.size - 2, bound.sendbuf
-    schedule = list(reduce_scatter_schedule(rank, bound.size))
+    schedule = list(phase.schedule(rank, bound.size))
     first = schedule[0][1]
     outgoing = [
         bound._encode(send[c0:c1], bound.slots["rs-out", 0, c])
@@ -110,7 +114,7 @@ def _reduce_scatter(bound, out, out_start: int, encode_into: str | None = None) 
     return payloads
 
 
-def _allgather(bound, own, buf, own_start: int, payloads: list | None = None) -> None:
+def _allgather(bound, phase, own, buf, own_start: int, payloads: list | None = None) -> None:
     """buf[block b] = decoded block of rank b. `own` is this rank's uncompressed block, or
     None with the `payloads` the fused reduce-scatter encoded."""
     rank, last = bound.rank, bound.size - 2
@@ -123,7 +127,7 @@ def _allgather(bound, own, buf, own_start: int, payloads: list | None = None) ->
     # every rank, the owner included, ends with the decoded values
     decodes = [(payload, buf[c0:c1]) for payload, (c0, c1) in zip(payloads, mine, strict=True)]
     outgoing = payloads
-    for step, _, recv_block in allgather_schedule(rank, bound.size):
+    for step, _, recv_block in phase.schedule(rank, bound.size):
         chunks = bound.chunks[recv_block]
         slots = [bound.slots["ag", recv_block, c] for c in range(len(chunks))]
         posted = _post(
@@ -147,3 +151,6 @@ def _allgather(bound, own, buf, own_start: int, payloads: list | None = None) ->
             _wait(bound, posted[k])
     for payload, target in decodes:
         bound._decode(payload, target)
+
+
+_WALKS = {REDUCE_INTO: _reduce_walk, COPY: _copy_walk}

@@ -50,7 +50,7 @@ from ccbench.collectives.ring import (
     ring_allgather_inplace,
     ring_reduce_scatter_blocks,
 )
-from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE, spec
+from ccbench.collectives.spec import spec
 from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.reduce import copy_into
@@ -159,14 +159,14 @@ class Hierarchical:
         self.breakdown = Breakdown(comm, sendbuf)
         self.intra_wire_bytes = self.inter_wire_bytes = 0
         item = itemsize(dtype_name(sendbuf))
-        if GATHER_PHASE in self.phases and REDUCE_PHASE not in self.phases:
+        if described.gathers and not described.reduces:
             # the blocks of node nd's ranks lie together in the result (its slab); this
             # rank's inter-node result, one block per node, lands in `gathered` first
             count = n_send
             self.gathered = arrays.empty_like(sendbuf, n_nodes * count)
             self.inner = bind_inter(self.inter, sendbuf, self.gathered)
             self._run = self._allgather
-        elif GATHER_PHASE not in self.phases:
+        elif not described.gathers:
             # node nd's slab of the send buffer holds the blocks of its ranks: reduced
             # inside the node, slab by slab, into this rank's block of each node's slab
             count = n_recv  # one rank's block of the result

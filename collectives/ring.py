@@ -1,8 +1,9 @@
 """The ring algorithm, written once: schedules, block layout and the uncompressed rings.
 
-Rank r sends to r+1 and receives from r-1. The schedules say which block moves at each
-of the P-1 steps; the compressed variants walk the same schedules with codecs in the
-loop instead of copying these loops.
+Rank r sends to r+1 and receives from r-1. The phases (collectives/phases.py) say which
+block moves at each of the P-1 steps and what a step does with it; `ring_collective`
+walks a collective's phases by their steps, and the compressed variants walk the same
+phases with codecs in the loop instead of copying these loops.
 
 Reduce-scatter ends with rank r holding the reduced block r, as MPI_Reduce_scatter_block.
 Block b is summed in ring order starting at rank b+1 and ending at rank b, so results
@@ -11,9 +12,17 @@ equal the library's only where the sum is exact (the validation inputs are).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from ccbench.collectives.spec import GATHER_PHASE, REDUCE_PHASE, CollectiveSpec
+from ccbench.collectives.phases import (
+    COPY,
+    GATHER,
+    REDUCE,
+    REDUCE_INTO,
+    Phase,
+    gather_schedule,
+    reduce_schedule,
+    step_walk,
+)
+from ccbench.collectives.spec import CollectiveSpec
 from ccbench.kernels import arrays
 from ccbench.kernels.reduce import add_into, copy_into
 
@@ -42,16 +51,8 @@ def ring_blocks(described: CollectiveSpec, send_count: int, size: int) -> list[t
     return block_bounds(send_count, size)
 
 
-def allgather_schedule(rank: int, size: int) -> Iterator[tuple[int, int, int]]:
-    """(step, send_block, recv_block): forward the block received at the previous step."""
-    for step in range(size - 1):
-        yield step, (rank - step) % size, (rank - step - 1) % size
-
-
-def reduce_scatter_schedule(rank: int, size: int) -> Iterator[tuple[int, int, int]]:
-    """(step, send_block, recv_block): send a partial sum, receive the next one to add to."""
-    for step in range(size - 1):
-        yield step, (rank - step - 1) % size, (rank - step - 2) % size
+# the ring's schedules by the collective they make alone (collectives/phases.py)
+allgather_schedule, reduce_scatter_schedule = gather_schedule, reduce_schedule
 
 
 def empty_like_block(x, count: int):
@@ -67,10 +68,10 @@ class RingScratch:
         self.partial = empty_like_block(like, block_count)
 
 
-def ring_allgather_inplace(comm, buf, bounds) -> None:
+def ring_allgather_inplace(comm, buf, bounds, phase: Phase = GATHER) -> None:
     """Allgather in place: on entry buf[bounds[rank]] holds this rank's block."""
     left, right = ring_neighbors(comm.rank, comm.size)
-    for _, send_block, recv_block in allgather_schedule(comm.rank, comm.size):
+    for _, send_block, recv_block in phase.schedule(comm.rank, comm.size):
         s0, s1 = bounds[send_block]
         r0, r1 = bounds[recv_block]
         comm.sendrecv(buf[s0:s1], right, buf[r0:r1], left)
@@ -85,7 +86,9 @@ def ring_allgather(comm, sendbuf, recvbuf) -> None:
     ring_allgather_inplace(comm, recvbuf, bounds)
 
 
-def ring_reduce_scatter_blocks(comm, sendbuf, bounds, out, scratch: RingScratch | None = None):
+def ring_reduce_scatter_blocks(
+    comm, sendbuf, bounds, out, scratch: RingScratch | None = None, phase: Phase = REDUCE
+):
     """out = sum over ranks of sendbuf[bounds[rank]]; blocks may differ in length by one."""
     left, right = ring_neighbors(comm.rank, comm.size)
     if comm.size == 1:
@@ -95,7 +98,7 @@ def ring_reduce_scatter_blocks(comm, sendbuf, bounds, out, scratch: RingScratch 
     if scratch is None:
         scratch = RingScratch(sendbuf, max(stop - start for start, stop in bounds))
     outgoing = None
-    for step, send_block, recv_block in reduce_scatter_schedule(comm.rank, comm.size):
+    for step, send_block, recv_block in phase.schedule(comm.rank, comm.size):
         s0, s1 = bounds[send_block]
         r0, r1 = bounds[recv_block]
         if outgoing is None:  # the first hop sends this rank's own contribution
@@ -123,28 +126,45 @@ def ring_allreduce(comm, sendbuf, recvbuf, scratch: RingScratch | None = None) -
     ring_allgather_inplace(comm, recvbuf, bounds)
 
 
+def _reduce_walk(comm, phase, sendbuf, recvbuf, bounds, held, own, scratch):
+    """The reduce step's walk: this rank's block of the sum into `own`."""
+    ring_reduce_scatter_blocks(comm, sendbuf, bounds, own, scratch, phase)
+    return own
+
+
+def _copy_walk(comm, phase, sendbuf, recvbuf, bounds, held, own, scratch):
+    """The copy step's walk: this rank's block (`held`) in its place, then every rank's
+    block forwarded around the ring into the receive buffer."""
+    if held is not own:
+        copy_into(own, held)
+    ring_allgather_inplace(comm, recvbuf, bounds, phase)
+    return recvbuf
+
+
+_WALKS = {REDUCE_INTO: _reduce_walk, COPY: _copy_walk}
+
+
 def ring_collective(
     comm, described: CollectiveSpec, sendbuf, recvbuf, scratch: RingScratch | None = None
 ) -> None:
-    """One call of the collective `described` by its ring phases: the reduce phase leaves
-    this rank's block of the sum (the whole result where no gather phase follows); without
-    it the rank's own block is its send buffer; the gather phase then forwards every
-    rank's block around the ring."""
+    """One call of the collective `described`, walking its phases by their steps: a
+    reduce step leaves this rank's block of the sum in its place in the result (the whole
+    result where no phase gathers); a copy step starts from the block the rank holds (its
+    send buffer's where nothing came before) and forwards every rank's block around the
+    ring."""
     bounds = ring_blocks(described, sendbuf.shape[0], comm.size)
     start, stop = bounds[comm.rank]
-    own = recvbuf[start:stop] if GATHER_PHASE in described.phases else recvbuf
-    if REDUCE_PHASE in described.phases:
-        ring_reduce_scatter_blocks(comm, sendbuf, bounds, own, scratch)
-    else:
-        copy_into(own, described.own_block(sendbuf, start, stop))
-    if GATHER_PHASE in described.phases:
-        ring_allgather_inplace(comm, recvbuf, bounds)
+    own = described.result_block(recvbuf, start, stop)
+    held = described.own_block(sendbuf, start, stop)
+    for phase in described.phases:
+        walk = step_walk(_WALKS, phase, "the ring")
+        held = walk(comm, phase, sendbuf, recvbuf, bounds, held, own, scratch)
 
 
 def ring_scratch(described: CollectiveSpec, sendbuf, size: int) -> RingScratch | None:
     """The work buffers of `ring_collective`, as long as its longest block (none where
     nothing is reduced)."""
-    if REDUCE_PHASE not in described.phases:
+    if not described.reduces:
         return None
     bounds = ring_blocks(described, sendbuf.shape[0], size)
     return RingScratch(sendbuf, max(stop - start for start, stop in bounds))

@@ -6,8 +6,9 @@ name: adding a collective adds one entry.
 
 The harness, the OSU printer, the variants, the algorithms, the transports' library calls,
 trace replay and the plots all read these facts here; what an algorithm does per
-collective is named by the entry (the ring's phases, the library's call, how a staged call
-splits) and resolved where the algorithm or the library lives.
+collective is named by the entry (the ring's phases, objects of collectives/phases.py;
+the library's call; how a staged call splits) and resolved where the algorithm or the
+library lives.
 
 Sizes follow OSU: Allgather's size is what each rank sends (the gathered buffer is P
 times that), Reduce-Scatter's and Allreduce's the whole send buffer. nccl-tests' size is
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ccbench.collectives.phases import GATHER, REDUCE, Phase, fuses
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.vocabulary import COLLECTIVES, itemsize
 
@@ -63,11 +65,10 @@ def _whole(count: int, item: int, ranks: int, dtype: str) -> Shape:
     return Shape(count, count, count, size, size)
 
 
-# The ring's phases, in the order a call runs them: the reduce phase (reduce-scatter's P-1
-# hops, ending with this rank's block of the sum) and the gather phase (allgather's P-1
-# hops, forwarding each rank's block). collectives/ring.py, compressed.py,
-# compressed_library.py and compressed_ordered.py each write every phase once.
-REDUCE_PHASE, GATHER_PHASE = "reduce", "gather"
+# The MPI call's argument list (benchmarks/timing_c.py writes OSU's C loop from it): a
+# gathering call's (send, count, type, recv, count, type, comm), a reducing call's (send,
+# recv, count, type, op, comm).
+MPI_ARGS_GATHERED, MPI_ARGS_REDUCED = "gathered", "reduced"
 
 # How a library call on device buffers staged through host memory splits into pieces
 # (collectives/comm.py): each rank's piece k gathered side by side, the same element
@@ -119,8 +120,8 @@ class CollectiveSpec:
     # the collective-level compressed ring's codec work on one rank, in ring blocks:
     # (encodes, decodes, hops: decode-add-encode) on P ranks
     coll_codec_blocks: Callable[[int], tuple[int, int, int]]
-    # the ring's phases, in order (REDUCE_PHASE, GATHER_PHASE)
-    phases: tuple[str, ...]
+    # the ring's phases, in the order a call runs them (collectives/phases.py)
+    phases: tuple[Phase, ...]
     # send and receive counts of a call whose whole buffer (nccl-tests' count: the
     # gathered or reduced buffer) holds n elements on P ranks: counts_of_whole(n, P)
     counts_of_whole: Callable[[int, int], tuple[int, int]]
@@ -130,6 +131,10 @@ class CollectiveSpec:
     # it reduces, the op), torch.distributed's functions (the first one the installed
     # torch has: given (recv, send), or (recv) where it works in place)
     mpi_call: str
+    # the MPI call's argument list (MPI_ARGS_*) and its count argument for buffers of
+    # (send_count, recv_count) elements: what OSU's C loop needs to call it
+    mpi_arguments: str
+    mpi_count: Callable[[int, int], int]
     torch_calls: tuple[str, ...]
     # the result lands on the input buffer: torch.distributed's call and the training
     # transport's take one buffer (the input copied into the output first where they differ)
@@ -172,6 +177,21 @@ class CollectiveSpec:
         """The OSU size of a call whose output holds `output_bytes` (a gathered output is
         every rank's send buffer; the others' output is the OSU size)."""
         return output_bytes / ranks if self.ring_block_is_send else output_bytes
+
+    @property
+    def gathers(self) -> bool:
+        """After the call every rank holds every ring block (a phase gathers them)."""
+        return any(phase.step.holds_every_block for phase in self.phases)
+
+    @property
+    def fusible(self) -> bool:
+        """Two consecutive phases can run as one pipeline (collectives/phases.fuses)."""
+        return any(fuses(a, b) for a, b in zip(self.phases, self.phases[1:], strict=False))
+
+    def result_block(self, recvbuf, start: int, stop: int):
+        """Where this rank's block of the result lies: its place [start, stop) among the
+        gathered blocks, or the whole receive buffer where no phase gathers."""
+        return recvbuf[start:stop] if self.gathers else recvbuf
 
     @property
     def elementwise(self) -> bool:
@@ -218,10 +238,12 @@ SPECS = {
             min_count=lambda n: 0,
             ring_block_is_send=True,
             coll_codec_blocks=lambda n: (1, n - 1, 0),
-            phases=(GATHER_PHASE,),
+            phases=(GATHER,),
             counts_of_whole=lambda n, p: (n // p, n),
             send_multiple=lambda n: 1,
             mpi_call="Allgather",
+            mpi_arguments=MPI_ARGS_GATHERED,
+            mpi_count=lambda send, recv: send,
             torch_calls=("all_gather_single", "all_gather_into_tensor"),
             in_place=False,
             mpi_in_place=True,
@@ -243,10 +265,12 @@ SPECS = {
             min_count=lambda n: n,
             ring_block_is_send=False,
             coll_codec_blocks=lambda n: (1, 1, n - 2),
-            phases=(REDUCE_PHASE,),
+            phases=(REDUCE,),
             counts_of_whole=lambda n, p: (n, n // p),
             send_multiple=lambda n: n,
             mpi_call="Reduce_scatter_block",
+            mpi_arguments=MPI_ARGS_REDUCED,
+            mpi_count=lambda send, recv: recv,
             # reduce_scatter_tensor is deprecated in favour of reduce_scatter_single
             torch_calls=("reduce_scatter_single", "reduce_scatter_tensor"),
             in_place=False,
@@ -269,10 +293,12 @@ SPECS = {
             min_count=lambda n: 0,
             ring_block_is_send=False,
             coll_codec_blocks=lambda n: (2, n, n - 2),
-            phases=(REDUCE_PHASE, GATHER_PHASE),
+            phases=(REDUCE, GATHER),
             counts_of_whole=lambda n, p: (n, n),
             send_multiple=lambda n: 1,
             mpi_call="Allreduce",
+            mpi_arguments=MPI_ARGS_REDUCED,
+            mpi_count=lambda send, recv: send,
             torch_calls=("all_reduce",),
             in_place=True,
             mpi_in_place=True,
@@ -283,6 +309,7 @@ SPECS = {
     )
 }
 assert tuple(SPECS) == COLLECTIVES
+assert all(s.reduces == any(p.step.reduces for p in s.phases) for s in SPECS.values())
 
 
 def spec(name: str) -> CollectiveSpec:
