@@ -22,6 +22,7 @@ from ccbench.benchmarks import timing_c
 from ccbench.benchmarks.agreement import agreed
 from ccbench.benchmarks.statistics import relative_halfwidth, summarize, t_quantile
 from ccbench.collectives.communicator import BaseCommunicator
+from ccbench.collectives.spec import spec
 from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.stopwatch import Stopwatch
@@ -204,6 +205,11 @@ def planned_timer(variant, opts, comm: BaseCommunicator) -> tuple[str, str]:
                 "numpy buffers can be timed by the C loop"
             )
         return "python", "the Python loop (not the library's own collectives)"
+    refusal = timing_c.c_refusal(spec(opts.collective))
+    if refusal is not None:  # a collective of the library the C loop has no call for
+        if asked == "c":
+            raise UsageError(f"CCBENCH_TIMER=c, but {refusal}")
+        return "python", f"the Python loop ({refusal})"
     lib, why = timing_c.prepare(comm.mpi)
     if lib is None:
         if asked == "c":

@@ -3,8 +3,11 @@
 At one byte, a Python loop around `comm.Allgather(send, recv)` costs a microsecond or
 more per call over OSU's C loop: the Python call itself, not the harness. For the
 library's own collectives (what `Communicator.library_call` binds: a `functools.partial`
-of `Allgather`, `Reduce_scatter_block` or `Allreduce` on numpy buffers with a predefined
-op) the harness runs the same loop in C instead (timing_c.c, through ctypes).
+of a collective's `mpi_call` in collectives/spec.py on numpy buffers with a predefined
+op) the harness runs the same loop in C instead (timing_c.c, through ctypes). The C
+source names no collective: the calls are written into it from the specs (each spec's
+MPI call, its argument list and its count), so a collective whose argument list the
+loop does not know is refused with that reason (`c_refusal`), never skipped unsaid.
 
 Built on first use, not at `pip install`: the build must see the MPI that mpi4py loads
 (the MPI wheel, a module's MPI), which pip's build environment does not. The `mpicc` next
@@ -33,12 +36,50 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
+from ccbench.collectives.spec import (
+    MPI_ARGS_GATHERED,
+    MPI_ARGS_REDUCED,
+    SPECS,
+    CollectiveSpec,
+)
 from ccbench.kernels.errors import UsageError
 
 SOURCE = Path(__file__).with_name("timing_c.c")
 TIMERS = ("auto", "c", "python")
-_COLLECTIVE = {"Allgather": 0, "Reduce_scatter_block": 1, "Allreduce": 2}
 _BUILD_TIMEOUT_S = 120
+# The C arguments of each kind of MPI call a spec names (its `mpi_arguments`); `call` in
+# timing_c.c holds send, recv, count, type, op and comm.
+C_ARGUMENTS = {
+    MPI_ARGS_GATHERED: "send, count, type, recv, count, type, comm",
+    MPI_ARGS_REDUCED: "send, recv, count, type, op, comm",
+}
+_CALLS_MARK = "/* CALLS */"
+
+
+def c_refusal(described: CollectiveSpec) -> str | None:
+    """Why OSU's C loop cannot call this collective (None: it can)."""
+    if described.mpi_arguments in C_ARGUMENTS:
+        return None
+    return (
+        f"the C timing loop cannot call {described.name}'s MPI_{described.mpi_call}: its "
+        f"argument list ({described.mpi_arguments}) is none of the loop's "
+        f"({', '.join(C_ARGUMENTS)})"
+    )
+
+
+def c_collectives() -> tuple[CollectiveSpec, ...]:
+    """The collectives the C loop calls, in the order of its cases (their numbers)."""
+    return tuple(s for s in SPECS.values() if c_refusal(s) is None)
+
+
+def source_text(source: Path = SOURCE) -> str:
+    """The C source with one case of `call` per collective of the specs it can call."""
+    cases = "\n    ".join(
+        f"case {i}: /* {s.name} */\n"
+        f"        return MPI_{s.mpi_call}({C_ARGUMENTS[s.mpi_arguments]});"
+        for i, s in enumerate(c_collectives())
+    )
+    return source.read_text().replace(_CALLS_MARK, cases)
 
 
 class Unavailable(Exception):
@@ -87,7 +128,7 @@ def library_path(mpicc: str, source: Path = SOURCE, cache: Path | None = None) -
     """Where the library for this source, MPI and compiler lives (built or not)."""
     key = hashlib.sha256()
     for part in (
-        source.read_bytes(),
+        source_text(source).encode(),
         library_version().encode(),
         mpicc.encode(),
         str(MPI._sizeof(MPI.Comm)).encode(),
@@ -98,13 +139,16 @@ def library_path(mpicc: str, source: Path = SOURCE, cache: Path | None = None) -
 
 
 def build(mpicc: str, target: Path, source: Path = SOURCE) -> Path:
-    """Compile `source` into `target` (atomically: a half-written library is never seen)."""
+    """Compile `source`, its calls written from the specs, into `target` (atomically: a
+    half-written library is never seen)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     os.close(fd)
+    written = Path(f"{tmp}.c")
     try:
+        written.write_text(source_text(source))
         proc = subprocess.run(
-            [mpicc, "-O2", "-shared", "-fPIC", "-o", tmp, str(source)],
+            [mpicc, "-O2", "-shared", "-fPIC", "-o", tmp, str(written)],
             capture_output=True,
             text=True,
             timeout=_BUILD_TIMEOUT_S,
@@ -119,6 +163,7 @@ def build(mpicc: str, target: Path, source: Path = SOURCE) -> Path:
         raise Unavailable(f"{mpicc} failed: {exc}") from exc
     finally:
         Path(tmp).unlink(missing_ok=True)
+        written.unlink(missing_ok=True)
     return target
 
 
@@ -222,15 +267,34 @@ class CompiledLoop:
         return times
 
 
+_NOT_LIBRARY = "not one of the MPI library's collectives on host buffers"
+
+
 def library_collective(run):
     """(collective id, comm, send, recv, count, datatype, op) when `run` is one of the
-    library's collectives bound on host numpy buffers with a predefined op; else None."""
+    library's collectives bound on host numpy buffers with a predefined op, and one the C
+    loop can call; else None."""
+    return _recognised(run)[0]
+
+
+def _recognised(run) -> tuple[tuple | None, str, bool]:
+    """(library_collective's tuple, "", False), or (None, why not, whether the reason is
+    a collective of the library that the C loop cannot call)."""
     if not isinstance(run, functools.partial) or run.keywords:
-        return None
+        return None, _NOT_LIBRARY, False
     comm = getattr(run.func, "__self__", None)
     name = getattr(run.func, "__name__", "")
-    if not isinstance(comm, MPI.Comm) or name not in _COLLECTIVE:
-        return None
+    described = next((s for s in SPECS.values() if s.mpi_call == name), None)
+    if not isinstance(comm, MPI.Comm) or described is None:
+        return None, _NOT_LIBRARY, False
+    refusal = c_refusal(described)
+    if refusal is not None:
+        return None, refusal, True
+    bound = _bound(run, comm, described)
+    return bound, "" if bound else _NOT_LIBRARY, False
+
+
+def _bound(run, comm, described: CollectiveSpec):
     send, recv, *rest = run.args
     op = rest[0] if rest else MPI.SUM
     arrays = (send, recv)
@@ -242,8 +306,8 @@ def library_collective(run):
     datatype = MPI._typedict.get(send.dtype.char)
     if datatype is None or not datatype.is_predefined:
         return None
-    count = recv.size if name == "Reduce_scatter_block" else send.size
-    return _COLLECTIVE[name], comm, send, recv, count, datatype, op
+    count = described.mpi_count(send.size, recv.size)
+    return c_collectives().index(described), comm, send, recv, count, datatype, op
 
 
 def compiled_loop(comm: MPI.Comm, run, timer: str = "auto") -> tuple[CompiledLoop | None, str]:
@@ -251,9 +315,11 @@ def compiled_loop(comm: MPI.Comm, run, timer: str = "auto") -> tuple[CompiledLoo
     every rank passes the same kind of `run`, so every rank takes the same branch."""
     if timer == "python":
         return None, "python timer asked for"
-    bound = library_collective(run)
+    bound, why, refused = _recognised(run)
     if bound is None:
-        return None, "not one of the MPI library's collectives on host buffers"
+        if timer == "c" and refused:
+            raise UsageError(f"CCBENCH_TIMER=c, but {why}")
+        return None, why
     lib, reason = prepare(comm)
     if lib is None:
         if timer == "c":

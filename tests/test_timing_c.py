@@ -135,3 +135,71 @@ def test_c_timer_without_a_compiler_is_one_line(tmp_path):
     proc = mpirun(2, [*args, "--csv", str(out)], env={**env, "CCBENCH_TIMER": "auto"}, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert {r["timer"] for r in csv.DictReader(out.open())} == {"python"}
+
+
+def test_the_c_calls_are_written_from_the_specs(monkeypatch):
+    """timing_c.c names no collective: one case per spec, its MPI call with the arguments
+    of its kind; a spec whose kind the loop does not know is left out, with its reason."""
+    import dataclasses
+
+    from ccbench.collectives import spec as spec_module
+
+    text = timing_c.source_text()
+    assert "/* CALLS */" not in text
+    indent = "\n        return "
+    assert (
+        f"case 0: /* allgather */{indent}MPI_Allgather(send, count, type, recv, count, type, comm);"
+        in text
+    )
+    assert (
+        f"case 1: /* reduce_scatter */{indent}"
+        "MPI_Reduce_scatter_block(send, recv, count, type, op, comm);" in text
+    )
+    assert (
+        "case 2: /* allreduce */\n        return MPI_Allreduce(send, recv, count, type, op, comm);"
+        in text
+    )
+    assert "Allgather" not in timing_c.SOURCE.read_text().split("#include <string.h>")[1]
+    odd = dataclasses.replace(
+        spec_module.SPECS["reduce_scatter"],
+        name="scatterv",
+        mpi_call="Scatterv",
+        mpi_arguments="vector",
+    )
+    monkeypatch.setitem(spec_module.SPECS, "scatterv", odd)
+    assert timing_c.c_refusal(odd) == (
+        "the C timing loop cannot call scatterv's MPI_Scatterv: its argument list (vector) "
+        "is none of the loop's (gathered, reduced)"
+    )
+    assert [s.name for s in timing_c.c_collectives()] == [
+        "allgather",
+        "reduce_scatter",
+        "allreduce",
+    ]
+    assert "Scatterv" not in timing_c.source_text()
+
+
+# the allreduce spec given an argument list the C loop has no call for
+_UNCALLABLE = (
+    "import dataclasses, sys; from ccbench.collectives import spec as s; "
+    "s.SPECS['allreduce'] = dataclasses.replace(s.SPECS['allreduce'], mpi_arguments='vector'); "
+    "from ccbench.benchmarks.baseline import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+@pytest.mark.timeout(120)
+def test_a_collective_the_c_loop_cannot_call_is_refused_with_its_reason(tmp_path):
+    """CCBENCH_TIMER=c for a collective the C loop has no call for: one line with the
+    reason, exit 2; auto times it in Python and says why."""
+    args = ["-c", _UNCALLABLE, "--collective", "allreduce", "-T", "int8", "-m", "4:4", "-i", "3"]
+    proc = mpirun(2, [*args, "-x", "1"], env={"CCBENCH_TIMER": "c"}, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "cannot call allreduce's MPI_Allreduce: its argument list (vector)" in lines[0]
+    out = tmp_path / "auto.csv"
+    proc = mpirun(
+        2, [*args, "-x", "1", "--csv", str(out)], env={"CCBENCH_TIMER": "auto"}, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert {r["timer"] for r in csv.DictReader(out.open())} == {"python"}
