@@ -306,7 +306,7 @@ def _bound(run, comm, described: CollectiveSpec):
     datatype = MPI._typedict.get(send.dtype.char)
     if datatype is None or not datatype.is_predefined:
         return None
-    count = described.mpi_count(send.size, recv.size)
+    count = described.mpi_count(send.size, recv.size, comm.Get_size())
     return c_collectives().index(described), comm, send, recv, count, datatype, op
 
 

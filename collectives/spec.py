@@ -132,9 +132,9 @@ class CollectiveSpec:
     # torch has: given (recv, send), or (recv) where it works in place)
     mpi_call: str
     # the MPI call's argument list (MPI_ARGS_*) and its count argument for buffers of
-    # (send_count, recv_count) elements: what OSU's C loop needs to call it
+    # send_count and recv_count elements on P ranks: what OSU's C loop needs to call it
     mpi_arguments: str
-    mpi_count: Callable[[int, int], int]
+    mpi_count: Callable[[int, int, int], int]
     torch_calls: tuple[str, ...]
     # the result lands on the input buffer: torch.distributed's call and the training
     # transport's take one buffer (the input copied into the output first where they differ)
@@ -243,7 +243,7 @@ SPECS = {
             send_multiple=lambda n: 1,
             mpi_call="Allgather",
             mpi_arguments=MPI_ARGS_GATHERED,
-            mpi_count=lambda send, recv: send,
+            mpi_count=lambda send, recv, n: send,
             torch_calls=("all_gather_single", "all_gather_into_tensor"),
             in_place=False,
             mpi_in_place=True,
@@ -270,7 +270,7 @@ SPECS = {
             send_multiple=lambda n: n,
             mpi_call="Reduce_scatter_block",
             mpi_arguments=MPI_ARGS_REDUCED,
-            mpi_count=lambda send, recv: recv,
+            mpi_count=lambda send, recv, n: recv,
             # reduce_scatter_tensor is deprecated in favour of reduce_scatter_single
             torch_calls=("reduce_scatter_single", "reduce_scatter_tensor"),
             in_place=False,
@@ -298,7 +298,7 @@ SPECS = {
             send_multiple=lambda n: 1,
             mpi_call="Allreduce",
             mpi_arguments=MPI_ARGS_REDUCED,
-            mpi_count=lambda send, recv: send,
+            mpi_count=lambda send, recv, n: send,
             torch_calls=("all_reduce",),
             in_place=True,
             mpi_in_place=True,
