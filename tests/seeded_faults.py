@@ -372,8 +372,8 @@ FAULTS = [
           "self.backend.stream_wait(event, self.h2d)", STAGING),
     # the library algorithm's uncompressed equivalent: the gather phase sends n - 1 blocks
     Fault("library-accounting", "collectives/compressed_library.py",
-          "raw += (self.size - 1) * self.lengths[self.rank]",
-          "raw += self.size * self.lengths[self.rank]", LIBRARY),
+          "return (self.size - 1) * self.lengths[self.rank]",
+          "return self.size * self.lengths[self.rank]", LIBRARY),
     # advise's inputs: a row's step cost in microseconds; the main collective by volume
     Fault("advise-inputs", "scripts/advise/parts.py",
           'float(np.nan_to_num(_number(row, "link_step_us"))) * 1e-6,',
