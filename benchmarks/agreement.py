@@ -11,13 +11,14 @@ plane, so they work over either transport (collectives/comm.py).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import traceback
 from collections.abc import Callable
 
+from ccbench.benchmarks.switches import install as install_switches
 from ccbench.collectives.communicator import BaseCommunicator
+from ccbench.kernels import switches
 from ccbench.kernels.errors import DataError, UsageError
 
 
@@ -62,6 +63,7 @@ def run_main(
     run cleanly; an unexpected error on one rank aborts the whole job instead of hanging.
     """
     argv = sys.argv[1:] if argv is None else argv
+    install_switches()  # this run's CCBENCH_* variables, read once at its start
     if comm is None:
         from ccbench.benchmarks.options import launch_backend
         from ccbench.collectives.launch import launch_communicator, launched_rank
@@ -94,7 +96,7 @@ def _abort(comm: BaseCommunicator, exc: BaseException) -> None:
     else:
         message, status = f"{type(exc).__name__}: {exc}", 1
     print(f"ccbench: error: rank {comm.rank}: {message}", file=sys.stderr, flush=True)
-    if os.environ.get("CCBENCH_DEBUG"):
+    if switches.current().debug:
         traceback.print_exception(exc)
     sys.stderr.flush()
     time.sleep(0.05)  # let the line reach the launcher before the job is torn down

@@ -404,6 +404,9 @@ def _run_info() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ccbench.benchmarks.switches import install
+
+    install()  # this run's CCBENCH_* variables, read once at its start
     try:
         return run(sys.argv[1:] if argv is None else argv)
     except UsageError as exc:

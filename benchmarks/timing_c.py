@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
+from ccbench.kernels import switches
 from ccbench.kernels.errors import UsageError
 
 SOURCE = Path(__file__).with_name("timing_c.c")
@@ -46,8 +47,9 @@ class Unavailable(Exception):
 
 
 def requested_timer(environ=None) -> str:
-    """CCBENCH_TIMER: auto (default), c or python."""
-    value = (os.environ if environ is None else environ).get("CCBENCH_TIMER", "auto")
+    """CCBENCH_TIMER: auto (default), c or python; from `environ` (a mapping of variables)
+    where given, else the switches the options layer installed."""
+    value = switches.current().timer if environ is None else environ.get("CCBENCH_TIMER", "")
     value = value.strip().lower() or "auto"
     if value not in TIMERS:
         raise UsageError(f"CCBENCH_TIMER={value!r}: choose one of {', '.join(TIMERS)}")
@@ -55,9 +57,12 @@ def requested_timer(environ=None) -> str:
 
 
 def cache_dir(environ=None) -> Path:
+    """CCBENCH_CACHE (from `environ` where given, else the installed switches), else the
+    user's cache folder."""
     env = os.environ if environ is None else environ
-    if env.get("CCBENCH_CACHE"):
-        return Path(env["CCBENCH_CACHE"])
+    given = switches.current().cache if environ is None else environ.get("CCBENCH_CACHE")
+    if given:
+        return Path(given)
     base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "ccbench"
 
