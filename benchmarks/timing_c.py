@@ -46,10 +46,10 @@ class Unavailable(Exception):
     """The C loop cannot run here; the message says why."""
 
 
-def requested_timer(environ=None) -> str:
-    """CCBENCH_TIMER: auto (default), c or python; from `environ` (a mapping of variables)
-    where given, else the switches the options layer installed."""
-    value = switches.current().timer if environ is None else environ.get("CCBENCH_TIMER", "")
+def requested_timer(given: switches.Switches | None = None) -> str:
+    """CCBENCH_TIMER: auto (default), c or python; from `given` switches, else those the
+    options layer installed."""
+    value = (given or switches.current()).timer
     value = value.strip().lower() or "auto"
     if value not in TIMERS:
         raise UsageError(f"CCBENCH_TIMER={value!r}: choose one of {', '.join(TIMERS)}")
@@ -57,12 +57,11 @@ def requested_timer(environ=None) -> str:
 
 
 def cache_dir(environ=None) -> Path:
-    """CCBENCH_CACHE (from `environ` where given, else the installed switches), else the
-    user's cache folder."""
+    """CCBENCH_CACHE (the installed switches), else the user's cache folder (from `environ`,
+    default this process's environment)."""
     env = os.environ if environ is None else environ
-    given = switches.current().cache if environ is None else environ.get("CCBENCH_CACHE")
-    if given:
-        return Path(given)
+    if switches.current().cache:
+        return Path(switches.current().cache)
     base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "ccbench"
 
