@@ -16,7 +16,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from ccbench.benchmarks.switches import install as install_switches
+from ccbench.benchmarks.switches import for_this_run as switches_for_this_run
 from ccbench.collectives.communicator import BaseCommunicator
 from ccbench.kernels import switches
 from ccbench.kernels.errors import DataError, UsageError
@@ -55,6 +55,16 @@ def run_main(
     argv: list[str] | None = None,
     comm: BaseCommunicator | None = None,
 ) -> int:
+    """`_run_main` with this run's CCBENCH_* variables, read once at its start."""
+    with switches_for_this_run():
+        return _run_main(body, argv, comm)
+
+
+def _run_main(
+    body: Callable[[list[str], BaseCommunicator], int],
+    argv: list[str] | None = None,
+    comm: BaseCommunicator | None = None,
+) -> int:
     """Run `body(argv, comm)` on every rank with ccbench's error handling; `comm` is the
     launch's communicator (collectives/launch.py), made here when not given.
 
@@ -63,7 +73,6 @@ def run_main(
     run cleanly; an unexpected error on one rank aborts the whole job instead of hanging.
     """
     argv = sys.argv[1:] if argv is None else argv
-    install_switches()  # this run's CCBENCH_* variables, read once at its start
     if comm is None:
         from ccbench.benchmarks.options import launch_backend
         from ccbench.collectives.launch import launch_communicator, launched_rank

@@ -12,8 +12,9 @@ compares them). CCBENCH_TEST_BACKENDS alone is read where it acts, by kernels/ar
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from ccbench.kernels import switches as lower
 from ccbench.kernels.switches import Switches
@@ -54,6 +55,17 @@ def read(environ: Mapping[str, str] | None = None) -> Switches:
     """The switches `environ` (default: this process's environment) sets."""
     env = os.environ if environ is None else environ
     return Switches(**{name[len("CCBENCH_") :].lower(): env.get(name, "") for name in VARIABLES})
+
+
+@contextlib.contextmanager
+def for_this_run(environ: Mapping[str, str] | None = None) -> Iterator[Switches]:
+    """The switches read at a run's start, installed for the run; those in place before
+    are put back after it (so a run inside a test's process leaves none behind)."""
+    before = lower.current()
+    try:
+        yield install(environ)
+    finally:
+        lower.install(before)
 
 
 def install(environ: Mapping[str, str] | None = None) -> Switches:

@@ -152,6 +152,16 @@ def test_installed_switches_reach_the_floors_below(switch):
     assert link_bound()["link_burst_bytes"] == 4096
 
 
+def test_a_run_reads_its_switches_and_puts_back_the_ones_before(switch):
+    from ccbench.benchmarks.switches import for_this_run
+    from ccbench.kernels import switches
+
+    switch("CCBENCH_TIMER", "c")
+    with for_this_run({"CCBENCH_TIMER": "python"}) as given:
+        assert given.timer == "python" and switches.current().timer == "python"
+    assert switches.current().timer == "c"
+
+
 def _fresh(code: str) -> str:
     """What `code` prints in a fresh interpreter, without the user's MPI level settings."""
     env = {
