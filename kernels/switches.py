@@ -44,10 +44,6 @@ class Switches:
     state: str = ""  # CCBENCH_STATE
     gpu_check_timeout: str = ""  # CCBENCH_GPU_CHECK_TIMEOUT
 
-    def variable(self, field: str) -> str:
-        """The environment variable behind `field` (for messages)."""
-        return f"CCBENCH_{field.upper()}"
-
 
 UNSET = Switches()
 _current = UNSET
