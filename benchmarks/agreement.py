@@ -11,13 +11,14 @@ plane, so they work over either transport (collectives/comm.py).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import traceback
 from collections.abc import Callable
 
+from ccbench.benchmarks.switches import for_this_run as switches_for_this_run
 from ccbench.collectives.communicator import BaseCommunicator
+from ccbench.kernels import switches
 from ccbench.kernels.errors import DataError, UsageError
 
 
@@ -50,6 +51,16 @@ def agreed(comm: BaseCommunicator, phase: Callable):
 
 
 def run_main(
+    body: Callable[[list[str], BaseCommunicator], int],
+    argv: list[str] | None = None,
+    comm: BaseCommunicator | None = None,
+) -> int:
+    """`_run_main` with this run's CCBENCH_* variables, read once at its start."""
+    with switches_for_this_run():
+        return _run_main(body, argv, comm)
+
+
+def _run_main(
     body: Callable[[list[str], BaseCommunicator], int],
     argv: list[str] | None = None,
     comm: BaseCommunicator | None = None,
@@ -94,7 +105,7 @@ def _abort(comm: BaseCommunicator, exc: BaseException) -> None:
     else:
         message, status = f"{type(exc).__name__}: {exc}", 1
     print(f"ccbench: error: rank {comm.rank}: {message}", file=sys.stderr, flush=True)
-    if os.environ.get("CCBENCH_DEBUG"):
+    if switches.current().debug:
         traceback.print_exception(exc)
     sys.stderr.flush()
     time.sleep(0.05)  # let the line reach the launcher before the job is torn down

@@ -404,8 +404,11 @@ def _run_info() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ccbench.benchmarks.switches import for_this_run
+
     try:
-        return run(sys.argv[1:] if argv is None else argv)
+        with for_this_run():  # this run's CCBENCH_* variables, read once at its start
+            return run(sys.argv[1:] if argv is None else argv)
     except UsageError as exc:
         print(f"ccbench: error: {exc}", file=sys.stderr)
         return 2

@@ -32,7 +32,7 @@ from ccbench.collectives.compressed_error import (
 from ccbench.collectives.costmodel import floor_steps, pipeline_floor
 from ccbench.collectives.hierarchical import ranks_per_node_from_environment
 from ccbench.collectives.pipeline import CODEC_CPU, FIELDS
-from ccbench.kernels import arrays, inputs
+from ccbench.kernels import arrays, inputs, switches
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.vocabulary import COLLECTIVES
 
@@ -188,8 +188,8 @@ def floor_link_gbps() -> float | None:
     ceiling of the shaped rate, the fastest the shaper lets payload through, else the
     goodput `ccbench cluster selfcheck` measured, else the configured rate; None off an
     emulated link."""
-    for name in ("CCBENCH_LINK_CEILING_GBPS", "CCBENCH_LINK_GOODPUT_GBPS", "CCBENCH_LINK_GBPS"):
-        value = os.environ.get(name, "")
+    given = switches.current()
+    for value in (given.link_ceiling_gbps, given.link_goodput_gbps, given.link_gbps):
         if value:
             return float(value)
     return None

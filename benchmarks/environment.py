@@ -13,7 +13,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 from ccbench.benchmarks.results import Sidecar, new_run_id
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, switches
 from ccbench.kernels.host_memory import transparent_hugepages
 
 _ENV_PREFIXES = re.compile(
@@ -25,8 +25,8 @@ _REPO = Path(__file__).resolve().parent.parent
 
 def git_sha() -> str:
     """The checkout's commit (CCBENCH_GIT_SHA overrides, for installed copies)."""
-    if os.environ.get("CCBENCH_GIT_SHA"):
-        return os.environ["CCBENCH_GIT_SHA"]
+    if switches.current().git_sha:
+        return switches.current().git_sha
     try:
         out = subprocess.run(
             ["git", "-C", str(_REPO), "rev-parse", "--short=12", "HEAD"],
@@ -54,7 +54,7 @@ def mpi_library() -> str:
 
 def link_gbps():
     """The emulated link rate in Gbit/s, set by `ccbench cluster run`; None on real links."""
-    value = os.environ.get("CCBENCH_LINK_GBPS", "")
+    value = switches.current().link_gbps
     return float(value) if value else None
 
 
@@ -62,9 +62,8 @@ def link_bound() -> dict:
     """What a lower bound on an emulated transfer needs (`ccbench cluster run` sets it):
     the link's payload ceiling, its token bucket's burst and the fixed cost of a ring step
     that `ccbench cluster selfcheck` measured; empty on real links."""
-    ceiling = os.environ.get("CCBENCH_LINK_CEILING_GBPS", "")
-    burst = os.environ.get("CCBENCH_LINK_BURST_BYTES", "")
-    step = os.environ.get("CCBENCH_LINK_STEP_US", "")
+    given = switches.current()
+    ceiling, burst, step = given.link_ceiling_gbps, given.link_burst_bytes, given.link_step_us
     return {
         "link_ceiling_gbps": float(ceiling) if ceiling else None,
         "link_burst_bytes": int(burst) if burst else None,
@@ -77,8 +76,8 @@ def node_layout_of_run(hosts: int, ranks: int) -> dict:
     run` sets CCBENCH_NODES and CCBENCH_RANKS_PER_NODE; its ranks all run on one host),
     else SLURM's allocation (SLURM_NNODES, SLURM_NTASKS_PER_NODE where every node has as
     many: "4" or "4(x2)"), else the distinct hosts the ranks run on."""
-    nodes = os.environ.get("CCBENCH_NODES") or os.environ.get("SLURM_NNODES") or ""
-    per_node = os.environ.get("CCBENCH_RANKS_PER_NODE", "")
+    nodes = switches.current().nodes or os.environ.get("SLURM_NNODES") or ""
+    per_node = switches.current().ranks_per_node
     if not per_node:
         match = re.fullmatch(r"(\d+)(\(x\d+\))?", os.environ.get("SLURM_NTASKS_PER_NODE", ""))
         per_node = match.group(1) if match else ""
@@ -147,7 +146,7 @@ def run_info(comm, variant: str, buffer: str | None = None) -> dict:
             "run_id": new_run_id(now),
             # the sweep this launch belongs to (`ccbench sweep` sets it): figures pair rows
             # of one sweep only
-            "sweep_id": os.environ.get("CCBENCH_SWEEP_ID", ""),
+            "sweep_id": switches.current().sweep_id,
             "timestamp": now.isoformat(timespec="seconds"),
             "variant": variant,
             "nodes": node_layout_of_run(len(hosts), comm.size)["nodes"],

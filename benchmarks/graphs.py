@@ -11,9 +11,7 @@ kernels. Everything else is refused here in one line (exit 2), naming why
 
 from __future__ import annotations
 
-import os
-
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, switches
 from ccbench.kernels.errors import UsageError
 
 REFUSED = "--cuda-graph cannot capture"
@@ -44,7 +42,7 @@ def check_run(variant, opts, comm) -> None:
     from ccbench.collectives.comm_torch import STAGE_ENV, stages
 
     if stages(opts.backend, opts.buffer):
-        if os.environ.get(STAGE_ENV) == "1":
+        if switches.current().torch_stage == "1":
             raise UsageError(
                 f"{REFUSED} {STAGE_ENV}=1: every buffer is staged through host memory (the "
                 "host copies it inside the call)"

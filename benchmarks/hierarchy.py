@@ -8,11 +8,10 @@ communicator per local index, and an uncompressed ring inside each node
 
 from __future__ import annotations
 
-import os
-
 from ccbench.benchmarks.environment import link_bound
 from ccbench.collectives.costmodel import floor_steps, hierarchical_floor
 from ccbench.collectives.hierarchical import Hierarchical, node_layout
+from ccbench.kernels import switches
 from ccbench.kernels.errors import UsageError
 
 HIERARCHIES = ("flat", "node")
@@ -68,7 +67,7 @@ def bind_hierarchical(comm, opts, collective: str, send, recv, bind_inter) -> Hi
 def intra_node_gbps() -> float | None:
     """The rate between two ranks of a node, as `ccbench cluster selfcheck` measured it
     (`ccbench cluster run` exports it); None where unknown."""
-    value = os.environ.get("CCBENCH_INTRA_NODE_GBPS", "")
+    value = switches.current().intra_node_gbps
     return float(value) if value else None
 
 

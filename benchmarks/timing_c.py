@@ -42,6 +42,7 @@ from ccbench.collectives.spec import (
     SPECS,
     CollectiveSpec,
 )
+from ccbench.kernels import switches
 from ccbench.kernels.errors import UsageError
 
 SOURCE = Path(__file__).with_name("timing_c.c")
@@ -86,9 +87,10 @@ class Unavailable(Exception):
     """The C loop cannot run here; the message says why."""
 
 
-def requested_timer(environ=None) -> str:
-    """CCBENCH_TIMER: auto (default), c or python."""
-    value = (os.environ if environ is None else environ).get("CCBENCH_TIMER", "auto")
+def requested_timer(given: switches.Switches | None = None) -> str:
+    """CCBENCH_TIMER: auto (default), c or python; from `given` switches, else those the
+    options layer installed."""
+    value = (given or switches.current()).timer
     value = value.strip().lower() or "auto"
     if value not in TIMERS:
         raise UsageError(f"CCBENCH_TIMER={value!r}: choose one of {', '.join(TIMERS)}")
@@ -96,9 +98,11 @@ def requested_timer(environ=None) -> str:
 
 
 def cache_dir(environ=None) -> Path:
+    """CCBENCH_CACHE (the installed switches), else the user's cache folder (from `environ`,
+    default this process's environment)."""
     env = os.environ if environ is None else environ
-    if env.get("CCBENCH_CACHE"):
-        return Path(env["CCBENCH_CACHE"])
+    if switches.current().cache:
+        return Path(switches.current().cache)
     base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "ccbench"
 

@@ -15,7 +15,6 @@ overlap. The host's waits are declared (kernels.arrays.declared), counted in
 
 from __future__ import annotations
 
-import os
 import time
 from collections import OrderedDict, deque
 from functools import partial
@@ -26,7 +25,7 @@ from mpi4py import MPI
 from ccbench.collectives.communicator import BaseCommunicator
 from ccbench.collectives.mpi_staging import Mirror, StagedRecv, StagedSend, Stager
 from ccbench.collectives.spec import PIECES_ELEMENTWISE, PIECES_GATHERED, spec
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, switches
 from ccbench.kernels.arrays import host_view
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.reduce import bfloat16_sum
@@ -71,7 +70,7 @@ class Communicator(BaseCommunicator):
         self.mpi = mpi_comm
         self.threaded = MPI.Query_thread() >= MPI.THREAD_SERIALIZED
         if gpu_aware is None:
-            gpu_aware = os.environ.get("CCBENCH_GPU_AWARE", "0") == "1"
+            gpu_aware = switches.current().gpu_aware == "1"
         self.gpu_aware = gpu_aware
         self.stage_chunk_bytes = (
             self.STAGE_CHUNK_BYTES if stage_chunk_bytes is None else stage_chunk_bytes

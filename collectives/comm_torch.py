@@ -37,7 +37,7 @@ import numpy as np
 
 from ccbench.collectives.communicator import BaseCommunicator
 from ccbench.collectives.spec import spec
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, switches
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.vocabulary import nbytes
 
@@ -85,7 +85,7 @@ def stages(backend: str, buffer: str) -> bool:
     """Whether `backend` stages `buffer`'s arrays through a mirror (the host copies them
     inside each call): a CUDA buffer on gloo, every buffer with CCBENCH_TORCH_STAGE=1.
     As TorchCommunicator._reachable decides per tensor."""
-    if os.environ.get(STAGE_ENV) == "1":
+    if switches.current().torch_stage == "1":
         return True
     return (buffer in CUDA_BUFFERS) != (backend == "nccl")
 
@@ -120,7 +120,8 @@ def rendezvous_address(hosts: list[str]) -> str:
 
 
 def _timeout() -> datetime.timedelta:
-    return datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)))
+    given = switches.current().torch_timeout
+    return datetime.timedelta(seconds=float(given or DEFAULT_TIMEOUT_S))
 
 
 def nccl_identity(device_index: int) -> tuple[str, str]:
@@ -272,7 +273,7 @@ class TorchCommunicator(BaseCommunicator):
         self.torch = torch
         self.cuda = backend == "nccl"
         # staging is otherwise only for buffers the backend cannot read (GPU runs)
-        self.stage_all = os.environ.get(STAGE_ENV) == "1"
+        self.stage_all = switches.current().torch_stage == "1"
 
     # buffers --------------------------------------------------------------------------
     def _reachable(self, t) -> bool:

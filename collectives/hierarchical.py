@@ -51,7 +51,7 @@ from ccbench.collectives.ring import (
     ring_reduce_scatter_blocks,
 )
 from ccbench.collectives.spec import spec
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, switches
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.reduce import copy_into
 from ccbench.kernels.vocabulary import dtype_name, itemsize
@@ -74,7 +74,7 @@ class NodeLayout:
 def ranks_per_node_from_environment() -> int | None:
     """`ccbench cluster run`'s CCBENCH_RANKS_PER_NODE, else SLURM's tasks per node where
     every node has as many ("4", or "4(x2)"); None where neither says."""
-    given = os.environ.get("CCBENCH_RANKS_PER_NODE", "")
+    given = switches.current().ranks_per_node
     if given.isdigit():
         return int(given)
     slurm = re.fullmatch(r"(\d+)(\(x\d+\))?", os.environ.get("SLURM_NTASKS_PER_NODE", ""))

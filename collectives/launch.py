@@ -2,7 +2,7 @@
 
 Read from the environment only (no MPI, no torch), so it can be asked before mpi4py
 starts MPI: under torchrun, or srun without an MPI plug-in, ccbench must not start MPI
-at all (benchmarks/__init__.py asks here first). The torch transport needs, without MPI,
+at all (benchmarks/mpi_start.py asks here first). The torch transport needs, without MPI,
 what torchrun exports (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), or what
 srun exports (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) plus MASTER_ADDR.
 """

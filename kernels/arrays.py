@@ -71,6 +71,9 @@ def _load_test_backends() -> None:
     if _TEST_LOADED:
         return
     _TEST_LOADED = True
+    # The test backends' hook: the one CCBENCH_ variable read below the options layer
+    # (benchmarks/switches.py), here where it acts, since backends register before any
+    # option parser offers them (docs/environment.md).
     for module in filter(
         None, (m.strip() for m in os.environ.get(TEST_BACKENDS_ENV, "").split(","))
     ):

@@ -31,11 +31,9 @@ builds them from spec strings.
 
 from __future__ import annotations
 
-import os
-
 import array_api_compat
 
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, switches
 from ccbench.kernels.errors import DataError, UsageError
 from ccbench.kernels.reduce import add_into
 from ccbench.kernels.vocabulary import FLOAT_DTYPES, itemsize
@@ -119,7 +117,7 @@ def _amax(value) -> float:
 
 def requested_kernels() -> str:
     """'auto' (default) or 'reference', from CCBENCH_CODEC_KERNELS."""
-    mode = os.environ.get(KERNELS_ENV, "auto").strip().lower() or "auto"
+    mode = switches.current().codec_kernels.strip().lower() or "auto"
     if mode not in KERNEL_MODES:
         raise UsageError(f"{KERNELS_ENV}={mode!r}: choose one of {', '.join(KERNEL_MODES)}")
     return mode

@@ -31,12 +31,12 @@ applied): docs/data.md, "How a corpus kind fills `count` values".
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from ccbench.kernels import switches
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.sparse_data import sparse_input
 from ccbench.kernels.vocabulary import exact_amplitude
@@ -127,7 +127,7 @@ class DataKind:
 
 
 def corpus_root() -> Path:
-    return Path(os.environ.get(CORPUS_ENV) or DEFAULT_CORPUS)
+    return Path(switches.current().corpus or DEFAULT_CORPUS)
 
 
 def corpus_built() -> bool:

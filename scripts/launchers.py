@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ccbench.benchmarks.results import read_rows, remove
+from ccbench.benchmarks.switches import read as read_switches
 from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
@@ -38,8 +39,8 @@ _RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
 def find_mpiexec() -> str:
     """CCBENCH_MPIEXEC, else the mpiexec next to the running Python (a venv's MPI wheel),
     else the one on PATH."""
-    if os.environ.get("CCBENCH_MPIEXEC"):
-        return os.environ["CCBENCH_MPIEXEC"]
+    if read_switches().mpiexec:
+        return read_switches().mpiexec
     beside = Path(sys.executable).parent / "mpiexec"
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
@@ -81,7 +82,7 @@ def binding_enabled(bind: bool | None = None, environ=None) -> bool:
     """`bind` if given, else CCBENCH_BIND of `environ` (default os.environ; on if unset)."""
     if bind is not None:
         return bind
-    value = (os.environ if environ is None else environ).get("CCBENCH_BIND", "1")
+    value = read_switches(environ).bind or "1"
     return value.lower() not in ("0", "no", "false", "off")
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from ccbench.benchmarks.results import (
     profile_names,
     read_rows,
 )
+from ccbench.benchmarks.switches import read as read_switches
 from ccbench.collectives.costmodel import AlphaBeta, LinkModel
 from ccbench.collectives.mgwfbp import parse_strategies, plan_columns, read_profile
 from ccbench.collectives.simulator import powers_of_two, scale_compute, simulate
@@ -164,7 +164,7 @@ def run(opts) -> list[dict]:
         SCHEMA: MGWFBP.tag,
         "run_id": new_run_id(now),
         # a simulation run beside a sweep (the main job) belongs to it
-        "sweep_id": os.environ.get("CCBENCH_SWEEP_ID", ""),
+        "sweep_id": read_switches().sweep_id,
         "timestamp": now.isoformat(timespec="seconds"),
         "variant": "mgwfbp_simulation",
         "link_gbps": link.link_gbps,

@@ -52,3 +52,25 @@ def close_figures():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+@pytest.fixture
+def switch(monkeypatch):
+    """`switch(name, value)`: set a CCBENCH_* variable (None: unset it) and install the
+    switches the options layer reads from the environment, as an entry point does when
+    it starts (floors below it never read the environment); the switches in place before
+    the test are put back after it."""
+    from ccbench.benchmarks import switches
+    from ccbench.kernels import switches as installed
+
+    before = installed.current()
+
+    def set_switch(name: str, value: str | None) -> None:
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+        switches.install()
+
+    yield set_switch
+    installed.install(before)

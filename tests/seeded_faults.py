@@ -277,8 +277,8 @@ FAULTS = [
     # device accounting: staging by default, syncs per call, the casts' range edges on
     # every path, the vector loops' tails, the device path's dtypes
     Fault("device-accounting", "collectives/comm.py",
-          'gpu_aware = os.environ.get("CCBENCH_GPU_AWARE", "0") == "1"',
-          'gpu_aware = os.environ.get("CCBENCH_GPU_AWARE", "1") == "1"', DEVICE),
+          'gpu_aware = switches.current().gpu_aware == "1"',
+          'gpu_aware = switches.current().gpu_aware != "0"', DEVICE),
     Fault("device-accounting", "benchmarks/timing.py",
           "host_syncs=syncs / calls if watch.on_device",
           "host_syncs=syncs / iterations if watch.on_device", DEVICE),

@@ -12,7 +12,7 @@ a block or a tile.
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import shutil
 import sys
 
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays as np_arrays
 
-from ccbench.kernels import codec_fused
+from ccbench.kernels import codec_fused, switches
 from ccbench.kernels.codec_bfp import TILE_WIDTH
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.errors import DataError, UsageError
@@ -146,15 +146,12 @@ def real_gradients(tmp_path_factory):
             )
             == 0
         )
-        saved = os.environ.get("CCBENCH_CORPUS")
-        os.environ["CCBENCH_CORPUS"] = str(root)
+        saved = switches.current()  # the corpus as CCBENCH_CORPUS would name it
+        switches.install(dataclasses.replace(saved, corpus=str(root)))
         try:
             return values(parse_data_kind("gradient"), 300_000, 0, 1).astype(np.float32)
         finally:
-            if saved is None:
-                del os.environ["CCBENCH_CORPUS"]
-            else:
-                os.environ["CCBENCH_CORPUS"] = saved
+            switches.install(saved)
     return values(kind, 300_000, 0, 1).astype(np.float32)
 
 
@@ -482,15 +479,15 @@ def test_casts_of_other_dtypes_run_the_reference():
     assert codec.kernel_path(np.zeros(8, np.float32)[::2]) == "reference"  # not contiguous
 
 
-def test_environment_forces_the_reference(monkeypatch):
-    monkeypatch.setenv("CCBENCH_CODEC_KERNELS", "reference")
+def test_environment_forces_the_reference(switch):
+    switch("CCBENCH_CODEC_KERNELS", "reference")
     x = np.zeros(10, np.float32)
     assert parse_codec("bfp:rate=8").kernel_path(x) == "reference"
     assert parse_codec("bf16").kernel_path(x) == "reference"
-    monkeypatch.setenv("CCBENCH_CODEC_KERNELS", "fastest")
+    switch("CCBENCH_CODEC_KERNELS", "fastest")
     with pytest.raises(UsageError, match="CCBENCH_CODEC_KERNELS"):
         parse_codec("fp16")
-    monkeypatch.delenv("CCBENCH_CODEC_KERNELS")
+    switch("CCBENCH_CODEC_KERNELS", None)
     assert parse_codec("fp16").kernel_path(x) == "fused"
     assert parse_codec("zstd").kernel_path(x) == "library"
     assert parse_codec("none").kernel_path(x) == "copy"

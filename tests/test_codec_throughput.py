@@ -84,11 +84,11 @@ def test_lossless_rows_are_exact_and_their_ratio_is_the_bytes_saved(dtype, buffe
     assert row["ratio"] == pytest.approx(expected, rel=1e-12)
 
 
-def test_zstd_on_real_gradients_is_honest(corpus, monkeypatch):
+def test_zstd_on_real_gradients_is_honest(corpus, switch):
     """Real float32 gradients barely compress losslessly; integers do, a lot."""
     from ccbench.benchmarks.codec_throughput import measure_codec
 
-    monkeypatch.setenv("CCBENCH_CORPUS", str(corpus))
+    switch("CCBENCH_CORPUS", str(corpus))
     real = measure_codec("zstd", "gradient", "numpy", "float32", 200000, 1)
     exact = measure_codec("zstd", "exact", "numpy", "float32", 200000, 1)
     assert real["data"] == "grad:lm-tiny" and real["cosine"] == pytest.approx(1, abs=1e-15)

@@ -172,18 +172,18 @@ def test_dtypes_the_device_kernels_do_not_take_run_the_array_api_path(spec, dtyp
 
 
 @pytest.mark.mpi
-def test_device_buffers_are_staged_unless_mpi_is_said_to_be_gpu_aware(monkeypatch):
+def test_device_buffers_are_staged_unless_mpi_is_said_to_be_gpu_aware(switch):
     from mpi4py import MPI
 
     from ccbench.collectives.comm import Communicator
 
-    monkeypatch.delenv("CCBENCH_GPU_AWARE", raising=False)
+    switch("CCBENCH_GPU_AWARE", None)
     values = np.arange(8, dtype=np.float32)
     # staged (one piece): the input copied to its pinned mirror, the host waits for that
     # copy before MPI reads it, the result copied back without a host wait
     for aware, copies in ((None, 1), ("1", 0)):
         if aware:
-            monkeypatch.setenv("CCBENCH_GPU_AWARE", aware)
+            switch("CCBENCH_GPU_AWARE", aware)
         comm = Communicator(MPI.COMM_WORLD)
         assert comm.gpu_aware is bool(aware)
         assert comm.describe()["gpu_aware"] is bool(aware)

@@ -118,10 +118,10 @@ def test_normal_is_standard_normal():
         "",
     ],
 )
-def test_bad_kinds_fail_with_one_line(spec, tmp_path, monkeypatch):
+def test_bad_kinds_fail_with_one_line(spec, tmp_path, switch):
     from ccbench.kernels.inputs import parse_data_kind
 
-    monkeypatch.setenv("CCBENCH_CORPUS", str(tmp_path))
+    switch("CCBENCH_CORPUS", str(tmp_path))
     with pytest.raises(UsageError) as info:
         parse_data_kind(spec)
     assert "\n" not in str(info.value) and str(info.value)
@@ -130,10 +130,10 @@ def test_bad_kinds_fail_with_one_line(spec, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "spec", ["gradient", "weights", "activations", "grad:lm-small:late", "act:digits-cnn"]
 )
-def test_a_missing_corpus_names_the_command_that_builds_it(spec, tmp_path, monkeypatch):
+def test_a_missing_corpus_names_the_command_that_builds_it(spec, tmp_path, switch):
     from ccbench.kernels.inputs import parse_data_kind
 
-    monkeypatch.setenv("CCBENCH_CORPUS", str(tmp_path / "nowhere"))
+    switch("CCBENCH_CORPUS", str(tmp_path / "nowhere"))
     with pytest.raises(UsageError) as info:
         parse_data_kind(spec)
     message = str(info.value)
@@ -156,8 +156,8 @@ def corpus(tmp_path_factory):
 
 
 @pytest.fixture
-def use_corpus(corpus, monkeypatch):
-    monkeypatch.setenv("CCBENCH_CORPUS", str(corpus))
+def use_corpus(corpus, switch):
+    switch("CCBENCH_CORPUS", str(corpus))
     return corpus
 
 

@@ -143,6 +143,8 @@ def test_benchmarks_hold_the_harness_and_variants_only():
         "schemas",
         "schema_model",
         "paired",
+        "switches",
+        "mpi_start",
     }  # paired: two variants in one launch, for ccbench compare
     from ccbench.scripts.cli import VARIANTS
 
@@ -191,7 +193,8 @@ LIBRARY_IMPORTERS = {
     "ccbench.collectives.comm_torch": "the torch.distributed communicator (MPI_Abort of an "
     "mpiexec launch)",
     "ccbench.collectives.launch": "the launcher: tells mpiexec, torchrun and srun apart",
-    "ccbench.benchmarks": "the MPI thread level, asked for before MPI starts",
+    "ccbench.benchmarks.mpi_start": "the MPI thread level, set just before mpi4py.MPI is "
+    "first imported",
     "ccbench.benchmarks.environment": "the MPI library's version and thread level, reported",
     "ccbench.benchmarks.overhead": "MPI's own bare loop, timed (MPI runs only)",
     "ccbench.benchmarks.timing_c": "OSU's C loop on MPI's communicator, timed (MPI runs only)",

@@ -156,8 +156,8 @@ def test_a_staged_receive_copies_the_message_not_its_slot():
 # ---------------------------------------------------------------- staging, counted
 
 
-def test_a_device_buffer_is_staged_by_default(monkeypatch):
-    monkeypatch.delenv("CCBENCH_GPU_AWARE", raising=False)
+def test_a_device_buffer_is_staged_by_default(monkeypatch, switch):
+    switch("CCBENCH_GPU_AWARE", None)
     comm = Communicator(MPI.COMM_SELF)
     assert comm.gpu_aware is False
 

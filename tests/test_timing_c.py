@@ -10,6 +10,7 @@ import json
 import pytest
 
 from ccbench.benchmarks import timing_c
+from ccbench.benchmarks.switches import read as read_switches
 from tests.mpirun import case_results, mpirun, variant_module
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
@@ -62,10 +63,10 @@ def test_a_broken_source_is_unavailable_not_a_crash(tmp_path):
 
 
 def test_requested_timer():
-    assert timing_c.requested_timer({}) == "auto"
-    assert timing_c.requested_timer({"CCBENCH_TIMER": "Python"}) == "python"
+    assert timing_c.requested_timer(read_switches({})) == "auto"
+    assert timing_c.requested_timer(read_switches({"CCBENCH_TIMER": "Python"})) == "python"
     with pytest.raises(Exception, match="CCBENCH_TIMER='fast'"):
-        timing_c.requested_timer({"CCBENCH_TIMER": "fast"})
+        timing_c.requested_timer(read_switches({"CCBENCH_TIMER": "fast"}))
 
 
 def baseline_rows(tmp_path, algorithm: str, env: dict | None = None, name: str = "b"):

@@ -8,11 +8,10 @@ keeps on a GPU too), so stock FSDP and DDP run unchanged beside ccbench's collec
 
 from __future__ import annotations
 
-import os
-
 import torch.distributed as dist
 
 from ccbench.collectives.comm_torch import init_default_group
+from ccbench.kernels import switches
 
 
 def init_torch_distributed(comm, backend: str | None = None) -> str:
@@ -22,7 +21,7 @@ def init_torch_distributed(comm, backend: str | None = None) -> str:
     sets the default."""
     if dist.is_initialized():
         return dist.get_backend()
-    backend = backend or os.environ.get("CCBENCH_TORCH_BACKEND", "gloo")
+    backend = backend or switches.current().torch_backend or "gloo"
     init_default_group(
         backend, comm.rank, comm.size, comm.local_rank, mpi_comm=getattr(comm, "mpi", None)
     )

@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from ccbench.benchmarks.results import read_json_document, write_json_atomic
+from ccbench.benchmarks.switches import read as read_switches
 from ccbench.kernels.errors import UsageError
 
-STATE_ENV = "CCBENCH_STATE"
 DEFAULT_STATE = Path("results") / ".checkpoints"
 FORMAT = 1
 
 
 def state_dir() -> Path:
-    return Path(os.environ.get(STATE_ENV) or DEFAULT_STATE)
+    return Path(read_switches().state or DEFAULT_STATE)
 
 
 def checkpoint_path(tool: str, identity: dict) -> Path:

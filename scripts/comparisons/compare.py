@@ -37,6 +37,7 @@ from pathlib import Path
 from ccbench.benchmarks.options import add_no_bind, add_rounds, add_sizes, split_common
 from ccbench.benchmarks.results import Sidecar, append_rows, check_header
 from ccbench.benchmarks.statistics import DEFAULT_MARGIN
+from ccbench.benchmarks.switches import read as read_switches
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.comparisons import checkpoint
 from ccbench.scripts.comparisons.revisions import REPO, materialize, resolve_rev
@@ -187,7 +188,7 @@ def main(argv: list[str]) -> int:
     comparison = Comparison(a, b, opts.statistic, opts.margin, pairing)
     env = {"CCBENCH_TIMER": "python"} if opts.timer == "python" else {}
     meta = run_meta()
-    meta["sweep_id"] = os.environ.get("CCBENCH_SWEEP_ID", "")
+    meta["sweep_id"] = read_switches().sweep_id
     started = time.monotonic()
     identity = {
         "a": a.command,

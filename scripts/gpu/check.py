@@ -40,6 +40,7 @@ import sys
 from pathlib import Path
 
 from ccbench.benchmarks.results import write_csv_atomic
+from ccbench.benchmarks.switches import read as read_switches
 from ccbench.scripts.gpu.goals import goal_rows
 from ccbench.scripts.gpu.plan import REPO, Cell, cells, skip_reason
 from ccbench.scripts.gpu.survey import Machine, describe, survey
@@ -73,7 +74,7 @@ COLUMNS = (
     "bound",
     "goal",
 )
-TIMEOUT_S = float(os.environ.get("CCBENCH_GPU_CHECK_TIMEOUT", "900"))
+TIMEOUT_S = float(read_switches().gpu_check_timeout or "900")
 
 
 def _base(cell: Cell) -> dict:

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ccbench.benchmarks.switches import read as read_switches
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.launchers import OPEN_MPI, find_mpiexec, mpi_family
 
@@ -77,7 +78,7 @@ def _cupy_facts() -> str:
 
 def _gpu_aware(mpiexec: str) -> str:
     """Why this MPI cannot read device memory ('' when it can)."""
-    if os.environ.get("CCBENCH_GPU_AWARE") == "1":
+    if read_switches().gpu_aware == "1":
         return ""
     if mpi_family(mpiexec) == OPEN_MPI:
         info = shutil.which("ompi_info", path=str(Path(mpiexec).parent)) or shutil.which(

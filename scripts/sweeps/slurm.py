@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ccbench.benchmarks.switches import read as read_switches
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.sweeps.tasks import Spec, Task, remaining_sizes
 
@@ -28,8 +29,8 @@ def srun_mpi(spec: Spec) -> tuple[str, str]:
     """srun's --mpi for the tasks, and where it came from: CCBENCH_SRUN_MPI, else the
     spec's [slurm] mpi, else pmix where it works in this allocation and pmi2 otherwise
     (Debian's SLURM lists pmix but has no PMIx library; the MPICH wheel speaks PMI-2)."""
-    if os.environ.get("CCBENCH_SRUN_MPI"):
-        return os.environ["CCBENCH_SRUN_MPI"], "from CCBENCH_SRUN_MPI"
+    if read_switches().srun_mpi:
+        return read_switches().srun_mpi, "from CCBENCH_SRUN_MPI"
     if spec.slurm.get("mpi"):
         return str(spec.slurm["mpi"]), f"from [slurm] mpi of {spec.path.name}"
     return _probe_srun_mpi()

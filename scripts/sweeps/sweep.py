@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ccbench.benchmarks.options import add_no_bind
 from ccbench.benchmarks.results import HARNESS, csv_files, read_rows, remove
+from ccbench.benchmarks.switches import read as read_switches
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.launchers import (
     binding_enabled,
@@ -129,7 +130,7 @@ def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher:
             *srun_placement_args(),
             "-n",
             str(task.ranks),
-            *shlex.split(os.environ.get("CCBENCH_SRUN_ARGS", "")),
+            *shlex.split(read_switches().srun_args),
         ]
         if int(spec.slurm.get("gpus_per_node", 0)) > 0:
             srun.append(str(BIND_GPU))

@@ -35,6 +35,7 @@ import numpy as np
 from ccbench.benchmarks.options import add_no_bind, add_rounds, split_common
 from ccbench.benchmarks.results import Sidecar, append_rows, check_header
 from ccbench.benchmarks.statistics import ratio_interval
+from ccbench.benchmarks.switches import read as read_switches
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.comparisons.rounds import COLUMNS, LAUNCHES, Side, run_meta
 from ccbench.scripts.launchers import Launcher, binding_enabled, refuse_inside_mpi_launch
@@ -153,7 +154,7 @@ def main(argv: list[str]) -> int:
     replay = replay_options(training)
     base = without_variant(training)
     meta = run_meta()
-    meta["sweep_id"] = os.environ.get("CCBENCH_SWEEP_ID", "")
+    meta["sweep_id"] = read_switches().sweep_id
     started = time.monotonic()
     times: dict[str, list[float]] = {"real": [], "replay": [], "captured": [], "again": []}
     for n in range(len(variants)):
@@ -280,7 +281,7 @@ def report(opts, training, variants, times, meta) -> list[dict]:
                 "verdict": r.verdict(opts.within),
                 "a_iterations": None,
                 "b_iterations": None,
-                "link_gbps": os.environ.get("CCBENCH_LINK_GBPS"),
+                "link_gbps": read_switches().link_gbps or None,
                 "pairing": LAUNCHES,
                 "turns": 1,
                 "timer": "",

@@ -56,6 +56,7 @@ def staging_cases(folder: Path) -> None:
 
     import tests.devicedouble as double
     from ccbench.benchmarks import staging_bound
+    from ccbench.benchmarks.switches import install as install_switches
     from ccbench.collectives.baseline import bind_collective
     from ccbench.collectives.comm import Communicator
     from ccbench.kernels import arrays
@@ -119,6 +120,7 @@ def staging_cases(folder: Path) -> None:
     )
 
     os.environ.pop("CCBENCH_GPU_AWARE", None)
+    install_switches()  # the communicator's default, as an entry point reads it
     default = Communicator(world.Dup())
     z = device(np.zeros(64 * size))
     counted(
