@@ -339,11 +339,13 @@ def compression_of(
     chunk_bytes: int | str | None = None,
     error_feedback: bool = False,
     auto: bool = False,
+    hooks: bool = False,
 ):
     """The one parse of a run's compression setting. ``variant`` None: a compressed
     variant's own --codec (any codec, none included). Training's or trace replay's
     --variant: a compressed one needs one of ccbench's codecs, the others send
-    uncompressed data (the registry says which is which); torch takes torch's DDP hooks."""
+    uncompressed data (the registry says which is which); ``hooks`` (training): torch
+    takes torch's own DDP hooks."""
     from ccbench.collectives.compression import AUTO, Compression
     from ccbench.kernels import variants
     from ccbench.kernels.codecs import parse_codec
@@ -356,7 +358,7 @@ def compression_of(
     setting = dict(chunk_bytes=chunk_bytes, error_feedback=error_feedback)
     if variant is None:
         return Compression(parse_codec(codec), **setting)
-    if variant == variants.TORCH:
+    if variant == variants.TORCH and hooks:
         if codec not in TORCH_HOOKS:
             raise UsageError(f"--variant torch takes --codec {', '.join(TORCH_HOOKS)}")
         return Compression(None, hook=codec, **setting)
@@ -372,7 +374,7 @@ def compression_of(
     return Compression(parse_codec(codec), **setting)
 
 
-def compression_from(opts, variant: str | None = None, auto: bool = False):
+def compression_from(opts, variant: str | None = None, auto: bool = False, hooks: bool = False):
     """compression_of the parsed options (--chunk-bytes and --error-feedback where the
     command declares them)."""
     return compression_of(
@@ -381,6 +383,7 @@ def compression_from(opts, variant: str | None = None, auto: bool = False):
         chunk_bytes=getattr(opts, "chunk_bytes", None),
         error_feedback=getattr(opts, "error_feedback", False),
         auto=auto,
+        hooks=hooks,
     )
 
 

@@ -329,7 +329,7 @@ def config_from_options(opts) -> TrainConfig:
         raise UsageError("--clip must not be negative")
     if opts.fit_seconds <= 0:
         raise UsageError("--fit-seconds must be positive")
-    compression = compression_from(opts, variant=opts.variant)
+    compression = compression_from(opts, variant=opts.variant, hooks=True)
     if opts.framework == "mgwfbp":
         from ccbench.collectives.mgwfbp import parse_strategies
 

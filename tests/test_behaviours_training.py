@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import pytest
 
+from ccbench.benchmarks.options import compression_of
+
 torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.mpi  # one test launches MPI ranks: the Open MPI leg runs them too
@@ -85,7 +87,10 @@ def test_error_feedback_through_the_fp16_transport():
 
     gradient_comm = GradientCommunicator(
         Communicator(MPI.COMM_SELF),
-        GradientCommSpec(variant="coll_compressed", codec="fp16", error_feedback=True),
+        GradientCommSpec(
+            variant="coll_compressed",
+            compression=compression_of("fp16", variant="coll_compressed", error_feedback=True),
+        ),
     )
     feedback = ErrorFeedback(gradient_comm)
     grad = torch.tensor(G)
@@ -106,13 +111,12 @@ def test_sharded_trainer_error_feedback_worked_by_hand():
         torch.nn.Linear(5, 3),
         Communicator(MPI.COMM_SELF),
         variant="coll_compressed",
-        codec="fp16",
-        error_feedback=True,
+        compression=compression_of("fp16", variant="coll_compressed", error_feedback=True),
     )
     n = trainer.flat.grads.numel()
     trainer.flat.grads.copy_(_tiled(G, n))
     trainer.residual.copy_(_tiled(OLD, n))
-    trainer._add_error_feedback()
+    trainer.feedback.apply("flat", trainer.flat.grads, 1)  # as step() does, on one rank
     assert trainer.flat.grads.tolist() == _tiled(COMPENSATED, n).tolist()
     assert trainer.residual.tolist() == _tiled(RESIDUAL, n).tolist()
 
@@ -150,7 +154,12 @@ def test_error_feedbacks_round_trip_is_per_rank_block():
 
     gradient_comm = GradientCommunicator(
         Communicator(MPI.COMM_SELF),
-        GradientCommSpec(variant="coll_compressed", codec="bfp:rate=8", error_feedback=True),
+        GradientCommSpec(
+            variant="coll_compressed",
+            compression=compression_of(
+                "bfp:rate=8", variant="coll_compressed", error_feedback=True
+            ),
+        ),
     )
     values = [2.0**-10] * 256 + [2.0**6] * 256
     feedback = ErrorFeedback(gradient_comm)
