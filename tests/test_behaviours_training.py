@@ -101,6 +101,9 @@ def test_error_feedback_through_the_fp16_transport():
 
 
 def test_sharded_trainer_error_feedback_worked_by_hand():
+    """One step of the compact trainer on one rank: its gradients (G on the model's 18
+    values, 0 on the padding) go out compensated by the old residual, and the residual
+    left is fp16's error on what went out (the padding's OLD values are exact in fp16)."""
     from mpi4py import MPI
 
     from ccbench.collectives.comm import Communicator
@@ -113,12 +116,17 @@ def test_sharded_trainer_error_feedback_worked_by_hand():
         variant="coll_compressed",
         compression=compression_of("fp16", variant="coll_compressed", error_feedback=True),
     )
-    n = trainer.flat.grads.numel()
-    trainer.flat.grads.copy_(_tiled(G, n))
+    n, k = trainer.flat.grads.numel(), trainer.flat.numel  # 256 padded, 18 trained
+    g = _tiled(G, k)
     trainer.residual.copy_(_tiled(OLD, n))
-    trainer.feedback.apply("flat", trainer.flat.grads, 1)  # as step() does, on one rank
-    assert trainer.flat.grads.tolist() == _tiled(COMPENSATED, n).tolist()
-    assert trainer.residual.tolist() == _tiled(RESIDUAL, n).tolist()
+
+    def loss(model):  # d loss / d (weight, bias) = g, in the flat buffer's order
+        return (model.weight * g[:15].view(3, 5)).sum() + (model.bias * g[15:]).sum()
+
+    trainer.step(loss)
+    sent = _tiled(COMPENSATED, k).tolist() + _tiled(OLD, n)[k:].tolist()
+    assert trainer.flat.grads.tolist() == sent
+    assert trainer.residual.tolist() == _tiled(RESIDUAL, k).tolist() + [0.0] * (n - k)
 
 
 @pytest.mark.timeout(300)
