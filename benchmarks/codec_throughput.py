@@ -38,11 +38,13 @@ from ccbench.benchmarks import accuracy, graphs
 from ccbench.benchmarks.options import (
     RankAwareParser,
     add_buffer,
+    add_compression,
     add_cuda_graph,
     add_output,
     add_repetitions,
     add_seed,
     add_sizes,
+    codecs_from,
     size_list,
 )
 from ccbench.benchmarks.results import CODEC, build_row
@@ -110,7 +112,7 @@ def measure_codec(
     per batch (device buffers; run() refuses what cannot be captured).
     """
     now = CLOCKS[clock]
-    codec = parse_codec(spec)
+    codec = parse_codec(spec)  # its own codec: the row pins its kernel path on it
     codec.check_supported(buffer, dtype)
     if kernels == "reference":
         codec.kernels = "reference"
@@ -236,11 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__ + "\nCodecs:\n" + describe_codecs(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--codec",
-        action="append",
-        metavar="SPEC",
-        help="codec to measure (repeat for several; default: " + ", ".join(DEFAULT_CODECS) + ")",
+    add_compression(
+        parser,
+        many=True,
+        codec_help="codec to measure (repeat for several; default: "
+        + ", ".join(DEFAULT_CODECS)
+        + ")",
     )
     add_sizes(parser, "16M:16M", note="; each size is one buffer encoded whole")
     add_buffer(parser)
@@ -334,7 +337,7 @@ def run(argv: list[str]) -> int:
         raise UsageError(f"-m {opts.message_size}: no size holds one {opts.dtype} element")
     counts = [size // itemsize(opts.dtype) for size in sizes]
     specs = opts.codec or list(DEFAULT_CODECS)
-    codecs = [parse_codec(spec) for spec in specs]  # bad specs fail before any timing
+    codecs = codecs_from(specs)  # bad specs fail before any timing
     for codec in codecs:
         codec.check_supported(opts.buffer, opts.dtype)
     kernels = opts.kernels or ("fused" if opts.cuda_graph else ",".join(KERNEL_CHOICES))

@@ -40,8 +40,9 @@ from ccbench.benchmarks.compressed_base import (
     rank_device,
 )
 from ccbench.benchmarks.harness import run_variant
-from ccbench.benchmarks.options import parse_size
-from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, auto_chunk_bytes, bind_compressed
+from ccbench.benchmarks.options import compression_from
+from ccbench.collectives.compressed import auto_chunk_bytes, bind_compressed
+from ccbench.collectives.compression import AUTO
 from ccbench.collectives.pipeline import (
     DEFAULT_PROGRESS,
     DEFAULT_WAIT,
@@ -56,12 +57,11 @@ from ccbench.kernels.codecs import describe_codecs
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.vocabulary import itemsize
 
-AUTO = "auto"
 # --algorithm: the pipelined ring (seed 000), or one library call per phase
 ALGORITHMS = ("ring", "library")
 # the ring's pipeline options, which a library call has no use for: (option, default)
 RING_OPTIONS = (
-    ("chunk_bytes", None),  # DEFAULT_CHUNK_BYTES; over NCCL auto (resolve_chunk)
+    ("chunk_bytes", None),  # not given: Compression.chunk applies the default
     ("progress", DEFAULT_PROGRESS),
     ("codec_threads", 0),
     ("wait", DEFAULT_WAIT),
@@ -255,16 +255,10 @@ def codec_sharing(comm, buffer: str) -> float:
     return max(device if on_device else core for core, device in shares)
 
 
-def default_chunk(opts):
-    """--chunk-bytes when not given: auto for the ring over NCCL, where every chunk costs
-    the host its launches (docs/gpu.md, "Chunks on a device"); else DEFAULT_CHUNK_BYTES."""
-    if opts.algorithm == "ring" and opts.backend == "nccl":
-        return AUTO
-    return DEFAULT_CHUNK_BYTES
-
-
-def chunk_option(text: str):
-    return AUTO if text.strip().lower() == AUTO else parse_size(text)
+def auto_by_default(opts) -> bool:
+    """--chunk-bytes not given means auto for the ring over NCCL, where every chunk costs
+    the host its launches (docs/gpu.md, "Chunks on a device"); else the default size."""
+    return opts.algorithm == "ring" and opts.backend == "nccl"
 
 
 def block_bytes(case) -> int:
@@ -276,6 +270,7 @@ class CollCompressed(CompressedVariant):
     name = "coll_compressed"
     description = __doc__ + describe_codecs()
     kind = "coll"
+    chunked = {"chunk": True, "auto": True}
 
     def add_variant_options(self, group) -> None:
         group.add_argument(
@@ -288,17 +283,6 @@ class CollCompressed(CompressedVariant):
             "not pipelined; its reduce-scatter decodes each contribution once instead "
             "of re-encoding partial sums (the default with --transport torch, where "
             "each call has a large fixed cost)",
-        )
-        group.add_argument(
-            "--chunk-bytes",
-            type=chunk_option,
-            default=None,
-            metavar="BYTES",
-            help=f"uncompressed bytes per pipelined chunk (default "
-            f"{DEFAULT_CHUNK_BYTES // 1024}K, auto over NCCL; 0: one chunk per block; auto: "
-            "chosen per size from the block, the codec's rate and ratio and the "
-            "transport's per-message cost and rate, measured at start-up; on a device "
-            "never a chunk whose launches cost the host over 5%% of its wire time)",
         )
         group.add_argument(
             "--progress",
@@ -329,6 +313,9 @@ class CollCompressed(CompressedVariant):
             "pipeline of both",
         )
 
+    def parse_compression(self, opts):
+        return compression_from(opts, auto=True)
+
     def check_options(self, opts, ranks: int) -> None:
         super().check_options(opts, ranks)
         if opts.algorithm is None:
@@ -345,15 +332,12 @@ class CollCompressed(CompressedVariant):
                     f"{names}: the ring's pipeline options; --algorithm library "
                     f"makes one library call per phase (use --algorithm ring)"
                 )
-        if opts.chunk_bytes is None:
-            opts.chunk_bytes = default_chunk(opts)
-        if opts.chunk_bytes != AUTO and opts.chunk_bytes < 0:
-            raise UsageError("--chunk-bytes must not be negative")
+        self.chunk = self.compression.chunk(auto_default=auto_by_default(opts))
 
     def options(self, opts, case) -> dict:
         if opts.algorithm == "library":
             return {}
-        chunk = opts.chunk_bytes
+        chunk = self.chunk
         if chunk == AUTO:
             rates = self.rates[case.dtype]
             chunk = auto_chunk_bytes(
@@ -378,7 +362,7 @@ class CollCompressed(CompressedVariant):
 
     def prepare(self, comm, opts) -> None:
         self.rates = {}
-        if opts.chunk_bytes == AUTO:
+        if self.chunk == AUTO:
             self.rates[opts.dtype] = measure_rates(
                 comm, self.codec, opts.buffer, opts.dtype, graphed=bool(opts.cuda_graph)
             )
@@ -400,7 +384,7 @@ class CollCompressed(CompressedVariant):
         fuses = spec(opts.collective).fusible  # fusing joins a reduce phase to a gather phase
         columns = {
             **super().columns(opts),
-            "chunk_bytes": opts.chunk_bytes,
+            "chunk_bytes": self.chunk,
             "chunk_used_bytes": None,
             "auto_codec_gbps": None,
             "transport_message_us": None,

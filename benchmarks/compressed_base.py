@@ -21,7 +21,7 @@ from ccbench.benchmarks.hierarchy import (
     hierarchical_algorithm,
     level_columns,
 )
-from ccbench.benchmarks.options import iterations_for
+from ccbench.benchmarks.options import add_compression, compression_from, iterations_for
 from ccbench.benchmarks.schemas import COMPRESSED
 from ccbench.collectives.compressed import bind_compressed
 from ccbench.collectives.compressed_error import (
@@ -33,7 +33,6 @@ from ccbench.collectives.costmodel import floor_steps, pipeline_floor
 from ccbench.collectives.hierarchical import ranks_per_node_from_environment
 from ccbench.collectives.pipeline import CODEC_CPU, FIELDS
 from ccbench.kernels import arrays, inputs, switches
-from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.vocabulary import COLLECTIVES
 
 DEFAULT_CODEC = "fp16"
@@ -45,8 +44,10 @@ class CompressedVariant(Variant):
     kind = ""  # the collectives.compressed schedule: "p2p", "coll" or "library"
     algorithm = "ring"  # the row's `algorithm`
     collectives = COLLECTIVES
+    chunked: dict = {}  # add_compression's chunk options: the pipelined schedule's
 
     def __init__(self):
+        self.compression = None  # the parsed --codec (and --chunk-bytes), check_options
         self.codec = None
         self.ranks = 1
         self.hierarchical = False
@@ -54,11 +55,8 @@ class CompressedVariant(Variant):
 
     def add_options(self, parser) -> None:
         group = parser.add_argument_group("compression")
-        group.add_argument(
-            "--codec",
-            default=DEFAULT_CODEC,
-            metavar="SPEC",
-            help=f"codec spec (default {DEFAULT_CODEC}); see above",
+        add_compression(
+            group, default=DEFAULT_CODEC, codec_help="codec spec; see above", **self.chunked
         )
         self.add_variant_options(group)
         add_hierarchy_options(parser)
@@ -68,18 +66,29 @@ class CompressedVariant(Variant):
 
     def check_options(self, opts, ranks: int) -> None:
         self.ranks = ranks
-        self.codec = parse_codec(opts.codec)
+        self.compression = self.setting(opts)
+        self.codec = self.compression.codec
         self.codec.check_supported(opts.buffer, opts.dtype)
         check_hierarchy(opts, ranks)
         self.hierarchical = opts.hierarchy == "node"
         self.ranks_per_node = opts.ranks_per_node
+
+    def setting(self, opts):
+        """The run's compression setting, parsed once per parse of the options (the data
+        kind asks before check_options does)."""
+        if getattr(opts, "compression", None) is None:
+            opts.compression = self.parse_compression(opts)
+        return opts.compression
+
+    def parse_compression(self, opts):
+        return compression_from(opts)
 
     def options(self, opts, case) -> dict:
         """Keyword options of the bound collective for this case."""
         return {}
 
     def values_matter(self, opts) -> bool:
-        return parse_codec(opts.codec).name != "none"
+        return self.setting(opts).codec.name != "none"
 
     def columns(self, opts) -> dict:
         # compressions: encode/decode round trips on the worst element's path (across

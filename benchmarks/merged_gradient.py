@@ -116,10 +116,10 @@ def make_group_allreduce(name: str, comm: Communicator) -> GroupAllreduce:
         )
     variant, sep, spec = allreduce.partition(":")
     if variant in ("coll", "p2p") and sep:
+        from ccbench.benchmarks.options import compression_of
         from ccbench.collectives.compressed import bind_compressed
-        from ccbench.kernels.codecs import parse_codec
 
-        codec = parse_codec(spec)
+        codec = compression_of(spec).codec
         return GroupAllreduce(
             name,
             lambda s, r: bind_compressed(comm, variant, "allreduce", codec, s, r),

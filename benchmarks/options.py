@@ -262,24 +262,141 @@ def resolve_algorithm(algorithm: str | None, transport: str) -> str:
     return algorithm
 
 
-def check_gradient_codec(variant: str, codec: str) -> str:
-    """The codec of training's or trace replay's --variant, in its canonical spelling: a
-    compressed variant needs one of ccbench's codecs, the others send uncompressed data
-    (the registry says which is which). The gradient communicator takes it as checked."""
-    from ccbench.kernels import variants
+# The compression setting: one declaration of --codec, --chunk-bytes and --error-feedback,
+# one parse (collectives/compression.py has the object the run carries down).
 
+TORCH_HOOKS = ("none", "fp16", "bf16", "powersgd")  # --variant torch: torch's DDP hooks
+
+
+def chunk_option(text: str) -> int | str:
+    """--chunk-bytes: bytes (K, M, G suffixes), 0, or auto."""
+    from ccbench.collectives.compression import AUTO
+
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        value = parse_size(text)
+    except UsageError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+def add_compression(
+    parser,
+    *,
+    default: str | None = "none",
+    codec_help: str = "codec spec",
+    many: bool = False,
+    chunk: bool = False,
+    auto: bool = False,
+    error_feedback: bool = False,
+) -> None:
+    """--codec SPEC (``many``: repeatable, a list), and where the command pipelines or
+    trains, --chunk-bytes (``auto``: the measured choice too) and --error-feedback."""
+    shown = "" if default is None or many else f" (default {default})"
+    parser.add_argument(
+        "--codec",
+        action="append" if many else "store",
+        default=None if many else default,
+        metavar="SPEC",
+        help=codec_help + shown,
+    )
+    if chunk:
+        from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES
+
+        parser.add_argument(
+            "--chunk-bytes",
+            type=chunk_option,
+            default=None,
+            metavar="BYTES",
+            help="collective-level compressed ring: uncompressed bytes per pipelined "
+            f"chunk (default {DEFAULT_CHUNK_BYTES // 1024}K"
+            + (", auto over NCCL" if auto else "")
+            + "; 0: one chunk per ring block, no pipelining"
+            + (
+                "; auto: chosen per size from the block, the codec's rate and ratio and "
+                "the transport's per-message cost and rate, measured at start-up; on a "
+                "device never a chunk whose launches cost the host over 5%% of its wire "
+                "time)"
+                if auto
+                else ")"
+            ),
+        )
+    if error_feedback:
+        parser.add_argument(
+            "--error-feedback",
+            action="store_true",
+            help="carry the gradient codec's error to the next step (lossy codecs)",
+        )
+
+
+def compression_of(
+    codec: str,
+    *,
+    variant: str | None = None,
+    chunk_bytes: int | str | None = None,
+    error_feedback: bool = False,
+    auto: bool = False,
+    hooks: bool = False,
+):
+    """The one parse of a run's compression setting. ``variant`` None: a compressed
+    variant's own --codec (any codec, none included). Training's or trace replay's
+    --variant: a compressed one needs one of ccbench's codecs, the others send
+    uncompressed data (the registry says which is which); ``hooks`` (training): torch
+    takes torch's own DDP hooks."""
+    from ccbench.collectives.compression import AUTO, Compression
+    from ccbench.kernels import variants
+    from ccbench.kernels.codecs import parse_codec
+
+    if chunk_bytes == AUTO and not auto:
+        raise UsageError(
+            "--chunk-bytes auto: coll_compressed measures the rates it needs at start-up; "
+            "give a size here"
+        )
+    setting = dict(chunk_bytes=chunk_bytes, error_feedback=error_feedback)
+    if variant is None:
+        return Compression(parse_codec(codec), **setting)
+    if variant == variants.TORCH and hooks:
+        if codec not in TORCH_HOOKS:
+            raise UsageError(f"--variant torch takes --codec {', '.join(TORCH_HOOKS)}")
+        return Compression(None, hook=codec, **setting)
     if variants.schedule(variant) is None:
         if codec != "none":
             raise UsageError(
                 f"the {variant} variant sends uncompressed data: use a "
                 f"compressed variant for --codec {codec}"
             )
-        return codec
+        return Compression(None, **setting)
     if codec == "none":
         raise UsageError(f"--variant {variant} needs a codec, e.g. --codec fp16")
+    return Compression(parse_codec(codec), **setting)
+
+
+def compression_from(opts, variant: str | None = None, auto: bool = False, hooks: bool = False):
+    """compression_of the parsed options (--chunk-bytes and --error-feedback where the
+    command declares them)."""
+    return compression_of(
+        opts.codec,
+        variant=variant,
+        chunk_bytes=getattr(opts, "chunk_bytes", None),
+        error_feedback=getattr(opts, "error_feedback", False),
+        auto=auto,
+        hooks=hooks,
+    )
+
+
+def add_codec_list(parser, default: str) -> None:
+    """--codecs A,B: the codecs a tool weighs (ccbench advise); codecs_from parses them."""
+    parser.add_argument("--codecs", default=default, help=f"codecs ({default})")
+
+
+def codecs_from(specs) -> list:
+    """Several codecs (a repeated --codec, advise's --codecs list), parsed."""
     from ccbench.kernels.codecs import parse_codec
 
-    return parse_codec(codec).spec
+    return [parse_codec(spec.strip()) for spec in specs if spec.strip()]
 
 
 def add_cuda_graph(parser) -> None:

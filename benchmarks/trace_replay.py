@@ -32,10 +32,11 @@ from ccbench.benchmarks.agreement import agreed, run_main
 from ccbench.benchmarks.options import (
     FALLBACK_DATA,
     RankAwareParser,
+    add_compression,
     add_output,
     add_seed,
     add_validate,
-    check_gradient_codec,
+    compression_from,
     non_negative_int,
     parse_size,
     positive_float,
@@ -91,20 +92,13 @@ def build_parser(quiet: bool) -> RankAwareParser:
         default="mpi",
         help="baseline only: the MPI library's collectives (default) or ccbench's ring",
     )
-    parser.add_argument("--codec", default="none", help="codec of the compressed variants")
+    add_compression(parser, codec_help="codec spec of the compressed variants", chunk=True)
     parser.add_argument(
         "--compress",
         choices=COMPRESS,
         default="both",
         help="what the compressed variants compress: parameters "
         "(allgather), gradients (reduce-scatter, allreduce) or both",
-    )
-    parser.add_argument(
-        "--chunk-bytes",
-        type=parse_size,
-        default=None,
-        metavar="BYTES",
-        help="coll_compressed: uncompressed bytes per pipelined chunk",
     )
     parser.add_argument(
         "--merge",
@@ -175,7 +169,7 @@ def parse_options(argv, comm: Communicator):
     opts.data = parse_data_kind(opts.data).spec
     if opts.merge:
         opts.merge = parse_strategy(opts.merge).label
-    opts.codec = check_gradient_codec(opts.variant, opts.codec)
+    opts.compression = compression_from(opts, variant=opts.variant)
     return opts
 
 
@@ -300,8 +294,8 @@ def _rows(opts, trace, name, tid, mode, steps, local, info, comm, checks) -> lis
             "model": source.get("model", ""),
             "variant": opts.variant,
             "algorithm": _algorithm(opts),
-            "codec": opts.codec,
-            "compress": opts.compress if opts.codec != "none" else "",
+            "codec": opts.compression.spec,
+            "compress": opts.compress if opts.compression.spec != "none" else "",
             "merge": opts.merge or "",
             "compute_wait": mode,
             "compute_scale": opts.compute_scale,
@@ -425,7 +419,7 @@ def _run(argv, comm: Communicator) -> int:
     loaded = agreed(comm, lambda: load_trace(opts.trace, comm.size) if root else None)
     trace, name = comm.bcast_obj(loaded, root=0)
     agreed(comm, lambda: check_replayable(trace))
-    spec = ReplaySpec(opts.variant, opts.algorithm, opts.codec, opts.compress, opts.chunk_bytes)
+    spec = ReplaySpec(opts.variant, opts.algorithm, opts.compression, opts.compress)
     router = agreed(comm, lambda: Router(comm, spec))
     steps, fit = trace.steps, None
     if opts.merge:
@@ -438,7 +432,7 @@ def _run(argv, comm: Communicator) -> int:
     if root:
         print(
             f"# ccbench trace replay: {name} ({trace.describe()}), {comm.size} ranks, "
-            f"variant {opts.variant} ({_algorithm(opts)}), codec {opts.codec}"
+            f"variant {opts.variant} ({_algorithm(opts)}), codec {opts.compression.spec}"
             + (f", merged by {opts.merge} ({fit.describe()})" if fit else "")
             + f", {opts.steps} steps after {opts.warmup}",
             flush=True,

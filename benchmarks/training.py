@@ -24,10 +24,11 @@ request_thread_level("multiple")  # the communication thread calls MPI beside th
 
 from ccbench.benchmarks.options import (
     RankAwareParser,
+    add_compression,
     add_output,
     add_seed,
     add_transport,
-    check_gradient_codec,
+    compression_from,
     non_negative_int,
     parse_size,
     positive_int,
@@ -59,9 +60,9 @@ def result_rows(result: TrainResult, comm, meta: dict) -> list[dict]:
             "framework": c.framework,
             "variant": c.variant,
             "algorithm": result_algorithm(c),
-            "codec": c.codec,
-            "compress": c.compress if c.codec not in ("none",) and c.variant != "torch" else "",
-            "error_feedback": int(c.error_feedback),
+            "codec": c.compression.spec,
+            "compress": c.compress if c.compression.spec != "none" and c.variant != "torch" else "",
+            "error_feedback": int(c.compression.error_feedback),
             "overlap": int(c.overlap) if stream else "",
             "model": result.model_name,
             "dataset": result.dataset,
@@ -215,11 +216,13 @@ def build_parser(quiet: bool) -> RankAwareParser:
         "one)",
     )
     add_transport(parser)
-    parser.add_argument(
-        "--codec",
-        default="none",
-        help="codec spec of the compressed variants (fp16, bf16, bfp:rate=8, "
-        "zfp:rate=8, ...); none with the baseline",
+    add_compression(
+        parser,
+        codec_help="codec spec of the compressed variants (fp16, bf16, bfp:rate=8, "
+        "zfp:rate=8, ...; --variant torch: torch's DDP hooks none, fp16, bf16, powersgd); "
+        "none with the baseline",
+        chunk=True,
+        error_feedback=True,
     )
     parser.add_argument(
         "--compress",
@@ -227,18 +230,6 @@ def build_parser(quiet: bool) -> RankAwareParser:
         default="both",
         help="what the compressed variants compress: parameters (allgather), "
         "gradients (reduce-scatter) or both (default)",
-    )
-    parser.add_argument(
-        "--chunk-bytes",
-        type=parse_size,
-        default=None,
-        metavar="BYTES",
-        help="coll_compressed: uncompressed bytes per pipelined chunk (default 256K)",
-    )
-    parser.add_argument(
-        "--error-feedback",
-        action="store_true",
-        help="carry the gradient codec's error to the next step (lossy codecs)",
     )
     parser.add_argument("--steps", type=positive_int, default=100, help="default 100")
     parser.add_argument(
@@ -331,9 +322,6 @@ def build_parser(quiet: bool) -> RankAwareParser:
     return parser
 
 
-TORCH_CODECS = ("none", "fp16", "bf16", "powersgd")
-
-
 def config_from_options(opts) -> TrainConfig:
     if opts.lr is not None and not opts.lr > 0:
         raise UsageError("--lr must be positive")
@@ -341,11 +329,7 @@ def config_from_options(opts) -> TrainConfig:
         raise UsageError("--clip must not be negative")
     if opts.fit_seconds <= 0:
         raise UsageError("--fit-seconds must be positive")
-    if opts.variant == variants.TORCH:  # torch's own DDP hooks, not ccbench's codecs
-        if opts.codec not in TORCH_CODECS:
-            raise UsageError(f"--variant torch takes --codec {', '.join(TORCH_CODECS)}")
-    else:  # canonical spelling, as in the other CSVs
-        opts.codec = check_gradient_codec(opts.variant, opts.codec)
+    compression = compression_from(opts, variant=opts.variant, hooks=True)
     if opts.framework == "mgwfbp":
         from ccbench.collectives.mgwfbp import parse_strategies
 
@@ -355,9 +339,8 @@ def config_from_options(opts) -> TrainConfig:
         framework=opts.framework,
         variant=opts.variant,
         algorithm=opts.algorithm,
-        codec=opts.codec,
+        compression=compression,
         compress=opts.compress,
-        error_feedback=opts.error_feedback,
         steps=opts.steps,
         batch=opts.batch,
         lr=opts.lr,
@@ -367,7 +350,6 @@ def config_from_options(opts) -> TrainConfig:
         eval_every=opts.eval_every,
         final_window=opts.final_window,
         threads=opts.threads,
-        chunk_bytes=opts.chunk_bytes,
         overlap=opts.overlap,
         strategy=opts.strategy,
         bucket_cap_mb=opts.bucket_cap_mb,
@@ -409,7 +391,9 @@ def cost_model(comm, opts, root: bool):
         )
         if root:
             print(
-                f"# allreduce cost model ({opts.variant}, {opts.codec}): {fit.describe()}",
+                f"# allreduce cost model ({opts.variant}, "
+                f"{gradient_comm.spec.compression.spec}): "
+                f"{fit.describe()}",
                 flush=True,
             )
         return fit.model
@@ -459,8 +443,9 @@ def _train_and_report(argv: list[str], launch) -> int:
         print(
             f"# ccbench training: model {task.name} on {task.dataset}, framework "
             f"{config.framework}, variant "
-            f"{config.variant} ({result_algorithm(config)}), codec {config.codec}"
-            f"{', error feedback' if config.error_feedback else ''}, {comm.size} ranks, "
+            f"{config.variant} ({result_algorithm(config)}), codec {config.compression.spec}"
+            f"{', error feedback' if config.compression.error_feedback else ''}, "
+            f"{comm.size} ranks, "
             f"global batch {batch}, {config.steps} steps",
             flush=True,
         )
@@ -540,7 +525,7 @@ def _write_trace(comm, opts, config: TrainConfig, result: TrainResult, recorder,
         "global_batch": result.global_batch,
         "variant": config.variant,
         "algorithm": result_algorithm(config),
-        "codec": config.codec,
+        "codec": config.compression.spec,
         "strategy": config.strategy if config.framework == "mgwfbp" else "",
         "threads": config.threads,
         "run_id": info["run_id"],

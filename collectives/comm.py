@@ -339,6 +339,13 @@ class Communicator(BaseCommunicator):
         recv = host_view(recvbuf)
         return self._bind(collective, host_view(sendbuf), recv, sum_op(recv))
 
+    def in_place_call(self, collective: str, recvbuf):
+        """MPI_IN_PLACE on host memory, where the collective has an in-place form."""
+        if not spec(collective).mpi_in_place or arrays.is_device_array(recvbuf):
+            return None
+        recv = host_view(recvbuf)
+        return self._bind(collective, MPI.IN_PLACE, recv, sum_op(recv))
+
     def _staged_call(self, collective: str, sendbuf, recvbuf):
         """A library collective on device buffers through pinned host mirrors, in pieces
         (`stage_chunk_bytes`): every piece's D2H copy is enqueued at once; the host waits

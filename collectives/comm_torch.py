@@ -231,6 +231,24 @@ def torch_communicator(
     return comm
 
 
+def torch_function(collective: str):
+    """torch.distributed's function of a collective: the first name spec.py gives that
+    this torch has (newer names first)."""
+    import torch.distributed as dist
+
+    return next(getattr(dist, name) for name in spec(collective).torch_calls if hasattr(dist, name))
+
+
+def default_group_call(collective: str, sendbuf, recvbuf) -> None:
+    """One call of torch.distributed's own collective on its default group (training's
+    --variant torch): (out, in), or an in-place one on recvbuf, which holds its input."""
+    function = torch_function(collective)
+    if spec(collective).in_place:
+        function(recvbuf)
+    else:
+        function(recvbuf, sendbuf)
+
+
 class _Request:
     """Works of one send, receive or batch; `after` copies a staged receive in."""
 
@@ -347,15 +365,13 @@ class TorchCommunicator(BaseCommunicator):
         """torch.distributed's own collective (collectives/spec.py names its function),
         bound to these buffers. An in-place one (all_reduce) copies the input into the
         output first."""
-        dist, group = self.dist, self.group
+        group = self.group
         send_t = arrays.backend_of(sendbuf).tensor(sendbuf)
         recv_t = arrays.backend_of(recvbuf).tensor(recvbuf)
         s = send_t if self._reachable(send_t) else self._mirror(sendbuf, send_t)
         r = recv_t if self._reachable(recv_t) else self._mirror(recvbuf, recv_t)
         described = spec(collective)
-        function = next(
-            getattr(dist, name) for name in described.torch_calls if hasattr(dist, name)
-        )
+        function = torch_function(collective)
         if described.in_place:
 
             def call():

@@ -100,6 +100,12 @@ class BaseCommunicator:
         buffers, bound once (the timed loop pays what a bare library call pays)."""
         raise NotImplementedError
 
+    def in_place_call(self, collective: str, recvbuf):
+        """The library's in-place form of the collective on recvbuf (this rank's input
+        already lies in it: at its block, or whole), bound; None where the library has
+        none for these buffers (the caller then runs library_call)."""
+        return None
+
     def allgather_bytes(self, sendbuf, recvbuf) -> None:
         """The library's allgather of one uint8 block per rank (the library-backed
         compressed collectives' payloads): recvbuf, `size` blocks of n bytes, receives

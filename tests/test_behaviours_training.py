@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import pytest
 
+from ccbench.benchmarks.options import compression_of
+
 torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.mpi  # one test launches MPI ranks: the Open MPI leg runs them too
@@ -85,7 +87,10 @@ def test_error_feedback_through_the_fp16_transport():
 
     gradient_comm = GradientCommunicator(
         Communicator(MPI.COMM_SELF),
-        GradientCommSpec(variant="coll_compressed", codec="fp16", error_feedback=True),
+        GradientCommSpec(
+            variant="coll_compressed",
+            compression=compression_of("fp16", variant="coll_compressed", error_feedback=True),
+        ),
     )
     feedback = ErrorFeedback(gradient_comm)
     grad = torch.tensor(G)
@@ -96,6 +101,9 @@ def test_error_feedback_through_the_fp16_transport():
 
 
 def test_sharded_trainer_error_feedback_worked_by_hand():
+    """One step of the compact trainer on one rank: its gradients (G on the model's 18
+    values, 0 on the padding) go out compensated by the old residual, and the residual
+    left is fp16's error on what went out (the padding's OLD values are exact in fp16)."""
     from mpi4py import MPI
 
     from ccbench.collectives.comm import Communicator
@@ -106,15 +114,19 @@ def test_sharded_trainer_error_feedback_worked_by_hand():
         torch.nn.Linear(5, 3),
         Communicator(MPI.COMM_SELF),
         variant="coll_compressed",
-        codec="fp16",
-        error_feedback=True,
+        compression=compression_of("fp16", variant="coll_compressed", error_feedback=True),
     )
-    n = trainer.flat.grads.numel()
-    trainer.flat.grads.copy_(_tiled(G, n))
+    n, k = trainer.flat.grads.numel(), trainer.flat.numel  # 256 padded, 18 trained
+    g = _tiled(G, k)
     trainer.residual.copy_(_tiled(OLD, n))
-    trainer._add_error_feedback()
-    assert trainer.flat.grads.tolist() == _tiled(COMPENSATED, n).tolist()
-    assert trainer.residual.tolist() == _tiled(RESIDUAL, n).tolist()
+
+    def loss(model):  # d loss / d (weight, bias) = g, in the flat buffer's order
+        return (model.weight * g[:15].view(3, 5)).sum() + (model.bias * g[15:]).sum()
+
+    trainer.step(loss)
+    sent = _tiled(COMPENSATED, k).tolist() + _tiled(OLD, n)[k:].tolist()
+    assert trainer.flat.grads.tolist() == sent
+    assert trainer.residual.tolist() == _tiled(RESIDUAL, k).tolist() + [0.0] * (n - k)
 
 
 @pytest.mark.timeout(300)
@@ -150,7 +162,12 @@ def test_error_feedbacks_round_trip_is_per_rank_block():
 
     gradient_comm = GradientCommunicator(
         Communicator(MPI.COMM_SELF),
-        GradientCommSpec(variant="coll_compressed", codec="bfp:rate=8", error_feedback=True),
+        GradientCommSpec(
+            variant="coll_compressed",
+            compression=compression_of(
+                "bfp:rate=8", variant="coll_compressed", error_feedback=True
+            ),
+        ),
     )
     values = [2.0**-10] * 256 + [2.0**6] * 256
     feedback = ErrorFeedback(gradient_comm)

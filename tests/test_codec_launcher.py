@@ -5,12 +5,11 @@ launch of its kernel, on the array's stream, with the arguments packed as the CU
 source declares them (codec_device.cu): addresses as uint64, the count as int64, flags
 and limits as int32, the grid from the closed form (one thread per 8 values, 256 per
 block). A cupy whose launch takes no stream gets the launch inside `with stream:`.
-Also --chunk-bytes auto's launch floor on a device, against a hand-worked case.
+(--chunk-bytes auto's launch floor on a device: tests/test_chunking.py.)
 """
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -131,42 +130,3 @@ def test_a_cupy_whose_launch_takes_no_stream_launches_inside_it(launches):
     calls, stream = launches
     codec_device.cast_decode(Array(16, 0), Array(8, 64), False)
     assert len(calls) == 1 and stream.entered == 1
-
-
-# ---------------------------------------------------------------- chunks on a device
-
-
-def test_auto_never_picks_a_chunk_whose_launches_cost_over_5_percent_of_its_wire():
-    """By hand: fp16 halves the bytes; at 100 Gbit/s (12.5e9 B/s) two launches of 40 us
-    are 5% of 1.6 ms of wire, 20e6 B of payload: 40e6 B of data. Graphed (no host cost)
-    the same block is cut as before."""
-    from ccbench.collectives.compressed import auto_chunk_bytes, launch_floor_bytes
-    from ccbench.kernels.codecs import parse_codec
-
-    assert launch_floor_bytes(40e-6, 2.0, 12.5e9) == 40_000_000
-    assert launch_floor_bytes(0.0, 2.0, 12.5e9) == 0
-    codec = parse_codec("fp16")
-    block = 256 << 20
-    args = (codec, "float32", block, 4, 100.0, 20e9, 20e-6, "allgather")
-    eager = auto_chunk_bytes(*args, launch_s=40e-6)
-    assert eager >= 40_000_000
-    assert 2 * 40e-6 <= 0.05 * (eager / 2 / 12.5e9) * (1 + 1e-12)
-    graphed = auto_chunk_bytes(*args, launch_s=0.0)
-    assert graphed == auto_chunk_bytes(*args) and graphed < eager
-    # a block below the floor travels whole
-    small = auto_chunk_bytes(codec, "float32", 4 << 20, 4, 100.0, 20e9, 20e-6, launch_s=40e-6)
-    assert small >= 4 << 20
-    assert math.ceil((4 << 20) / small) == 1
-
-
-def test_the_rings_default_chunk_over_nccl_is_auto():
-    from ccbench.benchmarks.coll_compressed import AUTO, default_chunk
-    from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES
-
-    def opts(algorithm, backend):
-        return SimpleNamespace(algorithm=algorithm, backend=backend)
-
-    assert default_chunk(opts("ring", "nccl")) == AUTO
-    assert default_chunk(opts("ring", "gloo")) == DEFAULT_CHUNK_BYTES
-    assert default_chunk(opts("ring", "mpi")) == DEFAULT_CHUNK_BYTES
-    assert default_chunk(opts("library", "nccl")) == DEFAULT_CHUNK_BYTES

@@ -245,38 +245,7 @@ def test_nan_input_stops_the_job(variant):
 
 
 # ------------------------------------------------------------------ pipeline: floor, chunks
-
-
-def test_auto_chunk_bytes_by_hand():
-    from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, auto_chunk_bytes
-    from ccbench.kernels.codecs import parse_codec
-
-    fp16 = parse_codec("fp16")  # ratio 2: at 1 Gbit/s the link carries w = 2.5e8 B/s of data
-    # B = 16 MiB allgather, 4 ranks, c = 1 GB/s, o = 1 ms per chunk and step, share 1:
-    # W = 3 B / w = 201.33 ms; K = 3 B / c = 50.33 ms; C = 3 n ms; F = 33.55 / n ms;
-    # T = max(W, K) + C + F: n = 2: 201.33 + 6 + 16.78 = 224.11; n = 4: 201.33 + 12 +
-    # 8.39 = 221.72; n = 8: 201.33 + 24 + 4.19 = 229.52 ms -> 4 chunks of 4 MiB
-    assert auto_chunk_bytes(fp16, "float32", 16 << 20, 4, 1.0, 1e9, 1e-3) == 4 << 20
-    # the regime: a 1 MiB reduce-scatter on 4 ranks (B = 256 KiB), 2 ranks per
-    # core, c = 1 GB/s, o = 100 us: B/w = 1.0486 ms, B/c = 0.2621 ms, W = 3.146 ms,
-    # K = 2 x 3 x 0.2621 = 1.573 ms, C = 0.3 n ms, F = 0.524 / n ms,
-    # G = 2 max(0, 1.3107 / n - 1.0486) ms:
-    # n = 1: 3.146 + 0.3 + 0.524 + 0.524 = 4.494; n = 2: 3.146 + 0.6 + 0.262 + 0 = 4.008;
-    # n = 4: 3.146 + 1.2 + 0.131 = 4.477 ms -> two chunks of 128 KiB per step
-    rs = ("reduce_scatter", 2.0)
-    assert auto_chunk_bytes(fp16, "float32", 256 << 10, 4, 1.0, 1e9, 1e-4, *rs) == 128 << 10
-    # three times the chunk cost (300 us): C = 0.9 n ms; n = 1: 3.146 + 0.9 + 1.048 =
-    # 5.094; n = 2: 3.146 + 1.8 + 0.262 = 5.208 ms -> one chunk per step, the block
-    assert auto_chunk_bytes(fp16, "float32", 256 << 10, 4, 1.0, 1e9, 3e-4, *rs) == 256 << 10
-    # a 16 KiB block: the 64 KiB least chunk, one chunk
-    assert auto_chunk_bytes(fp16, "float32", 16 << 10, 4, 1.0, 1e9, 4e-3) == 64 << 10
-    # 2 ranks over a transport with a costly chunk (2 ms, NCCL's socket transport), a
-    # device codec at 200 GB/s, 10 Gbit/s: W = 6.711 ms, K = 0.084 ms, C = 2 n ms,
-    # F = 0.168 / n ms; n = 1: 6.711 + 2 + 0.168 = 8.879; n = 2: 6.711 + 4 + 0.084 =
-    # 10.795 ms -> one chunk of 16 MiB
-    assert auto_chunk_bytes(fp16, "float32", 16 << 20, 2, 10.0, 2e11, 2e-3) == 16 << 20
-    # no rate of the link (one rank) keeps the default
-    assert auto_chunk_bytes(fp16, "float32", 16 << 20, 4, None, 1e9, 4e-3) == DEFAULT_CHUNK_BYTES
+# (the chunk choice by hand, and --chunk-bytes itself: tests/test_chunking.py)
 
 
 def chunk_by_hand(block: int, ranks: int, row: dict, wire_bps: float, reduces: bool) -> int:

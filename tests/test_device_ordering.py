@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import tests.devicedouble as double
+from ccbench.benchmarks.options import compression_of
 from ccbench.collectives import comm_torch, pipeline
 from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
@@ -232,7 +233,11 @@ def test_training_under_mpi_starts_a_gloo_default_group_on_a_gpu_model(monkeypat
         comm_stream, "CommStream", lambda overlap, device: streams.append(device) or "stream"
     )
     monkeypatch.setattr(frameworks, "DDPTrainer", lambda *args: args)
-    config = loop.TrainConfig(framework="ddp", variant="coll_compressed", codec="fp16")
+    config = loop.TrainConfig(
+        framework="ddp",
+        variant="coll_compressed",
+        compression=compression_of("fp16", variant="coll_compressed"),
+    )
     cuda = torch.device("cuda", 0)
     loop._build_stream_trainer(Communicator(MPI.COMM_SELF), config, None, None, 0.1, None, cuda)
     assert started == ["gloo"] and streams == [cuda]

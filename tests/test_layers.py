@@ -202,8 +202,6 @@ LIBRARY_IMPORTERS = {
     "ccbench.training.frameworks": "stock FSDP2 and DDP on torch.distributed's group",
     "ccbench.training.torch_hooks": "FSDP2's and DDP's communication hooks and their types",
     "ccbench.training.comm_stream": "a dist.Work for FSDP to wait on",
-    "ccbench.training.gradient_comm": "the torch variant (torch.distributed's own "
-    "collectives); MPI's in-place calls on host tensors",
     "ccbench.scripts.cluster.selfcheck": "the emulated cluster's self-check times plain MPI",
     "ccbench.scripts.gpu.survey": "reports the MPI library and torch's NCCL",
 }

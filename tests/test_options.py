@@ -143,9 +143,9 @@ def test_a_letter_means_the_same_thing_in_every_program():
     ],
 )
 def test_a_gradient_variant_takes_the_codec_its_registry_entry_says(variant, codec, canonical):
-    from ccbench.benchmarks.options import check_gradient_codec
+    from ccbench.benchmarks.options import compression_of
 
-    assert check_gradient_codec(variant, codec) == canonical
+    assert compression_of(codec, variant=variant).spec == canonical
 
 
 @pytest.mark.parametrize(
@@ -159,10 +159,10 @@ def test_a_gradient_variant_takes_the_codec_its_registry_entry_says(variant, cod
     ],
 )
 def test_a_gradient_variant_refuses_a_codec_it_cannot_take(variant, codec, said):
-    from ccbench.benchmarks.options import check_gradient_codec
+    from ccbench.benchmarks.options import compression_of
 
     with pytest.raises(UsageError, match=said):
-        check_gradient_codec(variant, codec)
+        compression_of(codec, variant=variant)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import math
 
 import pytest
 
+from ccbench.benchmarks.options import compression_of
 from tests.mpirun import mpirun, variant_module
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
@@ -119,8 +120,7 @@ def _variant_cases(comm, emit):
             model="lm-tiny",
             variant=variant,
             algorithm=algorithm,
-            codec=codec,
-            error_feedback=feedback,
+            compression=compression_of(codec, variant=variant, error_feedback=feedback),
             compress=compress,
             steps=4,
             warmup=1,
@@ -147,8 +147,7 @@ def _convergence_cases(comm, emit):
         config = TrainConfig(
             model="digits-mlp",
             variant=variant,
-            codec=codec,
-            error_feedback=feedback,
+            compression=compression_of(codec, variant=variant, error_feedback=feedback),
             steps=CONVERGENCE_STEPS,
         )
         result = run_training(comm, config, task=task)
@@ -178,14 +177,17 @@ def _error_feedback_case(emit):
     torch.manual_seed(1)
     model = torch.nn.Linear(40, 30)
     trainer = ShardedTrainer(
-        model, comm, variant="coll_compressed", codec="bfp:rate=4", error_feedback=True
+        model,
+        comm,
+        variant="coll_compressed",
+        compression=compression_of("bfp:rate=4", variant="coll_compressed", error_feedback=True),
     )
     rng = np.random.default_rng(3)
     grads = torch.from_numpy(rng.standard_normal(trainer.flat.padded).astype(np.float32))
     old = torch.from_numpy(rng.standard_normal(trainer.flat.padded).astype(np.float32) * 0.1)
     trainer.flat.grads.copy_(grads)
     trainer.residual.copy_(old)
-    trainer._add_error_feedback()
+    trainer.feedback.apply("flat", trainer.flat.grads, comm.size)  # as step() does
     compensated = (grads + old).numpy()
     codec = parse_codec("bfp:rate=4")
     decoded = np.empty_like(compensated)

@@ -273,7 +273,9 @@ class MergedGradientTrainer(StreamTrainer):
 
     def __init__(self, model, comm, gradient_comm, stream, lr):
         super().__init__(model, comm, gradient_comm, stream, lr)
-        self.feedback = ErrorFeedback(gradient_comm) if gradient_comm.spec.error_feedback else None
+        self.feedback = (
+            ErrorFeedback(gradient_comm) if gradient_comm.spec.compression.error_feedback else None
+        )
         self.plans: list = []
         self.params: list[nn.Parameter] = []
         self.flat = None

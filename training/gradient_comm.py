@@ -1,19 +1,25 @@
-"""Training's gradient communicator: one ccbench variant and codec bound to torch tensors,
-and the error feedback of its codec.
+"""Training's and trace replay's gradient communicator: the one way they bind and run
+collectives (one ccbench variant and codec on torch tensors), and the error feedback of
+its codec.
 
-``allgather``, ``reduce_scatter`` and ``allreduce`` take the tensors FSDP / DDP hand over
-and pass them to the ring (or the transport library's own collective, or OmniReduce) as
-zero-copy views; bound objects (payload slots, scratch) are built once per buffer and
-reused. The variant ``torch`` runs torch.distributed's own collectives instead. Which of
-these a variant runs is read once, from its entry in the registry (kernels/variants.py):
-its compressed schedule and the algorithm its rows name. The options that chose the
-variant and codec checked them (benchmarks/options.py, ``check_gradient_codec``). Tensors
-on a device reach the communicator as they are: staging through host memory, where the
-transport cannot read the device (MPI without GPU-awareness), happens inside it alone.
+``allgather``, ``reduce_scatter`` and ``allreduce`` take the tensors the trainers (the
+compact sharded one, FSDP, DDP, MG-WFBP) and trace replay hand over and pass them to the
+ring (or the transport library's own collective, or OmniReduce) as zero-copy views;
+bound objects (payload slots, scratch) are built once per buffer and reused. The variant
+``torch`` runs torch.distributed's own collectives instead. Which of these a collective
+runs is chosen once per collective, from the variant's entry in the registry
+(kernels/variants.py: its compressed schedule and the algorithm its rows name) and the
+collective's spec (collectives/spec.py: whether it reduces, runs in place, streams
+sparse data). Every call to a library goes through the communicator
+(collectives/comm.py, comm_torch.py). The options parsed the compression setting
+(benchmarks/options.py, ``compression_of``): the communicator takes it as checked.
+Tensors on a device reach the communicator as they are: staging through host memory,
+where the transport cannot read the device (MPI without GPU-awareness), happens inside it
+alone.
 
-Error feedback (``error_feedback=True`` with a lossy codec) keeps, per buffer (FSDP
-parameter group or DDP bucket), ``residual = g - decode(encode(g))`` of the compensated
-gradient this rank sent, as the compact trainer does.
+Error feedback (``error_feedback`` with a lossy codec) keeps, per buffer (the flat
+gradients, an FSDP parameter group or a DDP bucket), ``residual = g - decode(encode(g))``
+of the compensated gradient this rank sent.
 """
 
 from __future__ import annotations
@@ -22,12 +28,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
-from ccbench.collectives.baseline import bind_collective
-from ccbench.collectives.ring import RingScratch, block_bounds
+from ccbench.collectives.compression import Compression
+from ccbench.collectives.ring import block_bounds, ring_collective, ring_scratch
 from ccbench.collectives.spec import spec
-from ccbench.kernels import arrays, variants
+from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
 # The variants it runs: ccbench's, and "torch" (torch.distributed's own collectives).
@@ -39,10 +44,8 @@ COMPRESS = ("both", "grads", "params")
 class GradientCommSpec:
     variant: str = "baseline"
     algorithm: str = "ring"  # baseline: mpi, library or ring
-    codec: str = "none"  # a compressed variant's (the others': none)
+    compression: Compression = Compression()  # a compressed variant's codec and chunk
     compress: str = "both"  # which collectives of a compressed variant compress
-    error_feedback: bool = False
-    chunk_bytes: int | None = None  # coll_compressed pipeline chunk
     block_size: int = 256  # sparse_streaming (OmniReduce) options
     fusion: int = 1024
     window: int = 4
@@ -61,24 +64,18 @@ class GradientCommunicator:
     def __init__(self, comm, spec: GradientCommSpec):
         self.comm, self.spec = comm, spec
         self.kind = variants.schedule(spec.variant)  # the compressed schedule, or None
-        self.codec = None
-        if self.kind is not None:
-            from ccbench.kernels.codecs import parse_codec
-
-            self.codec = parse_codec(spec.codec)
+        self.codec = spec.compression.codec if self.kind is not None else None
         # the uncompressed calls: torch.distributed's, the library's, OmniReduce or the ring
-        algorithm = variants.gradient_algorithm(spec.variant, spec.algorithm)
-        self.torch_calls = algorithm == variants.TORCH
-        self.library = algorithm in ("mpi", "library")
-        self.sparse = algorithm == "omnireduce"
-        # needs the parsed codec (lossy or not): no option parser has it
-        if spec.error_feedback and not self.lossy_gradients:
+        self.algorithm = variants.gradient_algorithm(spec.variant, spec.algorithm)
+        self.torch_calls = self.algorithm == variants.TORCH  # the trainers' own hooks run
+        # needs the parsed codec (lossy or not) and --compress together
+        if spec.compression.error_feedback and not self.lossy_gradients:
             raise UsageError(
                 "--error-feedback needs a lossy ccbench codec on the gradients "
                 "(a compressed variant with --compress both or grads)"
             )
         self._bound: OrderedDict = OrderedDict()
-        self._scratch: dict = {}
+        self._routes: dict = {}
 
     # what is compressed
     @property
@@ -115,20 +112,47 @@ class GradientCommunicator:
             self._bound.move_to_end(key)
         return bound
 
-    def _ring_scratch(self, like, count: int) -> RingScratch:
-        key = (like.dtype, like.device, count)
-        if key not in self._scratch:
-            self._scratch[key] = RingScratch(like, count)
-        return self._scratch[key]
+    def _route(self, collective: str):
+        """How this communicator runs `collective`, chosen once: torch.distributed's own
+        call, OmniReduce (a collective that streams sparse data), the compressed schedule,
+        the library's collective, or the ring (also the uncompressed side of a compressed
+        variant)."""
+        if self.torch_calls:
+            return self._torch
+        if self.algorithm == "omnireduce" and spec(collective).streams_sparse:
+            return self._omnireduce
+        if self.compresses(collective):
+            return self._compressed
+        if self.algorithm in ("mpi", "library"):
+            return self._library
+        return self._ring
 
-    def _compressed(self, collective: str, send, recv):
-        from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, bind_compressed
+    def run(self, collective: str, send, recv) -> None:
+        """One call of `collective` (an in-place one: send is recv)."""
+        route = self._routes.get(collective)
+        if route is None:
+            route = self._routes[collective] = self._route(collective)
+        route(collective, send, recv)
 
-        options = (
-            {"chunk_bytes": self.spec.chunk_bytes or DEFAULT_CHUNK_BYTES}
-            if self.kind == "coll"
-            else {}
-        )
+    def allgather(self, send, recv) -> None:
+        self.run("allgather", send, recv)
+
+    def reduce_scatter(self, send, recv) -> None:
+        self.run("reduce_scatter", send, recv)
+
+    def allreduce(self, buf) -> None:
+        """buf = sum over ranks, in place."""
+        self.run("allreduce", buf, buf)
+
+    def _torch(self, collective: str, send, recv) -> None:
+        from ccbench.collectives.comm_torch import default_group_call
+
+        default_group_call(collective, send, recv)
+
+    def _compressed(self, collective: str, send, recv) -> None:
+        from ccbench.collectives.compressed import bind_compressed
+
+        options = self.spec.compression.bind_options(self.kind)
         key = (collective, send.data_ptr(), send.numel(), recv.numel(), send.dtype)
         bound = self._cached(
             key,
@@ -137,28 +161,22 @@ class GradientCommunicator:
             ),
         )
         bound.recvbuf = recv  # a fresh output of the same length: retarget, keep the slots
-        return bound
+        bound()
 
     def _library(self, collective: str, send, recv) -> None:
-        """The transport library's own collective (MPI's, NCCL's, gloo's). MPI on host
-        tensors runs in place where FSDP's input lies inside its output; elsewhere the
-        communicator binds the call once per buffer (staging device tensors, if need be)."""
+        """The transport library's own collective (MPI's, NCCL's, gloo's), bound once per
+        buffer. Where this rank's input lies inside the output (FSDP's in-place
+        all-gather, an allreduce in place) the library's in-place form runs, where it has
+        one (MPI on host memory); else a collective that runs in place reads a copy."""
         comm, described = self.comm, spec(collective)
-        host = not arrays.is_device_array(recv)
-        if comm.mpi is not None and host:  # MPI carries the bytes: its in-place calls
-            from mpi4py import MPI
-
-            from ccbench.collectives.comm import sum_op
-
-            r = arrays.host_view(recv)
-            in_place = described.mpi_in_place and _aliases(send, recv)
-            first = MPI.IN_PLACE if in_place else arrays.host_view(send)
-            args = (first, r, sum_op(r)) if described.reduces else (first, r)
-            getattr(comm.mpi, described.mpi_call)(*args)
-            return
-        if described.in_place:  # one buffer: the library's call reads a copy
-            key = ("library-in", send.data_ptr(), send.numel(), send.dtype)
-            send = self._cached(key, lambda: torch.empty_like(send)).copy_(send)
+        if _aliases(send, recv):
+            in_place = comm.in_place_call(collective, recv)
+            if in_place is not None:
+                in_place()
+                return
+            if described.in_place:  # one buffer: the library's call reads a copy
+                key = ("library-in", send.data_ptr(), send.numel(), send.dtype)
+                send = self._cached(key, lambda: torch.empty_like(send)).copy_(send)
         key = (
             "library",
             collective,
@@ -170,47 +188,15 @@ class GradientCommunicator:
         )
         self._cached(key, lambda: comm.library_call(collective, send, recv))()
 
-    def allgather(self, send, recv) -> None:
-        if self.torch_calls:
-            _torch_call("allgather", recv, send)
-        elif self.compresses("allgather"):
-            self._compressed("allgather", send, recv)()
-        elif self.library:
-            self._library("allgather", send, recv)
-        else:  # the ring (also the uncompressed side of a compressed variant)
-            bind_collective(self.comm, "ring", "allgather", send, recv)()
+    def _ring(self, collective: str, send, recv) -> None:
+        described = spec(collective)
+        key = ("ring-scratch", collective, send.dtype, send.device, send.numel())
+        scratch = self._cached(key, lambda: ring_scratch(described, send, self.comm.size))
+        ring_collective(self.comm, described, send, recv, scratch)
 
-    def reduce_scatter(self, send, recv) -> None:
-        if self.torch_calls:
-            _torch_call("reduce_scatter", recv, send)
-        elif self.compresses("reduce_scatter"):
-            self._compressed("reduce_scatter", send, recv)()
-        elif self.library:
-            self._library("reduce_scatter", send, recv)
-        else:
-            from ccbench.collectives.ring import ring_reduce_scatter
-
-            ring_reduce_scatter(self.comm, send, recv, self._ring_scratch(send, recv.numel()))
-
-    def allreduce(self, buf) -> None:
-        """buf = sum over ranks, in place."""
-        if self.torch_calls:
-            _torch_call("allreduce", buf)
-        elif self.sparse:
-            self._omnireduce(buf)
-        elif self.compresses("allreduce"):
-            self._compressed("allreduce", buf, buf)()
-        elif self.library:
-            self._library("allreduce", buf, buf)
-        else:
-            from ccbench.collectives.ring import ring_allreduce
-
-            longest = max(b - a for a, b in block_bounds(buf.numel(), self.comm.size))
-            ring_allreduce(self.comm, buf, buf, self._ring_scratch(buf, longest))
-
-    def _omnireduce(self, buf) -> None:
-        """OmniReduce reads its input while results arrive: a persistent output per
-        buffer, copied back."""
+    def _omnireduce(self, collective: str, buf, _) -> None:
+        """OmniReduce (an allreduce) reads its input while results arrive: a persistent
+        output per buffer, copied back."""
         from ccbench.collectives.omnireduce import OmniReduce
         from ccbench.collectives.omnireduce_layout import make_layout
 
@@ -255,13 +241,6 @@ def _aliases(a, b) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
-def _torch_call(collective: str, *buffers) -> None:
-    """torch.distributed's own call of a collective, the function spec.py names: given
-    (out, in), or the one buffer of an in-place collective."""
-    names = spec(collective).torch_calls
-    next(getattr(dist, name) for name in names if hasattr(dist, name))(*buffers)
-
-
 class ErrorFeedback:
     """Residual memory per buffer: g += r before sending; r = g - decode(encode(g))."""
 
@@ -269,10 +248,16 @@ class ErrorFeedback:
         self.gradient_comm = gradient_comm
         self.residuals: dict = {}
 
-    def apply(self, key, grad, blocks: int) -> None:
+    def residual(self, key, like):
+        """The residual kept for this buffer (zeros the first time)."""
         residual = self.residuals.get(key)
-        if residual is None or residual.shape != grad.shape:
-            residual = self.residuals[key] = torch.zeros_like(grad)
+        if residual is None or residual.shape != like.shape:
+            residual = self.residuals[key] = torch.zeros_like(like)
+        return residual
+
+    def apply(self, key, grad, blocks: int) -> None:
+        """g += r; r = g - decode(encode(g)), in `blocks` blocks as the ring encodes them."""
+        residual = self.residual(key, grad)
         grad.add_(residual)
         self.gradient_comm.roundtrip(grad, residual, blocks)
         torch.sub(grad, residual, out=residual)

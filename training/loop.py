@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ccbench.collectives.compression import Compression
 from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
@@ -35,9 +36,8 @@ class TrainConfig:
     framework: str = "own"  # own (training/sharded.py), fsdp, ddp, mgwfbp
     variant: str = "baseline"
     algorithm: str = "mpi"
-    codec: str = "none"
+    compression: Compression = Compression()  # codec, chunk, error feedback (parsed)
     compress: str = "both"
-    error_feedback: bool = False
     steps: int = 100
     batch: int | None = None  # global batch; None: the model's default
     lr: float | None = None  # None: the model's default
@@ -47,7 +47,6 @@ class TrainConfig:
     eval_every: int = 0
     final_window: int = 10
     threads: int = 1
-    chunk_bytes: int | None = None  # coll_compressed pipeline chunk; None: the default
     overlap: bool = True  # fsdp / ddp / mgwfbp: communication on its own thread
     strategy: str = "mgwfbp"  # mgwfbp: comma-separated strategies, rotated per step
     bucket_cap_mb: float | None = None  # ddp: None is DDP's default (25)
@@ -196,19 +195,17 @@ def build_trainer(comm, config: TrainConfig, task, cost=None):
             comm,
             variant=config.variant,
             algorithm=config.algorithm,
-            codec=config.codec,
+            compression=config.compression,
             compress=config.compress,
             lr=lr,
-            error_feedback=config.error_feedback,
             clip=config.clip,
-            chunk_bytes=config.chunk_bytes,
         )
     return _build_stream_trainer(comm, config, task, model, lr, cost, device)
 
 
 def torch_hook_of(config: TrainConfig) -> str:
     """'none', 'fp16', 'bf16' or 'powersgd': torch's own hook of a --variant torch run."""
-    return config.codec.split(":")[0] if config.variant == "torch" else "none"
+    return config.compression.hook
 
 
 def default_group_backend(comm) -> str:
@@ -233,29 +230,23 @@ def _build_stream_trainer(comm, config: TrainConfig, task, model, lr, cost, devi
     if config.clip:
         raise UsageError("--clip is implemented by --framework own only")
     torch_hook = torch_hook_of(config)
-    codec = config.codec
+    compression = config.compression
     if config.variant == "torch":
-        if config.framework != "ddp" and codec != "none":
+        if config.framework != "ddp" and torch_hook != "none":
             raise UsageError(
                 "torch's compression hooks (fp16, bf16, powersgd) are DDP comm "
                 "hooks: use --framework ddp"
             )
-        if torch_hook not in ("none", "fp16", "bf16", "powersgd"):
-            raise UsageError(
-                f"--variant torch takes --codec none, fp16, bf16 or powersgd, not {codec}"
-            )
-        if config.error_feedback:
+        if compression.error_feedback:
             raise UsageError("--error-feedback applies to ccbench codecs (PowerSGD keeps its own)")
-        codec = "none"
+        compression = Compression(chunk_bytes=compression.chunk_bytes)  # the hook compresses
     if config.variant == "sparse_streaming" and config.framework == "fsdp":
         raise UsageError("sparse streaming is an allreduce: use --framework ddp or mgwfbp")
     spec = GradientCommSpec(
         variant=config.variant,
         algorithm=config.algorithm,
-        codec=codec,
+        compression=compression,
         compress=config.compress,
-        error_feedback=config.error_feedback,
-        chunk_bytes=config.chunk_bytes,
     )
     gradient_comm = GradientCommunicator(comm, spec)
     init_torch_distributed(comm, default_group_backend(comm))

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from ccbench.collectives.compression import Compression
 from ccbench.collectives.spec import spec
 from ccbench.collectives.trace import Event, Step, Trace
 from ccbench.kernels.errors import UsageError
@@ -95,9 +96,8 @@ class ComputeWait:
 class ReplaySpec:
     variant: str = "baseline"
     algorithm: str = "ring"
-    codec: str = "none"
+    compression: Compression = Compression()  # the parsed --codec and --chunk-bytes
     compress: str = "both"
-    chunk_bytes: int | None = None
 
 
 class Router:
@@ -108,15 +108,11 @@ class Router:
         from ccbench.training.gradient_comm import GradientCommSpec, GradientCommunicator
 
         self.comm = comm
-        make = lambda **kw: GradientCommunicator(
-            comm,
-            GradientCommSpec(  # noqa: E731
-                compress=spec.compress, chunk_bytes=spec.chunk_bytes, **kw
-            ),
+        self.main = GradientCommunicator(
+            comm, GradientCommSpec(spec.variant, spec.algorithm, spec.compression, spec.compress)
         )
-        self.main = make(variant=spec.variant, algorithm=spec.algorithm, codec=spec.codec)
         self.dense = (
-            make(variant="baseline", algorithm="ring", codec="none")
+            GradientCommunicator(comm, GradientCommSpec("baseline", "ring"))
             if spec.variant == "sparse_streaming"
             else self.main
         )

@@ -11,8 +11,10 @@ owns shard r: the master copy of those parameters and their optimizer state. One
    (communication), optionally after adding the error-feedback residual,
 4. optimizer step on the shard (compute).
 
-The two collectives are ccbench's: the baseline (MPI library or hand-written ring), the
-point-to-point compressed ring or the collective-level compressed ring, with any codec.
+The two collectives are ccbench's, bound and run by the gradient communicator
+(training/gradient_comm.py, as every trainer's): the baseline (MPI library or
+hand-written ring), the point-to-point compressed ring or the collective-level compressed
+ring, with any codec; its error feedback too.
 
 What it leaves out of PyTorch FSDP, on purpose: one flat unit instead of one per
 module, so no prefetch of the next unit's allgather behind compute, and the gathered
@@ -30,9 +32,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ccbench.collectives.baseline import bind_collective
-from ccbench.kernels import variants
-from ccbench.kernels.errors import UsageError
+from ccbench.collectives.compression import UNCOMPRESSED, Compression
+from ccbench.training.gradient_comm import ErrorFeedback, GradientCommSpec, GradientCommunicator
 
 # ----------------------------------------------------------------------- flat layout
 
@@ -74,81 +75,6 @@ class FlatParameters:
                 raise RuntimeError("a gradient left the flat buffer (was zero_grad called?)")
 
 
-# ----------------------------------------------------------------------- collectives
-
-
-@dataclass
-class ShardCollectives:
-    """The two bound collectives of a step, plus what a lossy gradient codec does locally.
-
-    ``allgather()`` fills the flat parameters from the shards; ``reduce_scatter()`` sums
-    the flat gradients into the gradient shard. ``gradient_roundtrip(x, out)`` writes
-    decode(encode(x)) for error feedback; None when gradients travel losslessly.
-    """
-
-    variant: str
-    algorithm: str
-    codec: str
-    allgather: Callable[[], None]
-    reduce_scatter: Callable[[], None]
-    gradient_roundtrip: Callable[[torch.Tensor, torch.Tensor], None] | None = None
-
-
-def make_shard_collectives(
-    comm,
-    flat: FlatParameters,
-    variant: str,
-    algorithm: str,
-    codec: str,
-    compress: str,
-    param_shard: torch.Tensor,
-    grad_shard: torch.Tensor,
-    chunk_bytes: int | None = None,
-) -> ShardCollectives:
-    """Bind the step's allgather and reduce-scatter to the trainer's fixed buffers: the
-    baseline's --algorithm, or the compressed schedule the registry names (the options
-    checked the variant, its codec and --compress)."""
-    kind = variants.schedule(variant)
-    if kind is None:  # the baseline (SHARDED_VARIANTS: it and the compressed ones)
-        return ShardCollectives(
-            variant,
-            algorithm,
-            "none",
-            bind_collective(comm, algorithm, "allgather", param_shard, flat.params),
-            bind_collective(comm, algorithm, "reduce_scatter", flat.grads, grad_shard),
-        )
-    from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, bind_compressed
-    from ccbench.kernels.codec_base import empty_payload
-    from ccbench.kernels.codecs import parse_codec
-
-    chosen = parse_codec(codec)
-    options = {"chunk_bytes": chunk_bytes or DEFAULT_CHUNK_BYTES} if kind == "coll" else {}
-
-    def bind(collective, compressed, send, recv):
-        # The collective left uncompressed runs over the same ring, uncompressed.
-        if not compressed:
-            return bind_collective(comm, "ring", collective, send, recv)
-        return bind_compressed(comm, kind, collective, chosen, send, recv, **options)
-
-    on_grads = compress in ("both", "grads")
-    shards = [(b * flat.shard_numel, (b + 1) * flat.shard_numel) for b in range(comm.size)]
-    payload = empty_payload(flat.grads, chosen.max_encoded_nbytes(flat.shard_numel))
-
-    def gradient_roundtrip(x, out):
-        # Shard by shard, as the ring encodes them, so codec blocks fall where they do there.
-        for start, stop in shards:
-            chosen.decode(chosen.encode(x[start:stop], out=payload), out[start:stop])
-
-    return ShardCollectives(
-        variant,
-        "ring",
-        chosen.spec,
-        bind("allgather", compress in ("both", "params"), param_shard, flat.params),
-        bind("reduce_scatter", on_grads, flat.grads, grad_shard),
-        gradient_roundtrip if on_grads and chosen.lossy else None,
-    )
-
-
 # ----------------------------------------------------------------------- trainer
 
 
@@ -183,12 +109,10 @@ class ShardedTrainer:
         *,
         variant: str = "baseline",
         algorithm: str = "mpi",
-        codec: str = "none",
+        compression: Compression = UNCOMPRESSED,
         compress: str = "both",
         lr: float = 1e-3,
-        error_feedback: bool = False,
         clip: float = 0.0,
-        chunk_bytes: int | None = None,
     ):
         self.model, self.comm, self.clip = model, comm, clip
         self.flat = FlatParameters(model, comm.size)
@@ -197,41 +121,34 @@ class ShardedTrainer:
         self.shard = nn.Parameter(own.clone())
         self.shard.grad = torch.zeros_like(self.shard)
         self.optimizer = torch.optim.Adam([self.shard], lr=lr)
-        self.collectives = make_shard_collectives(
-            comm,
-            self.flat,
-            variant,
-            algorithm,
-            codec,
-            compress,
-            self.shard.data,
-            self.shard.grad,
-            chunk_bytes,
+        self.gradient_comm = GradientCommunicator(
+            comm, GradientCommSpec(variant, algorithm, compression, compress)
         )
-        self.residual = None
-        if error_feedback:
-            if self.collectives.gradient_roundtrip is None:
-                raise UsageError(
-                    "--error-feedback needs a lossy codec on the gradients "
-                    "(a compressed variant with --compress both or grads)"
-                )
-            self.residual = torch.zeros_like(self.flat.grads)
+        # the codec's error on this rank's compensated gradient, shard by shard as the
+        # ring encodes them (GRACE's residual memory); the compressed ring also
+        # recompresses partial sums, whose error is not fed back
+        self.feedback = ErrorFeedback(self.gradient_comm) if compression.error_feedback else None
+
+    @property
+    def residual(self) -> torch.Tensor | None:
+        """The error-feedback residual of the flat gradients (None without feedback)."""
+        return None if self.feedback is None else self.feedback.residual("flat", self.flat.grads)
 
     def step(self, loss_fn: Callable[[nn.Module], torch.Tensor]) -> StepRecord:
         """One training step; ``loss_fn(model)`` is this rank's mean loss on its batch."""
         comm, flat = self.comm, self.flat
         comm.reset_wire_bytes()
         t0 = time.perf_counter()
-        self.collectives.allgather()
+        self.gradient_comm.allgather(self.shard.data, flat.params)
         t1 = time.perf_counter()
         flat.grads.zero_()
         loss = loss_fn(self.model)
         t_forward = time.perf_counter()
         loss.backward()
-        if self.residual is not None:
-            self._add_error_feedback()
+        if self.feedback is not None:
+            self.feedback.apply("flat", flat.grads, comm.size)
         t2 = time.perf_counter()
-        self.collectives.reduce_scatter()
+        self.gradient_comm.reduce_scatter(flat.grads, self.shard.grad)
         t3 = time.perf_counter()
         self.shard.grad.div_(comm.size)
         clip_us = self._clip_gradients() if self.clip > 0 else 0.0
@@ -252,17 +169,6 @@ class ShardedTrainer:
             comm_us=ag + rs,
             comm_busy_us=ag + rs,
         )
-
-    def _add_error_feedback(self) -> None:
-        """g += residual; residual = g - decode(encode(g)) (GRACE's residual memory).
-
-        The residual is the codec's error on this rank's own compensated gradient; the
-        compressed ring also recompresses partial sums, whose error is not fed back.
-        """
-        grads, residual = self.flat.grads, self.residual
-        grads.add_(residual)
-        self.collectives.gradient_roundtrip(grads, residual)
-        torch.sub(grads, residual, out=residual)
 
     def _clip_gradients(self) -> float:
         """Clip the global gradient norm; the tiny allreduce is counted as communication."""

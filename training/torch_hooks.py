@@ -139,7 +139,9 @@ def set_fsdp_comms(model, gradient_comm: GradientCommunicator, stream: CommStrea
     called). Returns how many modules were set."""
     from torch.distributed.fsdp import FSDPModule
 
-    feedback = ErrorFeedback(gradient_comm) if gradient_comm.spec.error_feedback else None
+    feedback = (
+        ErrorFeedback(gradient_comm) if gradient_comm.spec.compression.error_feedback else None
+    )
     count = 0
     for name, module in model.named_modules():
         if isinstance(module, FSDPModule):
@@ -174,7 +176,7 @@ class DDPHook:
         self.torch_hook = torch_hook
         self.feedback = (
             ErrorFeedback(gradient_comm)
-            if gradient_comm is not None and gradient_comm.spec.error_feedback
+            if gradient_comm is not None and gradient_comm.spec.compression.error_feedback
             else None
         )
         self._inner = None

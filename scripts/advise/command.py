@@ -19,9 +19,9 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from ccbench.benchmarks.options import add_codec_list, codecs_from
 from ccbench.collectives import compression_model as cm
 from ccbench.collectives import trace_files as tracefile
-from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.advise import parts
 from ccbench.scripts.advise import table as tables_out
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help=f"result CSVs or folders to read the parts from ({DEFAULT_RESULTS})",
     )
-    p.add_argument("--codecs", default=DEFAULT_CODECS, help=f"codecs ({DEFAULT_CODECS})")
+    add_codec_list(p, DEFAULT_CODECS)
     p.add_argument(
         "--variants",
         default=",".join(cm.VARIANTS),
@@ -227,7 +227,7 @@ def variants_and_codecs(opts) -> tuple[list[str], list[str]]:
     for v in variants:
         if v not in cm.VARIANTS:
             raise UsageError(f"unknown variant {v!r} (variants: {', '.join(cm.VARIANTS)})")
-    return variants, [parse_codec(c.strip()).spec for c in opts.codecs.split(",") if c.strip()]
+    return variants, [codec.spec for codec in codecs_from(opts.codecs.split(","))]
 
 
 def options_of(
@@ -275,7 +275,7 @@ def error_budget(text: str | None) -> tuple[float | None, set | None]:
     try:
         return float(text), None
     except ValueError:
-        return None, {parse_codec(c.strip()).spec for c in text.split(",") if c.strip()}
+        return None, {codec.spec for codec in codecs_from(text.split(","))}
 
 
 def over_budget(options, errors: dict, max_error: str | None) -> dict:

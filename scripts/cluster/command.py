@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import asdict
 
-from ccbench.benchmarks.options import add_no_bind
+from ccbench.benchmarks.options import add_compression, add_no_bind
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.cluster.jobs import check_hydra, launch, mpiexec_command
 from ccbench.scripts.cluster.keeper import keeper_alive, keeper_main, start_keeper, stop_keeper
@@ -401,10 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
         "between them goes through shared memory, unshaped; consecutive ranks share a node",
     )
     up.add_argument("--rate", help=f"link rate per direction (default {DEFAULT_RATE})")
-    up.add_argument(
-        "--codec",
-        metavar="SPEC",
-        help="with --codec-ratio: set the rate from this codec's throughput here",
+    add_compression(
+        up,
+        default=None,
+        codec_help="with --codec-ratio: set the rate from this codec's throughput here",
     )
     up.add_argument(
         "--codec-ratio",

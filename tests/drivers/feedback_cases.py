@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+from ccbench.benchmarks.options import compression_of
+
 FRAMEWORKS = ("fsdp", "ddp", "mgwfbp")
 STEPS = 2
 
@@ -45,8 +47,9 @@ def driver() -> int:
                     framework=framework,
                     variant="coll_compressed",
                     algorithm="ring",
-                    codec="bfp:rate=8",
-                    error_feedback=feedback,
+                    compression=compression_of(
+                        "bfp:rate=8", variant="coll_compressed", error_feedback=feedback
+                    ),
                     steps=STEPS,
                     warmup=0,
                     strategy="mgwfbp",

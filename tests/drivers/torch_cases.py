@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 
+from ccbench.benchmarks.options import compression_of
+
 VARIANTS = [  # (variant, algorithm, codec, compress, error feedback)
     ("baseline", "mpi", "none", "both", False),
     ("baseline", "ring", "none", "both", False),
@@ -130,9 +132,8 @@ def run_case(
     spec = GradientCommSpec(
         variant=variant,
         algorithm=algorithm,
-        codec=codec,
+        compression=compression_of(codec, variant=variant, error_feedback=feedback),
         compress=compress,
-        error_feedback=feedback,
     )
     transport = checked_transport(comm, spec)
     transport.checks = []
