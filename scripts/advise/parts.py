@@ -18,6 +18,7 @@ import numpy as np
 
 from ccbench.benchmarks.results import read_table
 from ccbench.collectives import compression_model as cm
+from ccbench.collectives.costmodel import node_link_bytes
 from ccbench.kernels.codecs import parse_codec
 
 # Stand-ins where nothing was measured (each shown as "assumed" with its reason)
@@ -354,6 +355,17 @@ def row_network(row: dict, declared: cm.Network | None = None) -> cm.Network | N
     )
 
 
+def _link_ratio(row: dict) -> float:
+    """A hierarchical row's codec ratio across nodes: the bytes the node's link would
+    carry uncompressed (costmodel.node_link_bytes) over its `node_link_bytes`."""
+    ranks, m = int(np.nan_to_num(_number(row, "ranks"))), _row_ranks_per_node(row)
+    sent = _number(row, "node_link_bytes")
+    if not (sent > 0 and ranks >= m >= 1):
+        return math.nan
+    size = _number(row, "size_bytes")
+    return node_link_bytes(row.get("collective", ""), size, ranks // m, m, True) / sent
+
+
 def _row_efficiency(
     row: dict, option: cm.Option, network: cm.Network | None, codec_share: float
 ) -> float:
@@ -368,6 +380,8 @@ def _row_efficiency(
         network = replace(network, ranks_per_node=_row_ranks_per_node(row))
     if option.codec is not None:  # the ratio the row achieved
         ratio = _number(row, "compression_ratio")
+        if row_is_hierarchical(row):  # its ratio counts the uncompressed intra bytes too
+            ratio = _link_ratio(row)
         if math.isfinite(ratio) and ratio > 0:
             option = replace(option, codec=replace(option.codec, ratio=ratio))
     if option.codec is not None and (
