@@ -199,11 +199,13 @@ FIGURES = [
 
 def page_link(figures) -> list[str]:
     """The page's pointer to the two-level figure, where it was drawn."""
-    if not any(getattr(f, "name", "") == "two_level" for f in figures):
+    # the drawn figure's name carries its section's suffix where the page has several
+    names = [f.name for f in figures if getattr(f, "name", "").startswith("two_level")]
+    if not names:
         return []
     return [
         "<p class='note'>Two-level cluster (2 nodes x 2 ranks, 1 Gbit/s between nodes): "
         "hierarchical compressed against flat and the library, with the floors' expected "
-        f"figure: <a href='#two_level'>the two-level figure</a> (its rows come from a "
+        f"figure: <a href='#{names[0]}'>the two-level figure</a> (its rows come from a "
         f"separate sweep, {SWEEP}).</p>"
     ]

@@ -126,3 +126,14 @@ def test_the_sweep_builds_nodes(tmp_path):
     )
     with pytest.raises(UsageError, match="do not make whole nodes of 2"):
         load_spec(bad)
+
+
+class Drawn:
+    def __init__(self, name):
+        self.name = name
+
+
+def test_the_page_links_the_figure_under_its_drawn_name():
+    (line,) = two_level.page_link([Drawn("seed000_regime"), Drawn("two_level_links")])
+    assert "href='#two_level_links'" in line and "sweeps/two-level.toml" in line
+    assert two_level.page_link([Drawn("seed000_regime")]) == []
