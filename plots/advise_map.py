@@ -46,10 +46,12 @@ NAMES = {cm.LIBRARY: "library (MPI)", cm.RING: "ring"}
 
 
 def option_label(option: cm.Option) -> str:
-    """The option as the page's legends name a series: 'collective compressed, fp16'."""
+    """The option as the page's legends name a series: 'collective compressed, fp16'
+    ('..., hierarchical' for a hierarchical one)."""
+    node = ", hierarchical" if option.hierarchical else ""
     if option.codec is None:
-        return NAMES[option.variant]
-    return style.series_label(option.variant, None, option.codec.spec)
+        return NAMES[option.variant] + node
+    return style.series_label(option.variant, None, option.codec.spec) + node
 
 
 def shades(colour, n: int) -> list:

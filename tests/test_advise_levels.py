@@ -220,3 +220,10 @@ def test_a_layout_that_does_not_fit_is_one_line_and_status_2(tmp_path, argv, mes
     )
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_the_map_names_a_hierarchical_option_apart():
+    from ccbench.plots.advise_map import option_label
+
+    assert option_label(cm.Option("library")) == "library (MPI)"
+    assert option_label(cm.Option("library", hierarchical=True)) == "library (MPI), hierarchical"
