@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ccbench.collectives.compressed_error import compressions_on_path
-from ccbench.collectives.costmodel import AlphaBeta, call_floor_s, floor_steps, wire_floor_s
+from ccbench.collectives.costmodel import (
+    AlphaBeta,
+    call_floor_s,
+    floor_steps,
+    hierarchical_floor,
+    node_link_bytes,
+    wire_floor_s,
+)
 from ccbench.collectives.spec import spec
 from ccbench.collectives.trace import Step
 
@@ -34,6 +41,10 @@ from ccbench.collectives.trace import Step
 LIBRARY, RING, COLL, P2P = "library", "ring", "coll_compressed", "p2p_compressed"
 VARIANTS = (LIBRARY, RING, COLL, P2P)
 UNCOMPRESSED = (LIBRARY, RING)
+
+# The label's mark of a hierarchical option (`--hierarchy node`: uncompressed inside a
+# node, the variant's collective across nodes per local index)
+NODE_MARK = "@node"
 
 # Message-size buckets of a step's calls (upper edges, bytes): the table's columns.
 BUCKET_EDGES = (1 << 20, 16 << 20, 64 << 20)
@@ -50,6 +61,13 @@ class Network:
     rate_bps: float
     step_s: float
     burst_bytes: float = 0.0
+    # two levels: ``ranks_per_node`` consecutive ranks share a node, whose ranks talk at
+    # ``intra_rate_bps`` (0: unknown, costed 0) and share one link of ``rate_bps`` out
+    ranks_per_node: int = 1
+    intra_rate_bps: float = 0.0
+
+    def nodes(self, ranks: int) -> int:
+        return max(1, ranks // max(1, self.ranks_per_node))
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,7 @@ class Option:
     variant: str
     codec: CodecRates | None = None
     efficiency: float | dict = 1.0
+    hierarchical: bool = False
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -84,7 +103,8 @@ class Option:
 
     @property
     def label(self) -> str:
-        return self.variant if self.codec is None else f"{self.variant}:{self.codec.spec}"
+        flat = self.variant if self.codec is None else f"{self.variant}:{self.codec.spec}"
+        return flat + NODE_MARK if self.hierarchical else flat
 
     def efficiency_for(self, collective: str) -> float:
         if isinstance(self.efficiency, dict):
@@ -103,6 +123,13 @@ def algorithm_steps(variant: str, collective: str, ranks: int) -> int:
     """Steps that each pay the network's fixed cost: the ring's for ccbench's rings, the
     fewest any algorithm needs for the library's (costmodel.floor_steps)."""
     return floor_steps(collective, ranks, "library" if variant == LIBRARY else "ring")
+
+
+def split_label(label: str) -> tuple[str, str, bool]:
+    """An option's label as (variant, codec spec or "", hierarchical)."""
+    hierarchical = label.endswith(NODE_MARK)
+    variant, _, codec = label.removesuffix(NODE_MARK).partition(":")
+    return variant, codec, hierarchical
 
 
 def wire_bytes(option: Option, collective: str, size: float, ranks: int) -> float:
@@ -146,8 +173,12 @@ def call_seconds(
     option: Option, network: Network, collective: str, size, ranks: int, codec_share: float = 1.0
 ) -> dict:
     """One call's predicted time and its parts: wire (its floor), codec, floor and time
-    (the floor times the option's efficiency). Sizes may be a numpy array."""
+    (the floor times the option's efficiency). Sizes may be a numpy array. A flat option
+    on a network of nodes: ranks placed in blocks, every ring step crosses each node's
+    link once, so the ring is paced by that link as on one level."""
     size = np.asarray(size, dtype=np.float64)
+    if option.hierarchical and network.ranks_per_node > 1:
+        return hierarchical_call_seconds(option, network, collective, size, ranks, codec_share)
     wire = wire_floor_s(
         wire_bytes(option, collective, size, ranks),
         network.rate_bps,
@@ -166,6 +197,50 @@ def call_seconds(
         "floor": floor,
         "time": option.efficiency_for(collective) * floor,
     }
+
+
+def hierarchical_call_seconds(
+    option: Option, network: Network, collective: str, size, ranks: int, codec_share: float = 1.0
+) -> dict:
+    """One hierarchical call (N nodes of M ranks) on the two-level floor
+    (costmodel.hierarchical_floor, as the hierarchical rows' floor): inside the node the
+    uncompressed ring over M ranks (allgather: on each of the N nodes' slabs), its bytes
+    at the intra-node rate; across nodes the variant's collective on N ranks of the
+    inter-node size (allgather: the rank's block; the others: 1/M of the buffer), every
+    local index at once, so the node's link carries M times one rank's bytes over the
+    codec's ratio; the codec works on the inter-node collective only. Point-to-point:
+    the levels and the codec in series. Sizes may be a numpy array."""
+    m = network.ranks_per_node
+    n = network.nodes(ranks)
+    described = spec(collective)
+    steps = algorithm_steps(option.variant, collective, n) if n > 1 else 0
+    parts = {"intra": [], "inter": [], "codec": [], "floor": []}
+    for s in np.atleast_1d(np.asarray(size, dtype=np.float64)):
+        intra_bytes = described.ring_wire_bytes(s, m) * (n if described.ring_block_is_send else 1)
+        inter_size = s if described.ring_block_is_send else s / m
+        link = node_link_bytes(collective, s, n, m, True) / option.ratio
+        codec = codec_seconds(option, collective, inter_size, n, codec_share)
+        floor = hierarchical_floor(
+            intra_bytes,
+            network.intra_rate_bps or None,
+            link,
+            network.rate_bps,
+            codec,
+            1.0,
+            network.burst_bytes,
+            steps,
+            network.step_s,
+        )
+        parts["intra"].append(floor["intra"])
+        parts["inter"].append(floor["inter"])
+        parts["codec"].append(codec)
+        serial = floor["intra"] + floor["inter"] + codec
+        parts["floor"].append(serial if option.variant == P2P else floor["floor"])
+    shape = np.shape(size)
+    out = {k: np.asarray(v, dtype=np.float64).reshape(shape) for k, v in parts.items()}
+    out["wire"] = out["intra"] + out["inter"]
+    out["time"] = option.efficiency_for(collective) * out["floor"]
+    return out
 
 
 def uncompressed_alpha_beta(
@@ -260,13 +335,16 @@ def predict_step(
     )
 
 
-def step_error(option: Option, step: Step, ranks: int) -> float:
+def step_error(option: Option, step: Step, ranks: int, ranks_per_node: int = 1) -> float:
     """Relative L2 error a step's result carries: the codec's round trip on the user's
     data, grown over the round trips its worst element makes (independent errors add in
-    quadrature). 0 for uncompressed options."""
+    quadrature); a hierarchical option compresses across its N nodes only. 0 for
+    uncompressed options."""
     if option.codec is None:
         return 0.0
     kind = "coll" if option.variant == COLL else "p2p"
+    if option.hierarchical and ranks_per_node > 1:
+        ranks = max(1, ranks // ranks_per_node)
     trips = max((compressions_on_path(kind, c.collective, ranks) for c in step.calls), default=0)
     return option.codec.rel_l2 * math.sqrt(trips)
 
@@ -309,13 +387,17 @@ def fastest_map(
     collective: str,
     ranks: int,
     codec_share: float = 1.0,
+    levels: Network | None = None,
 ) -> np.ndarray:
     """Index of the fastest option for each (link rate, OSU size): rows rates, columns
-    sizes (the break-even map)."""
+    sizes (the break-even map); ``levels``: the nodes' layout and intra-node rate, kept
+    fixed while the link's rate varies."""
     grid = np.empty((len(rates_bps), len(sizes)), dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.float64)
     for i, rate in enumerate(rates_bps):
         net = Network(float(rate), step_s)
+        if levels is not None:
+            net = Network(float(rate), step_s, 0.0, levels.ranks_per_node, levels.intra_rate_bps)
         times = np.array(
             [call_seconds(o, net, collective, sizes, ranks, codec_share)["time"] for o in options]
         )

@@ -46,10 +46,12 @@ NAMES = {cm.LIBRARY: "library (MPI)", cm.RING: "ring"}
 
 
 def option_label(option: cm.Option) -> str:
-    """The option as the page's legends name a series: 'collective compressed, fp16'."""
+    """The option as the page's legends name a series: 'collective compressed, fp16'
+    ('..., hierarchical' for a hierarchical one)."""
+    node = ", hierarchical" if option.hierarchical else ""
     if option.codec is None:
-        return NAMES[option.variant]
-    return style.series_label(option.variant, None, option.codec.spec)
+        return NAMES[option.variant] + node
+    return style.series_label(option.variant, None, option.codec.spec) + node
 
 
 def shades(colour, n: int) -> list:
@@ -82,14 +84,18 @@ def draw_break_even_map(
     codec_share: float = 1.0,
     title: str = "",
     marks: dict | None = None,
+    levels: cm.Network | None = None,
 ) -> None:
     """Write the map to ``path`` (PNG or PDF). ``marks``: label -> (rate b/s, size) of
-    points to show (the link advised for, the trace's largest call)."""
+    points to show (the link advised for, the trace's largest call); ``levels``: the
+    nodes' layout and intra-node rate (fixed; the rate across is the map's axis)."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import BoundaryNorm, ListedColormap
     from matplotlib.patches import Patch
 
-    grid = cm.fastest_map(options, MAP_RATES_BPS, MAP_SIZES, step_s, collective, ranks, codec_share)
+    grid = cm.fastest_map(
+        options, MAP_RATES_BPS, MAP_SIZES, step_s, collective, ranks, codec_share, levels
+    )
     used = sorted(set(grid.ravel().tolist()))  # the options fastest somewhere, coloured
     shown = np.searchsorted(used, grid)  # in that order, one colour each
     every = page_colours(options)
@@ -117,10 +123,19 @@ def draw_break_even_map(
     ticks = MAP_SIZES[::4]
     ax.set_xticks(ticks, [_size_label(t) for t in ticks], rotation=45, ha="right")
     ax.set_xlabel(f"{collective} message size (OSU size, per call)")
-    ax.set_ylabel("link payload rate (Gbit/s)")
+    two_level = levels is not None and levels.ranks_per_node > 1
+    ax.set_ylabel(
+        "link payload rate between nodes (Gbit/s)" if two_level else "link payload rate (Gbit/s)"
+    )
     ax.grid(False)
     style.tidy_log_axis(ax)
-    ax.set_title(title or f"Fastest option, {ranks} ranks; red line: compression starts to pay")
+    layout = f"{ranks} ranks"
+    if two_level:
+        intra = levels.intra_rate_bps
+        layout = f"{levels.nodes(ranks)} nodes x {levels.ranks_per_node} ranks, inside a node " + (
+            f"{intra / 1e9:.3g} Gbit/s" if intra else "unknown rate"
+        )
+    ax.set_title(title or f"Fastest option, {layout}; red line: compression starts to pay")
     ax.legend(
         handles=[
             Patch(color=colours(k), label=option_label(options[i])) for k, i in enumerate(used)

@@ -28,6 +28,7 @@ from ccbench.plots import (
     sparse_allreduce,
     traces,
     training_runs,
+    two_level,
 )
 from ccbench.plots.advice import read_advice
 from ccbench.plots.base import Skip
@@ -55,6 +56,7 @@ MODULES = (
     breakdown,
     traces,
     regime,
+    two_level,
 )
 DEFAULT_OUTDIR = "results/figures"
 FORMATS = ("png", "pdf")

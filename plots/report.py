@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ccbench.plots import regime
+from ccbench.plots import regime, two_level
 from ccbench.plots.advice import Advice, advice_html
 from ccbench.plots.base import Headline
 from ccbench.plots.headlines import REPRODUCTION_RULE
@@ -257,6 +257,7 @@ def sectioned(content: ReportContent) -> list[str]:
             out.append("<h3>Headline numbers: measured next to the papers'</h3>")
             out += headline_table(section.headlines)
             out += regime.page_link(section.figures)
+            out += two_level.page_link(section.figures)
         shared = shared_sentences(section.figures)
         out += shared_html(shared)
         for paper in PAPERS:
@@ -290,6 +291,7 @@ def unsectioned(content: ReportContent) -> list[str]:
     out = ["<h2>Headline numbers: measured next to the papers'</h2>"]
     out += headline_table(content.headlines)
     out += regime.page_link(content.figures)
+    out += two_level.page_link(content.figures)
     out += footer_html(content)
     if content.figures:
         out.append("<h2>Contents</h2><ul>")

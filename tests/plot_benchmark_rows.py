@@ -298,7 +298,8 @@ def compare_row(
 
 def compare_rows() -> list[dict]:
     """`ccbench compare` rows: against the baseline (two sizes), against p2p written the
-    other way round (B = p2p), a lossless codec, OmniReduce, and one matching no claim."""
+    other way round (B = p2p), a lossless codec, OmniReduce, one matching no claim and a
+    hierarchical one (the two-level figure's)."""
     base, fp16 = "baseline --algorithm mpi", "coll_compressed --codec fp16"
     return [
         compare_row("c1", base, fp16, "allgather", 1 << 20, 0.8, 0.7, 0.9, "faster"),
@@ -341,5 +342,9 @@ def compare_rows() -> list[dict]:
         ),
         compare_row(
             "c5", base, "baseline --algorithm ring", "allgather", 1 << 24, 1.1, 1.05, 1.2, "slower"
+        ),
+        # the two-level figure's: hierarchical over flat (no harness row: no expected figure)
+        compare_row(
+            "c6", fp16, f"{fp16} --hierarchy node", "allgather", 1 << 24, 0.9, 0.8, 1.0, "faster"
         ),
     ]

@@ -127,6 +127,14 @@ def run_check(
     labels = list(order[: opts.top])
     if cm.RING in predictions and cm.RING not in labels:
         labels.append(cm.RING)
+    unreplayed = [label for label in labels if cm.split_label(label)[2]]
+    if unreplayed:  # trace_replay runs flat collectives: said, never counted as checked
+        print(
+            f"# check: not replayed ({', '.join(unreplayed)}): trace_replay runs flat "
+            "collectives only; compare them with `ccbench compare` (docs/hierarchical.md)",
+            flush=True,
+        )
+        labels = [label for label in labels if label not in unreplayed]
     trace_path = out.with_name(out.stem + "-trace.json")
     tracefile.write(trace, trace_path)
     replays = out.with_name(out.stem + "-replays.csv")
@@ -158,9 +166,11 @@ def run_check(
             f"{row['low_ms']:>10.0f}..{row['high_ms']:<10.0f} {row['error_pct']:>+6.1f}% "
             f"{row['predicted_codec_ms']:>9.0f}/{row['measured_codec_ms']:<9.0f}{miss}"
         )
-    _, said = cm.check_verdict(rows, advised) if advised else (False, "")
+    _, said = cm.check_verdict(rows, advised) if advised in labels else (False, "")
     if not advised:
         said = "check: no option was measured here to advise; the replays above measured them"
+    elif advised not in labels:
+        said = f"check: the advised option ({advised}) is hierarchical, not replayed: unchecked"
     print(f"# {said}; load average {load_start} -> {load_end}")
     import pandas as pd
 

@@ -71,6 +71,22 @@ def build_parser() -> argparse.ArgumentParser:
         "the transport's per-message cost), e.g. 5us (`ccbench cluster selfcheck` "
         "measures it on an emulated link; docs/advise.md fits it on a real one)",
     )
+    levels = p.add_argument_group("nodes (two levels)")
+    levels.add_argument(
+        "--ranks-per-node",
+        type=int,
+        metavar="M",
+        help="M consecutive ranks per node (default: the emulated cluster's layout, else "
+        "1): adds the hierarchical options (uncompressed inside a node, the variant "
+        "across nodes); --link is then the link between nodes",
+    )
+    levels.add_argument(
+        "--intra-link",
+        metavar="RATE",
+        help="with --ranks-per-node: the rate between two ranks of a node, e.g. 300gbit "
+        "(default: what `ccbench cluster selfcheck` measured, or the harness rows' "
+        "intra_node_gbps)",
+    )
     p.add_argument(
         "--results",
         nargs="+",
@@ -221,6 +237,46 @@ def network_of(opts, tables) -> tuple[cm.Network, list, float, str, float]:
     )
 
 
+def with_levels(opts, network: cm.Network, tables, cluster_name: str, ranks_hint):
+    """The network with its nodes (--ranks-per-node, else the emulated cluster's layout)
+    and its intra-node rate (--intra-link, else the cluster's self-check, else the
+    hierarchical harness rows'), and the inputs saying where they came from; refusals
+    for a layout that does not fit. The intra-node rate is an input of the hierarchical
+    options only: unknown, it is assumed (costed 0) and sets them apart."""
+    from ccbench.scripts.cluster.layout import load_state, parse_rate
+
+    cluster = load_state(cluster_name) if cluster_name else None
+    m, where = opts.ranks_per_node, "--ranks-per-node"
+    if m is not None and m < 1:
+        raise UsageError(f"--ranks-per-node {m}: must be at least 1")
+    if cluster is not None:
+        if m is not None and m != cluster.ranks_per_node:
+            raise UsageError(
+                f"--ranks-per-node {m}: cluster {cluster_name} has {cluster.ranks_per_node} "
+                "ranks per node (ccbench cluster up --ranks-per-node)"
+            )
+        m, where = cluster.ranks_per_node, f"cluster {cluster_name}"
+    m = m or 1
+    if opts.intra_link and m == 1:
+        raise UsageError("--intra-link goes with --ranks-per-node M (M > 1): one rank per node")
+    if ranks_hint is not None and ranks_hint % m:
+        raise UsageError(f"--ranks-per-node {m}: {ranks_hint} ranks do not make whole nodes")
+    if m == 1:
+        return network, [], None
+    inputs = [parts.Input("", "ranks per node", float(m), where)]
+    if opts.intra_link:
+        intra, source = float(parse_rate(opts.intra_link)), "declared (--intra-link)"
+    elif cluster is not None and cluster.intra_bps:
+        intra = float(cluster.intra_bps)
+        source = f"cluster {cluster_name} (ccbench cluster selfcheck, between two ranks of a node)"
+    else:
+        intra, source = parts.intra_rate_from_results(tables)
+    intra_input = parts.Input(
+        "", "intra-node rate b/s", intra, source or "assumed 0: not measured", not source
+    )
+    return replace(network, ranks_per_node=m, intra_rate_bps=intra), inputs, intra_input
+
+
 def variants_and_codecs(opts) -> tuple[list[str], list[str]]:
     """--variants and --codecs, checked (UsageError for an unknown one)."""
     variants = [v.strip() for v in opts.variants.split(",") if v.strip()]
@@ -238,30 +294,39 @@ def options_of(
     collectives,
     declared: cm.Network | None = None,
     share: float = 1.0,
+    network: cm.Network | None = None,
+    intra_input=None,
 ) -> tuple:
     """(options, their inputs, their efficiencies: (label, collective) -> Efficiency).
     An efficiency not measured here is never better than the worst measured one of its
-    collective (parts.worst_measured)."""
+    collective (parts.worst_measured). On a network of nodes every option also runs
+    hierarchical (label `...@node`), with the intra-node rate among its inputs."""
     variants, codecs = variants_and_codecs(opts)
     made, inputs, found = [], [], {}
+    m = network.ranks_per_node if network is not None else 1
     for variant in variants:
         for spec in [""] if variant in cm.UNCOMPRESSED else codecs:
-            label = variant if not spec else f"{variant}:{spec}"
-            rates = None
-            if spec:
+            flat = variant if not spec else f"{variant}:{spec}"
+            rates, got = None, []
+            if spec:  # one codec's rates in a step, from its flat rows, for both shapes
                 rates, got = parts.codec_rates(
-                    tables, spec, label, opts.buffer, variant, ranks, link_gbps
+                    tables, spec, flat, opts.buffer, variant, ranks, link_gbps
                 )
-                inputs += got
-            for c in collectives:
-                found[label, c] = parts.efficiency(
-                    tables, cm.Option(variant, rates), c, ranks, link_gbps, declared, share
-                )
-            made.append((variant, rates, label))
+            for hierarchical in (False, True) if m > 1 else (False,):
+                option = cm.Option(variant, rates, hierarchical=hierarchical)
+                label = option.label
+                inputs += [replace(i, option=label) for i in got]
+                if hierarchical and intra_input is not None:
+                    inputs.append(replace(intra_input, option=label))
+                for c in collectives:
+                    found[label, c] = parts.efficiency(
+                        tables, option, c, ranks, link_gbps, declared, share, m
+                    )
+                made.append((variant, rates, label, hierarchical))
     found = parts.worst_measured(found)
     options = [
-        cm.Option(variant, rates, {c: found[label, c].value for c in collectives})
-        for variant, rates, label in made
+        cm.Option(variant, rates, {c: found[label, c].value for c in collectives}, hierarchical)
+        for variant, rates, label, hierarchical in made
     ]
     inputs += [e.input for e in found.values()]
     return options, inputs, found
@@ -321,7 +386,7 @@ def lacking_by_option(inputs) -> dict:
 
 def advise(options, network, step, ranks, share) -> tuple[dict, dict]:
     predictions = {o.label: cm.predict_step(o, network, step, ranks, share) for o in options}
-    errors = {o.label: cm.step_error(o, step, ranks) for o in options}
+    errors = {o.label: cm.step_error(o, step, ranks, network.ranks_per_node) for o in options}
     return predictions, errors
 
 
@@ -363,6 +428,14 @@ def measure_then_run(opts, cluster, ranks, apart, lacking, collectives, unknown_
     return run(opts)
 
 
+def levels_text(network: cm.Network, ranks: int) -> str:
+    if network.ranks_per_node == 1:
+        return ""
+    intra = network.intra_rate_bps
+    rate = f"{intra / 1e9:.3g} Gbit/s" if intra else "unknown (costed 0)"
+    return f"{network.nodes(ranks)} nodes x {network.ranks_per_node} ranks, inside a node {rate}; "
+
+
 def main(argv: list[str]) -> int:
     return run(build_parser().parse_args(argv))
 
@@ -381,7 +454,13 @@ def run(opts) -> int:
             )
     variants_and_codecs(opts)  # refused before a model is built
     error_budget(opts.max_error)
+    network, level_inputs, intra_input = with_levels(opts, network, tables, cluster, opts.ranks)
+    inputs += level_inputs
     trace, ranks, trace_source = load_step(opts.model, opts.ranks)
+    if ranks % network.ranks_per_node:
+        raise UsageError(
+            f"--ranks-per-node {network.ranks_per_node}: {ranks} ranks do not make whole nodes"
+        )
     step = trace.steps[0]
     if not step.calls:
         raise UsageError(f"--model {opts.model}: its first step has no collectives")
@@ -400,7 +479,15 @@ def run(opts) -> int:
     inputs.append(parts.Input("", "trace", f"{trace.describe()}", trace_source))
     collectives = sorted({c.collective for c in step.calls})
     options, found, efficiencies = options_of(
-        opts, tables, ranks, link_gbps, collectives, network if opts.link else None, share
+        opts,
+        tables,
+        ranks,
+        link_gbps,
+        collectives,
+        network if opts.link else None,
+        share,
+        network,
+        intra_input,
     )
     inputs += found
     predictions, errors = advise(options, network, step, ranks, share)
@@ -435,7 +522,7 @@ def run(opts) -> int:
     print(
         f"# ccbench advise: {trace.describe()} ({trace_source}); {ranks} ranks; link "
         f"{network.rate_bps / 1e9:.3g} Gbit/s payload, ring step {network.step_s * 1e6:.0f}"
-        f" us; {share:g} ranks per codec core; error budget "
+        f" us; {levels_text(network, ranks)}{share:g} ranks per codec core; error budget "
         + (
             f"{bound:g} per step"
             + (" (the default, docs/advise.md)" if opts.max_error is None else "")
@@ -459,6 +546,7 @@ def run(opts) -> int:
         tables_out.main_collective(step),
         ranks,
         share,
+        levels=network,
         marks={
             "this link, largest call": (
                 network.rate_bps,

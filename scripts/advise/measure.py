@@ -21,12 +21,14 @@ ITERATIONS, WARMUP = "5", "1"
 
 def harness_args(label: str, collective: str, csv_path: Path) -> list[str]:
     """The harness command measuring one option on one collective."""
-    variant, _, codec = label.partition(":")
+    variant, codec, hierarchical = cm.split_label(label)
     if variant in cm.UNCOMPRESSED:
         module = "baseline"
         extra = ["--algorithm", "mpi" if variant == cm.LIBRARY else "ring"]
     else:
         module, extra = variant, ["--codec", codec]
+    if hierarchical:  # the nodes' layout from `ccbench cluster run`
+        extra += ["--hierarchy", "node"]
     return [
         sys.executable,
         "-m",
@@ -86,8 +88,9 @@ def measure_harness(
         flush=True,
     )
     for label, collective in jobs:
-        variant = label.partition(":")[0]
+        variant, _, hierarchical = cm.split_label(label)
         name = "baseline" if variant in cm.UNCOMPRESSED else variant
+        name += "-node" if hierarchical else ""
         command = [
             sys.executable,
             "-m",

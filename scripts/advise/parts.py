@@ -18,6 +18,7 @@ import numpy as np
 
 from ccbench.benchmarks.results import read_table
 from ccbench.collectives import compression_model as cm
+from ccbench.collectives.costmodel import node_link_bytes
 from ccbench.kernels.codecs import parse_codec
 
 # Stand-ins where nothing was measured (each shown as "assumed" with its reason)
@@ -160,6 +161,7 @@ def _in_step_rows(tables: Tables, spec: str, variant: str, ranks: int, link_gbps
         and _number(r, "size_bytes") >= MIN_EFFICIENCY_BYTES
         and int(np.nan_to_num(_number(r, "ranks"))) >= 2
         and in_step_codec_s(r) > 0
+        and not row_is_hierarchical(r)  # the codec's work as the flat model counts it
     ]
     if not rows:
         return []
@@ -305,11 +307,35 @@ def codec_rates(
 # ------------------------------------------------------------------------- overlap
 
 
+HIERARCHICAL = "hierarchical-"  # the algorithm's mark on a `--hierarchy node` row
+
+
+def row_is_hierarchical(row: dict) -> bool:
+    return (row.get("algorithm") or "").startswith(HIERARCHICAL)
+
+
 def _row_variant(row: dict) -> str:
     variant = row.get("variant", "")
     if variant == "baseline":
-        return cm.RING if row.get("algorithm") == "ring" else cm.LIBRARY
+        across = (row.get("algorithm") or "").removeprefix(HIERARCHICAL)
+        return cm.RING if across == "ring" else cm.LIBRARY
     return variant
+
+
+def _row_ranks_per_node(row: dict) -> int:
+    m = _number(row, "ranks_per_node")
+    return int(m) if math.isfinite(m) and m >= 1 else 1
+
+
+def intra_rate_from_results(tables: Tables) -> tuple[float, str]:
+    """The intra-node rate the newest hierarchical harness row's floor used (its
+    `intra_node_gbps`, from `ccbench cluster selfcheck`), b/s, and where it came from;
+    (0, "") where none recorded one."""
+    rows = [(p, r) for p, r in tables.of("harness") if _number(r, "intra_node_gbps") > 0]
+    if not rows:
+        return 0.0, ""
+    path, row = max(rows, key=lambda pr: pr[1].get("timestamp", ""))
+    return _number(row, "intra_node_gbps") * 1e9, _where(path, [row]) + " (intra_node_gbps)"
 
 
 def row_network(row: dict, declared: cm.Network | None = None) -> cm.Network | None:
@@ -319,11 +345,25 @@ def row_network(row: dict, declared: cm.Network | None = None) -> cm.Network | N
     rate = rate if math.isfinite(rate) else _number(row, "link_gbps")
     if not (math.isfinite(rate) and rate > 0):
         return declared
+    intra = _number(row, "intra_node_gbps")
     return cm.Network(
         rate * 1e9,
         float(np.nan_to_num(_number(row, "link_step_us"))) * 1e-6,
         float(np.nan_to_num(_number(row, "link_burst_bytes"))),
+        _row_ranks_per_node(row) if row_is_hierarchical(row) else 1,
+        intra * 1e9 if math.isfinite(intra) and intra > 0 else 0.0,
     )
+
+
+def _link_ratio(row: dict) -> float:
+    """A hierarchical row's codec ratio across nodes: the bytes the node's link would
+    carry uncompressed (costmodel.node_link_bytes) over its `node_link_bytes`."""
+    ranks, m = int(np.nan_to_num(_number(row, "ranks"))), _row_ranks_per_node(row)
+    sent = _number(row, "node_link_bytes")
+    if not (sent > 0 and ranks >= m >= 1):
+        return math.nan
+    size = _number(row, "size_bytes")
+    return node_link_bytes(row.get("collective", ""), size, ranks // m, m, True) / sent
 
 
 def _row_efficiency(
@@ -336,20 +376,14 @@ def _row_efficiency(
     ranks, size = int(_number(row, "ranks")), _number(row, "size_bytes")
     if network is None or ranks < 2 or not math.isfinite(size):
         return math.nan
+    if row_is_hierarchical(row) and network is not None and network.ranks_per_node == 1:
+        network = replace(network, ranks_per_node=_row_ranks_per_node(row))
     if option.codec is not None:  # the ratio the row achieved
         ratio = _number(row, "compression_ratio")
+        if row_is_hierarchical(row):  # its ratio counts the uncompressed intra bytes too
+            ratio = _link_ratio(row)
         if math.isfinite(ratio) and ratio > 0:
-            option = cm.Option(
-                option.variant,
-                cm.CodecRates(
-                    option.codec.spec,
-                    ratio,
-                    option.codec.encode_bps,
-                    option.codec.decode_bps,
-                    option.codec.hop_bps,
-                    option.codec.rel_l2,
-                ),
-            )
+            option = replace(option, codec=replace(option.codec, ratio=ratio))
     if option.codec is not None and (
         _number(row, "ranks_per_core") > 0 or _number(row, "ranks_per_device") > 0
     ):
@@ -382,13 +416,16 @@ def efficiency(
     link_gbps: float,
     declared: cm.Network | None = None,
     codec_share: float = 1.0,
+    ranks_per_node: int = 1,
 ) -> Efficiency:
     """The median call-over-floor of the harness rows of this variant, codec and collective
     on an emulated link (1 MiB and up), at the measured link rate nearest ``link_gbps``
     (same rank count first); with a ``declared`` network (a real cluster's, calibrated),
     its rows without an emulated link against that network's floor. Measured at another
     rate or rank count, or not at all: marked assumed (``worst_measured`` then replaces
-    it by the worst efficiency measured of its collective)."""
+    it by the worst efficiency measured of its collective). A hierarchical option's
+    rows are the hierarchical ones (`algorithm` hierarchical-*), measured here only at
+    ``ranks_per_node``; a flat option's, the flat ones."""
     variant, option = model.variant, model.label
     wanted_codec = "none" if model.codec is None else model.codec.spec
     same = [
@@ -398,8 +435,10 @@ def efficiency(
         and (r.get("codec") or "none") == wanted_codec
         and r.get("collective") == collective
         and _number(r, "size_bytes") >= MIN_EFFICIENCY_BYTES
+        and row_is_hierarchical(r) == model.hierarchical
     ]
     rows = [(p, r) for p, r in same if _number(r, "link_gbps") > 0]
+    layout = ranks_per_node if model.hierarchical else 1
     name = f"efficiency {collective}"
     real = [
         (p, r)
@@ -435,15 +474,22 @@ def efficiency(
                 True,
             ),
         )
+
+    def layout_of(r: dict) -> int:
+        return _row_ranks_per_node(r) if model.hierarchical else 1
+
     near = min(
         rows,
         key=lambda pr: (
             int(_number(pr[1], "ranks")) != ranks,
+            layout_of(pr[1]) != layout,
             abs(math.log(_number(pr[1], "link_gbps") / link_gbps)),
         ),
     )
-    at = _number(near[1], "link_gbps"), near[1].get("ranks")
-    chosen = [(p, r) for p, r in rows if (_number(r, "link_gbps"), r.get("ranks")) == at]
+    at = _number(near[1], "link_gbps"), near[1].get("ranks"), layout_of(near[1])
+    chosen = [
+        (p, r) for p, r in rows if (_number(r, "link_gbps"), r.get("ranks"), layout_of(r)) == at
+    ]
     values = [
         v
         for v in (_row_efficiency(r, model, row_network(r), codec_share) for _, r in chosen)
@@ -462,9 +508,10 @@ def efficiency(
         )
     paths = sorted({p for p, _ in chosen})
     where = "; ".join(_where(p, [r for q, r in chosen if q == p]) for p in paths)
-    note = f" ({len(values)} sizes at {at[0]:g} Gbit/s, {at[1]} ranks)"
-    # another rate or rank count than asked: measured, but not here
-    off = abs(at[0] - link_gbps) > 0.05 * link_gbps or str(at[1]) != str(ranks)
+    per_node = f", {at[2]} per node" if model.hierarchical else ""
+    note = f" ({len(values)} sizes at {at[0]:g} Gbit/s, {at[1]} ranks{per_node})"
+    # another rate, rank count or layout than asked: measured, but not here
+    off = abs(at[0] - link_gbps) > 0.05 * link_gbps or str(at[1]) != str(ranks) or at[2] != layout
     value = float(np.median(values))
     return Efficiency(
         value,

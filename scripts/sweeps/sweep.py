@@ -246,8 +246,16 @@ def run_sweep(
                     max(t.ranks for t in order if t.link_gbps == task.link_gbps),
                 )
                 if shape != cluster_shape:
-                    _cluster("up", "--ranks", str(shape[1]), "--rate", f"{shape[0]:g}gbit")
-                    _cluster("selfcheck", "--step-only")  # the floor's fixed cost per step
+                    m = spec.ranks_per_node
+                    layout = (
+                        ["--nodes", str(shape[1] // m), "--ranks-per-node", str(m)]
+                        if m > 1
+                        else ["--ranks", str(shape[1])]
+                    )
+                    _cluster("up", *layout, "--rate", f"{shape[0]:g}gbit")
+                    # the floor's fixed cost per step; with nodes, both levels (the rate
+                    # inside a node is the hierarchical rows' intra-node floor)
+                    _cluster("selfcheck", *([] if m > 1 else ["--step-only"]))
                     cluster_shape = shape
             csv = csv_path(spec, task).resolve()
             cmd = launch_command(spec, task, resume_args(task, sizes), csv, launcher)

@@ -30,7 +30,8 @@ from ccbench.kernels.errors import UsageError
 # cost_s: a task's declared time in seconds (what it took on a 2-core host), for the
 # sweep's time-left estimate until a task of its kind has been measured
 RESERVED = {"variant", "ranks", "link_gbps", "sizes", "iterations", "warmup", "options", "cost_s"}
-SWEEP_KEYS = RESERVED - {"variant"} | {"name", "output", "merge", "timeout"}
+# ranks_per_node: the emulated cluster's ranks per node (namespace) for link_gbps tasks
+SWEEP_KEYS = RESERVED - {"variant"} | {"name", "output", "merge", "timeout", "ranks_per_node"}
 SLURM_KEYS = {
     "mpi",
     "tasks_per_node",
@@ -86,6 +87,7 @@ class Spec:
     timeout: float | None
     slurm: dict
     tasks: list[Task] = field(default_factory=list)
+    ranks_per_node: int = 1  # the emulated cluster's layout for the link_gbps tasks
 
 
 def _as_list(value, what: str) -> list:
@@ -332,6 +334,13 @@ def load_spec(path, output: str | None = None, merged: str | None = None) -> Spe
     if len(set(slugs)) != len(slugs):
         raise UsageError(f"{path}: two [[points]] entries describe the same task")
     spec.tasks = [Task(i, slug=s, **t) for i, (t, s) in enumerate(zip(raw, slugs, strict=True))]
+    m = sweep.get("ranks_per_node", 1)
+    if not isinstance(m, int) or m < 1:
+        raise UsageError(f"{path}: [sweep] ranks_per_node must be a positive integer")
+    uneven = [t.slug for t in spec.tasks if t.link_gbps is not None and t.ranks % m]
+    if uneven:
+        raise UsageError(f"{path}: task {uneven[0]}: its ranks do not make whole nodes of {m}")
+    spec.ranks_per_node = m
     return spec
 
 
