@@ -60,7 +60,7 @@ from ccbench.kernels.vocabulary import itemsize, nbytes
 DEFAULT_CHUNK_BYTES = 1 << 20  # uncompressed bytes per pipelined chunk
 SLOT_ALIGN = 64  # payload slots start on cache-line boundaries
 _TAG_P2P = 7100
-_TAG_BASE = 7200  # collective-level: one tag per (phase, step), by the phase's place
+_TAG_BASE = 7200  # collective-level: one tag per (phase, step), by the phase's tag block
 
 
 # ------------------------------------------------------------------------------- helpers
@@ -119,13 +119,14 @@ class _Bound:
             self.phases, self.bounds, self.rank, self.size, itemsize(self.dtype)
         )
 
-    def walk_plan(self, fused: bool) -> list[tuple[int, object, bool]]:
-        """(place, phase, hands on) per phase, in order: `hands on` where, fused, the next
-        phase starts on each chunk this one finishes (collectives/phases.fuses)."""
+    def walk_plan(self, fused: bool) -> list[tuple[int, object, object]]:
+        """(tag block, phase, handed to) per phase, in order: `handed to` is the next phase
+        where, fused, it starts on each chunk this one finishes (collectives/phases.fuses),
+        else None."""
         after = [*self.phases[1:], None]
         return [
-            (i, phase, fused and nxt is not None and fuses(phase, nxt))
-            for i, (phase, nxt) in enumerate(zip(self.phases, after, strict=True))
+            (phase.tag, phase, nxt if fused and nxt is not None and fuses(phase, nxt) else None)
+            for phase, nxt in zip(self.phases, after, strict=True)
         ]
 
     def _slot_nbytes(self, count: int) -> int:
@@ -417,7 +418,8 @@ class CollCompressed(_Bound):
         reduced chunk is the next phase's first message (its payload, encoded once)."""
         start = self.bounds[self.rank][0]
         fuse_into = self.recvbuf if hands_on else None
-        self._reduce_scatter(engine, phase, place, self.own_result, start, fuse_into)
+        handed_tag = hands_on.tag if hands_on else None
+        self._reduce_scatter(engine, phase, place, self.own_result, start, fuse_into, handed_tag)
         return None if hands_on else self.own_result
 
     def _copy_walk(self, engine, place, phase, held, hands_on):
@@ -537,7 +539,7 @@ class CollCompressed(_Bound):
 
     # reduce-scatter: decompress, reduce, recompress, chunk by chunk
     def _reduce_scatter(
-        self, engine, phase, place: int, out, out_start: int, fuse_into=None
+        self, engine, phase, place: int, out, out_start: int, fuse_into=None, handed_tag=None
     ) -> None:
         """out = block `rank` of the sum; out_start is its offset in the buffer. With
         `fuse_into` (the allreduce's result), each reduced chunk starts the next phase."""
@@ -560,7 +562,7 @@ class CollCompressed(_Bound):
                 target = out[c0 - out_start : c1 - out_start]
                 self._decode_add(incoming, send[c0:c1], target)
                 if fuse_into is not None:
-                    self._own_chunk(engine, target, target, c, place + 1)
+                    self._own_chunk(engine, target, target, c, handed_tag)
                 return
             partial = self.scratch.partial[: c1 - c0]
             payload = self._decode_add(

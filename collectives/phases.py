@@ -66,14 +66,18 @@ class Phase:
     # hops a block travels from the rank it starts on to the last rank it reaches on P
     # ranks: a codec that re-encodes every message encodes it this many times
     path_hops: Callable[[int], int] = lambda size: size - 1
+    # its messages' tag block, one per phase: collectives in flight at once on one
+    # communicator (FSDP gathers the next layer while a reduce-scatter runs) never match
+    # each other's messages, as they would if tags followed a phase's place in its call
+    tag: int = 0
 
     def sent_blocks(self, rank: int, size: int) -> list[int]:
         """The blocks this rank sends, one per step."""
         return [send for _, send, _ in self.schedule(rank, size)]
 
 
-REDUCE = Phase("reduce", reduce_schedule, REDUCE_INTO)
-GATHER = Phase("gather", gather_schedule, COPY)
+REDUCE = Phase("reduce", reduce_schedule, REDUCE_INTO, tag=0)
+GATHER = Phase("gather", gather_schedule, COPY, tag=1)
 PHASES = {phase.name: phase for phase in (REDUCE, GATHER)}
 
 
