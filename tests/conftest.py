@@ -1,5 +1,6 @@
-"""Fixtures of the plotting tests (test_plots.py, test_plots_cli.py, test_plots_page.py,
-test_plots_marks.py, test_figures.py).
+"""Fixtures shared by test modules: the plotting tests' (test_plots.py, test_plots_cli.py,
+test_plots_page.py, test_plots_marks.py, test_figures.py) and `fresh_counts`, the device
+double's counts zeroed around each test of the modules on the double.
 
 None is autouse: a test gets one only by naming it, and those modules close their
 figures with `pytest.mark.usefixtures("close_figures")`, so no other test changes. The
@@ -52,3 +53,16 @@ def close_figures():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+@pytest.fixture
+def fresh_counts():
+    """The device double's counts zeroed, and outside a timed region, around a test; the
+    modules on the double use it throughout
+    (`pytestmark = [..., pytest.mark.usefixtures("fresh_counts")]`)."""
+    import tests.devicedouble as double
+
+    double.STATS.reset()
+    yield
+    double.STATS.in_region = False
+    double.STATS.reset()

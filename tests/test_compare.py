@@ -14,19 +14,9 @@ import pytest
 from scipy import stats
 
 from tests.mpirun import REPO, mpirun, variant_module
+from tests.helpers.cli import ccbench
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
-
-
-def ccbench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ccbench.scripts.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def record(a_turns, b_turns, size=4096) -> dict:

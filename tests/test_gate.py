@@ -22,6 +22,7 @@ import pytest
 
 from ccbench.scripts.comparisons.revisions import kernel_path, link_rooms
 from tests.mpirun import REPO
+from tests.helpers.cli import ccbench
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 
@@ -48,23 +49,6 @@ def interruptible() -> None:
     background of a shell (which starts its jobs with SIGINT ignored, and Python keeps an
     ignored SIGINT ignored)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def ccbench(
-    *args: str,
-    timeout: float = 300,
-    cwd: Path = REPO,
-    env: dict | None = None,
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ccbench.scripts.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def git(repo: Path, *args: str) -> str:

@@ -16,6 +16,7 @@ from ccbench.collectives.trace import Event, Step, Trace, check
 from ccbench.collectives.trace_files import from_json, read, to_json, write
 from ccbench.collectives.trace_param import from_param, to_param
 from ccbench.kernels.errors import UsageError
+from tests.helpers.cli import ccbench
 
 
 def fsdp_like() -> Trace:
@@ -324,16 +325,6 @@ def test_the_local_sweep_replays_the_gpt2_trace():
 
 
 # ------------------------------------------------------------------------ command line
-
-
-def ccbench(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ccbench.scripts.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
 
 
 def test_show_and_convert_read_both_formats(tmp_path):
