@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 
-from ccbench.benchmarks.results import COMMON_COLUMNS
 from tests.helpers.rows import harness_row
 
 SWEEP = "fixture-20250101T000000-abcdef"

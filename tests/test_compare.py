@@ -6,15 +6,13 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from tests.mpirun import REPO, mpirun, variant_module
 from tests.helpers.cli import ccbench
+from tests.mpirun import mpirun, variant_module
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from ccbench.scripts.comparisons.revisions import kernel_path, link_rooms
-from tests.mpirun import REPO
 from tests.helpers.cli import ccbench
+from tests.mpirun import REPO
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
 

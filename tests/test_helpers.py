@@ -17,7 +17,8 @@ def module_level_functions(path: Path) -> list[str]:
     return [
         node.name
         for node in tree.body
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_")
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and not node.name.startswith("_")
     ]
 
 

@@ -78,7 +78,9 @@ def test_a_bar_below_its_floor_is_marked_red_with_the_reason(tmp_path, style):
     rows = []
     for size, call in ((1 << 20, 7000.0), (1 << 22, 36000.0)):
         rows.append(
-            modelled_row("run-a", "baseline", "mpi", "reduce_scatter", "none", 4, size, 40000.0, 1.0)
+            modelled_row(
+                "run-a", "baseline", "mpi", "reduce_scatter", "none", 4, size, 40000.0, 1.0
+            )
         )
         rows.append(
             modelled_row(

@@ -6,8 +6,6 @@ tests/test_trace_replay.py."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
