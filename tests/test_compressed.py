@@ -373,7 +373,7 @@ def test_breakdown_wire_floor_and_auto_chunk_from_closed_forms(tmp_path):
     """The wire bytes and the wire floor against the ring's closed form, and the chunk
     --chunk-bytes auto picks against the documented formula applied by hand to the rates
     the row records (which slow encode or decode lands in which column is checked with
-    stub codecs in test_behaviours_compare.py)."""
+    stub codecs in test_behaviours_ranks.py)."""
 
     out = tmp_path / "coll.csv"
     proc = mpirun(

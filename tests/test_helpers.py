@@ -1,6 +1,7 @@
 """The helpers shared by test modules are defined once under tests/: a module imports
-`ccbench`, `harness_row`, `fresh_counts`... from tests/helpers/ or conftest.py, never
-keeps a copy of its own (copies drift: three `ccbench()` wrappers had three timeouts)."""
+`ccbench`, `git`, `harness_row`, `failed_checks`... from tests/helpers/ and gets
+`fresh_counts` and `clone` from conftest.py, never keeps a copy of its own (copies drift:
+three `ccbench()` wrappers had three timeouts)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections import Counter
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-SHARED = [*sorted((TESTS / "helpers").glob("*.py")), TESTS / "conftest.py"]
+HELPERS = sorted((TESTS / "helpers").glob("*.py"))
+# conftest.py's fixtures that were once copied into modules (the plotting ones never were)
+SHARED_FIXTURES = {"fresh_counts", "clone"}
 
 
 def module_level_functions(path: Path) -> list[str]:
@@ -22,20 +25,23 @@ def module_level_functions(path: Path) -> list[str]:
     ]
 
 
+def definitions(root: Path, names: set[str]) -> Counter:
+    """How many modules under `root` define each of `names` at their top level."""
+    found = (name for path in root.rglob("*.py") for name in module_level_functions(path))
+    return Counter(name for name in found if name in names)
+
+
 def test_each_shared_helper_is_defined_once_under_tests():
-    shared = {name for path in SHARED for name in module_level_functions(path)}
-    assert {"ccbench", "harness_row", "fresh_counts", "failed_checks"} <= shared
-    defined = Counter(
-        name
-        for path in TESTS.rglob("*.py")
-        for name in module_level_functions(path)
-        if name in shared
-    )
+    shared = {name for path in HELPERS for name in module_level_functions(path)}
+    shared |= SHARED_FIXTURES
+    assert {"ccbench", "git", "harness_row", "failed_checks"} <= shared
+    defined = definitions(TESTS, shared)
     assert {name: n for name, n in defined.items() if n != 1} == {}
 
 
-def test_the_check_counts_a_second_definition(tmp_path):
-    """The counter above sees a copy: a module that defines `ccbench` again is one more."""
-    copy = tmp_path / "test_copy.py"
-    copy.write_text("import subprocess\n\n\ndef ccbench(*args):\n    return None\n")
-    assert module_level_functions(copy) == ["ccbench"]
+def test_a_copy_in_a_module_is_counted(tmp_path):
+    (tmp_path / "helpers").mkdir()
+    (tmp_path / "helpers" / "cli.py").write_text("def ccbench(*args):\n    pass\n")
+    (tmp_path / "test_x.py").write_text("def ccbench(*args, timeout=60):\n    pass\n")
+    (tmp_path / "test_y.py").write_text("class Runner:\n    def ccbench(self):\n        pass\n")
+    assert definitions(tmp_path, {"ccbench"}) == {"ccbench": 2}  # a method is not a copy
