@@ -28,3 +28,16 @@ def ccbench(
         env={**os.environ, **(env or {})},
         stdin=subprocess.DEVNULL,
     )
+
+
+def parse_osu(stdout: str) -> list[list[str]]:
+    """What a parser written for OSU's C benchmarks does: skip '#', split on blanks."""
+    rows = []
+    for line in stdout.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.split()
+        int(fields[0])
+        float(fields[1])  # average latency
+        rows.append(fields)
+    return rows
