@@ -3,6 +3,7 @@
     python -m tests.seeded_faults              # every fault, one at a time
     python -m tests.seeded_faults bfp-edge 3   # the faults of a class, or by number
     python -m tests.seeded_faults --list       # the classes and their faults, run none
+    python -m tests.seeded_faults --help       # this text
 
 Each fault is put into the working tree, the named tests run, and the tree is put back
 (compiled kernels are rebuilt in place before and after a C fault). A fault is *caught*
@@ -480,6 +481,9 @@ def run_fault(fault: Fault) -> tuple[bool, str]:
 
 
 def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__)
+        return 0
     if "--list" in argv:
         for i, f in enumerate(FAULTS):
             print(
