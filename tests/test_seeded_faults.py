@@ -3,9 +3,9 @@ occurs exactly once in its file and its tests exist, so running them tests somet
 
 from __future__ import annotations
 
-import pytest
-
 import re
+
+import pytest
 
 from tests.seeded_faults import FAULTS, ROOT
 
