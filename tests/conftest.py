@@ -1,5 +1,7 @@
-"""Fixtures of the plotting tests (test_plots.py, test_plots_cli.py, test_plots_page.py,
-test_plots_marks.py, test_figures.py).
+"""Fixtures shared by test modules: the plotting tests' (test_plots.py, test_plots_cli.py,
+test_plots_page.py, test_plots_marks.py, test_figures.py), `fresh_counts` (the device
+double's counts zeroed around each test of the modules on the double) and `clone` (a
+throw-away clone of this checkout: the gate's and compare's tests).
 
 None is autouse: a test gets one only by naming it, and those modules close their
 figures with `pytest.mark.usefixtures("close_figures")`, so no other test changes. The
@@ -74,3 +76,34 @@ def switch(monkeypatch):
 
     yield set_switch
     installed.install(before)
+
+
+@pytest.fixture
+def fresh_counts():
+    """The device double's counts zeroed, and outside a timed region, around a test; the
+    modules on the double use it throughout
+    (`pytestmark = [..., pytest.mark.usefixtures("fresh_counts")]`)."""
+    import tests.devicedouble as double
+
+    double.STATS.reset()
+    yield
+    double.STATS.in_region = False
+    double.STATS.reset()
+
+
+@pytest.fixture
+def clone(tmp_path) -> Path:
+    """A clone of this checkout's HEAD, with an identity to commit as (the gate's tests
+    commit their changes, as a contributor would)."""
+    import subprocess
+
+    from tests.helpers.repo import git
+    from tests.mpirun import REPO
+
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    path = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(path)], check=True)
+    git(path, "config", "user.email", "ci@example.invalid")
+    git(path, "config", "user.name", "ccbench tests")
+    return path

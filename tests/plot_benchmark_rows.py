@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ccbench.benchmarks.results import COMMON_COLUMNS
+from tests.helpers.rows import harness_row
 
 SWEEP = "fixture-20250101T000000-abcdef"
 US_PER_BYTE_1G = 8e-3  # 1 Gbit/s
@@ -30,15 +30,15 @@ CODEC_US_PER_BYTE = {
 }
 
 
-def harness_row(
+def modelled_row(
     run, variant, algorithm, collective, codec, ranks, size, avg_us, link, sweep=SWEEP, **extra
 ) -> dict:
+    """A harness row whose times and bandwidths follow from `avg_us` as a run's would."""
     n = ranks
     total = size * n if collective == "allgather" else size
     factor = 2 * (n - 1) / n if collective == "allreduce" else (n - 1) / n
     algbw = total / (avg_us * 1e-6) / 1e9
-    row = {c: "" for c in COMMON_COLUMNS}
-    row.update(
+    fields = dict(
         run_id=run,
         sweep_id=sweep,
         timestamp="2025-01-01T00:00:00",
@@ -46,8 +46,6 @@ def harness_row(
         algorithm=algorithm,
         collective=collective,
         codec=codec,
-        dtype="float32",
-        buffer="numpy",
         ranks=ranks,
         nodes=1,
         size_bytes=size,
@@ -56,7 +54,6 @@ def harness_row(
         count=size // 4,
         iterations=100,
         warmup=10,
-        timing="per-call",
         avg_us=avg_us,
         min_us=0.95 * avg_us,
         max_us=1.05 * avg_us,
@@ -65,14 +62,12 @@ def harness_row(
         algbw_gbps=algbw,
         busbw_gbps=algbw * factor,
         compression_ratio=RATIOS.get(codec, 1.0),
-        validation="Pass",
         link_gbps=link if link else "",
         mpi_library="MPICH 4",
         hostname="host",
         git_sha="abc123",
     )
-    row.update(extra)
-    return row
+    return harness_row(**{**fields, **extra})
 
 
 def seed000_rows(sizes, ranks=4, link=1.0, run="run-a", sweep=SWEEP) -> list[dict]:
@@ -86,12 +81,12 @@ def seed000_rows(sizes, ranks=4, link=1.0, run="run-a", sweep=SWEEP) -> list[dic
             wire = hops * block
             base = 20 + wire * upb
             out.append(
-                harness_row(
+                modelled_row(
                     run, "baseline", "mpi", collective, "none", ranks, size, base, link, sweep
                 )
             )
             out.append(
-                harness_row(
+                modelled_row(
                     run,
                     "baseline",
                     "ring",
@@ -127,7 +122,7 @@ def seed000_rows(sizes, ranks=4, link=1.0, run="run-a", sweep=SWEEP) -> list[dic
                         idle_us=0.0,
                     )
                     out.append(
-                        harness_row(
+                        modelled_row(
                             run,
                             variant,
                             "ring",
@@ -171,7 +166,7 @@ def seed001_rows(size=1 << 22, ranks_list=(2, 4), link=1.0) -> list[dict]:
                         wire_min_bytes_per_rank=int(minimum),
                     )
                     out.append(
-                        harness_row(
+                        modelled_row(
                             "run-s",
                             "sparse_streaming",
                             "omnireduce",
@@ -187,7 +182,7 @@ def seed001_rows(size=1 << 22, ranks_list=(2, 4), link=1.0) -> list[dict]:
                     )
                     dense = 2 * (ranks - 1) / ranks * size
                     out.append(
-                        harness_row(
+                        modelled_row(
                             "run-s",
                             "sparse_streaming",
                             "dense",
@@ -203,7 +198,7 @@ def seed001_rows(size=1 << 22, ranks_list=(2, 4), link=1.0) -> list[dict]:
                     )
                     gathered = (ranks - 1) * nnz * 2
                     out.append(
-                        harness_row(
+                        modelled_row(
                             "run-s",
                             "sparse_streaming",
                             "allgather-sparse",

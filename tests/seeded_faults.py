@@ -3,6 +3,7 @@
     python -m tests.seeded_faults              # every fault, one at a time
     python -m tests.seeded_faults bfp-edge 3   # the faults of a class, or by number
     python -m tests.seeded_faults --list       # the classes and their faults, run none
+    python -m tests.seeded_faults --help       # this text
 
 Each fault is put into the working tree, the named tests run, and the tree is put back
 (compiled kernels are rebuilt in place before and after a C fault). A fault is *caught*
@@ -39,14 +40,31 @@ BUSBW = "tests/test_behaviours_ranks.py -k busbw"
 RESULTS = "tests/test_behaviours_results.py"
 BREAKDOWN = "tests/test_behaviours_ranks.py -k breakdown"
 FEEDBACK = "tests/test_behaviours_training.py"
-COMPARE = "tests/test_behaviours_compare.py"
+COMPARE = "tests/test_comparisons.py"
 SLOTS = "tests/test_behaviours_ranks.py -k slots"
 TORCH = "tests/test_torch_transport_checks.py"
 LAUNCH = "tests/test_launch_check.py"
 RESULTS_RUNS = "tests/test_results_runs.py"
-GATE_RECORDS = "tests/test_gate_checks.py"
+GATE_RECORDS = " ".join(  # the gate's records, without launches
+    f"tests/test_gate.py::{name}"
+    for name in (
+        "test_both_sides_kernels_are_recorded",
+        "test_a_point_past_the_threshold_runs_as_many_rounds_again",
+        "test_each_sides_kernels_are_asked_of_its_own_code",
+        "test_a_base_without_the_trees_compiled_kernels_is_refused",
+    )
+)
 GATE_BUILT = "tests/test_gate.py -k near_the_threshold"
-OSU = "tests/test_osu_check_runs.py"
+OSU = " ".join(  # osu-check's rounds and verdicts, with a scripted runner
+    f"tests/test_osu_check.py::{name}"
+    for name in (
+        "test_the_verdict_and_exit_status_of_a_point",
+        "test_one_inconclusive_point_among_agreeing_ones_exits_1",
+        "test_the_first_side_alternates_from_round_to_round",
+        "test_ccbench_side_is_its_average_as_osus_is",
+        "test_a_time_of_zero_has_no_ratio",
+    )
+)
 DEVICE = "tests/test_device_accounting.py"
 TRACES = "tests/test_trace_checks.py"
 FLOOR = "tests/test_floor.py"
@@ -463,6 +481,9 @@ def run_fault(fault: Fault) -> tuple[bool, str]:
 
 
 def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__)
+        return 0
     if "--list" in argv:
         for i, f in enumerate(FAULTS):
             print(

@@ -17,6 +17,7 @@ from ccbench.collectives import trace_files as tracefile
 from ccbench.collectives.trace import Event, Step, Trace
 from ccbench.scripts.advise import check as advise_check
 from ccbench.scripts.advise import command as advise
+from tests.helpers.rows import harness_row
 
 MIB = 1 << 20
 WIRE_4MIB_MS = 100.663296  # a 4 MiB allgather's ring on 4 ranks: 12 MiB at 1 Gbit/s
@@ -57,24 +58,21 @@ def codec_row(codec, ratio, gbps, rel_l2):
     return row
 
 
-def harness_row(variant, codec, avg_us, **extra):
+def ranked_row(variant, codec, avg_us, **extra):
     """A 4 MiB (OSU) allgather on 4 ranks at an emulated 1 Gbit/s, no step cost."""
     columns = HARNESS.variant_columns(variant)
-    row = dict.fromkeys(columns, "")
-    row.update(
-        {
-            SCHEMA: HARNESS.tag,
-            "run_id": f"{variant}run",
-            "variant": variant,
-            "algorithm": "ring",
-            "collective": "allgather",
-            "codec": codec,
-            "ranks": 4,
-            "size_bytes": 4 * MIB,
-            "link_gbps": 1,
-            "avg_us": avg_us,
-            **extra,
-        }
+    row = harness_row(
+        columns,
+        run_id=f"{variant}run",
+        variant=variant,
+        algorithm="ring",
+        collective="allgather",
+        codec=codec,
+        ranks=4,
+        size_bytes=4 * MIB,
+        link_gbps=1,
+        avg_us=avg_us,
+        **extra,
     )
     return row, columns
 
@@ -98,7 +96,7 @@ def measured_fp16_and_ring(folder):
         CODEC.names,
     )
     # fp16: 6 MiB on the wire (50.331648 ms) over a codec of 16 MiB at 1e12 B/s in a step
-    row, columns = harness_row(
+    row, columns = ranked_row(
         "coll_compressed",
         "fp16",
         1.5 * 50331.648,
@@ -109,7 +107,7 @@ def measured_fp16_and_ring(folder):
         ranks_per_core=1.0,
     )
     write(folder, "coll.csv", [row], columns)
-    row, columns = harness_row("baseline", "none", 1.1 * WIRE_4MIB_MS * 1e3)
+    row, columns = ranked_row("baseline", "none", 1.1 * WIRE_4MIB_MS * 1e3)
     write(folder, "ring.csv", [row], columns)
 
 
@@ -180,7 +178,7 @@ def test_codec_rates_come_from_the_step_not_from_one_core_alone(tmp_path):
     # the row's floor is 50.331648 + 100.663296 ms, and its 181.1939328 ms is 1.2 x it
     folder = tmp_path / "parts"
     write(folder, "codecs.csv", [codec_row("fp16", 2.0, 1.0, 2e-4)], CODEC.names)
-    row, columns = harness_row(
+    row, columns = ranked_row(
         "p2p_compressed",
         "fp16",
         1.2 * 150994.944,
@@ -297,7 +295,7 @@ def test_measure_fills_in_what_was_not_measured_here_then_ranks(tmp_path, monkey
         csv_path = command[command.index("--csv") + 1]
         algorithm = command[command.index("--algorithm") + 1]
         factor = 1.1 if algorithm == "ring" else 1.2
-        row, columns = harness_row("baseline", "none", factor * WIRE_4MIB_MS * 1e3)
+        row, columns = ranked_row("baseline", "none", factor * WIRE_4MIB_MS * 1e3)
         row["algorithm"] = algorithm
         write_csv_atomic(csv_path.replace(".csv", f"-{algorithm}.csv"), [row], columns)
 

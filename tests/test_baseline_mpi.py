@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.drivers.baseline_cases import cases
+from tests.helpers.drivers import failed_checks
 from tests.mpirun import case_results
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
@@ -22,5 +23,4 @@ def results(nranks: int) -> dict:
 @pytest.mark.parametrize("case_id", CASE_IDS)
 def test_baseline_matches_numpy(nranks, case_id):
     result = results(nranks).get(case_id)
-    assert result is not None, f"{case_id} did not report"
-    assert result["ok"], result["detail"]
+    assert failed_checks(result) == [], result

@@ -1,8 +1,9 @@
-"""Codecs in one process: spec parsing, sizes, round trips against the stated bounds.
+"""Codecs in one process: spec parsing, sizes, payloads, rounding, round trips.
 
-Property tests (hypothesis) feed zeros, subnormals, tiny and huge values; lossy codecs
-must stay within `error_bound`, lossless ones must return the same bits, and values a
-codec cannot carry must raise DataError instead of coming back corrupted.
+Property tests (hypothesis) feed zeros, subnormals, tiny and huge values; lossless codecs
+must return the same bits, and values a codec cannot carry must raise DataError instead
+of coming back corrupted. Lossy codecs against their stated bounds:
+tests/test_error_bounds.py.
 """
 
 from __future__ import annotations
@@ -12,65 +13,24 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays as np_arrays
 
 from ccbench.kernels.codec_base import HEADER_NBYTES
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.errors import DataError, UsageError
+from tests.helpers.codec_data import (
+    ALL,
+    LOSSLESS,
+    LOSSY,
+    PROPERTY,
+    roundtrip,
+)
 
 torch = pytest.importorskip("torch")
 zfpy = pytest.importorskip("zfpy")
 pytest.importorskip("zstandard")
-
-LOSSY = [
-    "fp16",
-    "bf16",
-    "bfp:rate=2",
-    "bfp:rate=3,block=8",
-    "bfp:rate=4",
-    "bfp:rate=8",
-    "bfp:rate=12,block=64",
-    "bfp:rate=16",
-    "zfp:rate=3",
-    "zfp:rate=8",
-    "zfp:rate=16",
-    "zfp:rate=32",
-    "zfp:tol=1e-3",
-    "zfp:tol=1e-6",
-]
-LOSSLESS = ["none", "zstd", "zstd:level=5"]
-ALL = LOSSY + LOSSLESS
-# the largest magnitude each lossy codec carries (exclusive for bfp)
-LIMIT = {"fp16": 65504.0, "bf16": 3.3895313892515355e38}
-PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def limit_of(spec: str) -> float:
-    codec = parse_codec(spec)
-    if spec in LIMIT:
-        return LIMIT[spec]
-    if codec.name == "bfp":
-        return float(np.nextafter(np.float32(2.0**codec.max_exponent), np.float32(0)))
-    if codec.name == "zfp":
-        return float(np.nextafter(np.float32(2.0**120), np.float32(0)))
-    return float(np.finfo(np.float32).max)
-
-
-def roundtrip(codec, x, out_dtype=None):
-    payload = codec.encode(x)
-    out = np.empty(x.shape[0], dtype=out_dtype or x.dtype)
-    codec.decode(payload, out)
-    return payload, out
-
-
-def max_err(x, y) -> float:
-    return (
-        float(np.abs(np.asarray(y, np.float64) - np.asarray(x, np.float64)).max())
-        if x.size
-        else 0.0
-    )
 
 
 # ---------------------------------------------------------------- spec parser
@@ -333,42 +293,6 @@ def test_variable_size_header():
     assert payload.shape[0] < x.nbytes / 10  # zeros compress
 
 
-def test_collective_error_bounds_hand_worked():
-    """collectives.compressed_error.error_bound against docs/compression.md's composition, worked
-    by hand for fp16 on float32 data: e(a) = 2^-11 a + 2^-25; rounding r(a) = 2^-24 a +
-    2^-150."""
-    from ccbench.collectives.compressed_error import error_bound
-
-    fp16, none = parse_codec("fp16"), parse_codec("none")
-
-    def e(a):
-        return 2.0**-11 * a + 2.0**-25
-
-    def r(a):
-        return 2.0**-24 * a + 2.0**-150
-
-    # allgather, collective level: one round trip of the largest input (M = 5)
-    assert error_bound(fp16, "coll", "allgather", [3.0, 5.0], "float32") == pytest.approx(
-        e(5.0), rel=1e-12
-    )
-    # point to point on 3 ranks: two hops, the second re-encodes the first's output
-    first = e(4.0)
-    assert error_bound(fp16, "p2p", "allgather", [1.0, 2.0, 4.0], "float32") == pytest.approx(
-        first + e(4.0 + first), rel=1e-12
-    )
-    # reduce-scatter on 2 ranks (S = 3): one hop re-encodes the partial sum and adds in
-    # float32, plus rounding the inputs (1, 2) and the reference (3)
-    hop = e(3.0) + r(3.0)
-    inputs = r(1.0) + r(2.0) + r(3.0)
-    rs = error_bound(fp16, "p2p", "reduce_scatter", [1.0, 2.0], "float32")
-    assert rs == pytest.approx(hop + inputs, rel=1e-6)
-    # allreduce, collective level: that, then one more round trip of the sums
-    assert error_bound(fp16, "coll", "allreduce", [1.0, 2.0], "float32") == pytest.approx(
-        rs + e(3.0 + rs), rel=1e-12
-    )
-    assert error_bound(none, "coll", "allreduce", [1.0, 2.0], "float32") is None
-
-
 # ---------------------------------------------------------------- bad data
 
 
@@ -412,61 +336,9 @@ def test_lossless_keeps_nan_inf_bits(spec):
 # ---------------------------------------------------------------- properties
 
 
-def float32_arrays(limit: float):
-    elements = st.floats(
-        min_value=-limit, max_value=limit, width=32, allow_nan=False, allow_subnormal=True
-    )
-    special = st.sampled_from([0.0, -0.0, 1e-45, -1e-45, 1.2e-38, 1e-30, 1.0, limit, -limit])
-    return np_arrays(np.float32, st.integers(1, 700), elements=st.one_of(elements, special))
-
-
-@pytest.mark.parametrize("spec", LOSSY)
-@PROPERTY
-@given(data=st.data())
-def test_lossy_roundtrip_within_bound(spec, data):
-    codec = parse_codec(spec)
-    x = data.draw(float32_arrays(limit_of(spec)))
-    _, y = roundtrip(codec, x)
-    amax = float(np.abs(x.astype(np.float64)).max())
-    assert np.isfinite(y).all()
-    assert max_err(x, y) <= codec.error_bound(amax, "float32")
-
-
-@pytest.mark.parametrize("spec", ["bfp:rate=8", "bfp:rate=3", "fp16", "zfp:rate=8"])
-@PROPERTY
-@given(data=st.data())
-def test_lossy_roundtrip_float64_within_bound(spec, data):
-    codec = parse_codec(spec)
-    limit = min(limit_of(spec), 1e30)
-    x = data.draw(
-        np_arrays(
-            np.float64,
-            st.integers(1, 300),
-            elements=st.floats(min_value=-limit, max_value=limit, allow_nan=False),
-        )
-    )
-    _, y = roundtrip(codec, x)
-    assert max_err(x, y) <= codec.error_bound(float(np.abs(x).max()), "float64")
-
-
 @pytest.mark.parametrize("spec", LOSSLESS)
 @PROPERTY
 @given(x=np_arrays(np.float32, st.integers(1, 700)))
 def test_lossless_roundtrip_is_bit_exact(spec, x):
     _, y = roundtrip(parse_codec(spec), x)
     assert np.array_equal(x.view(np.uint32), y.view(np.uint32))
-
-
-@PROPERTY
-@given(scale=st.integers(-140, 100), rate=st.integers(2, 16))
-def test_bfp_bound_is_tight_and_exact(scale, rate):
-    """The stated bound is reached (half a step) and never passed, at any magnitude."""
-    codec = parse_codec(f"bfp:rate={rate}")
-    x = np.random.default_rng(scale + 200).uniform(-1, 1, 4096) * 2.0**scale
-    x = x.astype(np.float32)
-    _, y = roundtrip(codec, x)
-    bound = codec.error_bound(float(np.abs(x).max()))
-    err = max_err(x, y)
-    assert err <= bound
-    if float(np.abs(x).max()) > 2.0**-120:  # away from the subnormal floor
-        assert err >= bound / 4

@@ -21,14 +21,8 @@ from ccbench.kernels.codecs import parse_codec
 from tests.drivers.graph_cases import ITERATIONS, REFUSED, REPLAYS, SIZES, graph_cases
 from tests.mpirun import case_results
 
-pytestmark = pytest.mark.mpi  # the capturable variants' counts run on 2 ranks
-
-
-@pytest.fixture(autouse=True)
-def fresh_counts():
-    double.STATS.reset()
-    yield
-    double.STATS.reset()
+# the capturable variants' counts run on 2 ranks
+pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("fresh_counts")]
 
 
 def device(values) -> object:

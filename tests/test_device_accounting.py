@@ -23,19 +23,14 @@ from ccbench.kernels import arrays, codec_fused
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.errors import DataError
 
+pytestmark = pytest.mark.usefixtures("fresh_counts")
+
 F16_REFUSED = 65520.0
 BF16_REFUSED = 2.0**128 - 2.0**119
 EDGES = {"fp16": (F16_REFUSED, 65504.0), "bf16": (BF16_REFUSED, 2.0**128 - 2.0**120)}
 # host: the compiled kernels (F16C and integer loops where the CPU has F16C), the
 # array-API reference; the double: its device kernels and its array-API path
 PATHS = ["fused-f16c", "fused-integer", "reference", "double", "double-reference"]
-
-
-@pytest.fixture(autouse=True)
-def fresh_counts():
-    double.STATS.reset()
-    yield
-    double.STATS.reset()
 
 
 @pytest.fixture(params=PATHS)

@@ -23,18 +23,12 @@ from ccbench.kernels.errors import DataError
 from tests.drivers.transport_cases import double_cases
 from tests.mpirun import case_results
 
-pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+# launches MPI ranks: the Open MPI leg runs it too
+pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("fresh_counts")]
 
 CASES = [cid for cid, _, _, _ in double_cases()]
 # what must not wait for the host at all over torch.distributed
 SYNC_FREE = ("baseline", "p2p", "coll", "sparse-dense")
-
-
-@pytest.fixture(autouse=True)
-def fresh_counts():
-    double.STATS.reset()
-    yield
-    double.STATS.reset()
 
 
 # ---------------------------------------------------------------- the double itself

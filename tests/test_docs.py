@@ -40,6 +40,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.repo import git
+
 REPO = Path(__file__).resolve().parent.parent
 PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md"))]
 ROOMS = ("kernels", "collectives", "training", "benchmarks", "plots", "scripts")
@@ -330,12 +332,6 @@ def test_links_and_file_names_resolve(page):
 
 
 # ----------------------------------------------------------------------------- running them
-
-
-def git(root: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(root), *args], capture_output=True, text=True, check=True, timeout=120
-    ).stdout
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,17 @@
-"""`ccbench gate` and `ccbench compare` end to end, on throw-away clones of this checkout.
+"""`ccbench gate`, end to end on throw-away clones of this checkout, and its own records.
 
 The gate times the working tree against the accepted revision recorded in the clone, so
 its tests commit their changes, as a contributor would. The slowdowns are sleeps in
 every encode (20 ms in the base, then 30 ms or 23 ms), far longer than the rest of a 4 KiB
 call, so the ratio the gate sees (about 1.5 or 1.15) does not depend on the host's
 speed; no test asserts a time, only the gate's verdict on a known ratio.
+
+Its records, without launching ranks: the second look at a point past the threshold
+counted in the rounds its rows say ran (not in the message it prints), and the codec
+kernels each side runs, recorded and compared. The rounds are run by a recording
+launcher with set times (B/A about 1.5 for one benchmark, 1.0 for the other), so the
+count of launches and rounds is worked by hand; the kernels are asked of real revisions'
+code.
 """
 
 from __future__ import annotations
@@ -20,10 +27,15 @@ from pathlib import Path
 
 import pytest
 
+from ccbench.kernels.errors import UsageError
+from ccbench.scripts.comparisons import gate, revisions
 from ccbench.scripts.comparisons.revisions import kernel_path, link_rooms
+from tests.helpers.cli import ccbench
+from tests.helpers.repo import git, interruptible
 from tests.mpirun import REPO
 
-pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
+# @pytest.mark.mpi: the test launches MPI ranks (the Open MPI leg runs it too)
+
 
 SPEC = """
 [gate]
@@ -36,53 +48,26 @@ command = "coll_compressed --codec fp16 --collective allgather"
 sizes = "4K:4K"
 options = ["-i", "8", "-x", "1", "--data", "gradient-like"]
 """
+
+
+# the same, and bf16's allgather: one gate run checks a point past the threshold and one
+# below it
+TWO_SPEC = (
+    SPEC
+    + """[[benchmark]]
+name = "coll bf16 allgather"
+command = "coll_compressed --codec bf16 --collective allgather"
+sizes = "4K:4K"
+options = ["-i", "8", "-x", "1", "--data", "gradient-like"]
+"""
+)
 ENCODE = Path("kernels") / "codec_base.py"
+
+
 # Codec.encode's docstring: the sleep goes right after it, in the base class's encode
 ENCODE_DEF = (
     '        """Compress the 1-D array `x`; returns the payload (a view of `out` if given)."""\n'
 )
-
-
-def interruptible() -> None:
-    """In the child: Ctrl-C as a terminal delivers it, even where this test runs in the
-    background of a shell (which starts its jobs with SIGINT ignored, and Python keeps an
-    ignored SIGINT ignored)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def ccbench(
-    *args: str,
-    timeout: float = 300,
-    cwd: Path = REPO,
-    env: dict | None = None,
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ccbench.scripts.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
-@pytest.fixture
-def clone(tmp_path) -> Path:
-    """A clone of this checkout's HEAD, with an identity to commit as."""
-    if not (REPO / ".git").exists():
-        pytest.skip("not a git checkout")
-    path = tmp_path / "clone"
-    subprocess.run(["git", "clone", "--quiet", str(REPO), str(path)], check=True)
-    git(path, "config", "user.email", "ci@example.invalid")
-    git(path, "config", "user.name", "ccbench tests")
-    return path
 
 
 @pytest.fixture
@@ -97,20 +82,22 @@ def state(tmp_path) -> dict:
     return {"CCBENCH_STATE": str(tmp_path / "state")}
 
 
-def commit_encode_sleep(clone: Path, seconds: float) -> str:
-    """Commit a change that makes every codec's encode sleep `seconds`; its commit."""
+def commit_encode_sleep(clone: Path, seconds: float, by_codec: dict | None = None) -> str:
+    """Commit a change that makes every codec's encode sleep `seconds` (those named in
+    `by_codec` their own time); its commit."""
     path = clone / ENCODE
     text = path.read_text()
-    text = re.sub(r"\n        __import__\('time'\)\.sleep\([0-9.]+\)  # gate test\n", "\n", text)
+    text = re.sub(r"\n        __import__\('time'\)\.sleep\(.*\)  # gate test\n", "\n", text)
     assert text.count(ENCODE_DEF) == 1
+    sleep = f"{by_codec or {}!r}.get(self.name, {seconds})"
     path.write_text(
         text.replace(
             ENCODE_DEF,
-            ENCODE_DEF + f"        __import__('time').sleep({seconds})  # gate test\n",
+            ENCODE_DEF + f"        __import__('time').sleep({sleep})  # gate test\n",
             1,
         )
     )
-    git(clone, "commit", "--quiet", "-am", f"every encode sleeps {seconds} s")
+    git(clone, "commit", "--quiet", "-am", f"every encode sleeps {sleep} s")
     return git(clone, "rev-parse", "HEAD")
 
 
@@ -122,24 +109,29 @@ def accept(clone: Path) -> str:
     return (clone / "results" / "reference" / "gate-base").read_text()
 
 
-def ratios(stdout: str) -> list[float]:
+def ratios(stdout: str, name: str = "coll fp16 allgather") -> list[float]:
     return [
-        float(m)
-        for m in re.findall(
-            r"^coll fp16 allgather\s+4096\s+\S+\s+\S+\s+(\S+)", stdout, re.MULTILINE
-        )
+        float(m) for m in re.findall(rf"^{name}\s+4096\s+\S+\s+\S+\s+(\S+)", stdout, re.MULTILINE)
     ]
 
 
-@pytest.mark.timeout(420)
-def test_a_committed_slowdown_near_the_threshold_fails_against_the_accepted_revision(
-    clone, spec, state
+@pytest.mark.mpi
+@pytest.mark.timeout(600)  # a hang guard: the run of both benchmarks (9 rounds in all)
+def test_a_committed_slowdown_near_the_threshold_fails_and_one_below_it_passes(
+    clone, tmp_path, state
 ):
+    """One gate run of two benchmarks: fp16's encode made about 1.5x slower (above the 1.3
+    threshold) fails after a second look; bf16's about 1.15x (slower, but below it) passes
+    without one."""
+    spec = tmp_path / "two.toml"
+    spec.write_text(TWO_SPEC)
     base = commit_encode_sleep(clone, 0.02)
     assert base in accept(clone)
-    commit_encode_sleep(clone, 0.03)  # about 1.5x: above the 1.3 threshold
+    commit_encode_sleep(clone, 0.02, {"fp16": 0.03, "bf16": 0.023})
     out = clone.parent / "gate.csv"
-    proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec), "--csv", str(out), env=state)
+    proc = ccbench(
+        "gate", "--repo", str(clone), "--spec", str(spec), "--csv", str(out), env=state, timeout=540
+    )
     # the base was built as its install builds it: its own compiled kernels, where this
     # checkout has them (the clone's tree, never built, borrows them or runs none)
     if kernel_path(link_rooms(REPO, clone.parent / "here")) == "fused":
@@ -152,27 +144,20 @@ def test_a_committed_slowdown_near_the_threshold_fails_against_the_accepted_revi
     assert "fails at B/A >= 1.3 with its 95% interval above 1; 3 rounds" in second
     assert "FAIL: slower" in proc.stdout and "1 failed" in proc.stdout
     assert all(r >= 1.3 for r in ratios(proc.stdout)), proc.stdout
-    # measured again before it fails: 3 more rounds of that benchmark, 6 in the verdict
+    below = ratios(proc.stdout, "coll bf16 allgather")
+    assert below and all(1.0 < r < 1.3 for r in below), proc.stdout
+    assert not re.search(r"^coll bf16 allgather .*FAIL", proc.stdout, re.M), proc.stdout
+    # measured again before it fails: 3 more rounds of that benchmark alone, 6 in the
+    # verdict; the one below the threshold gets no second look
     assert (
         "# 1 benchmark(s) past the threshold after 3 rounds: 3 more rounds of them; a "
         "point fails only if it stays past it over all 6"
     ) in proc.stdout, proc.stdout
-    # ... and they ran: the row's verdict is over 6 rounds
-    assert [r["rounds"] for r in csv.DictReader(out.open())] == ["6"]
+    # ... and they ran: the rows' verdicts are over 6 and 3 rounds
+    assert [r["rounds"] for r in csv.DictReader(out.open())] == ["6", "3"]
 
 
-@pytest.mark.timeout(420)
-def test_a_committed_slowdown_below_the_threshold_passes(clone, spec, state):
-    commit_encode_sleep(clone, 0.02)
-    accept(clone)
-    commit_encode_sleep(clone, 0.023)  # about 1.15x: slower, but below 1.3
-    proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec), env=state)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "0 failed" in proc.stdout and "FAIL" not in proc.stdout
-    assert all(1.0 < r < 1.3 for r in ratios(proc.stdout)), proc.stdout
-    assert "more rounds" not in proc.stdout  # nothing past the threshold: no second look
-
-
+@pytest.mark.mpi
 def test_an_accepted_revision_the_clone_lacks_is_one_line_exit_2(clone, spec):
     (clone / "results" / "reference" / "gate-base").write_text("0" * 40 + "\n")
     proc = ccbench("gate", "--repo", str(clone), "--spec", str(spec), timeout=60)
@@ -181,6 +166,7 @@ def test_an_accepted_revision_the_clone_lacks_is_one_line_exit_2(clone, spec):
     assert len(lines) == 1 and "is not in this clone" in lines[0], proc.stderr
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(420)
 def test_an_interrupted_gate_keeps_its_rounds_and_resumes(clone, spec, state, tmp_path):
     accept(clone)
@@ -238,6 +224,7 @@ def test_an_interrupted_gate_keeps_its_rounds_and_resumes(clone, spec, state, tm
     assert not list(checkpoints.glob("gate-*.json"))  # done: nothing left to resume
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize(
     "args, words",
     [
@@ -253,6 +240,7 @@ def test_gate_bad_input_exits_2(clone, spec, args, words):
     assert len(lines) == 1 and words in lines[0], proc.stderr
 
 
+@pytest.mark.mpi
 def test_gate_bad_spec_exits_2(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[gate]\nrounds = 5\n")
@@ -260,6 +248,7 @@ def test_gate_bad_spec_exits_2(tmp_path):
     assert proc.returncode == 2 and "no [[benchmark]]" in proc.stderr
 
 
+@pytest.mark.mpi
 def test_this_checkout_records_an_accepted_revision_in_its_history():
     """CI's gate has a base that is not the commit under test, found in this history."""
     if not (REPO / ".git").exists():
@@ -276,257 +265,142 @@ def test_this_checkout_records_an_accepted_revision_in_its_history():
     )
 
 
-# ---------------------------------------------------------------- compare's exit status
+# ------------------------------------------------------------ the gate's own records
 
 
-def tree_of(clone: Path, tmp_path: Path) -> dict:
-    """The environment that runs ccbench from the clone's working tree."""
-    from ccbench.scripts.comparisons.revisions import link_rooms
+RECORDED_SPEC = """
+[gate]
+ranks = 2
+rounds = 3
+threshold = 1.3
+[[benchmark]]
+name = "slower"
+command = "p2p_compressed --codec fp16"
+sizes = "4K:4K"
+[[benchmark]]
+name = "same"
+command = "baseline --algorithm ring"
+sizes = "4K:4K"
+"""
 
-    root = link_rooms(clone, tmp_path / "import")
-    return {"PYTHONPATH": str(root), "CCBENCH_STATE": str(tmp_path / "state")}
+
+# per round k, B's time over A's: about 1.5 and 1.0, a little apart round to round so
+# that each interval has a width
+FACTORS = {
+    "p2p_compressed": (1.48, 1.52, 1.5, 1.49, 1.51, 1.5),
+    "baseline": (0.99, 1.01, 1.0, 1.02, 0.98, 1.0),
+}
 
 
-@pytest.mark.timeout(300)
-def test_compare_exits_1_and_marks_the_side_that_fails_validation(clone, tmp_path):
-    ring = clone / "collectives" / "ring.py"
-    text = ring.read_text()
-    broken = text.replace(
-        # the gather phase of the ring the baseline runs (ring_collective)
-        "        ring_allgather_inplace(comm, recvbuf, bounds)\n",
-        "        ring_allgather_inplace(comm, recvbuf, bounds)\n        recvbuf[0] += 1\n",
-        1,
+class RecordingLauncher:
+    """Stands in for the launches: each side's row of a 4 KiB point, A 10 us, B 10 us
+    times the factor of that benchmark's round; every launch recorded."""
+
+    launches: list = []
+    printed = ""
+
+    def __init__(self, ranks, bind=True):
+        self.bind = bind
+
+    def run(self, side, common, out, env=None):
+        variant = side.variant
+        k = sum(1 for v, label, _ in self.launches if v == variant and label == side.label)
+        self.launches.append((variant, side.label, k))
+        us = 10.0 * (FACTORS[variant][k] if side.label == "B" else 1.0)
+        return [
+            {
+                "size_bytes": "4096",
+                "iterations": "8",
+                "p50_us": repr(us),
+                "avg_us": repr(us),
+                "timer": "python",
+                "validation": "",
+                "collective": "allgather",
+                "ranks": "2",
+            }
+        ]
+
+
+@pytest.fixture
+def recorded(tmp_path, monkeypatch, capsys):
+    """The gate of RECORDED_SPEC on this checkout against HEAD, its launches recorded; the base's
+    code is the tree's own (nothing to build)."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    RecordingLauncher.launches = []
+    monkeypatch.setattr(gate, "Launcher", RecordingLauncher)
+    monkeypatch.setattr(
+        gate, "materialize", lambda rev, into, repo: revisions.link_rooms(repo, into / "import")
     )
-    assert broken != text
-    ring.write_text(broken)
-    out = tmp_path / "cmp.csv"
-    proc = ccbench(
-        "compare",
-        "baseline --algorithm mpi",
-        "baseline --algorithm ring",
-        "-m",
-        "4K:4K",
-        "--rounds",
-        "2",
-        "--turns",
-        "2",
-        "--csv",
-        str(out),
-        "--",
-        "-c",
-        "-i",
-        "5",
-        "-x",
-        "1",
-        cwd=clone,
-        env=tree_of(clone, tmp_path),
-    )
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    (row,) = list(csv.DictReader(out.open()))
-    assert row["validation"] == "Fail: B"
-    assert "(validation Fail: B)" in proc.stdout
-    assert "validation failed at 1 of 1 points" in proc.stderr
+    monkeypatch.setenv("CCBENCH_STATE", str(tmp_path / "state"))
+    spec = tmp_path / "gate.toml"
+    spec.write_text(RECORDED_SPEC)
+    out = tmp_path / "gate.csv"
+    status = gate.main(["--spec", str(spec), "--base", "HEAD", "--no-bind", "--csv", str(out)])
+    RecordingLauncher.printed = capsys.readouterr().out
+    return status, list(csv.DictReader(out.open())), RecordingLauncher.launches
 
 
-@pytest.mark.timeout(300)
-def test_compare_records_pass_when_both_sides_validate(tmp_path):
-    out = tmp_path / "cmp.csv"
-    proc = ccbench(
-        "compare",
-        "baseline --algorithm mpi",
-        "baseline --algorithm ring",
-        "-m",
-        "4K:4K",
-        "--rounds",
-        "2",
-        "--turns",
-        "2",
-        "--csv",
-        str(out),
-        "--",
-        "-c",
-        "-i",
-        "5",
-        "-x",
-        "1",
-        env={"CCBENCH_STATE": str(tmp_path / "state")},
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (row,) = list(csv.DictReader(out.open()))
-    assert row["validation"] == "Pass"
-
-
-@pytest.mark.timeout(300)
-def test_an_interrupted_compare_keeps_its_rounds_and_resumes(tmp_path):
-    state = {"CCBENCH_STATE": str(tmp_path / "state")}
-    out = tmp_path / "cmp.csv"
-    command = [
-        sys.executable,
-        "-m",
-        "ccbench.scripts.cli",
-        "compare",
-        "baseline",
-        "baseline --algorithm ring",
-        "-m",
-        "4K:4K",
-        "--rounds",
-        "5",
-        "--turns",
-        "2",
-        "--csv",
-        str(out),
-        "--",
-        "-i",
-        "400",
-        "-x",
-        "1",
+def test_both_sides_kernels_are_recorded(recorded):
+    """Both sides are this checkout's code here: the same kernels, printed once each."""
+    (line,) = [
+        x for x in RecordingLauncher.printed.splitlines() if x.startswith("# codec kernels:")
     ]
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, **state},
-        stdin=subprocess.DEVNULL,
-        preexec_fn=interruptible,
+    base, tree = line.removeprefix("# codec kernels: base ").split(", tree ")
+    assert base == tree and base in ("fused", "reference", "borrowed")
+
+
+def test_a_point_past_the_threshold_runs_as_many_rounds_again(recorded):
+    status, rows, launches = recorded
+    assert status == 1
+    by_name = {r["b"].split()[0]: r for r in rows}
+    # 3 rounds of both, then 3 more of the one past 1.3 only: its verdict is over 6
+    assert by_name["p2p_compressed"]["rounds"] == "6"
+    assert by_name["baseline"]["rounds"] == "3"
+    count = {(v, s): sum(1 for x in launches if x[:2] == (v, s)) for v, s, _ in launches}
+    assert count == {
+        ("p2p_compressed", "A"): 6,
+        ("p2p_compressed", "B"): 6,
+        ("baseline", "A"): 3,
+        ("baseline", "B"): 3,
+    }
+    # the extra rounds alternate the first side as the first three did: A B, B A, ...
+    firsts = [s for (v, s, k) in launches if v == "p2p_compressed"][::2]
+    assert firsts == ["A", "B", "A", "B", "A", "B"]
+    # over all 6 rounds: the geometric mean of the six factors
+    assert float(by_name["p2p_compressed"]["ratio"]) == pytest.approx(
+        (1.48 * 1.52 * 1.5 * 1.49 * 1.51 * 1.5) ** (1 / 6)
     )
-    checkpoints = Path(state["CCBENCH_STATE"])
-    deadline = time.monotonic() + 200
-    while not list(checkpoints.glob("compare-*.json")):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and re.fullmatch(
-        r"ccbench compare: interrupted after [1-4] of 5 rounds; the [1-4] finished kept: "
-        r"run the same command to resume",
-        lines[0],
-    ), err
-    assert not out.exists()
-    again = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, **state},
-        timeout=300,
-        stdin=subprocess.DEVNULL,
+
+
+def test_each_sides_kernels_are_asked_of_its_own_code(tmp_path):
+    """This checkout, built, runs its own compiled kernels; its export without the built
+    extension does not (tests/test_gate.py checks that a materialized base is built)."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    if revisions.kernel_path(revisions.link_rooms(REPO, tmp_path / "tree")) != "fused":
+        pytest.skip("this checkout's compiled kernels are not built")
+    plain = tmp_path / "plain"
+    (plain / "src").mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "HEAD"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(plain / "src")], input=archive, check=True)
+    # not its own: the reference kernels, or an editable install's compiled ones
+    assert revisions.kernel_path(revisions.link_rooms(plain / "src", plain / "import")) in (
+        "reference",
+        "borrowed",
     )
-    assert again.returncode == 0, again.stderr
-    assert re.search(r"^# resuming: [1-4] round\(s\) already measured", again.stdout, re.M)
-    (row,) = list(csv.DictReader(out.open()))
-    assert row["rounds"] == "5"
 
 
-@pytest.mark.timeout(300)
-def test_compare_two_variants_writes_ratios(tmp_path):
-    out = tmp_path / "cmp.csv"
-    proc = ccbench(
-        "compare",
-        "baseline --algorithm mpi",
-        "baseline --algorithm ring",
-        "-m",
-        "4K,64K",
-        "--rounds",
-        "2",
-        "--csv",
-        str(out),
-        "--",
-        "--collective",
-        "allreduce",
-        "-i",
-        "20",
-        "-x",
-        "2",
-        env={"CCBENCH_STATE": str(tmp_path / "state")},
-    )
-    assert proc.returncode == 0, proc.stderr
-    rows = list(csv.DictReader(out.open()))
-    assert [r["size_bytes"] for r in rows] == ["4096", "65536"]
-    for r in rows:
-        # the geometric means of the rounds and their ratio agree with each other
-        assert float(r["ratio"]) == pytest.approx(float(r["b_us"]) / float(r["a_us"]), rel=1e-9)
-        assert float(r["ratio_low"]) <= float(r["ratio"]) <= float(r["ratio_high"])
-        assert r["verdict"] in ("faster", "slower", "no difference")
-        assert r["a"] == "baseline --algorithm mpi" and r["b"] == "baseline --algorithm ring"
-
-
-@pytest.mark.parametrize(
-    "args, words",
-    [
-        (["nosuch"], "unknown variant"),
-        (["baseline"], "give two commands"),
-        (["baseline", "baseline", "--rounds", "1"], "at least 2"),
-        (["baseline", "baseline --csv x.csv"], "set by ccbench compare"),
-    ],
-)
-def test_compare_bad_input_exits_2(args, words):
-    proc = ccbench("compare", *args, timeout=60)
-    assert proc.returncode == 2, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and words in lines[0], proc.stderr
-
-
-def test_compare_reads_unsized_benchmarks_from_their_own_rows():
-    """Training compares on its summary row's mean step time, MG-WFBP per strategy."""
-    from ccbench.scripts.comparisons.rounds import Comparison, Side
-
-    a, b = Side("A", ["training"]), Side("B", ["training", "--variant", "coll_compressed"])
-    comparison = Comparison(a, b, "avg", 0.03)
-    for ta, tb in [(100.0, 50.0), (200.0, 100.0)]:
-        steps = [{"row": "step", "step_us": "999"}, {"row": "step", "step_us": "1"}]
-        comparison.add(a, [*steps, {"row": "summary", "step_us": str(ta), "steps": "20"}])
-        comparison.add(b, [*steps, {"row": "summary", "step_us": str(tb), "steps": "20"}])
-    (point,) = comparison.points()
-    assert point == (0, "step")
-    r = comparison.ratio(point)
-    assert (r.ratio, r.low, r.high) == pytest.approx((0.5, 0.5, 0.5))
-
-    mg = Comparison(Side("A", ["merged_gradient"]), Side("B", ["merged_gradient"]), "avg", 0.03)
-    for side in (mg.a, mg.b):
-        mg.add(
-            side,
-            [
-                {"strategy": "wfbp", "measured_us": "10", "iterations": "5"},
-                {"strategy": "mgwfbp", "measured_us": "8", "iterations": "5"},
-            ],
-        )
-    assert [p[1] for p in mg.points()] == ["strategy=mgwfbp", "strategy=wfbp"]
-
-
-def test_compare_reads_codec_throughput_as_time_per_call_of_each_step():
-    """A rate becomes a time per call: 4 MB at 8 GB/s is 500 us, at 4 GB/s 1000 us; a
-    doubled encode reads B/A = 2 on its own point, and a missing rate is no point."""
-    from ccbench.scripts.comparisons.rounds import Comparison, Side
-    from ccbench.scripts.launchers import Launcher
-
-    a, b = Side("A", ["codec_throughput"]), Side("B", ["codec_throughput"])
-    comparison = Comparison(a, b, "p50", 0.03)
-
-    def row(encode_gbps):
-        return {
-            "codec": "bfp:rate=8",
-            "kernels": "fused",
-            "data": "gradient-like",
-            "size_bytes": "4000000",
-            "repeats": "10",
-            "encode_gbps": str(encode_gbps),
-            "decode_gbps": "4",
-            "hop_gbps": "",
-        }
-
-    for _ in range(2):
-        comparison.add(a, [row(8)])
-        comparison.add(b, [row(4)])
-    where = "codec=bfp:rate=8,kernels=fused,data=gradient-like"
-    encode, decode = (4_000_000, f"{where},step=encode"), (4_000_000, f"{where},step=decode")
-    assert comparison.times[encode] == {"A": [500.0, 500.0], "B": [1000.0, 1000.0]}
-    assert comparison.ratio(encode).ratio == pytest.approx(2.0)
-    assert comparison.ratio(decode).ratio == pytest.approx(1.0)
-    assert comparison.ratio((4_000_000, f"{where},step=hop")) is None  # no hop rate
-    # one process, not an MPI launch of the gate's ranks (each rank would write the CSV)
-    command = Launcher(2).command(a, ["-m", "4M:4M"], Path("out.csv"))
-    assert command[:3] == [sys.executable, "-m", "ccbench.benchmarks.codec_throughput"]
+def test_a_base_without_the_trees_compiled_kernels_is_refused(capsys):
+    with pytest.raises(UsageError, match="base revision's codecs run its array-API"):
+        gate.check_kernels("reference", "fused")
+    assert "# codec kernels: base reference, tree fused" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="compiled kernels of another tree"):
+        gate.check_kernels("borrowed", "fused")
+    capsys.readouterr()
+    gate.check_kernels("fused", "fused")
+    assert capsys.readouterr().out == "# codec kernels: base fused, tree fused\n"
+    gate.check_kernels("fused", "reference")  # the tree slower: loud, not hidden
+    assert "# warning: the tree runs the reference codec kernels" in capsys.readouterr().out

@@ -7,9 +7,10 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
+from tests.helpers.cli import parse_osu
+from tests.helpers.drivers import failed_checks
 from tests.mpirun import case_results, mpirun, variant_module
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
@@ -52,19 +53,6 @@ DOCUMENTED_COLUMNS = (
     "hostname",
     "git_sha",
 )
-
-
-def parse_osu(stdout: str) -> list[list[str]]:
-    """What a parser written for OSU's C benchmarks does: skip '#', split on blanks."""
-    rows = []
-    for line in stdout.splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        fields = line.split()
-        int(fields[0])
-        float(fields[1])  # average latency
-        rows.append(fields)
-    return rows
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -246,49 +234,6 @@ def test_validation_failure_prints_fail_and_exits_1():
 
 
 @pytest.mark.timeout(60)
-def test_lossy_error_beyond_its_bound_fails_and_exits_1(tmp_path):
-    """A lossy variant that states fp16's bound but sends bf16 (4 to 8 times that error):
-    every size fails validation, the run exits 1, and the row's bound is fp16's closed form
-    2^-11 M + 2^-25 (M = the largest |x| of any rank's validation input, in float32)."""
-    from ccbench.kernels.inputs import values
-
-    out = tmp_path / "over.csv"
-    proc = mpirun(
-        2,
-        [
-            "-m",
-            "tests.drivers.faulty_variants",
-            "overbound",
-            "--collective",
-            "allgather",
-            "-m",
-            "4K:16K",
-            "-c",
-            "--data",
-            "gradient-like",
-            "--csv",
-            out,
-            *QUICK,
-        ],
-    )
-    assert proc.returncode == 1, proc.stderr
-    assert [r[2] for r in parse_osu(proc.stdout)] == ["Fail", "Fail", "Fail"]
-    with open(out, newline="") as f:
-        table = list(csv.DictReader(f))
-    assert [r["validation"] for r in table] == ["Fail"] * 3
-    for row in table:
-        count = int(row["size_bytes"]) // 4
-        amax = max(
-            float(np.abs(values("gradient-like", count, r, 2, 0).astype(np.float32)).max())
-            for r in range(2)
-        )
-        bound = 2.0**-11 * amax + 2.0**-25
-        assert float(row["error_bound"]) == pytest.approx(bound, rel=1e-9)
-        # beyond the bound, and by less than 10x: a bound 10 times too loose would pass it
-        assert bound < float(row["validation_err"]) < 10 * bound
-
-
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize("fault", ["die", "raise"])
 def test_a_failing_rank_ends_the_job_instead_of_hanging(fault):
     """Rank 1 fails in the middle of the timed loop: the job ends (the timeout would tell
@@ -319,8 +264,8 @@ def test_an_interrupted_rank_ends_the_job_with_130():
 @pytest.mark.timeout(90)
 def test_time_budget_rounds_agree_when_rank_clocks_disagree():
     """Each rank timing its own count of calls deadlocks or truncates the gather."""
-    result = case_results("tests.drivers.budget_cases", 2, timeout=60)["budget-clocks-apart"]
-    assert result["ok"], result
+    result = case_results("tests.drivers.budget_cases", 2, timeout=60).get("budget-clocks-apart")
+    assert failed_checks(result) == [], result
 
 
 @pytest.mark.timeout(30)  # a hang guard: the launch must end well before its own timeout

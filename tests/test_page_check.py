@@ -27,7 +27,7 @@ from ccbench.plots.page_check import (
     check_text,
 )
 from ccbench.plots.section_text import footer_text, section_intro
-from tests.plot_benchmark_rows import compare_row, harness_row, seed000_rows
+from tests.plot_benchmark_rows import compare_row, modelled_row, seed000_rows
 from tests.plot_fixtures import draw, note_lines, write
 
 pytestmark = pytest.mark.usefixtures("close_figures")
@@ -43,7 +43,7 @@ def inverted_rows() -> list[dict]:
     point-to-point (46.1 ms [39.0, 53.1]); baseline 130 ms."""
 
     def row(variant, algorithm, codec, ms, low, high):
-        return harness_row(
+        return modelled_row(
             "run-a",
             variant,
             algorithm,
@@ -156,7 +156,7 @@ def shm_rows() -> list[dict]:
     out = []
     for size, busbw in ((1 << 16, 0.09), (1 << 20, 0.45)):
         out.append(
-            harness_row(
+            modelled_row(
                 "r", "baseline", "mpi", "allgather", "none", 2, size, 100.0, 0, busbw_gbps=busbw
             )
         )

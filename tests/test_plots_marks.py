@@ -9,7 +9,7 @@ import pytest
 
 from ccbench.plots.data import load
 from ccbench.plots.style import Style, format_bytes
-from tests.plot_benchmark_rows import harness_row, seed000_rows
+from tests.plot_benchmark_rows import modelled_row, seed000_rows
 from tests.plot_fixtures import draw, write
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("close_figures")]
@@ -78,10 +78,12 @@ def test_a_bar_below_its_floor_is_marked_red_with_the_reason(tmp_path, style):
     rows = []
     for size, call in ((1 << 20, 7000.0), (1 << 22, 36000.0)):
         rows.append(
-            harness_row("run-a", "baseline", "mpi", "reduce_scatter", "none", 4, size, 40000.0, 1.0)
+            modelled_row(
+                "run-a", "baseline", "mpi", "reduce_scatter", "none", 4, size, 40000.0, 1.0
+            )
         )
         rows.append(
-            harness_row(
+            modelled_row(
                 "run-a",
                 "coll_compressed",
                 "ring",

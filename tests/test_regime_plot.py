@@ -28,7 +28,7 @@ class Rows:
         return self.frames.get(kind, pd.DataFrame())
 
 
-def harness_row(collective, codec, link, r, encode_us, decode_us, reduce_us=0.0):
+def regime_row(collective, codec, link, r, encode_us, decode_us, reduce_us=0.0):
     return {
         "variant": "coll_compressed",
         "collective": collective,
@@ -63,9 +63,9 @@ def compare_row(collective, a, codec, link, ratio, low, high):
 def data():
     harness = pd.DataFrame(
         [
-            harness_row("allgather", "zfp:rate=4", 0.25, 8, 67108.864, 201326.592),
-            harness_row("reduce_scatter", "zfp:rate=4", 1.0, 8, 33554.432, 33554.432, 134217.728),
-            harness_row("reduce_scatter", "bfp:rate=8", 2.0, 4, 209.7152, 209.7152, 838.8608),
+            regime_row("allgather", "zfp:rate=4", 0.25, 8, 67108.864, 201326.592),
+            regime_row("reduce_scatter", "zfp:rate=4", 1.0, 8, 33554.432, 33554.432, 134217.728),
+            regime_row("reduce_scatter", "bfp:rate=8", 2.0, 4, 209.7152, 209.7152, 838.8608),
         ]
     )
     p2p = "p2p_compressed --codec {}"

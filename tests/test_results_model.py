@@ -19,36 +19,10 @@ from ccbench.benchmarks.results import (
     point_identity,
     write_csv_atomic,
 )
+from tests.helpers.rows import harness_row
 from tests.mpirun import REPO, mpirun, variant_module
 
 pytestmark = pytest.mark.mpi  # launches MPI ranks: the Open MPI leg runs it too
-
-
-def harness_row(**changes) -> dict:
-    row = {c: "" for c in COMMON_COLUMNS}
-    row.update(
-        schema=HARNESS.tag,
-        run_id="r1",
-        sweep_id="s1",
-        timestamp="2026-01-01T00:00:00",
-        variant="baseline",
-        algorithm="mpi",
-        collective="allgather",
-        codec="none",
-        dtype="float32",
-        buffer="numpy",
-        ranks="2",
-        nodes="1",
-        size_bytes="4096",
-        iterations="100",
-        timing="per-call",
-        timer="c",
-        data="gradient",
-        avg_us="10.0",
-        validation="Pass",
-    )
-    row.update(changes)
-    return row
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,8 @@ occurs exactly once in its file and its tests exist, so running them tests somet
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.seeded_faults import FAULTS, ROOT
@@ -51,3 +53,9 @@ def test_every_behaviour_class_has_faults():
         "gpu-goals",
         "variant-registry",
     }
+
+
+def test_the_architecture_page_counts_the_faults_there_are():
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    counts = [int(n) for n in re.findall(r"\((\d+) of them, C kernels rebuilt", text)]
+    assert counts == [len(FAULTS)]

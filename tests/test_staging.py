@@ -22,15 +22,7 @@ from ccbench.collectives.comm import Communicator
 from ccbench.kernels import arrays
 from tests.mpirun import case_results
 
-pytestmark = pytest.mark.mpi
-
-
-@pytest.fixture(autouse=True)
-def fresh_counts():
-    double.STATS.reset()
-    yield
-    double.STATS.in_region = False
-    double.STATS.reset()
+pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("fresh_counts")]
 
 
 def device(values, dtype="float32"):

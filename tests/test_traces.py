@@ -6,8 +6,6 @@ tests/test_trace_replay.py."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -16,6 +14,7 @@ from ccbench.collectives.trace import Event, Step, Trace, check
 from ccbench.collectives.trace_files import from_json, read, to_json, write
 from ccbench.collectives.trace_param import from_param, to_param
 from ccbench.kernels.errors import UsageError
+from tests.helpers.cli import ccbench
 
 
 def fsdp_like() -> Trace:
@@ -324,16 +323,6 @@ def test_the_local_sweep_replays_the_gpt2_trace():
 
 
 # ------------------------------------------------------------------------ command line
-
-
-def ccbench(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ccbench.scripts.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
 
 
 def test_show_and_convert_read_both_formats(tmp_path):

@@ -1,6 +1,7 @@
 """Every collective x algorithm x dtype x buffer x count of the baseline, in one launch.
 
-Run under mpiexec; rank 0 prints one JSON line per case: {"case": id, "ok": bool, ...}.
+Run under mpiexec; rank 0 prints one JSON line per case: {"case": id, "ok": bool,
+"checks": {name: bool}, ...} (tests/helpers/drivers.py).
 Inputs are seeded small integers, so every summation order gives the exact sum and the
 check against numpy is exact.
 """
@@ -14,6 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ccbench.kernels.vocabulary import COLLECTIVES
+from tests.helpers.drivers import case_line
 
 ALGORITHMS = ("mpi", "ring")
 # (dtype, buffer): numpy has no bfloat16, so that one runs on torch tensors
@@ -77,10 +79,11 @@ def main() -> int:
     comm = Communicator(MPI.COMM_WORLD)
     for case_id, params in cases():
         ok, detail = run_case(comm, *params)
-        everywhere = comm.mpi.allreduce(int(ok), op=MPI.MIN) == 1
-        details = comm.mpi.gather(detail, root=0)
+        gathered = comm.mpi.gather((ok, detail), root=0)
         if comm.rank == 0:
-            print(json.dumps({"case": case_id, "ok": everywhere, "detail": details}), flush=True)
+            checks = {f"rank {r} equals numpy": ok for r, (ok, _) in enumerate(gathered)}
+            details = [detail for _, detail in gathered]
+            print(json.dumps(case_line(case_id, checks, detail=details)), flush=True)
     return 0
 
 

@@ -18,6 +18,7 @@ from mpi4py import MPI
 
 from ccbench.benchmarks import timing
 from ccbench.collectives.comm import Communicator
+from tests.helpers.drivers import case_line
 
 
 def main() -> None:
@@ -35,10 +36,13 @@ def main() -> None:
     )
     counts = comm.mpi.gather(got["iterations"], root=0)
     if comm.rank == 0:
-        ok = got["stopped_by"] == "budget" and len(set(counts)) == 1 and counts[0] > 4
-        print(
-            json.dumps({"case": "budget-clocks-apart", "ok": ok, "iterations": counts}), flush=True
-        )
+        checks = {
+            "stopped by the budget": got["stopped_by"] == "budget",
+            "the same iterations on every rank": len(set(counts)) == 1,
+            "more than the minimum iterations": counts[0] > 4,
+        }
+        line = case_line("budget-clocks-apart", checks, iterations=counts)
+        print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Every codec x collective x variant of the compressed rings, in one launch.
 
-Run under mpiexec; rank 0 prints one JSON line per case: {"case": id, "ok": bool, ...}.
+Run under mpiexec; rank 0 prints one JSON line per case: {"case": id, "ok": bool,
+"checks": {name: bool}, ...} (tests/helpers/drivers.py).
 Each case checks, on every rank:
   * the result against the uncompressed one computed here with numpy (float64, then
     rounded to the dtype as the buffer holds it): exact for lossless codecs (inputs are
@@ -29,6 +30,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ccbench.kernels.vocabulary import COLLECTIVES, itemsize
+from tests.helpers.drivers import case_line, on_every_rank
 
 CODECS = (
     "none",
@@ -355,7 +357,13 @@ def run_case(comm, variant, options, collective, spec, dtype, buffer, count):
         flipped = {**options, "fused": not options.get("fused", True)}
         bind_compressed(comm, variant, collective, codec, send, other, **flipped)()
         fusion = bool(np.array_equal(arrays.to_numpy(other).astype(np.float64), got))
-    ok = within and wire_ok and repeatable and timing and fusion
+    checks = {
+        "within-bound": within,
+        "wire-bytes": wire_ok,
+        "repeatable": repeatable,
+        "breakdown": timing,
+        "fused-equal": fusion,
+    }
     detail = {
         "err": err,
         "bound": bound,
@@ -365,7 +373,7 @@ def run_case(comm, variant, options, collective, spec, dtype, buffer, count):
         "timing": timing,
         "fused_equal": fusion,
     }
-    return ok, detail, (got if must_match else None)
+    return checks, detail, (got if must_match else None)
 
 
 def timing_ok(
@@ -400,21 +408,16 @@ def main() -> int:
     for cid, params in cases():
         if only and only not in cid:
             continue
-        ok, detail, result = run_case(comm, *params)
+        checks, detail, result = run_case(comm, *params)
         # one collective per case: the checks and (where they must agree) the results
-        gathered = comm.mpi.gather((ok, detail, result), root=0)
+        gathered = comm.mpi.gather((checks, detail, result), root=0)
         if comm.rank == 0:
-            oks, details, results = zip(*gathered, strict=True)
+            per_rank, details, results = zip(*gathered, strict=True)
             identical = results[0] is None or all(
                 np.array_equal(results[0], other) for other in results[1:]
             )
-            line = {
-                "case": cid,
-                "ok": all(oks) and identical,
-                "identical": identical,
-                "detail": details,
-            }
-            print(json.dumps(line), flush=True)
+            checks = {**on_every_rank(per_rank), "identical-on-ranks": identical}
+            print(json.dumps(case_line(cid, checks, detail=details)), flush=True)
     return 0
 
 

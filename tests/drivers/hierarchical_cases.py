@@ -1,7 +1,8 @@
 """Hierarchical collectives, every collective x inter-node algorithm x count, in one launch.
 
 Run under mpiexec on 4 ranks (2 nodes x 2 ranks, faked on one host by the layout) or 6
-(3 x 2 and 2 x 3); rank 0 prints one JSON line per case: {"case": id, "ok": bool, ...}.
+(3 x 2 and 2 x 3); rank 0 prints one JSON line per case: {"case": id, "ok": bool,
+"checks": {name: bool}, ...} (tests/helpers/drivers.py).
 Uncompressed cases use small integers, whose sums are exact in any order, and must match
 numpy exactly; compressed ones use values over many magnitudes and must lie within the
 hierarchical error bound, computed here from the codec's own bound by hand. Each case
@@ -17,6 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ccbench.kernels.vocabulary import COLLECTIVES
+from tests.helpers.drivers import case_line
 
 # (variant, codec): the uncompressed baseline's library and ring, and compressed ones
 INTER = (
@@ -122,10 +124,11 @@ def main() -> int:
         for case_id, params in cases(m):
             comm.reset_wire_bytes()
             ok, detail = run_case(comm, layout, *params)
-            everywhere = comm.mpi.allreduce(int(ok), op=MPI.MIN) == 1
-            details = comm.mpi.gather(detail, root=0)
+            gathered = comm.mpi.gather((ok, detail), root=0)
             if comm.rank == 0:
-                print(json.dumps({"case": case_id, "ok": everywhere, "ranks": details}), flush=True)
+                checks = {f"rank {r} within the bound": ok for r, (ok, _) in enumerate(gathered)}
+                line = case_line(case_id, checks, ranks=[detail for _, detail in gathered])
+                print(json.dumps(line), flush=True)
     return 0
 
 

@@ -3,7 +3,7 @@ bit for bit the same results on every rank (the reduce-scatter's hops run fused)
 
     mpiexec -n 4 python -m tests.drivers.kernel_paths_cases
 
-Rank 0 prints one JSON line per case: {"case": ..., "ok": ...}.
+Rank 0 prints one JSON line per case: {"case": ..., "ok": ..., "checks": {name: bool}}.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from ccbench.collectives.comm import Communicator
 from ccbench.collectives.compressed import bind_compressed
 from ccbench.kernels.codecs import parse_codec
 from ccbench.kernels.inputs import values
+from tests.helpers.drivers import case_line, on_every_rank
 
 SPECS = ("fp16", "bf16", "bfp:rate=8", "bfp:rate=3,block=8", "bfp:rate=16")
 SETTINGS = (
@@ -44,13 +45,11 @@ def main() -> int:
                 fused, path = run(comm, spec, "auto", collective, count, options)
                 reference, _ = run(comm, spec, "reference", collective, count, options)
                 same = bool(np.array_equal(fused.view(np.uint32), reference.view(np.uint32)))
-                mine = same and path == "fused"
-                ok = comm.mpi.allreduce(mine, op=MPI.LAND)
+                mine = {"same bits as the reference": same, "fused path taken": path == "fused"}
+                gathered = comm.mpi.gather(mine, root=0)
                 if comm.rank == 0:
-                    print(
-                        json.dumps({"case": f"{spec}-{collective}-{i}", "ok": ok, "path": path}),
-                        flush=True,
-                    )
+                    line = case_line(f"{spec}-{collective}-{i}", on_every_rank(gathered), path=path)
+                    print(json.dumps(line), flush=True)
     return 0
 
 

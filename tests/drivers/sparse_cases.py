@@ -2,7 +2,8 @@
 
     mpiexec -n N python -m tests.drivers.sparse_cases [--aggregators K]
 
-Rank 0 prints one JSON line per case: {"case": id, "ok": bool, "wire": bytes per rank
+Rank 0 prints one JSON line per case: {"case": id, "ok": bool, "checks": {name: bool}
+(tests/helpers/drivers.py), "wire": bytes per rank
 (mean over ranks, measured by the Communicator), "payload": the bytes of the blocks
 that must move, "minimum": payload plus a 4-byte index per block, "detail": ...}.
 The expected sums and the block counts are computed here with plain numpy from every
@@ -24,6 +25,8 @@ import sys
 
 import numpy as np
 from mpi4py import MPI
+
+from tests.helpers.drivers import case_line
 
 DENSITIES = (0.0, 0.05, 0.3, 1.0)
 OVERLAPS = ("random", "all", "none")
@@ -244,9 +247,9 @@ def run_case(
     elif algorithm == "dense-ring":
         payload = 2 * (size - 1) * count * 4
     wire = comm.mpi.allreduce(wires[-1], op=MPI.SUM) / size
-    everywhere = comm.mpi.allreduce(int(ok), op=MPI.MIN) == 1
+    oks = comm.mpi.allgather(ok)
     result = {
-        "ok": everywhere,
+        "checks": {f"rank {r} sums the kept blocks": held for r, held in enumerate(oks)},
         "wire": wire,
         "payload": int(payload) / size,
         "minimum": int(payload + index) / size,
@@ -291,7 +294,7 @@ def main() -> int:
     for case_id, params in cases(args.aggregators):
         result = run_case(comm, args.aggregators, *params)
         if comm.rank == 0:
-            print(json.dumps({"case": case_id, **result}), flush=True)
+            print(json.dumps(case_line(case_id, result.pop("checks"), **result)), flush=True)
     return 0
 
 

@@ -17,6 +17,7 @@ from mpi4py import MPI
 
 from ccbench.benchmarks.timing import measure
 from ccbench.collectives.comm import Communicator
+from tests.helpers.drivers import case_line
 
 
 class FakeClock:
@@ -70,34 +71,33 @@ def main() -> None:
         )
         want = expected(comm.size, calls)
         # the t quantile is known to 11 digits: intervals to 1e-8, the rest exactly
-        ok = all(
-            abs(got[k] - v) <= (1e-8 if k.startswith("ci_") else 1e-12) * abs(v)
+        checks = {
+            f"{k} as the formula": abs(got[k] - v)
+            <= (1e-8 if k.startswith("ci_") else 1e-12) * abs(v)
             for k, v in want.items()
-        )
-        ok = ok and raw and got["iterations"] == calls and got["stopped_by"] == "iterations"
-        out.append({"case": f"per-call-{calls}", "ok": ok, "got": got, "want": want})
+        }
+        checks["raw times kept"] = raw
+        checks["iterations"] = got["iterations"] == calls
+        checks["stopped by iterations"] = got["stopped_by"] == "iterations"
+        out.append(case_line(f"per-call-{calls}", checks, got=got, want=want))
     # constant durations: a zero-width interval meets any target after the first round
     clock = FakeClock([2e-3])
     got = measure(comm, clock.run, 6, 0, "per-call", ci_target=0.01, budget_s=30, clock=clock)
     got.pop("times_us")
-    out.append(
-        {
-            "case": "target-met",
-            "ok": got["stopped_by"] == "target" and got["iterations"] == 6,
-            "got": got,
-        }
-    )
+    checks = {
+        "stopped by the target": got["stopped_by"] == "target",
+        "iterations": got["iterations"] == 6,
+    }
+    out.append(case_line("target-met", checks, got=got))
     # wildly varying durations and a target no run can meet: the budget ends it
     clock = FakeClock([1e-6, 1.0, 1e-6, 3.0])
     got = measure(comm, clock.run, 4, 0, "per-call", ci_target=1e-6, budget_s=0.3, clock=clock)
     got.pop("times_us")
-    out.append(
-        {
-            "case": "budget-spent",
-            "ok": got["stopped_by"] == "budget" and got["iterations"] > 4,
-            "got": got,
-        }
-    )
+    checks = {
+        "stopped by the budget": got["stopped_by"] == "budget",
+        "more than one round": got["iterations"] > 4,
+    }
+    out.append(case_line("budget-spent", checks, got=got))
     if comm.rank == 0:
         for line in out:
             print(json.dumps(line), flush=True)

@@ -1,6 +1,7 @@
 """The compiled timing loop on real ranks: it runs the library's collective it is given.
 
-Run under mpiexec; rank 0 prints one JSON line per case. Each case binds a collective as
+Run under mpiexec; rank 0 prints one JSON line per case, its checks by name
+(tests/helpers/drivers.py). Each case binds a collective as
 `Communicator.library_call` does, checks that the harness recognises it, runs the C
 warm-up and timed loops, and compares what landed in the receive buffer with the result
 numpy computes from every rank's input (exact: small integers).
@@ -13,6 +14,8 @@ import sys
 
 import numpy as np
 from mpi4py import MPI
+
+from tests.helpers.drivers import case_line, on_every_rank
 
 CASES = (
     ("allgather", "per-call", np.float32),
@@ -39,7 +42,7 @@ def run_case(comm, collective: str, timing: str, dtype) -> dict:
     recognised = library_collective(run) is not None
     loop, why = compiled_loop(comm.mpi, run, "auto")
     if loop is None:
-        return {"ok": False, "why": why, "recognised": recognised}
+        return {"checks": {"the C loop takes it": False}, "why": why}
     loop.warm_up(2, timing)
     warm = recv.copy()
     recv[:] = 0
@@ -50,22 +53,14 @@ def run_case(comm, collective: str, timing: str, dtype) -> dict:
         expected = np.sum(inputs, axis=0).astype(dtype)
     else:
         expected = np.sum(inputs, axis=0).astype(dtype)[rank * count : (rank + 1) * count]
-    shape_ok = times.shape == ((23,) if timing == "per-call" else (10,))
-    ok = (
-        recognised
-        and np.array_equal(warm, expected)
-        and np.array_equal(recv, expected)
-        and shape_ok
-        and bool(np.all(times > 0))
-    )
-    return {
-        "ok": ok,
-        "recognised": recognised,
-        "warm_equal": bool(np.array_equal(warm, expected)),
-        "timed_equal": bool(np.array_equal(recv, expected)),
-        "times": times.tolist()[:3],
-        "shape_ok": shape_ok,
+    checks = {
+        "recognised as a library call": recognised,
+        "warm-up result equals numpy": np.array_equal(warm, expected),
+        "timed result equals numpy": np.array_equal(recv, expected),
+        "one time per call or batch": times.shape == ((23,) if timing == "per-call" else (10,)),
+        "times positive": bool(np.all(times > 0)),
     }
+    return {"checks": {k: bool(v) for k, v in checks.items()}, "times": times.tolist()[:3]}
 
 
 def main() -> int:
@@ -78,30 +73,25 @@ def main() -> int:
         everyone = comm.mpi.gather(result, root=0)
         if comm.rank == 0:
             case = f"{collective}-{timing}-{np.dtype(dtype).name}"
-            print(
-                json.dumps(
-                    {"case": case, "ok": all(r["ok"] for r in everyone), "detail": everyone}
-                ),
-                flush=True,
-            )
+            checks = on_every_rank([r.pop("checks") for r in everyone])
+            print(json.dumps(case_line(case, checks, detail=everyone)), flush=True)
     # what the C loop must not take: a Python callable, a user-defined op (bfloat16 sums)
     send, recv = np.zeros(4, np.uint16), np.zeros(4 * comm.size, np.uint16)
     from functools import partial
 
     op = MPI.Op.Create(lambda a, b, t: None, commute=True)
-    refused = [
-        library_collective(lambda: None) is None,
-        library_collective(partial(comm.mpi.Allreduce, send, send.copy(), op)) is None,
-        library_collective(partial(comm.mpi.Allgather, send, recv)) is not None,
-    ]
+    checks = {
+        "a Python callable refused": library_collective(lambda: None) is None,
+        "a user-defined op refused": (
+            library_collective(partial(comm.mpi.Allreduce, send, send.copy(), op)) is None
+        ),
+        "a library allgather taken": (
+            library_collective(partial(comm.mpi.Allgather, send, recv)) is not None
+        ),
+    }
     op.Free()
     if comm.rank == 0:
-        print(
-            json.dumps(
-                {"case": "recognises-only-library-calls", "ok": all(refused), "detail": refused}
-            ),
-            flush=True,
-        )
+        print(json.dumps(case_line("recognises-only-library-calls", checks)), flush=True)
     return 0
 
 

@@ -1,13 +1,85 @@
-"""The alternation that makes a comparison fair, seen by recording fakes: which side runs
-first in each turn of a launch (A B, then B A) and in each round of separate launches
-(A B in even rounds, B A in odd ones), every comparison taking round k before round k + 1.
+"""`ccbench compare`'s arithmetic and order, without launching ranks: a round is the
+geometric mean of its turns and the interval spans rounds (by hand, with scipy's t); the
+alternation that makes a comparison fair, seen by recording fakes (which side runs first
+in each turn of a launch, A B then B A, and in each round of separate launches, every
+comparison taking round k before round k + 1); what each benchmark's rows give as a time;
+and bad input. The launches themselves: tests/test_comparisons_runs.py.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats
+
+from tests.helpers.cli import ccbench
+
+
+def record(a_turns, b_turns, size=4096) -> dict:
+    """A paired launch's record with these turn times (us) of one point."""
+    return {
+        "collective": "allgather",
+        "ranks": 2,
+        "link_gbps": None,
+        "points": {
+            f"{size}|": {
+                "size_bytes": size,
+                "config": {},
+                "iterations": {"A": 10, "B": 10},
+                "times": {"A": {"avg_us": list(a_turns)}, "B": {"avg_us": list(b_turns)}},
+            }
+        },
+    }
+
+
+def test_a_round_is_the_geometric_mean_of_its_turns_and_the_interval_spans_rounds():
+    from ccbench.scripts.comparisons.rounds import IN_LAUNCH, Comparison, Side
+
+    comparison = Comparison(
+        Side("A", ["baseline"]), Side("B", ["baseline"]), "avg", 0.03, IN_LAUNCH
+    )
+    # round 1: A 100, 400 (geometric mean 200), B 50, 200 (100): B/A 0.5
+    # round 2: A 300, 300, B 240, 240: B/A 0.8
+    comparison.add_paired(record([100, 400], [50, 200]))
+    comparison.add_paired(record([300, 300], [240, 240]))
+    (point,) = comparison.points()
+    assert comparison.times[point] == {
+        "A": pytest.approx([200, 300]),
+        "B": pytest.approx([100, 240]),
+    }
+    r = comparison.ratio(point)
+    logs = np.log([0.5, 0.8])
+    half = stats.t.ppf(0.975, 1) * logs.std(ddof=1) / math.sqrt(2)
+    assert r.ratio == pytest.approx(math.sqrt(0.5 * 0.8))
+    assert (r.low, r.high) == pytest.approx(
+        (math.exp(logs.mean() - half), math.exp(logs.mean() + half))
+    )
+    assert r.rounds == 2  # the interval's degrees of freedom come from launches, not turns
+
+
+def test_widest_interval_is_the_largest_half_width_in_log_terms():
+    from ccbench.scripts.comparisons.rounds import IN_LAUNCH, Comparison, Side
+
+    comparison = Comparison(
+        Side("A", ["baseline"]), Side("B", ["baseline"]), "avg", 0.03, IN_LAUNCH
+    )
+    assert comparison.widest() == math.inf  # nothing measured yet
+    comparison.add_paired(record([100], [50]))
+    assert comparison.widest() == math.inf  # one round: no interval
+    comparison.add_paired(record([100], [80]))
+    logs = np.log([0.5, 0.8])
+    half = stats.t.ppf(0.975, 1) * logs.std(ddof=1) / math.sqrt(2)
+    # sqrt(high / low) - 1 = exp(half) - 1
+    assert comparison.widest() == pytest.approx(math.exp(half) - 1)
+
+
+# ------------------------------------------------------------ the order of sides
+
 
 # 4 turns or rounds, worked by hand: A B | B A | A B | B A
 ALTERNATING = ["A", "B", "B", "A", "A", "B", "B", "A"]
@@ -240,3 +312,102 @@ def test_a_paired_launch_started_by_b_times_b_first(tmp_path, monkeypatch):
     )
     assert status == 0
     assert log == ["B", "A", "A", "B", "B", "A"]  # B A | A B | B A
+
+
+# ------------------------------------------------------------ what each benchmark gives as a time
+
+
+def test_compare_reads_unsized_benchmarks_from_their_own_rows():
+    """Training compares on its summary row's mean step time, MG-WFBP per strategy."""
+    from ccbench.scripts.comparisons.rounds import Comparison, Side
+
+    a, b = Side("A", ["training"]), Side("B", ["training", "--variant", "coll_compressed"])
+    comparison = Comparison(a, b, "avg", 0.03)
+    for ta, tb in [(100.0, 50.0), (200.0, 100.0)]:
+        steps = [{"row": "step", "step_us": "999"}, {"row": "step", "step_us": "1"}]
+        comparison.add(a, [*steps, {"row": "summary", "step_us": str(ta), "steps": "20"}])
+        comparison.add(b, [*steps, {"row": "summary", "step_us": str(tb), "steps": "20"}])
+    (point,) = comparison.points()
+    assert point == (0, "step")
+    r = comparison.ratio(point)
+    assert (r.ratio, r.low, r.high) == pytest.approx((0.5, 0.5, 0.5))
+
+    mg = Comparison(Side("A", ["merged_gradient"]), Side("B", ["merged_gradient"]), "avg", 0.03)
+    for side in (mg.a, mg.b):
+        mg.add(
+            side,
+            [
+                {"strategy": "wfbp", "measured_us": "10", "iterations": "5"},
+                {"strategy": "mgwfbp", "measured_us": "8", "iterations": "5"},
+            ],
+        )
+    assert [p[1] for p in mg.points()] == ["strategy=mgwfbp", "strategy=wfbp"]
+
+
+def test_compare_reads_codec_throughput_as_time_per_call_of_each_step():
+    """A rate becomes a time per call: 4 MB at 8 GB/s is 500 us, at 4 GB/s 1000 us; a
+    doubled encode reads B/A = 2 on its own point, and a missing rate is no point."""
+    from ccbench.scripts.comparisons.rounds import Comparison, Side
+    from ccbench.scripts.launchers import Launcher
+
+    a, b = Side("A", ["codec_throughput"]), Side("B", ["codec_throughput"])
+    comparison = Comparison(a, b, "p50", 0.03)
+
+    def row(encode_gbps):
+        return {
+            "codec": "bfp:rate=8",
+            "kernels": "fused",
+            "data": "gradient-like",
+            "size_bytes": "4000000",
+            "repeats": "10",
+            "encode_gbps": str(encode_gbps),
+            "decode_gbps": "4",
+            "hop_gbps": "",
+        }
+
+    for _ in range(2):
+        comparison.add(a, [row(8)])
+        comparison.add(b, [row(4)])
+    where = "codec=bfp:rate=8,kernels=fused,data=gradient-like"
+    encode, decode = (4_000_000, f"{where},step=encode"), (4_000_000, f"{where},step=decode")
+    assert comparison.times[encode] == {"A": [500.0, 500.0], "B": [1000.0, 1000.0]}
+    assert comparison.ratio(encode).ratio == pytest.approx(2.0)
+    assert comparison.ratio(decode).ratio == pytest.approx(1.0)
+    assert comparison.ratio((4_000_000, f"{where},step=hop")) is None  # no hop rate
+    # one process, not an MPI launch of the gate's ranks (each rank would write the CSV)
+    command = Launcher(2).command(a, ["-m", "4M:4M"], Path("out.csv"))
+    assert command[:3] == [sys.executable, "-m", "ccbench.benchmarks.codec_throughput"]
+
+
+# ------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["nosuch"], "unknown variant"),
+        (["baseline"], "give two commands"),
+        (["baseline", "baseline", "--rounds", "1"], "at least 2"),
+        (["baseline", "baseline --csv x.csv"], "set by ccbench compare"),
+    ],
+)
+def test_compare_bad_input_exits_2(args, words):
+    proc = ccbench("compare", *args, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--ci-target", "0"], "positive percentage"),
+        (["--ci-target", "2", "--rounds", "4", "--max-rounds", "3"], "at least --rounds"),
+        (["--turns", "0"], "--turns must be at least 1"),
+    ],
+)
+def test_compare_bad_rounds_exit_2(args, words):
+    proc = ccbench("compare", "baseline", "baseline --algorithm ring", *args, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0], proc.stderr
