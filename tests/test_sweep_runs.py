@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -221,9 +222,47 @@ collective = ["allgather"]
     # the fixed cost of a ring step, measured when the sweep brought the cluster up
     assert all(r["link_step_us"] and float(r["link_step_us"]) >= 0 for r in rows), rows
     log = (tmp_path / "out" / "logs" / "baseline_allgather_r2_0.5gbps.log").read_text()
-    assert "ccbench.scripts.cluster run --name ccbsweep -n 2 --" in log.splitlines()[0]
+    # the cluster the log names is the one the ranks ran on, and the sweep took it down
+    named = re.search(r"^# emulated cluster ([a-z0-9]+) ", log, re.M)
+    assert named, log
+    name = named.group(1)
+    assert name not in ("ccb", "ccbsweep")
+    assert f"ccbench.scripts.cluster run --name {name} -n 2 --" in log.splitlines()[0]
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "ccbsweep-" not in namespaces  # the sweep took its cluster down
+    assert f"{name}-" not in namespaces
+
+
+def test_each_sweep_output_gets_its_own_cluster(tmp_path):
+    """Two sweeps into two folders, run at once, must not share (and take down) one
+    emulated cluster: each link task's command names its folder's own, a valid name."""
+    from ccbench.scripts.cluster.layout import check_name
+    from ccbench.scripts.sweeps import sweep
+
+    names = []
+    for folder in ("one", "two"):
+        spec = sweep_spec.load_spec(
+            write_spec(
+                tmp_path / f"{folder}.toml",
+                f"""
+[sweep]
+output = "{tmp_path / folder}"
+link_gbps = [0.5]
+sizes = "1K:2K"
+[[points]]
+variant = "baseline"
+collective = ["allgather"]
+""",
+            )
+        )
+        (task,) = spec.tasks
+        cmd = sweep.launch_command(spec, task, [], tmp_path / "x.csv", "mpiexec")
+        name = cmd[cmd.index("--name") + 1]
+        assert check_name(name) == name
+        # the same folder, loaded again, names the same cluster: a resumed sweep finds it
+        again = sweep_spec.load_spec(tmp_path / f"{folder}.toml")
+        assert sweep.launch_command(again, task, [], tmp_path / "x.csv", "mpiexec") == cmd
+        names.append(name)
+    assert len(set(names)) == 2 and "ccbsweep" not in names
 
 
 SIZED_VARIANTS = {

@@ -54,7 +54,13 @@ from ccbench.scripts.sweeps.tasks import (
     resume_args,
 )
 
-CLUSTER_NAME = "ccbsweep"  # the emulated cluster the sweep brings up for link rates
+
+def cluster_name(spec: Spec) -> str:
+    """The emulated cluster this sweep brings up for its link rates: named after its
+    output folder, so two sweeps into different folders, run at once, never take each
+    other's cluster down (a cluster name: 8 lower-case letters or digits)."""
+    folder = str(spec.output.resolve())
+    return "cs" + hashlib.sha1(folder.encode()).hexdigest()[:6]
 
 
 def sweep_id(spec: Spec, fresh: bool) -> str:
@@ -77,7 +83,7 @@ def variant_command(task: Task, args: list[str], csv: Path) -> list[str]:
     return [sys.executable, "-m", f"ccbench.benchmarks.{task.variant}", *args, "--csv", str(csv)]
 
 
-def compare_command(task: Task, csv: Path, launcher: str) -> list[str]:
+def compare_command(spec: Spec, task: Task, csv: Path, launcher: str) -> list[str]:
     """`ccbench compare` launches its ranks itself, on this host or the emulated cluster."""
     if launcher == "srun":
         raise UsageError(
@@ -85,7 +91,7 @@ def compare_command(task: Task, csv: Path, launcher: str) -> list[str]:
             "ranks or the emulated cluster, not as SLURM array tasks"
         )
     i = task.args.index("--")
-    where = ["--cluster", CLUSTER_NAME] if task.link_gbps is not None else []
+    where = ["--cluster", cluster_name(spec)] if task.link_gbps is not None else []
     unbound = [] if binding_enabled() else ["--no-bind"]
     return [
         sys.executable,
@@ -104,7 +110,7 @@ def compare_command(task: Task, csv: Path, launcher: str) -> list[str]:
 
 def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher: str) -> list[str]:
     if task.variant == COMPARE:
-        return compare_command(task, csv, launcher)
+        return compare_command(spec, task, csv, launcher)
     command = variant_command(task, args, csv)
     if task.link_gbps is not None:
         unbound = [] if binding_enabled() else ["--no-bind"]
@@ -114,7 +120,7 @@ def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher:
             "ccbench.scripts.cluster",
             "run",
             "--name",
-            CLUSTER_NAME,
+            cluster_name(spec),
             "-n",
             str(task.ranks),
             *unbound,
@@ -137,8 +143,8 @@ def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher:
     return mpiexec_command(task.ranks, command)
 
 
-def _cluster(action: str, *args: str) -> None:
-    cmd = [sys.executable, "-m", "ccbench.scripts.cluster", action, "--name", CLUSTER_NAME, *args]
+def _cluster(name: str, action: str, *args: str) -> None:
+    cmd = [sys.executable, "-m", "ccbench.scripts.cluster", action, "--name", name, *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()
@@ -227,6 +233,7 @@ def run_sweep(
     progress = Progress(sum(t.points for t in selected), len(selected), progress_stream, plan)
     failed, invalid = [], []
     cluster_shape = None
+    cluster = cluster_name(spec)
     ran = 0
     try:
         for task in order:
@@ -245,8 +252,8 @@ def run_sweep(
                     max(t.ranks for t in order if t.link_gbps == task.link_gbps),
                 )
                 if shape != cluster_shape:
-                    _cluster("up", "--ranks", str(shape[1]), "--rate", f"{shape[0]:g}gbit")
-                    _cluster("selfcheck", "--step-only")  # the floor's fixed cost per step
+                    _cluster(cluster, "up", "--ranks", str(shape[1]), "--rate", f"{shape[0]:g}gbit")
+                    _cluster(cluster, "selfcheck", "--step-only")  # the floor's fixed cost per step
                     cluster_shape = shape
             csv = csv_path(spec, task).resolve()
             cmd = launch_command(spec, task, resume_args(task, sizes), csv, launcher)
@@ -255,6 +262,11 @@ def run_sweep(
             if launcher == "srun" and cmd[0] == "srun":
                 mpi, why = srun_mpi(spec)
                 note = f"# srun --mpi={mpi}: {why}"
+            elif task.link_gbps is not None:
+                note = (
+                    f"# emulated cluster {cluster} ({task.link_gbps:g} Gbit/s): this sweep's "
+                    "own, taken down when the sweep ends"
+                )
             status = run_task(
                 cmd, spec.output / "logs" / f"{task.slug}.log", spec.timeout, echo, rows, note
             )
@@ -275,7 +287,7 @@ def run_sweep(
     finally:
         progress.close()
         if cluster_shape is not None:
-            _cluster("down")
+            _cluster(cluster, "down")
     if not ran and echo:
         print(
             f"ccbench sweep: nothing to do: the {progress.total} points of "
