@@ -4,6 +4,7 @@ their variants' own option parsers."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import re
@@ -230,6 +231,70 @@ collective = ["allgather"]
     assert f"ccbench.scripts.cluster run --name {name} -n 2 --" in log.splitlines()[0]
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"{name}-" not in namespaces
+
+
+@pytest.mark.root
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(hydra_skip() is not None, reason=str(hydra_skip()))
+def test_a_timed_out_task_leaves_no_rank_in_the_cluster(tmp_path):
+    """A comparison on the emulated cluster killed at the spec's timeout: its paired
+    ranks (started by Hydra in sessions of their own, below `ccbench compare` and
+    `cluster run`) end with it. They carry the comparison's scratch folder (TMPDIR)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
+        pytest.skip("needs root and iproute2 for the emulated cluster")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    # 4 MiB a call on a 20 Mbit/s link: 1.7 s a call, 40 calls, far past the timeout
+    spec = write_spec(
+        tmp_path / "t.toml",
+        f"""
+[sweep]
+output = "{tmp_path / "out"}"
+link_gbps = [0.02]
+timeout = 30
+[[points]]
+variant = "compare"
+a = "baseline --algorithm mpi"
+b = "baseline --algorithm ring"
+collective = ["allgather"]
+sizes = "4M:4M"
+rounds = 20
+iterations = 1
+warmup = 0
+""",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ccbench.scripts.sweeps.sweep", str(spec)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    seen = set()
+    try:
+        while proc.poll() is None:
+            for pid in processes_mentioning(str(scratch)):
+                with contextlib.suppress(OSError):
+                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                    if argv[1:3] == [b"-m", b"ccbench.benchmarks.paired"]:
+                        seen.add(pid)  # a rank, not a launcher naming it
+            time.sleep(0.2)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        left = processes_mentioning(str(scratch))
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 1, err
+    assert "failed" in err
+    log = next((tmp_path / "out" / "logs").glob("compare_*.log")).read_text()
+    assert "killed after 30 s" in log
+    assert len(seen) == 2, "the paired ranks never started: nothing was checked"
+    assert left == []
 
 
 def test_each_sweep_output_gets_its_own_cluster(tmp_path):
