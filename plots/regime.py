@@ -385,13 +385,33 @@ FIGURES = [
 ]
 
 
-def page_link(figures) -> list[str]:
-    """The headline table's pointer to the regime figure, where the page draws one."""
-    if not any(getattr(f, "name", "") == "seed000_regime" for f in figures):
+def zfp_note(headlines) -> list[str]:
+    """Where seed 000's headline pairs hold none of the paper's codec: where they are. ZFP
+    is slower than the wire on a core, so its comparisons take minutes each at 1 Gbit/s;
+    the main job (30 minutes on 2 idle cores) leaves them to a separate sweep."""
+    seed000 = [h for h in headlines if getattr(h, "paper", "") == "seed 000"]
+    if not seed000 or any("zfp" in str(getattr(h, "where", "")).lower() for h in seed000):
         return []
+    return [
+        "<p class='note'>Seed 000's pairs here are fp16 and bfp; the paper's own codec, "
+        "ZFP fixed-rate (rates 4 and 8, beside bfp and fp16 at 16 MiB on 4 ranks), is "
+        "measured by a separate sweep, sweeps/seed000-tables.toml (`ccbench sweep "
+        "sweeps/seed000-tables.toml`, then `ccbench plot` on its output): slower than the "
+        "wire on a core, its comparisons take minutes each, more than the main job's time "
+        "allows.</p>"
+    ]
+
+
+def page_link(figures, headlines=()) -> list[str]:
+    """The headline table's pointers: to the regime figure, where the page draws one, and
+    to the ZFP pairs' sweep, where the seed 000 headlines hold none."""
+    note = zfp_note(headlines)
+    if not any(getattr(f, "name", "") == "seed000_regime" for f in figures):
+        return note
     return [
         "<p class='note'>Seed 000's numbers against the codec-to-wire ratio, measured where "
         "this host reaches and modelled beyond, with a verdict per claim: "
         "<a href='#seed000_regime'>the regime figure</a> (its rows come from a separate "
-        "sweep, sweeps/regime.toml).</p>"
+        "sweep, sweeps/regime.toml).</p>",
+        *note,
     ]

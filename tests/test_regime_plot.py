@@ -175,3 +175,16 @@ def test_the_model_takes_the_measured_payload_rate_and_overlap_efficiency():
     assert "overlap efficiency at 1 of 3 points" in words
     assert "TCP ceiling as the payload rate at the other 2" in words
     assert "an overlap efficiency of 1 at the other 2" in words
+
+
+def test_the_page_says_where_the_zfp_pairs_are_when_its_headlines_have_none():
+    from ccbench.plots.base import Headline
+
+    def row(where):
+        return Headline("seed 000", "claim", "-", "-", "-", "-", where)
+
+    without = regime.page_link([], [row("fp16, size 16 MiB"), row("bfp:rate=8, size 16 MiB")])
+    assert len(without) == 1 and "sweeps/seed000-tables.toml" in without[0]
+    assert regime.page_link([], [row("zfp:rate=4, size 16 MiB"), row("fp16, size 16 MiB")]) == []
+    # no seed 000 headline (the shared-memory section of another paper): nothing to say
+    assert regime.page_link([], [Headline("seed 001", "c", "-", "-", "-", "-", "x")]) == []
