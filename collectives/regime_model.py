@@ -156,7 +156,8 @@ def payload_rate_bps(
     return max(sent - burst_bytes, 0.0) * 8.0 / left
 
 
-def coll_efficiency(
+def overlap_efficiency(
+    variant: str,
     ratio: float,
     collective: str,
     parts: RegimeParts,
@@ -165,8 +166,8 @@ def coll_efficiency(
     size: float = SIZE,
     ranks: int = RANKS,
 ) -> float:
-    """The collective level's overlap efficiency at a measured point: its call's time over
-    the floor the model gives it there (call_seconds at efficiency 1)."""
+    """A compressed variant's (COLL or P2P) overlap efficiency at a measured point: its
+    call's time over the floor the model gives it there (call_seconds at efficiency 1)."""
     at_floor = RegimeParts(
         parts.compression,
         parts.encode_share,
@@ -174,4 +175,5 @@ def coll_efficiency(
         parts.step_s,
         parts.burst_bytes,
     )
-    return call_s / call_times(ratio, collective, at_floor, rate_bps, size, ranks)["coll"]
+    key = {COLL: "coll", P2P: "p2p"}[variant]
+    return call_s / call_times(ratio, collective, at_floor, rate_bps, size, ranks)[key]

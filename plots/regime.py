@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ccbench.collectives import regime_model as rm
-from ccbench.collectives.compression_model import COLL
+from ccbench.collectives.compression_model import COLL, P2P
 from ccbench.plots import papers
 from ccbench.plots.base import Figure, FigureSpec, Skip, link_of, rows
 from ccbench.plots.headlines import oriented_ratio
@@ -94,22 +94,40 @@ def library_seconds(data, size: int, ranks: int) -> dict:
     return {k: float(np.median(v)) for k, v in found.items()}
 
 
+def p2p_seconds(data, size: int, ranks: int) -> dict:
+    """(collective, codec, link rate) -> the median time of point-to-point compression's
+    call at `size` on `ranks` over that emulated link (its harness rows)."""
+    frame = rows(data, "harness", variant="p2p_compressed", ranks=ranks, size_bytes=size)
+    if frame.empty:
+        return {}
+    frame = frame.assign(_link=link_of(frame))
+    found: dict = {}
+    for _, r in frame[frame["_link"] > 0].iterrows():
+        if _num(r, "avg_us") > 0:
+            key = (str(r["collective"]), str(r["codec"]), float(r["_link"]))
+            found.setdefault(key, []).append(_num(r, "avg_us") * 1e-6)
+    return {k: float(np.median(v)) for k, v in found.items()}
+
+
 def regime_points(data, size: int = rm.SIZE, ranks: int = rm.RANKS) -> list[Point]:
     """The measured points: a collective-level harness row at `size` on `ranks` over an
     emulated link, with the compare rows of the same collective, codec and link. The
     model takes what was measured where rows give it: the link's payload rate from the
     library's uncompressed call at that link (else the shaper's TCP ceiling, assumed) and
-    the collective level's overlap efficiency from its row's call time (else 1)."""
+    each compressed variant's overlap efficiency from its own row's call time at that
+    point (else 1, assumed)."""
     harness = rows(data, "harness", variant="coll_compressed", ranks=ranks, size_bytes=size)
     if harness.empty:
         return []
     harness = harness.assign(_link=link_of(harness))
     library = library_seconds(data, size, ranks)
+    p2p = p2p_seconds(data, size, ranks)
     compare = rows(data, "compare", ranks=ranks, size_bytes=size)
     compare = compare.assign(_link=link_of(compare)) if not compare.empty else compare
     out = []
     for _, row in harness[harness["_link"] > 0].iterrows():
         collective, codec, link = str(row["collective"]), str(row["codec"]), float(row["_link"])
+        point_key = (collective, codec, link)
         if collective not in COLLECTIVES:
             continue
         step_s = _num(row, "link_step_us", 0.0) * 1e-6
@@ -139,12 +157,14 @@ def regime_points(data, size: int = rm.SIZE, ranks: int = rm.RANKS) -> list[Poin
             step_s=step_s,
             burst_bytes=burst,
         )
-        call_s = _num(row, "avg_us") * 1e-6
-        if call_s > 0:
-            e = rm.coll_efficiency(
-                got["ratio"], collective, parts, call_s, payload * 1e9, size, ranks
-            )
-            parts = replace(parts, efficiency={COLL: e})
+        # each variant's overlap efficiency: its own row's call time over the model's floor
+        efficiency = {}
+        for variant, call_s in ((COLL, _num(row, "avg_us") * 1e-6), (P2P, p2p.get(point_key))):
+            if call_s is not None and call_s > 0:
+                efficiency[variant] = rm.overlap_efficiency(
+                    variant, got["ratio"], collective, parts, call_s, payload * 1e9, size, ranks
+                )
+        parts = replace(parts, efficiency=efficiency)
         measured = {}
         same = (
             compare[(compare["collective"] == collective) & (compare["_link"] == link)]
@@ -182,14 +202,18 @@ def paper_saving(collective: str, claim: str) -> float:
 def median_parts(points: list[Point]) -> tuple[rm.RegimeParts, float]:
     """The parts of these measured points (each the median) and their link's payload
     rate: what the model takes away from them, across the axis."""
-    efficiency = [p.parts.efficiency[COLL] for p in points if COLL in p.parts.efficiency]
+    efficiency = {
+        variant: float(np.median(found))
+        for variant in (COLL, P2P)
+        if (found := [p.parts.efficiency[variant] for p in points if variant in p.parts.efficiency])
+    }
     parts = rm.RegimeParts(
         compression=float(np.median([p.parts.compression for p in points])),
         encode_share=float(np.median([p.parts.encode_share for p in points])),
         hop_round_trips=float(np.median([p.parts.hop_round_trips for p in points])),
         step_s=float(np.median([p.parts.step_s for p in points])),
         burst_bytes=float(np.median([p.parts.burst_bytes for p in points])),
-        efficiency={COLL: float(np.median(efficiency))} if efficiency else {},
+        efficiency=efficiency,
     )
     return parts, float(np.median([p.rate_bps for p in points]))
 
@@ -275,24 +299,35 @@ def model_inputs(points: list[Point]) -> str:
     """Which of the model's inputs were measured and which assumed, at how many points."""
     n = len(points)
     rate = sum(p.rate_measured for p in points)
-    eff = sum(COLL in p.parts.efficiency for p in points)
+    coll = sum(COLL in p.parts.efficiency for p in points)
+    p2p = sum(P2P in p.parts.efficiency for p in points)
     assumed = [
         *(
             [f"the shaper's TCP ceiling as the payload rate at the other {n - rate}"]
             if rate < n
             else []
         ),
-        *([f"an overlap efficiency of 1 at the other {n - eff}"] if eff < n else []),
-        "point-to-point at its floor (efficiency 1: each hop encodes, sends, receives and "
-        "decodes, nothing overlaps)",
+        *([f"the collective level at its floor at the other {n - coll}"] if coll < n else []),
+        *(
+            [
+                f"point-to-point at its floor at the other {n - p2p} (efficiency 1: each "
+                "hop encodes, sends, receives and decodes, nothing overlaps)"
+            ]
+            if p2p < n
+            else []
+        ),
     ]
     return (
         "The model's inputs, measured: the codec's rates and compression ratio (the "
         "collective-level row's encode and decode times); the link's payload rate at "
         f"{rate} of {n} points (the MPI library's uncompressed call at that link, less the "
-        "ring steps' fixed cost); that fixed cost (cluster selfcheck); the collective "
-        f"level's overlap efficiency at {eff} of {n} points (its row's call time over the "
-        "model's floor). Assumed: " + "; ".join(assumed) + "."
+        "ring steps' fixed cost); that fixed cost (cluster selfcheck); the overlap "
+        f"efficiency (a call's time over the model's floor, from the variant's own row) of "
+        f"the collective level at {coll} of {n} points and of point-to-point at {p2p}. "
+        + ("Assumed: " + "; ".join(assumed) + "." if assumed else "Nothing assumed.")
+        + " With both efficiencies measured the model at a point is the two variants' own "
+        "runs, apart from the interleaved comparison that is its check; across the axis it "
+        "takes their medians."
     )
 
 

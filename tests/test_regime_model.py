@@ -14,8 +14,8 @@ import pytest
 from ccbench.collectives.regime_model import (
     RegimeParts,
     call_times,
-    coll_efficiency,
     measured_parts,
+    overlap_efficiency,
     payload_rate_bps,
     savings,
 )
@@ -87,12 +87,18 @@ def test_payload_rate_from_the_librarys_call():
     assert math.isnan(payload_rate_bps("allgather", 16 << 20, 4, 0.02, 0.01))
 
 
-def test_coll_efficiency_is_the_call_over_the_models_floor():
+def test_overlap_efficiency_is_the_call_over_the_models_floor():
     # allgather r=2, rho=4: the collective level's floor is max(3/2, 2/4) = 1.5 S/L; a call
     # of 2.25 S/L is 1.5 times it, whatever efficiency the parts already carry
     parts = RegimeParts(compression=2, efficiency={"coll_compressed": 9.0})
-    assert coll_efficiency(4, "allgather", parts, 2.25 * S_OVER_L) == pytest.approx(1.5)
+    got = overlap_efficiency("coll_compressed", 4, "allgather", parts, 2.25 * S_OVER_L)
+    assert got == pytest.approx(1.5)
+    # point-to-point's floor there: 3/2 + 3/4 = 2.25 S/L; a call of 1.8 S/L is 0.8 of it
+    got = overlap_efficiency("p2p_compressed", 4, "allgather", parts, 1.8 * S_OVER_L)
+    assert got == pytest.approx(0.8)
     # at 0.5 Gbit/s (the codec still 4 times that rate) wire and codec take twice as
     # long: a floor of 3 S/L (S/L at 1 Gbit/s)
-    got = coll_efficiency(4, "allgather", RegimeParts(compression=2), 4.5 * S_OVER_L, 0.5e9)
+    got = overlap_efficiency(
+        "coll_compressed", 4, "allgather", RegimeParts(compression=2), 4.5 * S_OVER_L, 0.5e9
+    )
     assert got == pytest.approx(1.5)
