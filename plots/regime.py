@@ -345,10 +345,18 @@ def draw_regime(data, style: Style) -> list[Figure]:
         mine = [p for p in points if p.collective == collective]
         for i, claim in enumerate(CLAIMS):
             ax = axes[i, j]
-            # the axis holds every measured interval and at least -100%..100%; the model's
+            # the axis holds every measured interval, the model's value at each measured
+            # point and at least -100%..100%; the model's
             # line, which falls without bound where the codec is far slower than the wire,
             # is drawn down to that floor
-            low = min([-100.0] + [100 * p.measured[claim][1] for p in mine if claim in p.measured])
+            low = min(
+                [-100.0]
+                + [
+                    100 * min(p.measured[claim][1], p.model[claim])
+                    for p in mine
+                    if claim in p.measured
+                ]
+            )
             ax.axvspan(*PAPER_BAND, color="#f3e3b5", zorder=0)
             paper = 100 * paper_saving(collective, claim)
             (h,) = ax.plot(PAPER_BAND, [paper, paper], ls="-", color="#b8860b", lw=2, zorder=1)
