@@ -22,8 +22,10 @@ from ccbench.collectives.compression_model import (
     CodecRates,
     Network,
     Option,
+    algorithm_steps,
     call_seconds,
     codec_work_bytes,
+    wire_bytes,
 )
 
 SIZE = 16 << 20  # the paper's headline size, OSU bytes
@@ -133,3 +135,45 @@ def measured_parts(
         "hop_round_trips": hop,
         "ratio": rate / (link_payload_gbps * 1e9 / 8.0),
     }
+
+
+def payload_rate_bps(
+    collective: str,
+    size: float,
+    ranks: int,
+    call_s: float,
+    step_s: float = 0.0,
+    burst_bytes: float = 0.0,
+) -> float:
+    """The link's payload rate (bits/s) that an uncompressed library call of `call_s`
+    seconds reached: the floor call_seconds gives the library's call (the bytes a rank
+    sends, less the token bucket's burst, over the rate, plus each step's fixed cost)
+    solved for the rate. nan where the steps alone take the call's time."""
+    sent = wire_bytes(Option(LIBRARY), collective, size, ranks)
+    left = call_s - algorithm_steps(LIBRARY, collective, ranks) * step_s
+    if not left > 0:
+        return math.nan
+    return max(sent - burst_bytes, 0.0) * 8.0 / left
+
+
+def overlap_efficiency(
+    variant: str,
+    ratio: float,
+    collective: str,
+    parts: RegimeParts,
+    call_s: float,
+    rate_bps: float = 1e9,
+    size: float = SIZE,
+    ranks: int = RANKS,
+) -> float:
+    """A compressed variant's (COLL or P2P) overlap efficiency at a measured point: its
+    call's time over the floor the model gives it there (call_seconds at efficiency 1)."""
+    at_floor = RegimeParts(
+        parts.compression,
+        parts.encode_share,
+        parts.hop_round_trips,
+        parts.step_s,
+        parts.burst_bytes,
+    )
+    key = {COLL: "coll", P2P: "p2p"}[variant]
+    return call_s / call_times(ratio, collective, at_floor, rate_bps, size, ranks)[key]

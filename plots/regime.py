@@ -14,11 +14,12 @@ band of ratios (docs/references.md, "The paper's regime").
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ccbench.collectives import regime_model as rm
+from ccbench.collectives.compression_model import COLL, P2P
 from ccbench.plots import papers
 from ccbench.plots.base import Figure, FigureSpec, Skip, link_of, rows
 from ccbench.plots.headlines import oriented_ratio
@@ -59,6 +60,7 @@ class Point:
     rate_bps: float  # the link's payload rate the model takes
     measured: dict  # claim -> (saving, low, high)
     model: dict  # claim -> the model's saving at this point
+    rate_measured: bool = False  # the payload rate from the library's call, else assumed
 
     def error(self, claim: str) -> float:
         """The model's B/A over the measured B/A, less 1 (nan where not measured)."""
@@ -75,21 +77,68 @@ def _num(row, key, default=math.nan) -> float:
     return value if math.isfinite(value) else default
 
 
+def library_seconds(data, size: int, ranks: int) -> dict:
+    """(collective, link rate) -> the median time of the MPI library's uncompressed call
+    at `size` on `ranks` over that emulated link (sweeps/regime.toml's baseline rows)."""
+    base = rows(data, "harness", variant="baseline", ranks=ranks, size_bytes=size)
+    if base.empty:
+        return {}
+    base = base.assign(_link=link_of(base))
+    if "algorithm" in base.columns:
+        base = base[base["algorithm"].astype(str) == "mpi"]
+    found: dict = {}
+    for _, b in base[base["_link"] > 0].iterrows():
+        if _num(b, "avg_us") > 0:
+            key = (str(b["collective"]), float(b["_link"]))
+            found.setdefault(key, []).append(_num(b, "avg_us") * 1e-6)
+    return {k: float(np.median(v)) for k, v in found.items()}
+
+
+def p2p_seconds(data, size: int, ranks: int) -> dict:
+    """(collective, codec, link rate) -> the median time of point-to-point compression's
+    call at `size` on `ranks` over that emulated link (its harness rows)."""
+    frame = rows(data, "harness", variant="p2p_compressed", ranks=ranks, size_bytes=size)
+    if frame.empty:
+        return {}
+    frame = frame.assign(_link=link_of(frame))
+    found: dict = {}
+    for _, r in frame[frame["_link"] > 0].iterrows():
+        if _num(r, "avg_us") > 0:
+            key = (str(r["collective"]), str(r["codec"]), float(r["_link"]))
+            found.setdefault(key, []).append(_num(r, "avg_us") * 1e-6)
+    return {k: float(np.median(v)) for k, v in found.items()}
+
+
 def regime_points(data, size: int = rm.SIZE, ranks: int = rm.RANKS) -> list[Point]:
     """The measured points: a collective-level harness row at `size` on `ranks` over an
-    emulated link, with the compare rows of the same collective, codec and link."""
+    emulated link, with the compare rows of the same collective, codec and link. The
+    model takes what was measured where rows give it: the link's payload rate from the
+    library's uncompressed call at that link (else the shaper's TCP ceiling, assumed) and
+    each compressed variant's overlap efficiency from its own row's call time at that
+    point (else 1, assumed)."""
     harness = rows(data, "harness", variant="coll_compressed", ranks=ranks, size_bytes=size)
     if harness.empty:
         return []
     harness = harness.assign(_link=link_of(harness))
+    library = library_seconds(data, size, ranks)
+    p2p = p2p_seconds(data, size, ranks)
     compare = rows(data, "compare", ranks=ranks, size_bytes=size)
     compare = compare.assign(_link=link_of(compare)) if not compare.empty else compare
     out = []
     for _, row in harness[harness["_link"] > 0].iterrows():
         collective, codec, link = str(row["collective"]), str(row["codec"]), float(row["_link"])
+        point_key = (collective, codec, link)
         if collective not in COLLECTIVES:
             continue
-        payload = _num(row, "link_ceiling_gbps", link)
+        step_s = _num(row, "link_step_us", 0.0) * 1e-6
+        burst = _num(row, "link_burst_bytes", 0.0)
+        measured_rate = (
+            rm.payload_rate_bps(collective, size, ranks, library[collective, link], step_s, burst)
+            if (collective, link) in library
+            else math.nan
+        )
+        rate_measured = measured_rate > 0 and math.isfinite(measured_rate)
+        payload = measured_rate / 1e9 if rate_measured else _num(row, "link_ceiling_gbps", link)
         got = rm.measured_parts(
             collective,
             size,
@@ -105,9 +154,17 @@ def regime_points(data, size: int = rm.SIZE, ranks: int = rm.RANKS) -> list[Poin
             compression=_num(row, "compression_ratio"),
             encode_share=got["encode_share"],
             hop_round_trips=got["hop_round_trips"],
-            step_s=_num(row, "link_step_us", 0.0) * 1e-6,
-            burst_bytes=_num(row, "link_burst_bytes", 0.0),
+            step_s=step_s,
+            burst_bytes=burst,
         )
+        # each variant's overlap efficiency: its own row's call time over the model's floor
+        efficiency = {}
+        for variant, call_s in ((COLL, _num(row, "avg_us") * 1e-6), (P2P, p2p.get(point_key))):
+            if call_s is not None and call_s > 0:
+                efficiency[variant] = rm.overlap_efficiency(
+                    variant, got["ratio"], collective, parts, call_s, payload * 1e9, size, ranks
+                )
+        parts = replace(parts, efficiency=efficiency)
         measured = {}
         same = (
             compare[(compare["collective"] == collective) & (compare["_link"] == link)]
@@ -123,13 +180,42 @@ def regime_points(data, size: int = rm.SIZE, ranks: int = rm.RANKS) -> list[Poin
                     measured[claim] = (1 - ratio, 1 - high, 1 - low)
         model = rm.savings(got["ratio"], collective, parts, payload * 1e9, size, ranks)
         out.append(
-            Point(collective, codec, link, got["ratio"], parts, payload * 1e9, measured, model)
+            Point(
+                collective,
+                codec,
+                link,
+                got["ratio"],
+                parts,
+                payload * 1e9,
+                measured,
+                model,
+                rate_measured,
+            )
         )
     return sorted(out, key=lambda p: (p.collective, p.ratio))
 
 
 def paper_saving(collective: str, claim: str) -> float:
     return 1 - papers.CLAIMS[f"{collective}_{claim}"].ratio
+
+
+def median_parts(points: list[Point]) -> tuple[rm.RegimeParts, float]:
+    """The parts of these measured points (each the median) and their link's payload
+    rate: what the model takes away from them, across the axis."""
+    efficiency = {
+        variant: float(np.median(found))
+        for variant in (COLL, P2P)
+        if (found := [p.parts.efficiency[variant] for p in points if variant in p.parts.efficiency])
+    }
+    parts = rm.RegimeParts(
+        compression=float(np.median([p.parts.compression for p in points])),
+        encode_share=float(np.median([p.parts.encode_share for p in points])),
+        hop_round_trips=float(np.median([p.parts.hop_round_trips for p in points])),
+        step_s=float(np.median([p.parts.step_s for p in points])),
+        burst_bytes=float(np.median([p.parts.burst_bytes for p in points])),
+        efficiency=efficiency,
+    )
+    return parts, float(np.median([p.rate_bps for p in points]))
 
 
 def model_band(points: list[Point], collective: str, claim: str, band=PAPER_BAND):
@@ -140,15 +226,7 @@ def model_band(points: list[Point], collective: str, claim: str, band=PAPER_BAND
         return None
     values = []
     for codec in sorted({p.codec for p in mine}):
-        of = [p for p in mine if p.codec == codec]
-        parts = rm.RegimeParts(
-            compression=float(np.median([p.parts.compression for p in of])),
-            encode_share=float(np.median([p.parts.encode_share for p in of])),
-            hop_round_trips=float(np.median([p.parts.hop_round_trips for p in of])),
-            step_s=float(np.median([p.parts.step_s for p in of])),
-            burst_bytes=float(np.median([p.parts.burst_bytes for p in of])),
-        )
-        rate = float(np.median([p.rate_bps for p in of]))
+        parts, rate = median_parts([p for p in mine if p.codec == codec])
         for ratio in np.logspace(math.log10(band[0]), math.log10(band[1]), 41):
             values.append(rm.savings(float(ratio), collective, parts, rate)[claim])
     return min(values), max(values)
@@ -217,6 +295,42 @@ def verdict_rows(data) -> list[tuple[str, str, str]]:
     ]
 
 
+def model_inputs(points: list[Point]) -> str:
+    """Which of the model's inputs were measured and which assumed, at how many points."""
+    n = len(points)
+    rate = sum(p.rate_measured for p in points)
+    coll = sum(COLL in p.parts.efficiency for p in points)
+    p2p = sum(P2P in p.parts.efficiency for p in points)
+    assumed = [
+        *(
+            [f"the shaper's TCP ceiling as the payload rate at the other {n - rate}"]
+            if rate < n
+            else []
+        ),
+        *([f"the collective level at its floor at the other {n - coll}"] if coll < n else []),
+        *(
+            [
+                f"point-to-point at its floor at the other {n - p2p} (efficiency 1: each "
+                "hop encodes, sends, receives and decodes, nothing overlaps)"
+            ]
+            if p2p < n
+            else []
+        ),
+    ]
+    return (
+        "The model's inputs, measured: the codec's rates and compression ratio (the "
+        "collective-level row's encode and decode times); the link's payload rate at "
+        f"{rate} of {n} points (the MPI library's uncompressed call at that link, less the "
+        "ring steps' fixed cost); that fixed cost (cluster selfcheck); the overlap "
+        f"efficiency (a call's time over the model's floor, from the variant's own row) of "
+        f"the collective level at {coll} of {n} points and of point-to-point at {p2p}. "
+        + ("Assumed: " + "; ".join(assumed) + "." if assumed else "Nothing assumed.")
+        + " With both efficiencies measured the model at a point is the two variants' own "
+        "runs, apart from the interleaved comparison that is its check; across the axis it "
+        "takes their medians."
+    )
+
+
 def draw_regime(data, style: Style) -> list[Figure]:
     points = regime_points(data)
     if not any(p.measured for p in points):
@@ -231,17 +345,24 @@ def draw_regime(data, style: Style) -> list[Figure]:
         mine = [p for p in points if p.collective == collective]
         for i, claim in enumerate(CLAIMS):
             ax = axes[i, j]
-            # the axis holds every measured interval and at least -100%..100%; the model's
+            # the axis holds every measured interval, the model's value at each measured
+            # point and at least -100%..100%; the model's
             # line, which falls without bound where the codec is far slower than the wire,
             # is drawn down to that floor
-            low = min([-100.0] + [100 * p.measured[claim][1] for p in mine if claim in p.measured])
+            low = min(
+                [-100.0]
+                + [
+                    100 * min(p.measured[claim][1], p.model[claim])
+                    for p in mine
+                    if claim in p.measured
+                ]
+            )
             ax.axvspan(*PAPER_BAND, color="#f3e3b5", zorder=0)
             paper = 100 * paper_saving(collective, claim)
             (h,) = ax.plot(PAPER_BAND, [paper, paper], ls="-", color="#b8860b", lw=2, zorder=1)
             handles["paper's number, in the paper's band of ratios"] = h
             for r in sorted({round(p.parts.compression, 1) for p in mine}):
-                parts = next(p.parts for p in mine if round(p.parts.compression, 1) == r)
-                rate = next(p.rate_bps for p in mine if round(p.parts.compression, 1) == r)
+                parts, rate = median_parts([p for p in mine if round(p.parts.compression, 1) == r])
                 line = np.array(
                     [100 * rm.savings(float(x), collective, parts, rate)[claim] for x in AXIS]
                 )
@@ -286,9 +407,10 @@ def draw_regime(data, style: Style) -> list[Figure]:
         "ratio: the codec's round trip per rank as the call saw it, from the "
         "collective-level row's codec times, over the link's payload rate), "
         "from the separate sweep sweeps/regime.toml. Points: interleaved comparisons "
-        "(95% intervals); dashed: the model (compression_model.call_seconds at the "
-        "codec's floors, overlap efficiency 1) across the axis; red: the model at each "
-        "measured point with its own parts, its error on B/A written beside it. Shaded: "
+        "(95% intervals); dashed: the model (compression_model.call_seconds, as `ccbench "
+        "advise` uses it) across the axis, with the median parts of that compression "
+        "ratio's points; red: the model at each measured point with its own parts, its "
+        "error on B/A written beside it. " + model_inputs(points) + " Shaded: "
         f"the paper's regime (ratios {PAPER_BAND[0]:g}-{PAPER_BAND[1]:g}, "
         "docs/references.md) with the paper's number. " + " ".join(lines)
     )
@@ -306,13 +428,33 @@ FIGURES = [
 ]
 
 
-def page_link(figures) -> list[str]:
-    """The headline table's pointer to the regime figure, where the page draws one."""
-    if not any(getattr(f, "name", "") == "seed000_regime" for f in figures):
+def zfp_note(headlines) -> list[str]:
+    """Where seed 000's headline pairs hold none of the paper's codec: where they are. ZFP
+    is slower than the wire on a core, so its comparisons take minutes each at 1 Gbit/s;
+    the main job (30 minutes on 2 idle cores) leaves them to a separate sweep."""
+    seed000 = [h for h in headlines if getattr(h, "paper", "") == "seed 000"]
+    if not seed000 or any("zfp" in str(getattr(h, "where", "")).lower() for h in seed000):
         return []
+    return [
+        "<p class='note'>Seed 000's pairs here are fp16 and bfp; the paper's own codec, "
+        "ZFP fixed-rate (rates 4 and 8, beside bfp and fp16 at 16 MiB on 4 ranks), is "
+        "measured by a separate sweep, sweeps/seed000-tables.toml (`ccbench sweep "
+        "sweeps/seed000-tables.toml`, then `ccbench plot` on its output): slower than the "
+        "wire on a core, its comparisons take minutes each, more than the main job's time "
+        "allows.</p>"
+    ]
+
+
+def page_link(figures, headlines=()) -> list[str]:
+    """The headline table's pointers: to the regime figure, where the page draws one, and
+    to the ZFP pairs' sweep, where the seed 000 headlines hold none."""
+    note = zfp_note(headlines)
+    if not any(getattr(f, "name", "") == "seed000_regime" for f in figures):
+        return note
     return [
         "<p class='note'>Seed 000's numbers against the codec-to-wire ratio, measured where "
         "this host reaches and modelled beyond, with a verdict per claim: "
         "<a href='#seed000_regime'>the regime figure</a> (its rows come from a separate "
-        "sweep, sweeps/regime.toml).</p>"
+        "sweep, sweeps/regime.toml).</p>",
+        *note,
     ]

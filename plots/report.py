@@ -256,7 +256,7 @@ def sectioned(content: ReportContent) -> list[str]:
         if section.key != "models":
             out.append("<h3>Headline numbers: measured next to the papers'</h3>")
             out += headline_table(section.headlines)
-            out += regime.page_link(section.figures)
+            out += regime.page_link(section.figures, section.headlines)
             out += two_level.page_link(section.figures)
         shared = shared_sentences(section.figures)
         out += shared_html(shared)
@@ -290,7 +290,7 @@ def contents_tail(content: ReportContent) -> list[str]:
 def unsectioned(content: ReportContent) -> list[str]:
     out = ["<h2>Headline numbers: measured next to the papers'</h2>"]
     out += headline_table(content.headlines)
-    out += regime.page_link(content.figures)
+    out += regime.page_link(content.figures, content.headlines)
     out += two_level.page_link(content.figures)
     out += footer_html(content)
     if content.figures:

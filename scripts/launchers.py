@@ -30,6 +30,7 @@ from ccbench.benchmarks.results import read_rows, remove
 from ccbench.benchmarks.switches import read as read_switches
 from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
+from ccbench.scripts import process_tree
 
 MPICH, OPEN_MPI, UNKNOWN = "mpich", "openmpi", "unknown"
 # Set in every rank by the launchers ccbench meets (Hydra and SLURM's PMI, PMIx, Open MPI).
@@ -177,21 +178,28 @@ def _group_alive(pgid: int) -> bool:
 
 def kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
     """Stop a launcher started in a session of its own, and every rank it started: it
-    returns once no process of the group runs (the launcher may exit before its ranks
-    have), with SIGKILL for whatever outlives SIGTERM by `grace_s`."""
+    returns once no process of the group, nor any that was below the launcher when
+    called, runs (the launcher may exit before its ranks have; Hydra starts its ranks in
+    sessions of their own), with SIGKILL for whatever outlives SIGTERM by `grace_s`."""
+    below = process_tree.descendants(proc.pid)
+
+    def alive() -> bool:
+        return _group_alive(proc.pid) or bool(process_tree.running(below))
+
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             pass  # the launcher's group is gone; its ranks may still be ending
+        process_tree.signal_all(below, sig)
         deadline = time.monotonic() + grace_s
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             continue
-        while _group_alive(proc.pid) and time.monotonic() < deadline:
+        while alive() and time.monotonic() < deadline:
             time.sleep(0.02)
-        if not _group_alive(proc.pid):
+        if not alive():
             return
 
 

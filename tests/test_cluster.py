@@ -92,7 +92,7 @@ def test_interface_names_fit_and_subnets_differ():
     assert len(set(c.addresses)) == cluster_layout.MAX_RANKS
     subnets = {
         cluster_layout.Cluster(n, 2, 10**9, 0, 1500, 1, 1).subnet
-        for n in ("ccb", "ccbt", "ccbu", "ccbv", "ccbsweep")
+        for n in ("ccb", "ccbt", "ccbu", "ccbv", "cs0a1b2c")
     }
     assert len(subnets) == 5
     assert all(s.startswith("10.") and s.endswith(".0/24") for s in subnets)

@@ -7,9 +7,18 @@ Reduce-scatter: baseline 3/4; collective level max(3/(4r), 3/(4 rho)) (an encode
 and two hops of S/4, a hop costing a round trip); point-to-point 3/(4r) + 3/(4 rho).
 """
 
+import math
+
 import pytest
 
-from ccbench.collectives.regime_model import RegimeParts, call_times, measured_parts, savings
+from ccbench.collectives.regime_model import (
+    RegimeParts,
+    call_times,
+    measured_parts,
+    overlap_efficiency,
+    payload_rate_bps,
+    savings,
+)
 
 S_OVER_L = (16 << 20) * 8 / 1e9  # seconds for 16 MiB at 1 Gbit/s
 
@@ -63,3 +72,33 @@ def test_measured_parts_from_a_rows_codec_times():
     # the row counts the last decode with the hops: the same codec work, the same rate
     same = measured_parts("reduce_scatter", 4 << 20, 4, 1000, 0, 5000, 0.5)
     assert same["ratio"] == pytest.approx(got["ratio"])
+
+
+def test_payload_rate_from_the_librarys_call():
+    # allgather, 4 ranks, 16 MiB: a rank sends 3 x 16 MiB; the library pays 2 steps of
+    # 10 ms; a call of 2.01326592 s leaves 1.99326592 s for 402653184 bits
+    got = payload_rate_bps("allgather", 16 << 20, 4, 2.01326592, 0.01)
+    assert got == pytest.approx(402653184 / 1.99326592)
+    # reduce-scatter: 3/4 of 16 MiB sent, less a 125000-byte burst: 99663328 bits over
+    # 0.5 s less 2 steps of 5 ms
+    got = payload_rate_bps("reduce_scatter", 16 << 20, 4, 0.5, 0.005, 125000)
+    assert got == pytest.approx((12582912 - 125000) * 8 / 0.49)
+    # the steps alone take the whole call: no rate
+    assert math.isnan(payload_rate_bps("allgather", 16 << 20, 4, 0.02, 0.01))
+
+
+def test_overlap_efficiency_is_the_call_over_the_models_floor():
+    # allgather r=2, rho=4: the collective level's floor is max(3/2, 2/4) = 1.5 S/L; a call
+    # of 2.25 S/L is 1.5 times it, whatever efficiency the parts already carry
+    parts = RegimeParts(compression=2, efficiency={"coll_compressed": 9.0})
+    got = overlap_efficiency("coll_compressed", 4, "allgather", parts, 2.25 * S_OVER_L)
+    assert got == pytest.approx(1.5)
+    # point-to-point's floor there: 3/2 + 3/4 = 2.25 S/L; a call of 1.8 S/L is 0.8 of it
+    got = overlap_efficiency("p2p_compressed", 4, "allgather", parts, 1.8 * S_OVER_L)
+    assert got == pytest.approx(0.8)
+    # at 0.5 Gbit/s (the codec still 4 times that rate) wire and codec take twice as
+    # long: a floor of 3 S/L (S/L at 1 Gbit/s)
+    got = overlap_efficiency(
+        "coll_compressed", 4, "allgather", RegimeParts(compression=2), 4.5 * S_OVER_L, 0.5e9
+    )
+    assert got == pytest.approx(1.5)

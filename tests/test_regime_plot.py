@@ -137,3 +137,59 @@ def test_the_paper_number_outside_the_models_band_is_said():
     # 40.6% falls outside
     said = regime.verdict(points, "reduce_scatter", "vs_p2p", band=(1.0, 2.0))
     assert said.endswith("falls outside that band"), said
+
+
+def test_the_model_takes_the_measured_payload_rate_and_overlap_efficiency():
+    """The allgather point of data() with what the sweep also measures: the library's
+    call at its link took 2.01326592 s, 3 x 16 MiB at 0.2 Gbit/s (not the shaper's 0.25),
+    and the collective level's call 335544.32 us. In units of S x 1 ns (16.777216 ms):
+    the codec's round trip of 8 ns a byte is 125 MB/s over 25 MB/s, ratio 5; the
+    collective level's wire 15 (48 MiB / 8 at 0.2 Gbit/s), codec 16 (an encode and three
+    decodes of S at 4 ns a byte), floor 16, its call 20: efficiency 1.25; point-to-point's
+    floor 15 + 24 (three hops, each a round trip of S) = 39, its call (785173.7088 us)
+    46.8: efficiency 1.2; the library 120."""
+    rows = data()
+    harness = rows.frames["harness"]
+    harness["avg_us"] = [335544.32, math.nan, math.nan]
+    library = {
+        "variant": "baseline",
+        "algorithm": "mpi",
+        "collective": "allgather",
+        "ranks": 4,
+        "size_bytes": S,
+        "link_gbps": 0.25,
+        "avg_us": 2013265.92,
+    }
+    p2p = {**library, "variant": "p2p_compressed", "codec": "zfp:rate=4", "avg_us": 785173.7088}
+    del p2p["algorithm"]
+    rows.frames["harness"] = pd.concat([harness, pd.DataFrame([library, p2p])], ignore_index=True)
+    points = {(p.collective, p.codec): p for p in regime.regime_points(rows)}
+    ag = points["allgather", "zfp:rate=4"]
+    assert ag.rate_measured and ag.rate_bps == pytest.approx(0.2e9)
+    assert ag.ratio == pytest.approx(5.0)
+    assert ag.parts.efficiency["coll_compressed"] == pytest.approx(1.25)
+    assert ag.parts.efficiency["p2p_compressed"] == pytest.approx(1.2)
+    assert ag.model["vs_p2p"] == pytest.approx(1 - 20 / 46.8)
+    assert ag.model["vs_baseline"] == pytest.approx(5 / 6)
+    # the reduce-scatter points had neither: the shaper's ceiling and efficiency 1, said so
+    rs = points["reduce_scatter", "bfp:rate=8"]
+    assert not rs.rate_measured and rs.parts.efficiency == {}
+    words = regime.model_inputs(list(points.values()))
+    assert "payload rate at 1 of 3 points" in words
+    assert "the collective level at 1 of 3 points and of point-to-point at 1" in words
+    assert "TCP ceiling as the payload rate at the other 2" in words
+    assert "the collective level at its floor at the other 2" in words
+    assert "point-to-point at its floor at the other 2" in words
+
+
+def test_the_page_says_where_the_zfp_pairs_are_when_its_headlines_have_none():
+    from ccbench.plots.base import Headline
+
+    def row(where):
+        return Headline("seed 000", "claim", "-", "-", "-", "-", where)
+
+    without = regime.page_link([], [row("fp16, size 16 MiB"), row("bfp:rate=8, size 16 MiB")])
+    assert len(without) == 1 and "sweeps/seed000-tables.toml" in without[0]
+    assert regime.page_link([], [row("zfp:rate=4, size 16 MiB"), row("fp16, size 16 MiB")]) == []
+    # no seed 000 headline (the shared-memory section of another paper): nothing to say
+    assert regime.page_link([], [Headline("seed 001", "c", "-", "-", "-", "-", "x")]) == []

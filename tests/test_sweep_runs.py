@@ -4,8 +4,10 @@ their variants' own option parsers."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -221,9 +223,111 @@ collective = ["allgather"]
     # the fixed cost of a ring step, measured when the sweep brought the cluster up
     assert all(r["link_step_us"] and float(r["link_step_us"]) >= 0 for r in rows), rows
     log = (tmp_path / "out" / "logs" / "baseline_allgather_r2_0.5gbps.log").read_text()
-    assert "ccbench.scripts.cluster run --name ccbsweep -n 2 --" in log.splitlines()[0]
+    # the cluster the log names is the one the ranks ran on, and the sweep took it down
+    named = re.search(r"^# emulated cluster ([a-z0-9]+) ", log, re.M)
+    assert named, log
+    name = named.group(1)
+    assert name not in ("ccb", "ccbsweep")
+    assert f"ccbench.scripts.cluster run --name {name} -n 2 --" in log.splitlines()[0]
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "ccbsweep-" not in namespaces  # the sweep took its cluster down
+    assert f"{name}-" not in namespaces
+
+
+@pytest.mark.root
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(hydra_skip() is not None, reason=str(hydra_skip()))
+def test_a_timed_out_task_leaves_no_rank_in_the_cluster(tmp_path):
+    """A comparison on the emulated cluster killed at the spec's timeout: its paired
+    ranks (started by Hydra in sessions of their own, below `ccbench compare` and
+    `cluster run`) end with it. They carry the comparison's scratch folder (TMPDIR)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
+        pytest.skip("needs root and iproute2 for the emulated cluster")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    # 4 MiB a call on a 20 Mbit/s link: 1.7 s a call, 40 calls, far past the timeout
+    spec = write_spec(
+        tmp_path / "t.toml",
+        f"""
+[sweep]
+output = "{tmp_path / "out"}"
+link_gbps = [0.02]
+timeout = 30
+[[points]]
+variant = "compare"
+a = "baseline --algorithm mpi"
+b = "baseline --algorithm ring"
+collective = ["allgather"]
+sizes = "4M:4M"
+rounds = 20
+iterations = 1
+warmup = 0
+""",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ccbench.scripts.sweeps.sweep", str(spec)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    seen = set()
+    try:
+        while proc.poll() is None:
+            for pid in processes_mentioning(str(scratch)):
+                with contextlib.suppress(OSError):
+                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                    if argv[1:3] == [b"-m", b"ccbench.benchmarks.paired"]:
+                        seen.add(pid)  # a rank, not a launcher naming it
+            time.sleep(0.2)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        left = processes_mentioning(str(scratch))
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 1, err
+    assert "failed" in err
+    log = next((tmp_path / "out" / "logs").glob("compare_*.log")).read_text()
+    assert "killed after 30 s" in log
+    assert len(seen) == 2, "the paired ranks never started: nothing was checked"
+    assert left == []
+
+
+def test_each_sweep_output_gets_its_own_cluster(tmp_path):
+    """Two sweeps into two folders, run at once, must not share (and take down) one
+    emulated cluster: each link task's command names its folder's own, a valid name."""
+    from ccbench.scripts.cluster.layout import check_name
+    from ccbench.scripts.sweeps import sweep
+
+    names = []
+    for folder in ("one", "two"):
+        spec = sweep_spec.load_spec(
+            write_spec(
+                tmp_path / f"{folder}.toml",
+                f"""
+[sweep]
+output = "{tmp_path / folder}"
+link_gbps = [0.5]
+sizes = "1K:2K"
+[[points]]
+variant = "baseline"
+collective = ["allgather"]
+""",
+            )
+        )
+        (task,) = spec.tasks
+        cmd = sweep.launch_command(spec, task, [], tmp_path / "x.csv", "mpiexec")
+        name = cmd[cmd.index("--name") + 1]
+        assert check_name(name) == name
+        # the same folder, loaded again, names the same cluster: a resumed sweep finds it
+        again = sweep_spec.load_spec(tmp_path / f"{folder}.toml")
+        assert sweep.launch_command(again, task, [], tmp_path / "x.csv", "mpiexec") == cmd
+        names.append(name)
+    assert len(set(names)) == 2 and "ccbsweep" not in names
 
 
 SIZED_VARIANTS = {

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+import threading
 
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.cluster.layout import Cluster
 from ccbench.scripts.cluster.netns import enter_command
 from ccbench.scripts.launchers import MPICH, binding_enabled, placement_args
+from ccbench.scripts.process_tree import stop_tree
 
 # Checked with the mpich wheel (MPICH 5, ch4:ucx,ofi): without NOLOCAL the ranks, all on
 # one host as far as MPICH knows, talk through shared memory; without the ofi/tcp
@@ -115,14 +118,33 @@ def node_hosts(cluster: Cluster, nranks: int) -> str:
 
 
 def launch(args: list[str]) -> int:
-    """Run mpiexec in the foreground; on Ctrl-C let Hydra stop the ranks, then kill it."""
+    """Run mpiexec in the foreground. On Ctrl-C let Hydra stop the ranks, then kill it;
+    on SIGTERM or SIGHUP (a sweep's timeout, a killed `ccbench compare`), which reach
+    this process alone, stop mpiexec and every rank below it (Hydra starts each in a
+    session of its own, out of reach of a signal to our group), so no rank is left
+    running in the cluster's namespaces."""
     proc = subprocess.Popen(args)
+    terminated = []
+
+    def on_terminate(signum, frame):
+        terminated.append(signum)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    main = threading.current_thread() is threading.main_thread()
+    old = (
+        {s: signal.signal(s, on_terminate) for s in (signal.SIGTERM, signal.SIGHUP)} if main else {}
+    )
     try:
         return proc.wait()
     except KeyboardInterrupt:
+        if terminated:
+            stop_tree(proc)
+            return 128 + terminated[0]
         # The terminal sent SIGINT to mpiexec too; Hydra forwards it to the ranks.
         with contextlib.suppress(subprocess.TimeoutExpired):
             return proc.wait(timeout=10)
-        proc.kill()
-        proc.wait()
+        stop_tree(proc, grace_s=1.0)
         return 130
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -55,7 +55,13 @@ from ccbench.scripts.sweeps.tasks import (
     resume_args,
 )
 
-CLUSTER_NAME = "ccbsweep"  # the emulated cluster the sweep brings up for link rates
+
+def cluster_name(spec: Spec) -> str:
+    """The emulated cluster this sweep brings up for its link rates: named after its
+    output folder, so two sweeps into different folders, run at once, never take each
+    other's cluster down (a cluster name: 8 lower-case letters or digits)."""
+    folder = str(spec.output.resolve())
+    return "cs" + hashlib.sha1(folder.encode()).hexdigest()[:6]
 
 
 def sweep_id(spec: Spec, fresh: bool) -> str:
@@ -78,7 +84,7 @@ def variant_command(task: Task, args: list[str], csv: Path) -> list[str]:
     return [sys.executable, "-m", f"ccbench.benchmarks.{task.variant}", *args, "--csv", str(csv)]
 
 
-def compare_command(task: Task, csv: Path, launcher: str) -> list[str]:
+def compare_command(spec: Spec, task: Task, csv: Path, launcher: str) -> list[str]:
     """`ccbench compare` launches its ranks itself, on this host or the emulated cluster."""
     if launcher == "srun":
         raise UsageError(
@@ -86,7 +92,7 @@ def compare_command(task: Task, csv: Path, launcher: str) -> list[str]:
             "ranks or the emulated cluster, not as SLURM array tasks"
         )
     i = task.args.index("--")
-    where = ["--cluster", CLUSTER_NAME] if task.link_gbps is not None else []
+    where = ["--cluster", cluster_name(spec)] if task.link_gbps is not None else []
     unbound = [] if binding_enabled() else ["--no-bind"]
     return [
         sys.executable,
@@ -105,7 +111,7 @@ def compare_command(task: Task, csv: Path, launcher: str) -> list[str]:
 
 def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher: str) -> list[str]:
     if task.variant == COMPARE:
-        return compare_command(task, csv, launcher)
+        return compare_command(spec, task, csv, launcher)
     command = variant_command(task, args, csv)
     if task.link_gbps is not None:
         unbound = [] if binding_enabled() else ["--no-bind"]
@@ -115,7 +121,7 @@ def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher:
             "ccbench.scripts.cluster",
             "run",
             "--name",
-            CLUSTER_NAME,
+            cluster_name(spec),
             "-n",
             str(task.ranks),
             *unbound,
@@ -138,8 +144,8 @@ def launch_command(spec: Spec, task: Task, args: list[str], csv: Path, launcher:
     return mpiexec_command(task.ranks, command)
 
 
-def _cluster(action: str, *args: str) -> None:
-    cmd = [sys.executable, "-m", "ccbench.scripts.cluster", action, "--name", CLUSTER_NAME, *args]
+def _cluster(name: str, action: str, *args: str) -> None:
+    cmd = [sys.executable, "-m", "ccbench.scripts.cluster", action, "--name", name, *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()
@@ -228,6 +234,7 @@ def run_sweep(
     progress = Progress(sum(t.points for t in selected), len(selected), progress_stream, plan)
     failed, invalid = [], []
     cluster_shape = None
+    cluster = cluster_name(spec)
     ran = 0
     try:
         for task in order:
@@ -252,10 +259,10 @@ def run_sweep(
                         if m > 1
                         else ["--ranks", str(shape[1])]
                     )
-                    _cluster("up", *layout, "--rate", f"{shape[0]:g}gbit")
+                    _cluster(cluster, "up", *layout, "--rate", f"{shape[0]:g}gbit")
                     # the floor's fixed cost per step; with nodes, both levels (the rate
                     # inside a node is the hierarchical rows' intra-node floor)
-                    _cluster("selfcheck", *([] if m > 1 else ["--step-only"]))
+                    _cluster(cluster, "selfcheck", *([] if m > 1 else ["--step-only"]))
                     cluster_shape = shape
             csv = csv_path(spec, task).resolve()
             cmd = launch_command(spec, task, resume_args(task, sizes), csv, launcher)
@@ -264,6 +271,11 @@ def run_sweep(
             if launcher == "srun" and cmd[0] == "srun":
                 mpi, why = srun_mpi(spec)
                 note = f"# srun --mpi={mpi}: {why}"
+            elif task.link_gbps is not None:
+                note = (
+                    f"# emulated cluster {cluster} ({task.link_gbps:g} Gbit/s): this sweep's "
+                    "own, taken down when the sweep ends"
+                )
             status = run_task(
                 cmd, spec.output / "logs" / f"{task.slug}.log", spec.timeout, echo, rows, note
             )
@@ -284,7 +296,7 @@ def run_sweep(
     finally:
         progress.close()
         if cluster_shape is not None:
-            _cluster("down")
+            _cluster(cluster, "down")
     if not ran and echo:
         print(
             f"ccbench sweep: nothing to do: the {progress.total} points of "
