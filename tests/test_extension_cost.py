@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.extension.additions import ADDITIONS, apply
+from tests.helpers.repo import git
 
 REPO = Path(__file__).resolve().parents[1]
 ROOMS = ("kernels", "collectives", "training", "benchmarks", "plots", "scripts")
@@ -34,14 +35,9 @@ def documented() -> dict[str, tuple[int, set[str]]]:
     return table
 
 
-def git(root: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@localhost", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
+def as_author(root: Path, *args: str) -> str:
+    """git in the scratch copy, with an identity to commit as."""
+    return git(root, "-c", "user.name=t", "-c", "user.email=t@localhost", *args)
 
 
 @pytest.fixture(scope="module")
@@ -64,16 +60,16 @@ def scratch(tmp_path_factory):
         if source.is_file() and not name.startswith("results/"):
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, root / name)
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "the tree")
+    as_author(root, "init", "-q")
+    as_author(root, "add", "-A")
+    as_author(root, "commit", "-q", "-m", "the tree")
     touched = {}
     for kind, edits in ADDITIONS.items():
         written = apply(root, edits)
-        git(root, "add", "-A")
-        changed = set(git(root, "diff", "--cached", "--name-only").split())
+        as_author(root, "add", "-A")
+        changed = set(as_author(root, "diff", "--cached", "--name-only").split())
         assert changed == written, (kind, changed, written)
-        git(root, "commit", "-q", "-m", f"a made-up {kind}")
+        as_author(root, "commit", "-q", "-m", f"a made-up {kind}")
         touched[kind] = changed
     package = base / "import" / "ccbench"  # `ccbench.<room>` is the copy's folder
     package.mkdir(parents=True)

@@ -24,7 +24,7 @@ class Rows:
         return self.frames.get(kind, pd.DataFrame())
 
 
-def harness_row(collective, algorithm, floor_us, timestamp="2026-01-01T00:00:00"):
+def level_row(collective, algorithm, floor_us, timestamp="2026-01-01T00:00:00"):
     return {
         "variant": "coll_compressed",
         "algorithm": algorithm,
@@ -62,12 +62,12 @@ def compare_row(collective, a, ratio, low, high, verdict, timestamp="2026-01-01T
 @pytest.fixture
 def data():
     harness = [
-        harness_row("allgather", "ring", 113700.0),
-        harness_row("allgather", "hierarchical-ring", 79100.0),
+        level_row("allgather", "ring", 113700.0),
+        level_row("allgather", "hierarchical-ring", 79100.0),
         # an older hierarchical row: the newest one counts
-        harness_row("allgather", "hierarchical-ring", 1.0, "2025-01-01T00:00:00"),
-        harness_row("reduce_scatter", "ring", 35300.0),
-        harness_row("reduce_scatter", "hierarchical-ring", 21500.0),
+        level_row("allgather", "hierarchical-ring", 1.0, "2025-01-01T00:00:00"),
+        level_row("reduce_scatter", "ring", 35300.0),
+        level_row("reduce_scatter", "hierarchical-ring", 21500.0),
     ]
     compare = [
         compare_row("allgather", FLAT, 1.064, 0.892, 1.268, "no difference"),
