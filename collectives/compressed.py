@@ -120,13 +120,11 @@ class _Bound:
     # communicator retargets `recvbuf` to each call's fresh output (FSDP's).
     @property
     def own_input(self):
-        """This rank's block of the input (the send buffer's own block)."""
         return self.described.own_block(self.sendbuf, *self.bounds[self.rank])
 
     @property
     def own_result(self):
-        """Where this rank's block of the result lands (the whole result where no phase
-        gathers)."""
+        """Where this rank's block of the result lands (all of it where nothing gathers)."""
         return self.described.result_block(self.recvbuf, *self.bounds[self.rank])
 
     def walk_plan(self, fused: bool) -> list[tuple[int, object, object]]:
