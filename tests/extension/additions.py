@@ -57,7 +57,7 @@ PHASE = [
     ),
     (
         "collectives/phases.py",
-        'GATHER = Phase("gather", gather_schedule, COPY)',
+        'GATHER = Phase("gather", gather_schedule, COPY, tag=1)',
         '''
 
 
@@ -68,7 +68,9 @@ def exchange_schedule(rank: int, size: int):
         yield step, (rank + step + 1) % size, (rank - step - 1) % size
 
 
-EXCHANGE_PHASE = Phase("exchange", exchange_schedule, EXCHANGE, path_hops=lambda size: 1)''',
+EXCHANGE_PHASE = Phase(
+    "exchange", exchange_schedule, EXCHANGE, path_hops=lambda size: 1, tag=2
+)''',
     ),
     ("kernels/vocabulary.py", '"allreduce"', ', "alltoall"'),
     (
