@@ -111,13 +111,21 @@ class _Bound:
             )
         self.phases = described.phases
         self.bounds = ring_blocks(described, n_send, self.size)
-        start, stop = self.bounds[self.rank]
-        self.own_input = described.own_block(sendbuf, start, stop)
-        # where this rank's block of the result lands (the whole result where no phase gathers)
-        self.own_result = described.result_block(recvbuf, start, stop)
+        self.described = described
         self.raw_bytes = ring_raw_bytes(
             self.phases, self.bounds, self.rank, self.size, itemsize(self.dtype)
         )
+
+    # Views of the buffers as they are at the call, not at binding: the gradient
+    # communicator retargets `recvbuf` to each call's fresh output (FSDP's).
+    @property
+    def own_input(self):
+        return self.described.own_block(self.sendbuf, *self.bounds[self.rank])
+
+    @property
+    def own_result(self):
+        """Where this rank's block of the result lands (all of it where nothing gathers)."""
+        return self.described.result_block(self.recvbuf, *self.bounds[self.rank])
 
     def walk_plan(self, fused: bool) -> list[tuple[int, object, object]]:
         """(tag block, phase, handed to) per phase, in order: `handed to` is the next phase
@@ -161,18 +169,18 @@ class P2PCompressed(_Bound):
         if self.size == 1:
             copy_into(self.recvbuf, self.sendbuf)
         else:  # ring.ring_collective's walk, each hop compressed
-            held = self.own_input
+            held, own = self.own_input, self.own_result
             for phase in self.phases:
-                held = self.walks[phase.step](phase, held)
+                held = self.walks[phase.step](phase, held, own)
         self.breakdown.finish(started)
 
-    def _reduce_walk(self, phase, held):
-        self._reduce_scatter(phase, self.own_result)
-        return self.own_result
+    def _reduce_walk(self, phase, held, own):
+        self._reduce_scatter(phase, own)
+        return own
 
-    def _copy_walk(self, phase, held):
-        if held is not self.own_result:
-            copy_into(self.own_result, held)
+    def _copy_walk(self, phase, held, own):
+        if held is not own:
+            copy_into(own, held)
         self._allgather(phase, self.recvbuf)
         return self.recvbuf
 

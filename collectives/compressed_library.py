@@ -76,9 +76,7 @@ class LibraryCompressed:
         # divide the count)
         self.phases = described.phases
         self.bounds = ring_blocks(described, n_send, self.size)
-        start, stop = self.bounds[self.rank]
-        self.own_input = described.own_block(sendbuf, start, stop)
-        self.own_result = described.result_block(recvbuf, start, stop)
+        self.described = described
         self.lengths = [stop - start for start, stop in self.bounds]
         self.fixed = codec.fixed_size
         # per kind of step: its library call (walk), what the same call would send
@@ -128,6 +126,16 @@ class LibraryCompressed:
             return self.codec.encoded_nbytes(count, self.dtype)
         return self.codec.max_encoded_nbytes(count, self.dtype)
 
+    # views of the buffers as they are at the call (the gradient communicator retargets
+    # `recvbuf` to each call's fresh output)
+    @property
+    def own_input(self):
+        return self.described.own_block(self.sendbuf, *self.bounds[self.rank])
+
+    @property
+    def own_result(self):
+        return self.described.result_block(self.recvbuf, *self.bounds[self.rank])
+
     def __call__(self) -> None:
         started = self.breakdown.start()
         if self.size == 1:
@@ -139,8 +147,9 @@ class LibraryCompressed:
         self.breakdown.finish(started)
 
     def _reduce_walk(self, held):
-        self._reduce_scatter(self.own_result)
-        return self.own_result
+        own = self.own_result
+        self._reduce_scatter(own)
+        return own
 
     def _copy_walk(self, held):
         self._allgather(held)
