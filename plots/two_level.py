@@ -147,10 +147,12 @@ def draw_two_level(data, style: Style) -> list[Figure]:
             "no interleaved comparisons of a --hierarchy node side at 16 MiB on 4 ranks over "
             f"an emulated link ({SWEEP})"
         )
-    fig, axes = figure(2, ncols=2, sharey=True)
+    # a panel per collective measured (an empty panel would say nothing was drawn there)
+    drawn = [c for c in COLLECTIVES if any(p.collective == c for p in points)]
+    fig, axes = figure(len(drawn), ncols=len(drawn), sharey=True)
     axes = np.asarray(axes).ravel()
     handles = {}
-    for ax, collective in zip(axes, COLLECTIVES, strict=True):
+    for ax, collective in zip(axes, drawn, strict=True):
         mine = [p for p in points if p.collective == collective]
         for x, against in enumerate(AGAINST):
             p = next((q for q in mine if q.against == against), None)

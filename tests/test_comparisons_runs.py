@@ -280,9 +280,9 @@ def test_compare_exits_1_and_marks_the_side_that_fails_validation(clone, tmp_pat
     ring = clone / "collectives" / "ring.py"
     text = ring.read_text()
     broken = text.replace(
-        # the gather phase of the ring the baseline runs (ring_collective)
-        "        ring_allgather_inplace(comm, recvbuf, bounds)\n",
-        "        ring_allgather_inplace(comm, recvbuf, bounds)\n        recvbuf[0] += 1\n",
+        # the gather phase's walk of the ring the baseline runs (ring_collective)
+        "    ring_allgather_inplace(comm, recvbuf, bounds, phase)\n",
+        "    ring_allgather_inplace(comm, recvbuf, bounds, phase)\n    recvbuf[0] += 1\n",
         1,
     )
     assert broken != text

@@ -76,11 +76,12 @@ def test_hierarchical_error_bound_allgather_is_one_round_trip():
         ({}, None),
     ],
 )
-def test_ranks_per_node_from_environment(monkeypatch, environ, expected):
-    for key in ("CCBENCH_RANKS_PER_NODE", "SLURM_NTASKS_PER_NODE"):
-        monkeypatch.delenv(key, raising=False)
+def test_ranks_per_node_from_environment(monkeypatch, switch, environ, expected):
+    monkeypatch.delenv("SLURM_NTASKS_PER_NODE", raising=False)
     for key, value in environ.items():
         monkeypatch.setenv(key, value)
+    # as an entry point starts: the options layer reads the switches once
+    switch("CCBENCH_RANKS_PER_NODE", environ.get("CCBENCH_RANKS_PER_NODE"))
     assert ranks_per_node_from_environment() == expected
 
 
@@ -280,12 +281,13 @@ def test_cluster_up_refuses_a_layout_in_one_line(monkeypatch, capsys, args, mess
         ({}, 3, 8, (3, None)),  # 8 ranks on 3 hosts: no one count per node
     ],
 )
-def test_rows_record_nodes_and_ranks_per_node(monkeypatch, environ, hosts, ranks, expected):
+def test_rows_record_nodes_and_ranks_per_node(monkeypatch, switch, environ, hosts, ranks, expected):
     from ccbench.benchmarks.environment import node_layout_of_run
 
-    for key in ("CCBENCH_NODES", "CCBENCH_RANKS_PER_NODE", "SLURM_NNODES", "SLURM_NTASKS_PER_NODE"):
+    for key in ("CCBENCH_NODES", "SLURM_NNODES", "SLURM_NTASKS_PER_NODE"):
         monkeypatch.delenv(key, raising=False)
     for key, value in environ.items():
         monkeypatch.setenv(key, value)
+    switch("CCBENCH_RANKS_PER_NODE", environ.get("CCBENCH_RANKS_PER_NODE"))
     got = node_layout_of_run(hosts, ranks)
     assert (got["nodes"], got["ranks_per_node"]) == expected
