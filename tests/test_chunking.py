@@ -17,6 +17,9 @@ from ccbench.benchmarks.options import compression_from, compression_of
 from ccbench.kernels.errors import UsageError
 from tests.mpirun import mpirun, variant_module
 
+# launches MPI ranks (a coll_compressed run on 2 ranks): the Open MPI leg runs it too
+pytestmark = pytest.mark.mpi
+
 MIB = 1 << 20
 
 # ------------------------------------------------------------------ elements per chunk

@@ -19,6 +19,9 @@ from scipy import stats
 
 from tests.helpers.cli import ccbench
 
+# runs `ccbench compare` (on bad input; the rule is per module): the Open MPI leg runs it too
+pytestmark = pytest.mark.mpi
+
 
 def record(a_turns, b_turns, size=4096) -> dict:
     """A paired launch's record with these turn times (us) of one point."""

@@ -34,6 +34,9 @@ from tests.helpers.cli import ccbench
 from tests.helpers.repo import git, interruptible
 from tests.mpirun import REPO
 
+# launches MPI ranks (the gate's interleaved timing runs): the Open MPI leg runs it too
+pytestmark = pytest.mark.mpi
+
 # @pytest.mark.mpi: the test launches MPI ranks (the Open MPI leg runs it too)
 
 

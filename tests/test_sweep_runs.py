@@ -293,7 +293,8 @@ warmup = 0
     assert "failed" in err
     log = next((tmp_path / "out" / "logs").glob("compare_*.log")).read_text()
     assert "killed after 30 s" in log
-    assert len(seen) == 2, "the paired ranks never started: nothing was checked"
+    # each launch of the pair starts its 2 ranks (a resumed or retried round starts more)
+    assert len(seen) >= 2, "the paired ranks never started: nothing was checked"
     assert left == []
 
 
