@@ -16,6 +16,7 @@ from ccbench.benchmarks.hierarchy import (
     bind_hierarchical,
     check_hierarchy,
     hierarchical_algorithm,
+    is_hierarchical,
 )
 from ccbench.benchmarks.options import resolve_algorithm
 from ccbench.collectives.baseline import ALGORITHMS, bind_collective
@@ -34,7 +35,7 @@ class Baseline(Variant):
             help="mpi: MPI's own collective (the default over MPI); library: "
             "the transport library's own (the default with --transport "
             "torch); ring: the textbook ring over point-to-point calls; with "
-            "--hierarchy node, the collective across nodes",
+            "--hierarchy node or leader, the collective across nodes",
         )
         add_hierarchy_options(parser)
 
@@ -55,7 +56,7 @@ class Baseline(Variant):
         send = arrays.empty(case.buffer, case.send_count, case.dtype)
         recv = arrays.empty(case.buffer, case.recv_count, case.dtype)
         algorithm = ctx.opts.algorithm
-        if ctx.opts.hierarchy == "node":  # the same shape as the compressed one's, uncompressed
+        if is_hierarchical(ctx.opts):  # the same shape as the compressed one's, uncompressed
 
             def bind_inter(inter, s, r):
                 return bind_collective(inter, algorithm, case.collective, s, r)

@@ -19,6 +19,7 @@ from ccbench.benchmarks.hierarchy import (
     bind_hierarchical,
     check_hierarchy,
     hierarchical_algorithm,
+    is_hierarchical,
     level_columns,
 )
 from ccbench.benchmarks.options import add_compression, compression_from, iterations_for
@@ -70,7 +71,7 @@ class CompressedVariant(Variant):
         self.codec = self.compression.codec
         self.codec.check_supported(opts.buffer, opts.dtype)
         check_hierarchy(opts, ranks)
-        self.hierarchical = opts.hierarchy == "node"
+        self.hierarchical = is_hierarchical(opts)
         self.ranks_per_node = opts.ranks_per_node
 
     def setting(self, opts):
@@ -153,7 +154,7 @@ class CompressedVariant(Variant):
                 )
             )
             if self.hierarchical:  # the two levels' bytes, and their floor
-                row.update(level_columns(comm, run, case.collective, self.algorithm, row))
+                row.update(level_columns(comm, run, case.collective, self.algorithm, row, timed))
             return row
 
         return Op(run=run, send=send, recv=recv, stats=stats, check=self.codec.check_deferred)

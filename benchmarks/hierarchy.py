@@ -1,9 +1,11 @@
-"""The hierarchical option of the baseline and the compressed variants (`--hierarchy
-node`): options, binding, and the per-level columns of their rows.
+"""The hierarchical options of the baseline and the compressed variants (`--hierarchy
+node`, `--hierarchy leader`): options, binding, and the per-level columns of their rows.
 
 With `--hierarchy node` the variant's collective runs across nodes only, one
 communicator per local index, and an uncompressed ring inside each node
-(collectives/hierarchical.py); the baseline runs the same shape uncompressed.
+(collectives/hierarchical.py); with `--hierarchy leader` it runs among the nodes' first
+ranks on their node's data (collectives/hierarchical_leader.py). The baseline runs the
+same shapes uncompressed.
 """
 
 from __future__ import annotations
@@ -11,18 +13,22 @@ from __future__ import annotations
 from ccbench.benchmarks.environment import link_bound
 from ccbench.collectives.costmodel import floor_steps, hierarchical_floor
 from ccbench.collectives.hierarchical import Hierarchical, node_layout
+from ccbench.collectives.hierarchical_leader import LeaderHierarchical
 from ccbench.kernels import switches
 from ccbench.kernels.errors import UsageError
 
-HIERARCHIES = ("flat", "node")
+HIERARCHIES = ("flat", "node", "leader")
+# the row's `algorithm` mark of each hierarchical design (flat rows carry none)
+ALGORITHM_MARKS = {"node": "hierarchical-", "leader": "leaders-"}
 HIERARCHY_HELP = (
     "flat: one collective over all ranks (default); node: uncompressed inside each node "
     "(the ring of point-to-point calls over the node's ranks: it takes blocks of unequal "
     "length and counts its bytes, where hierarchical libraries call their own "
     "collective), the variant's collective across nodes among the ranks of each local "
-    "index (every rank's link carries its share; no node leaders), levels in series. "
-    "Nodes: --ranks-per-node, else `ccbench cluster run`'s or SLURM's layout, else the "
-    "ranks' host names"
+    "index (every rank's link carries its share), levels in series; leader: the node's "
+    "data gathered to its first rank, the variant's collective among those leaders, the "
+    "result sent back inside the node. Nodes: --ranks-per-node, else `ccbench cluster "
+    "run`'s or SLURM's layout, else the ranks' host names"
 )
 
 
@@ -34,7 +40,7 @@ def add_hierarchy_options(parser) -> None:
         type=int,
         default=None,
         metavar="M",
-        help="with --hierarchy node: M consecutive ranks per node (on one host this "
+        help="with --hierarchy node or leader: M consecutive ranks per node (on one host this "
         "fakes nodes; default: the launch's layout)",
     )
 
@@ -43,25 +49,30 @@ def check_hierarchy(opts, ranks: int) -> None:
     """One clear line for a layout that cannot be split (before any rank starts work)."""
     if opts.hierarchy == "flat":
         if opts.ranks_per_node is not None:
-            raise UsageError("--ranks-per-node goes with --hierarchy node")
+            raise UsageError("--ranks-per-node goes with --hierarchy node or leader")
         return
-    if opts.transport != "mpi":
-        raise UsageError("--hierarchy node runs over MPI (--transport mpi)")
-    if opts.buffer != "numpy":
-        raise UsageError("--hierarchy node runs on numpy buffers (-d numpy)")
+    if getattr(opts, "transport", "mpi") != "mpi":
+        raise UsageError(f"--hierarchy {opts.hierarchy} runs over MPI (--transport mpi)")
+    if getattr(opts, "buffer", "numpy") != "numpy":
+        raise UsageError(f"--hierarchy {opts.hierarchy} runs on numpy buffers (-d numpy)")
     m = opts.ranks_per_node
     if m is not None and (m < 1 or ranks % m):
         raise UsageError(f"--ranks-per-node {m}: {ranks} ranks do not make whole nodes")
 
 
 def hierarchical_algorithm(opts, algorithm: str) -> str:
-    """The row's `algorithm`: the inter-node one, marked hierarchical."""
-    return f"hierarchical-{algorithm}" if opts.hierarchy == "node" else algorithm
+    """The row's `algorithm`: the inter-node one, marked with its design."""
+    return ALGORITHM_MARKS.get(opts.hierarchy, "") + algorithm
+
+
+def is_hierarchical(opts) -> bool:
+    return opts.hierarchy != "flat"
 
 
 def bind_hierarchical(comm, opts, collective: str, send, recv, bind_inter) -> Hierarchical:
     layout = node_layout(comm, opts.ranks_per_node)
-    return Hierarchical(comm, layout, collective, send, recv, bind_inter)
+    design = LeaderHierarchical if opts.hierarchy == "leader" else Hierarchical
+    return design(comm, layout, collective, send, recv, bind_inter)
 
 
 def intra_node_gbps() -> float | None:
@@ -78,16 +89,22 @@ LEVEL_COLUMNS = (
     "node_link_bytes",
     "intra_floor_us",
     "inter_floor_us",
+    "intra_us",
+    "inter_us",
     "intra_node_gbps",
 )
 
 
-def level_columns(comm, run: Hierarchical, collective: str, inter_algorithm: str, base: dict):
+def level_columns(
+    comm, run: Hierarchical, collective: str, inter_algorithm: str, base: dict, timed=(0, None)
+):
     """The per-level columns of a hierarchical row, and its floor in place of the flat
     one (costmodel.hierarchical_floor): the most any rank sent inside its node, the most
     any rank sent across, the most any node's link carried (its ranks' inter-node bytes,
     summed: they share it), the inter-node steps of the collective across N nodes, the
-    codec's floor as `base` (compressed_base.breakdown_columns) found it. Collective."""
+    codec's floor as `base` (compressed_base.breakdown_columns) found it; and each
+    level's time, the slowest rank's mean over the `timed` calls. Collective."""
+    intra_s, inter_s = (comm.allreduce_value(t, op="max") for t in run.level_seconds(*timed))
     intra = comm.allreduce_value(run.intra_wire_bytes, op="max")
     inter = comm.allreduce_value(run.inter_wire_bytes, op="max")
     link_bytes = comm.allreduce_value(run.intra.allreduce_value(run.inter_wire_bytes), op="max")
@@ -116,6 +133,8 @@ def level_columns(comm, run: Hierarchical, collective: str, inter_algorithm: str
         "node_link_bytes": link_bytes,
         "intra_floor_us": floor["intra"] * us,
         "inter_floor_us": floor["inter"] * us if floor["inter"] is not None else None,
+        "intra_us": intra_s * us,
+        "inter_us": inter_s * us,
         "intra_node_gbps": intra_rate,
         "wire_floor_us": floor["wire"] * us if floor["wire"] is not None else None,
         "floor_us": floor["floor"] * us,

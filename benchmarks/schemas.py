@@ -53,11 +53,13 @@ COMPRESSED = columns(
         ),
     ),
     (SETTING, float, ("ranks_per_core", "ranks_per_device")),
-    # --hierarchy node only (benchmarks/hierarchy.py): the node layout, the bytes sent at
-    # each level and through a node's link, each level's floor, the intra-node rate
+    # --hierarchy node or leader only (benchmarks/hierarchy.py): the node layout, the bytes
+    # sent at each level and through a node's link, each level's floor and measured time,
+    # the intra-node rate
     (SETTING, int, ("ranks_per_node",)),
     (MEASUREMENT, int, ("intra_wire_bytes", "inter_wire_bytes", "node_link_bytes")),
     (MEASUREMENT, float, ("intra_floor_us", "inter_floor_us", "intra_node_gbps")),
+    (MEASUREMENT, float, ("intra_us", "inter_us")),  # each level's measured time
 )
 P2P_COMPRESSED = VariantColumns(
     "p2p_compressed", (*COMPRESSED, *columns((SETTING, int, ("threshold_bytes",))))

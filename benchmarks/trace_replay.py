@@ -29,6 +29,11 @@ import numpy as np
 
 from ccbench.benchmarks import environment
 from ccbench.benchmarks.agreement import agreed, run_main
+from ccbench.benchmarks.hierarchy import (
+    add_hierarchy_options,
+    check_hierarchy,
+    hierarchical_algorithm,
+)
 from ccbench.benchmarks.options import (
     FALLBACK_DATA,
     RankAwareParser,
@@ -151,6 +156,7 @@ def build_parser(quiet: bool) -> RankAwareParser:
         metavar="KIND",
         help=f"values in the buffers (default {FALLBACK_DATA}; kernels/inputs.py)",
     )
+    add_hierarchy_options(parser)
     add_validate(
         parser,
         "every distinct call of the trace once more, on exact inputs, "
@@ -170,6 +176,7 @@ def parse_options(argv, comm: Communicator):
     if opts.merge:
         opts.merge = parse_strategy(opts.merge).label
     opts.compression = compression_from(opts, variant=opts.variant)
+    check_hierarchy(opts, comm.size)
     return opts
 
 
@@ -371,7 +378,7 @@ def _rows(opts, trace, name, tid, mode, steps, local, info, comm, checks) -> lis
 
 
 def _algorithm(opts) -> str:
-    return variants.gradient_algorithm(opts.variant, opts.algorithm)
+    return hierarchical_algorithm(opts, variants.gradient_algorithm(opts.variant, opts.algorithm))
 
 
 def _report(rows: list[dict], trace, mode: str, compute) -> None:
@@ -419,7 +426,14 @@ def _run(argv, comm: Communicator) -> int:
     loaded = agreed(comm, lambda: load_trace(opts.trace, comm.size) if root else None)
     trace, name = comm.bcast_obj(loaded, root=0)
     agreed(comm, lambda: check_replayable(trace))
-    spec = ReplaySpec(opts.variant, opts.algorithm, opts.compression, opts.compress)
+    spec = ReplaySpec(
+        opts.variant,
+        opts.algorithm,
+        opts.compression,
+        opts.compress,
+        opts.hierarchy,
+        opts.ranks_per_node,
+    )
     router = agreed(comm, lambda: Router(comm, spec))
     steps, fit = trace.steps, None
     if opts.merge:

@@ -1,11 +1,13 @@
 """Hierarchical collectives: uncompressed inside a node, compressed (or not) across nodes.
 
 A cluster has two levels: ranks of one node on fast links, nodes on a slower network.
-These collectives send across the network only what must cross it, per local rank: the
-ranks of one local index, one per node, form an inter-node communicator, and every rank's
-link carries its share (no node leader). With N nodes of M ranks (rank r on node r // M,
-local index r % M, as SLURM's block distribution and `ccbench cluster up --nodes N
---ranks-per-node M` place them):
+These collectives send across the network only what must cross it. Two designs, both
+measured (docs/hierarchical.md): per local rank (`node`), the ranks of one local index,
+one per node, form an inter-node communicator and every rank's link carries its share;
+through node leaders (`leader`), the node's data meets at its first rank, which alone
+runs the inter-node collective on M times the data. With N nodes of M ranks (rank r on
+node r // M, local index r % M, as SLURM's block distribution and `ccbench cluster up
+--nodes N --ranks-per-node M` place them), per local rank:
 
 * allgather: the inter-node allgather of each rank's block among the ranks of its local
   index (N blocks, each copied to its place in the result), then, per node's slab of the
@@ -17,6 +19,12 @@ local index r % M, as SLURM's block distribution and `ccbench cluster up --nodes
   inter-node collective compresses each contribution once;
 * allreduce: the intra-node reduce-scatter of M pieces, the inter-node allreduce of this
   rank's piece, the intra-node allgather of the pieces.
+
+Through leaders, inside a node: gather to the leader (allgather: the M blocks, its node's
+slab; reducing: the ring reduce-scatter of M pieces, then the pieces gathered: the node's
+sum), the leaders' collective across nodes on that, then back from the leader (allgather
+and allreduce: the whole result to each rank; reduce-scatter: each rank's block). Gather
+and broadcast are linear (the leader posts one message per local rank).
 
 The inter-node collective is bound by the caller (`bind_inter`): a compressed variant
 (collectives/compressed.py: the point-to-point ring, the collective-level ring, the
@@ -107,6 +115,7 @@ def node_layout(comm, ranks_per_node: int | None = None) -> NodeLayout:
 
 
 _TAG_INTRA = 7400
+_TAG_OWN_SLAB = 7403  # the own node's slab, exchanged while the level across nodes runs
 
 
 class YieldingRing:
@@ -122,7 +131,10 @@ class YieldingRing:
         self.comm, self.rank, self.size, self.wait = comm, comm.rank, comm.size, wait
 
     def sendrecv(self, sendbuf, dest: int, recvbuf, source: int, tag: int = _TAG_INTRA) -> None:
-        requests = self.comm.exchange(sendbuf, dest, recvbuf, source, tag)
+        self.complete(self.comm.exchange(sendbuf, dest, recvbuf, source, tag))
+
+    def complete(self, requests) -> None:
+        """Wait for `requests`, yielding the core between tests."""
         if not self.comm.any_completion:
             self.comm.waitall(requests)
             return
@@ -135,7 +147,8 @@ class Hierarchical:
     """One hierarchical collective bound to its buffers (module docstring). Calling it
     runs one blocking collective from sendbuf into recvbuf. After each call,
     `intra_wire_bytes` and `inter_wire_bytes` are what this rank sent at each level; both
-    are added to `comm.wire_bytes`. `raw_bytes` is what it would send uncompressed."""
+    are added to `comm.wire_bytes`. `raw_bytes` is what it would send uncompressed.
+    `levels` holds each call's seconds inside the node and across nodes."""
 
     def __init__(self, comm, layout: NodeLayout, collective: str, sendbuf, recvbuf, bind_inter):
         described = spec(collective)
@@ -148,7 +161,6 @@ class Hierarchical:
             )
         self.comm, self.layout, self.collective = comm, layout, collective
         self.sendbuf, self.recvbuf = sendbuf, recvbuf
-        m, n_nodes = layout.ranks_per_node, layout.nodes
         node, local = layout.node(comm.rank), layout.local(comm.rank)
         self.node, self.local = node, local
         # the ranks of this node, by local index; the ranks of this local index, by node
@@ -158,7 +170,16 @@ class Hierarchical:
         self.phases = described.phases
         self.breakdown = Breakdown(comm, sendbuf)
         self.intra_wire_bytes = self.inter_wire_bytes = 0
-        item = itemsize(dtype_name(sendbuf))
+        self.levels: list[list[float]] = []  # per call: [inside the node, across], seconds
+        self.item = itemsize(dtype_name(sendbuf))
+        self._bind(described, bind_inter)
+
+    def _bind(self, described, bind_inter) -> None:
+        """Per local rank: the inter-node collective on this rank's share, and what this
+        rank's rings inside the node send."""
+        sendbuf, recvbuf, local = self.sendbuf, self.recvbuf, self.local
+        n_send, n_recv = sendbuf.shape[0], recvbuf.shape[0]
+        m, n_nodes, item = self.layout.ranks_per_node, self.layout.nodes, self.item
         if described.gathers and not described.reduces:
             # the blocks of node nd's ranks lie together in the result (its slab); this
             # rank's inter-node result, one block per node, lands in `gathered` first
@@ -195,6 +216,7 @@ class Hierarchical:
     def __call__(self) -> None:
         started = self.breakdown.start()
         intra0, inter0 = self.intra.wire_bytes, self.inter.wire_bytes
+        self.levels.append([0.0, 0.0])
         self._run()
         self.intra_wire_bytes = self.intra.wire_bytes - intra0
         self.inter_wire_bytes = self.inter.wire_bytes - inter0
@@ -206,18 +228,21 @@ class Hierarchical:
         only: the codec's CPU time is the codec's)."""
         t0 = time.perf_counter()
         fn(self.ring, *args)
-        self.breakdown.add(WAIT, time.perf_counter() - t0)
+        elapsed = time.perf_counter() - t0
+        self.breakdown.add(WAIT, elapsed)
+        self.levels[-1][0] += elapsed
 
     def _across(self) -> None:
         """The inter-node collective; its own time breakdown (codec, wait) joins this
         call's, an uncompressed one counts as waiting on the wire."""
         inner = getattr(self.inner, "breakdown", None)
-        if inner is None:
-            t0 = time.perf_counter()
-            self.inner()
-            self.breakdown.add(WAIT, time.perf_counter() - t0)
-            return
+        t0 = time.perf_counter()
         self.inner()
+        elapsed = time.perf_counter() - t0
+        self.levels[-1][1] += elapsed
+        if inner is None:
+            self.breakdown.add(WAIT, elapsed)
+            return
         row = inner.rows[-1]
         for field, name in enumerate(FIELDS):
             if name in ("call", "stage"):
@@ -227,6 +252,17 @@ class Hierarchical:
             else:
                 self.breakdown.add(field, row[field])
 
+    def level_seconds(self, start: int = 0, stop: int | None = None) -> tuple[float, float]:
+        """Mean seconds per call inside the node and across nodes over calls
+        [start:stop] (0.0 where none)."""
+        calls = self.levels[start:stop]
+        if not calls:
+            return 0.0, 0.0
+        return (
+            sum(c[0] for c in calls) / len(calls),
+            sum(c[1] for c in calls) / len(calls),
+        )
+
     def _slabs(self, buf):
         """Node nd's slab of `buf`: the blocks of its M ranks, in rank order."""
         span = self.layout.ranks_per_node * self.count
@@ -234,14 +270,38 @@ class Hierarchical:
 
     def _allgather(self) -> None:
         count, local = self.count, self.local
+        slabs = self._slabs(self.recvbuf)
+        # this node's slab needs nothing from across: its blocks are exchanged inside the
+        # node (each rank's to every other, posted at once) while the level across runs,
+        # whose waits progress them
+        own = slabs[self.node]
+        mine = own[local * count : (local + 1) * count]
+        copy_into(mine, self.sendbuf)  # (in place: the same memory)
+        posted = self._post_slab_exchange(own)
         self._across()
+        self._intra(lambda ring: ring.complete(posted))
         # node nd's block of this local index goes to its place in nd's slab; then each
-        # slab is gathered in place inside the node (a ring of M per slab)
-        for nd, slab in enumerate(self._slabs(self.recvbuf)):
+        # other slab is gathered in place inside the node (a ring of M per slab)
+        for nd, slab in enumerate(slabs):
+            if nd == self.node:
+                continue
             src = nd * count
             copy_into(slab[local * count : (local + 1) * count], self.gathered[src : src + count])
-        for slab in self._slabs(self.recvbuf):
             self._intra(ring_allgather_inplace, slab, self.block_bounds)
+
+    def _post_slab_exchange(self, slab) -> list:
+        """Nonblocking: this rank's block of `slab` to every other rank of the node, and
+        theirs into their places (M-1 blocks each way, as the ring sends)."""
+        comm, count, local = self.intra, self.count, self.local
+        requests = []
+        for k in range(self.layout.ranks_per_node):
+            if k != local and count:
+                requests.append(comm.irecv(slab[k * count : (k + 1) * count], k, _TAG_OWN_SLAB))
+        for k in range(self.layout.ranks_per_node):
+            if k != local and count:
+                block = slab[local * count : (local + 1) * count]
+                requests.append(comm.isend(block, k, _TAG_OWN_SLAB))
+        return requests
 
     def _reduce_scatter(self) -> None:
         count = self.count

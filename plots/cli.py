@@ -36,6 +36,7 @@ from ccbench.plots.data import MODEL_KINDS, REGIMES, RUN, TITLES, Data, Run, loa
 from ccbench.plots.figure_check import check_figure, colour_meanings, has_data
 from ccbench.plots.page_check import check_page
 from ccbench.plots.report import (
+    NO_HEADLINES,
     RenderedFigure,
     ReportContent,
     Section,
@@ -330,7 +331,7 @@ def render(
             f"_{key}" if several else "",
             key if several else None,
         )
-        claims, notes, trouble = ([], [], []) if key == "models" else collect_headlines(subset)
+        claims, notes, trouble = ([], [], []) if key in NO_HEADLINES else collect_headlines(subset)
         claims = point_to_earlier(claims, sections)
         intro = section_intro(key, subset, drawn, claims, headlines.NOT_MEASURED)
         sections.append(Section(key, REGIME_HEADINGS[key], drawn, claims, intro))

@@ -121,6 +121,7 @@ INPUT_KINDS = ("profile",)
 # bandwidth-limited networks: those first).
 REGIMES = (
     ("links", "Where the papers measured: bandwidth-limited links"),
+    ("nodes", "Two-level cluster: compress where the link is slow"),
     ("shm", "Shared memory: where compression cannot win, and why"),
     ("models", "Codecs, layer profiles and simulations"),
     ("graphs", "CUDA graphs: replayed calls, without the host's launch cost"),
@@ -130,13 +131,35 @@ MODEL_KINDS = ("profile", "codec", "simulation")
 
 
 def regime_of(name: str, frame: pd.DataFrame) -> pd.Series:
-    """Each row's regime: links (an emulated link rate), shm, or models; graphs for rows
-    of replayed CUDA graphs (--cuda-graph), so no figure draws them with eager calls."""
+    """Each row's regime: links (an emulated link rate), nodes (a cluster of nodes of
+    several ranks each, or a comparison of hierarchical collectives over links), shm, or
+    models; graphs for rows of replayed CUDA graphs (--cuda-graph), so no figure draws
+    them with eager calls."""
     where = _regime_of(name, frame)
+    where = where.where(~_two_level(frame, where), "nodes")
     if "cuda_graph" in frame.columns:
         graphed = pd.to_numeric(frame["cuda_graph"], errors="coerce").fillna(0) > 0
         where = where.where(~graphed, "graphs")
     return where
+
+
+def _two_level(frame: pd.DataFrame, where: pd.Series) -> pd.Series:
+    """Rows of a cluster of nodes with several ranks each (`nodes` above 1 and below
+    `ranks`), and comparisons over links with a hierarchical side (compare rows record
+    no layout)."""
+
+    def number(column: str) -> pd.Series:
+        if column not in frame.columns:
+            return pd.Series(0.0, index=frame.index)
+        return pd.to_numeric(frame[column], errors="coerce").fillna(0.0)
+
+    nodes, ranks = number("nodes"), number("ranks")
+    found = (nodes > 1) & (ranks > nodes)
+    for side in ("a", "b"):
+        if side in frame.columns:
+            sides = frame[side].astype(str).str.contains("--hierarchy (?:node|leader)")
+            found |= sides & (where == "links")
+    return found
 
 
 def _regime_of(name: str, frame: pd.DataFrame) -> pd.Series:

@@ -240,6 +240,11 @@ def figure_html(fig: RenderedFigure, shared=()) -> list[str]:
     return out
 
 
+# sections where no paper's claim is judged: models (no network), nodes (the papers'
+# collectives are flat)
+NO_HEADLINES = ("models", "nodes")
+
+
 def sectioned(content: ReportContent) -> list[str]:
     """The page by regime: each with its headline numbers, then its figures by paper."""
     out = ["<h2>Contents</h2><ul>"]
@@ -253,7 +258,7 @@ def sectioned(content: ReportContent) -> list[str]:
         out.append(f"<h2 id='{esc(section.key)}'>{esc(section.heading)}</h2>")
         if section.intro:
             out.append(f"<p>{esc(section.intro)}</p>")
-        if section.key != "models":
+        if section.key not in NO_HEADLINES:
             out.append("<h3>Headline numbers: measured next to the papers'</h3>")
             out += headline_table(section.headlines)
             out += regime.page_link(section.figures, section.headlines)

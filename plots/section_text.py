@@ -70,6 +70,15 @@ def section_intro(key: str, data, figures, headlines, measured: str) -> str:
         )
     titles = list(dict.fromkeys(f.title for f in figures))
     drawn = "; ".join(titles) if titles else "nothing"
+    if key == "nodes":
+        return (
+            "A cluster of nodes: the ranks of one node share its memory and cores, nodes "
+            "are joined by shaped links (on the emulated cluster, one per node, shared by "
+            "its ranks). Hierarchical collectives send across nodes only what must cross "
+            "and compress only there; flat ones send every hop alike. The papers measured "
+            "flat collectives, so no headline claim is judged here; the comparisons carry "
+            f"their own verdicts.{rate} Drawn here: {drawn}."
+        )
     if key == "graphs":
         return (
             "Rows of --cuda-graph runs: each call captured once in a CUDA graph and "

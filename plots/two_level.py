@@ -3,11 +3,13 @@ compressed ring and against the library's collective, at 16 MiB on 2 nodes x 2 r
 1 Gbit/s between nodes (sweeps/two-level.toml, a sweep of its own).
 
 Each point is a `ccbench compare` row (interleaved rounds; B, the side with `--hierarchy
-node`, over A; the 95% interval across rounds). The expected figure beside it is the
-floors' ratio: the hierarchical harness row's two-level floor (costmodel
-.hierarchical_floor, its `floor_us`) over the flat row's `floor_us`, or over the
-library's floor on the same link (compression_model.call_seconds, as `ccbench advise`
-costs it). The notes quote what is drawn.
+node`, over A; the 95% interval across rounds), and the two hierarchical designs against
+each other (B through node leaders, `--hierarchy leader`, over A per local rank). The
+expected figure beside it is the floors' ratio: the hierarchical harness row's two-level
+floor (costmodel.hierarchical_floor, its `floor_us`) over the flat row's `floor_us`, or
+over the library's floor on the same link (compression_model.call_seconds, as `ccbench
+advise` costs it), or the leaders' row's floor over the per-local-rank row's. The notes
+quote what is drawn.
 """
 
 from __future__ import annotations
@@ -24,9 +26,17 @@ from ccbench.plots.style import COLLECTIVE_LABELS, Style, figure, legend_below
 SIZE = 16 << 20
 RANKS = 4
 COLLECTIVES = ("allgather", "reduce_scatter")
-AGAINST = ("flat", "library")
-AGAINST_WORDS = {"flat": "the flat compressed ring", "library": "the library (MPI)"}
+AGAINST = ("flat", "library", "per-rank")
+AGAINST_WORDS = {
+    "flat": "the flat compressed ring",
+    "library": "the library (MPI)",
+    "per-rank": "per local rank",
+}
+TICKS = {"flat": "vs flat compressed", "library": "vs library", "per-rank": "leaders vs\nper rank"}
 NODE = "--hierarchy node"
+LEADER = "--hierarchy leader"
+# each design's mark on its harness rows' `algorithm` (benchmarks/hierarchy.py)
+MARKS = {"node": "hierarchical-", "leader": "leaders-"}
 SWEEP = "sweeps/two-level.toml"
 
 
@@ -58,9 +68,13 @@ def _codec_of(side: str) -> str:
 
 def against_of(a: str, b: str) -> str | None:
     """What a compare row set the hierarchical side (B) against: `flat` (A is the same
-    compressed variant and codec without --hierarchy) or `library` (A is the baseline's
-    MPI collective); None for any other pair."""
-    if NODE not in b or NODE in a:
+    compressed variant and codec without --hierarchy), `library` (A is the baseline's
+    MPI collective), `per-rank` (B through node leaders, A per local rank, the same
+    variant and codec); None for any other pair."""
+    if LEADER in b and NODE in a:
+        same = a.split()[:1] == b.split()[:1] and _codec_of(a) == _codec_of(b)
+        return "per-rank" if same else None
+    if NODE not in b or NODE in a or LEADER in a:
         return None
     if a.split()[:1] == ["baseline"] and "mpi" in a.split():
         return "library"
@@ -69,15 +83,18 @@ def against_of(a: str, b: str) -> str | None:
     return None
 
 
-def _floor_s(data, collective: str, codec: str, hierarchical: bool) -> tuple[float, dict]:
-    """The newest coll_compressed row's floor (seconds) at SIZE on RANKS, hierarchical or
-    flat, and the row."""
+def _floor_s(data, collective: str, codec: str, design: str) -> tuple[float, dict]:
+    """The newest compressed row's floor (seconds) at SIZE on RANKS of a design (`flat`,
+    `node`, `leader`), and the row."""
     found = rows(data, "harness", collective=collective, size_bytes=SIZE, ranks=RANKS)
     found = found[found["codec"].astype(str) == codec] if "codec" in found else found.iloc[0:0]
     if found.empty or "algorithm" not in found:
         return math.nan, {}
-    marked = found["algorithm"].astype(str).str.startswith("hierarchical-")
-    found = found[marked if hierarchical else ~marked]
+    algorithm = found["algorithm"].astype(str)
+    if design == "flat":
+        found = found[~algorithm.str.startswith(tuple(MARKS.values()))]
+    else:
+        found = found[algorithm.str.startswith(MARKS[design])]
     if found.empty:
         return math.nan, {}
     row = found.sort_values("timestamp").iloc[-1].to_dict()
@@ -112,9 +129,12 @@ def two_level_points(data) -> list[Point]:
         if against is None or collective not in COLLECTIVES or not _num(row, "link_gbps") > 0:
             continue
         codec = _codec_of(str(row["b"]))
-        hier, hier_row = _floor_s(data, collective, codec, True)
+        hier, hier_row = _floor_s(data, collective, codec, "node")
         if against == "flat":
-            other, _ = _floor_s(data, collective, codec, False)
+            other, _ = _floor_s(data, collective, codec, "flat")
+        elif against == "per-rank":  # B is the leaders' design, A per local rank
+            other = hier
+            hier, _ = _floor_s(data, collective, codec, "leader")
         else:
             other = library_floor_s(hier_row, collective) if hier_row else math.nan
         points[collective, against] = Point(
@@ -133,9 +153,14 @@ def two_level_points(data) -> list[Point]:
 
 def note(p: Point) -> str:
     expected = f"{p.expected:.2f}" if math.isfinite(p.expected) else "not known (no harness row)"
+    what = (
+        f"through node leaders over {AGAINST_WORDS[p.against]}, {p.codec}"
+        if p.against == "per-rank"
+        else f"hierarchical {p.codec} over {AGAINST_WORDS[p.against]}"
+    )
     return (
-        f"{COLLECTIVE_LABELS.get(p.collective, p.collective)}, hierarchical {p.codec} over "
-        f"{AGAINST_WORDS[p.against]}: expected {expected} from the floors, measured "
+        f"{COLLECTIVE_LABELS.get(p.collective, p.collective)}, {what}: expected {expected} "
+        "from the floors, measured "
         f"{p.ratio:.3f} [{p.low:.3f}, {p.high:.3f}], {p.verdict} (load {p.load})."
     )
 
@@ -172,7 +197,7 @@ def draw_two_level(data, style: Style) -> list[Figure]:
                 (h,) = ax.plot(x, p.expected, "x", color="red", ms=7, zorder=4)
                 handles["expected from the floors"] = h
         ax.axhline(1.0, color="0.5", lw=0.8, ls="--", zorder=1)
-        ax.set_xticks(range(len(AGAINST)), ["vs flat compressed", "vs library"])
+        ax.set_xticks(range(len(AGAINST)), [TICKS[a] for a in AGAINST])
         ax.set_xlim(-0.5, len(AGAINST) - 0.5)
         ax.set_title(COLLECTIVE_LABELS.get(collective, collective))
         ax.set_ylabel("hierarchical / other (B/A)")
@@ -181,9 +206,9 @@ def draw_two_level(data, style: Style) -> list[Figure]:
         "The two-level cluster (2 nodes x 2 ranks, 1 Gbit/s between nodes, shared memory "
         f"inside a node), 16 MiB, from the separate sweep {SWEEP}: the hierarchical "
         "compressed collective (`--hierarchy node`) over the flat compressed ring and "
-        "over the library's collective, as interleaved comparisons (below 1: the "
-        "hierarchical one is faster), beside the ratio its floor predicts (red). "
-        + " ".join(note(p) for p in points)
+        "over the library's collective, and through node leaders (`--hierarchy leader`) "
+        "over per local rank, as interleaved comparisons (below 1: B is faster), beside "
+        "the ratio the floors predict (red). " + " ".join(note(p) for p in points)
     )
     return [Figure("two_level", fig, caption)]
 

@@ -220,6 +220,8 @@ def test_the_check_judges_against_the_measured_interval():
         "--codec",
         "bfp:rate=8",
     ]
+    # a hierarchical option replays hierarchical (its layout: the cluster's nodes)
+    assert advise_check.replay_args("library@node") == ["--algorithm", "mpi", "--hierarchy", "node"]
 
 
 def check_row(option, predicted, measured, low, high):

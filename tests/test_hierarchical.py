@@ -120,7 +120,7 @@ def cases(ranks: int, per_node: str) -> dict:
 @pytest.mark.parametrize("ranks, per_node", [(4, "2"), (6, "2 3")])
 def test_every_case_is_right(ranks, per_node):
     results = cases(ranks, per_node)
-    assert len(results) == 45 * len(per_node.split())
+    assert len(results) == 2 * 45 * len(per_node.split())  # both designs
     wrong = {k: v["ranks"][0] for k, v in results.items() if not v["ok"]}
     assert not wrong
 
@@ -135,6 +135,37 @@ def expected_bytes(collective: str, count: int, m: int, n: int, item: float) -> 
     # across, the 2-node ring sends its piece's other half, then its own half
     piece = -(-count // 2)
     return count * 4, piece * item
+
+
+def expected_leader_bytes(collective: str, count: int, rank: int, item: float) -> tuple:
+    """(intra, inter) bytes a rank of a 2 x 2 layout sends through node leaders, by hand:
+    rank 0 leads node 0, rank 1 is its other rank; float32 inside, `item` across."""
+    if collective == "allgather":  # its block to the leader; the leader: the result back
+        # to rank 1, and its 2-block slab across the 2-node ring once
+        return (4 * count * 4, 2 * count * item) if rank == 0 else (count * 4, 0)
+    if collective == "reduce_scatter":  # 4c values: pieces of 2c; the ring sends one
+        if rank == 0:  # + rank 1's block back; across: half the node's sum (2c values)
+            return 2 * count * 4 + count * 4, 2 * count * item
+        return 2 * count * 4 + 2 * count * 4, 0  # its piece in the ring, its sum to rank 0
+    # allreduce of c values: pieces of ceil(c/2) and floor(c/2); rank 0 sends piece 1 in
+    # the ring and the whole result back; across, both halves (reduce, then gather)
+    if rank == 0:
+        return (count // 2) * 4 + count * 4, count * item
+    return -(-count // 2) * 4 + (count // 2) * 4, 0
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("collective", ["allgather", "reduce_scatter", "allreduce"])
+@pytest.mark.parametrize("variant, item", [("ring-none", 4), ("coll-fp16", 2), ("p2p-bf16", 2)])
+def test_leader_bytes_per_level_by_hand(collective, variant, item):
+    results = cases(4, "2")
+    for count in {"allgather": (7, 1000), "reduce_scatter": (7, 300), "allreduce": (3, 4099)}[
+        collective
+    ]:
+        ranks = results[f"leader2-{collective}-{variant}-{count}"]["ranks"]
+        for rank in (0, 1):
+            intra, inter = expected_leader_bytes(collective, count, rank, item)
+            assert (ranks[rank]["intra"], ranks[rank]["inter"]) == (intra, inter), rank
 
 
 @pytest.mark.mpi

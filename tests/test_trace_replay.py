@@ -127,6 +127,16 @@ def test_compression_shows_in_the_bytes_on_the_wire(run):
 
 
 @pytest.mark.timeout(660)
+def test_hierarchical_replays_name_their_design(run):
+    _, cases, _ = run
+    node, leader = cases["fsdp-coll-fp16-node"]["rows"][-1], cases["fsdp-ring-leader"]["rows"][-1]
+    assert node["algorithm"] == "hierarchical-ring" and leader["algorithm"] == "leaders-ring"
+    # one rank per node: the collective across nodes is the flat one, byte for byte
+    flat = cases["fsdp-coll-fp16"]["rows"][-1]
+    assert number(node, "wire_bytes_per_rank") == number(flat, "wire_bytes_per_rank")
+
+
+@pytest.mark.timeout(660)
 def test_merging_regroups_the_gradient_allreduces(run):
     _, cases, _ = run
     traced = number(cases["ddp-sparse"]["rows"][-1], "calls")

@@ -346,6 +346,10 @@ def test_show_and_convert_read_both_formats(tmp_path):
         (["trace", "build", "--model", "gpt5", "-o", "x.json"], "unknown model 'gpt5'"),
         (["trace", "frobnicate"], "unknown action 'frobnicate'"),
         (["trace", "capture", "--model", "lm-tiny"], "give the trace's path"),
+        (
+            ["trace", "replay", "model:lm-tiny", "--variant", "torch", "--hierarchy", "node"],
+            "the variant torch has none to run across nodes",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(args, message, tmp_path):

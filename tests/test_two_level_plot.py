@@ -14,6 +14,7 @@ S = 16 << 20
 CODEC = "bfp:rate=8"
 FLAT = f"coll_compressed --codec {CODEC}"
 NODE = f"{FLAT} --hierarchy node"
+LEADER = f"{FLAT} --hierarchy leader"
 
 
 class Rows:
@@ -68,6 +69,7 @@ def data():
         level_row("allgather", "hierarchical-ring", 1.0, "2025-01-01T00:00:00"),
         level_row("reduce_scatter", "ring", 35300.0),
         level_row("reduce_scatter", "hierarchical-ring", 21500.0),
+        level_row("reduce_scatter", "leaders-ring", 23650.0),
     ]
     compare = [
         compare_row("allgather", FLAT, 1.064, 0.892, 1.268, "no difference"),
@@ -77,6 +79,9 @@ def data():
         compare_row("allgather", f"p2p_compressed --codec {CODEC}", 0.5, 0.4, 0.6, "faster"),
     ]
     compare[-1]["b"] = FLAT
+    # the designs against each other: B through leaders, A per local rank
+    compare.append(compare_row("reduce_scatter", NODE, 1.294, 1.236, 1.354, "slower"))
+    compare[-1]["b"] = LEADER
     return Rows(harness=pd.DataFrame(harness), compare=pd.DataFrame(compare))
 
 
@@ -86,8 +91,10 @@ def test_points_and_their_expected_figures(data):
         ("allgather", "flat"),
         ("allgather", "library"),
         ("reduce_scatter", "flat"),
+        ("reduce_scatter", "per-rank"),
     }
     assert points["allgather", "flat"].expected == pytest.approx(79100 / 113700)
+    assert points["reduce_scatter", "per-rank"].expected == pytest.approx(23650 / 21500)
     assert points["reduce_scatter", "flat"].expected == pytest.approx(21500 / 35300)
     # the library's flat floor on the hierarchical row's link: 3 x 16 MiB at 1 Gbit/s
     # (402.653184 ms) + log2(4) = 2 steps of 1 ms
@@ -104,6 +111,10 @@ def test_the_notes_quote_the_drawn_points(data):
     ) in caption.replace("All-gather", "Allgather")
     assert "expected 0.20 from the floors, measured 0.329 [0.315, 0.344], faster" in caption
     assert "sweeps/two-level.toml" in caption
+    assert (
+        "Reduce-Scatter, through node leaders over per local rank, bfp:rate=8: expected "
+        "1.10 from the floors, measured 1.294 [1.236, 1.354], slower"
+    ) in caption.replace("Reduce-scatter", "Reduce-Scatter")
     ax = figures[0].fig.axes[0]
     drawn = sorted(round(float(y), 3) for line in ax.lines for y in line.get_ydata())
     # the measured centres and the expected marks drawn are the ones the notes quote
@@ -137,3 +148,27 @@ def test_the_page_links_the_figure_under_its_drawn_name():
     (line,) = two_level.page_link([Drawn("seed000_regime"), Drawn("two_level_links")])
     assert "href='#two_level_links'" in line and "sweeps/two-level.toml" in line
     assert two_level.page_link([Drawn("seed000_regime")]) == []
+
+
+def test_rows_of_a_cluster_of_nodes_are_a_section_of_their_own():
+    from ccbench.plots.data import regime_of
+
+    harness = pd.DataFrame(
+        {
+            # 2 nodes x 2 ranks on links; 4 nodes of 1 (the flat cluster); one host (shm);
+            # a real 2-node run without an emulated link
+            "nodes": [2, 4, 1, 2],
+            "ranks": [4, 4, 4, 8],
+            "link_gbps": [1.0, 1.0, None, None],
+        }
+    )
+    assert list(regime_of("harness", harness)) == ["nodes", "links", "shm", "nodes"]
+    compare = pd.DataFrame(
+        {
+            "a": [FLAT, FLAT, NODE, FLAT],
+            "b": [NODE, f"p2p_compressed --codec {CODEC}", LEADER, NODE],
+            "ranks": [4, 4, 4, 4],
+            "link_gbps": [1.0, 1.0, 1.0, None],  # the last: fake nodes on one host
+        }
+    )
+    assert list(regime_of("compare", compare)) == ["nodes", "links", "nodes", "shm"]

@@ -25,7 +25,7 @@ of the compensated gradient this rank sent.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -49,6 +49,11 @@ class GradientCommSpec:
     block_size: int = 256  # sparse_streaming (OmniReduce) options
     fusion: int = 1024
     window: int = 4
+    # flat, or across nodes only: node (per local rank) or leader (through node leaders;
+    # collectives/hierarchical.py, hierarchical_leader.py), M ranks per node (None: the
+    # launch's layout)
+    hierarchy: str = "flat"
+    ranks_per_node: int | None = None
 
 
 class GradientCommunicator:
@@ -76,6 +81,16 @@ class GradientCommunicator:
             )
         self._bound: OrderedDict = OrderedDict()
         self._routes: dict = {}
+        self.layout = None  # hierarchical: the node layout (collective where it asks hosts)
+        if spec.hierarchy != "flat":
+            from ccbench.collectives.hierarchical import node_layout
+
+            if self.torch_calls or self.algorithm == "omnireduce":
+                raise UsageError(
+                    f"--hierarchy {spec.hierarchy} runs ccbench's collectives: the variant "
+                    f"{spec.variant} has none to run across nodes"
+                )
+            self.layout = node_layout(comm, spec.ranks_per_node)
 
     # what is compressed
     @property
@@ -96,7 +111,12 @@ class GradientCommunicator:
         """Max abs error of one collective's result (None: exact up to summation order)."""
         if not self.compresses(collective) or not self.codec.lossy:
             return None
-        from ccbench.collectives.compressed_error import error_bound
+        from ccbench.collectives.compressed_error import error_bound, hierarchical_error_bound
+
+        if self.layout is not None:
+            return hierarchical_error_bound(
+                self.codec, self.kind, collective, amaxes, dtype, self.layout.ranks_per_node
+            )
 
         return error_bound(self.codec, self.kind, collective, amaxes, dtype)
 
@@ -119,6 +139,8 @@ class GradientCommunicator:
         variant)."""
         if self.torch_calls:
             return self._torch
+        if self.layout is not None:
+            return self._hierarchical
         if self.algorithm == "omnireduce" and spec(collective).streams_sparse:
             return self._omnireduce
         if self.compresses(collective):
@@ -148,6 +170,38 @@ class GradientCommunicator:
         from ccbench.collectives.comm_torch import default_group_call
 
         default_group_call(collective, send, recv)
+
+    def _hierarchical(self, collective: str, send, recv) -> None:
+        """Across nodes only: the same variant, flat, on each inter-node communicator,
+        bound once per pair of buffers (no retargeting: the levels keep scratch of their
+        own)."""
+        from ccbench.collectives.hierarchical import Hierarchical
+        from ccbench.collectives.hierarchical_leader import LeaderHierarchical
+
+        design = LeaderHierarchical if self.spec.hierarchy == "leader" else Hierarchical
+        flat = replace(self.spec, hierarchy="flat")
+
+        def bind_inter(inter, s, r):
+            return GradientCommunicator(inter, flat).bound_call(collective, s, r)
+
+        key = ("hierarchical", collective, send.data_ptr(), recv.data_ptr())
+        key += (send.numel(), recv.numel(), send.dtype)
+        self._cached(
+            key, lambda: design(self.comm, self.layout, collective, send, recv, bind_inter)
+        )()
+
+    def bound_call(self, collective: str, send, recv):
+        """`collective` from send into recv as one callable: the bound compressed
+        collective where this communicator compresses it (its breakdown and raw bytes
+        with it), else a call of the uncompressed route."""
+        if self.layout is None and not self.torch_calls and self.compresses(collective):
+            from ccbench.collectives.compressed import bind_compressed
+
+            options = self.spec.compression.bind_options(self.kind)
+            return bind_compressed(
+                self.comm, self.kind, collective, self.codec, send, recv, **options
+            )
+        return lambda: self.run(collective, send, recv)
 
     def _compressed(self, collective: str, send, recv) -> None:
         from ccbench.collectives.compressed import bind_compressed

@@ -98,6 +98,8 @@ class ReplaySpec:
     algorithm: str = "ring"
     compression: Compression = Compression()  # the parsed --codec and --chunk-bytes
     compress: str = "both"
+    hierarchy: str = "flat"  # GradientCommSpec's
+    ranks_per_node: int | None = None
 
 
 class Router:
@@ -109,7 +111,15 @@ class Router:
 
         self.comm = comm
         self.main = GradientCommunicator(
-            comm, GradientCommSpec(spec.variant, spec.algorithm, spec.compression, spec.compress)
+            comm,
+            GradientCommSpec(
+                spec.variant,
+                spec.algorithm,
+                spec.compression,
+                spec.compress,
+                hierarchy=spec.hierarchy,
+                ranks_per_node=spec.ranks_per_node,
+            ),
         )
         self.dense = (
             GradientCommunicator(comm, GradientCommSpec("baseline", "ring"))

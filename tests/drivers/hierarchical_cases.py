@@ -1,4 +1,5 @@
-"""Hierarchical collectives, every collective x inter-node algorithm x count, in one launch.
+"""Hierarchical collectives, every design (per local rank; node leaders) x collective x
+inter-node algorithm x count, in one launch.
 
 Run under mpiexec on 4 ranks (2 nodes x 2 ranks, faked on one host by the layout) or 6
 (3 x 2 and 2 x 3); rank 0 prints one JSON line per case: {"case": id, "ok": bool,
@@ -33,14 +34,18 @@ INTER = (
 COUNTS = {"allgather": (1, 7, 1000), "reduce_scatter": (1, 7, 300), "allreduce": (1, 3, 4099)}
 
 
+DESIGNS = {"node": "", "leader": "leader"}  # the case id's prefix
+
+
 def cases(ranks_per_node: int):
-    for collective in COLLECTIVES:
-        for variant, codec in INTER:
-            for count in COUNTS[collective]:
-                yield (
-                    f"{ranks_per_node}-{collective}-{variant}-{codec}-{count}",
-                    (collective, variant, codec, count),
-                )
+    for design, prefix in DESIGNS.items():
+        for collective in COLLECTIVES:
+            for variant, codec in INTER:
+                for count in COUNTS[collective]:
+                    yield (
+                        f"{prefix}{ranks_per_node}-{collective}-{variant}-{codec}-{count}",
+                        (design, collective, variant, codec, count),
+                    )
 
 
 def bound(codec, collective: str, inputs: list, m: int) -> float:
@@ -64,10 +69,11 @@ def bound(codec, collective: str, inputs: list, m: int) -> float:
     return err
 
 
-def run_case(comm, layout, collective, variant, codec_spec, count):
+def run_case(comm, layout, design, collective, variant, codec_spec, count):
     from ccbench.collectives.baseline import bind_collective
     from ccbench.collectives.compressed import bind_compressed
     from ccbench.collectives.hierarchical import Hierarchical
+    from ccbench.collectives.hierarchical_leader import LeaderHierarchical
     from ccbench.kernels import inputs as kinds
     from ccbench.kernels.codecs import parse_codec
 
@@ -93,7 +99,8 @@ def run_case(comm, layout, collective, variant, codec_spec, count):
             return bind_collective(inter, variant, collective, s, r)
         return bind_compressed(inter, variant, collective, codec, s, r)
 
-    run = Hierarchical(comm, layout, collective, send, recv, bind_inter)
+    bind = LeaderHierarchical if design == "leader" else Hierarchical
+    run = bind(comm, layout, collective, send, recv, bind_inter)
     run()
     run()  # twice: the second call's bytes alone are counted
     exact = [v.astype(np.float64) for v in values]

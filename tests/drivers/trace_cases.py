@@ -37,6 +37,17 @@ REPLAYS = {  # case -> (trace, options)
         ["--variant", "coll_compressed", "--codec", "bfp:rate=8", "--compute", "busy-cpu"],
     ),
     "fsdp-torch-sleep": ("fsdp", ["--variant", "torch", "--compute", "sleep"]),
+    # hierarchical: 2 nodes of 1 rank (the collective across nodes is the flat one), and
+    # 1 node of 2 through its leader (everything inside the node)
+    "fsdp-coll-fp16-node": (
+        "fsdp",
+        ["--variant", "coll_compressed", "--codec", "fp16", "--hierarchy", "node"]
+        + ["--ranks-per-node", "1"],
+    ),
+    "fsdp-ring-leader": (
+        "fsdp",
+        ["--algorithm", "ring", "--hierarchy", "leader", "--ranks-per-node", "2"],
+    ),
     "ddp-ring-mgwfbp": (
         "ddp",
         ["--algorithm", "ring", "--merge", "mgwfbp", "--fit-seconds", "0.01"],
