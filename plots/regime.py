@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ccbench.benchmarks.hierarchy import ALGORITHM_MARKS
 from ccbench.collectives import regime_model as rm
 from ccbench.collectives.compression_model import COLL, P2P
 from ccbench.plots import papers
@@ -69,6 +70,15 @@ class Point:
         return (1 - self.model[claim]) / (1 - self.measured[claim][0]) - 1
 
 
+def flat_rows(frame):
+    """The rows of flat collectives (the regime's points are flat; a hierarchical row
+    of the same size and link is another design)."""
+    if frame.empty or "algorithm" not in frame.columns:
+        return frame
+    marked = frame["algorithm"].astype(str).str.startswith(tuple(ALGORITHM_MARKS.values()))
+    return frame[~marked]
+
+
 def _num(row, key, default=math.nan) -> float:
     try:
         value = float(row.get(key, default))
@@ -97,7 +107,7 @@ def library_seconds(data, size: int, ranks: int) -> dict:
 def p2p_seconds(data, size: int, ranks: int) -> dict:
     """(collective, codec, link rate) -> the median time of point-to-point compression's
     call at `size` on `ranks` over that emulated link (its harness rows)."""
-    frame = rows(data, "harness", variant="p2p_compressed", ranks=ranks, size_bytes=size)
+    frame = flat_rows(rows(data, "harness", variant="p2p_compressed", ranks=ranks, size_bytes=size))
     if frame.empty:
         return {}
     frame = frame.assign(_link=link_of(frame))
@@ -116,7 +126,9 @@ def regime_points(data, size: int = rm.SIZE, ranks: int = rm.RANKS) -> list[Poin
     library's uncompressed call at that link (else the shaper's TCP ceiling, assumed) and
     each compressed variant's overlap efficiency from its own row's call time at that
     point (else 1, assumed)."""
-    harness = rows(data, "harness", variant="coll_compressed", ranks=ranks, size_bytes=size)
+    harness = flat_rows(
+        rows(data, "harness", variant="coll_compressed", ranks=ranks, size_bytes=size)
+    )
     if harness.empty:
         return []
     harness = harness.assign(_link=link_of(harness))

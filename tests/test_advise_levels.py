@@ -139,8 +139,19 @@ def two_level_parts(folder, intra_gbps):
         # the node's 2 x 2 MiB / 2 at 1 Gbit/s = 16.777216 ms + 1 step
         avg_us=1.5 * 21971.52,
     )
+    # through node leaders: a design measured beside the others, no option's parts (read
+    # as flat, it would pull the flat efficiency's median to (1.25 + 3) / 2)
+    leaders = _row(
+        run_id="leadersrun",
+        algorithm="leaders-ring",
+        ranks_per_node=2,
+        avg_us=3 * 28165.824,
+        encode_us=2.097152,
+        decode_us=6.291456,
+        reduce_us=0.0,
+    )
     columns = HARNESS.variant_columns("coll_compressed")
-    write_csv_atomic(folder / "coll.csv", [flat, hier], columns)
+    write_csv_atomic(folder / "coll.csv", [flat, hier, leaders], columns)
 
 
 def one_allgather_trace(path):
@@ -227,3 +238,21 @@ def test_the_map_names_a_hierarchical_option_apart():
 
     assert option_label(cm.Option("library")) == "library (MPI)"
     assert option_label(cm.Option("library", hierarchical=True)) == "library (MPI), hierarchical"
+
+
+@pytest.mark.parametrize(
+    "row, expected",
+    [
+        ({"ranks_per_node": "2", "ranks": "4", "nodes": "2"}, 2),
+        # the baseline's hierarchical rows record the layout through `nodes` alone
+        ({"ranks_per_node": "", "ranks": "4", "nodes": "2"}, 2),
+        ({"ranks": "8", "nodes": "2"}, 4),
+        ({"ranks": "4", "nodes": "4"}, 1),
+        ({"ranks": "4", "nodes": "3"}, 1),  # no whole nodes: one rank per node
+        ({"ranks": "4"}, 1),
+    ],
+)
+def test_a_rows_ranks_per_node(row, expected):
+    from ccbench.scripts.advise.parts import _row_ranks_per_node
+
+    assert _row_ranks_per_node(row) == expected

@@ -226,6 +226,10 @@ def test_rows_of_the_hierarchical_variant(tmp_path):
     assert int(coll["inter_wire_bytes"]) == 2048
     assert int(coll["node_link_bytes"]) == 4096
     assert float(coll["floor_us"]) > 0
+    # each level's measured time: both levels ran, and neither alone outlasts the call's
+    # slowest rank over its timed iterations
+    for level in ("intra_us", "inter_us"):
+        assert 0 < float(coll[level]) <= float(coll["max_us"]) * 1.001
 
 
 @pytest.mark.parametrize(

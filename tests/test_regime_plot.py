@@ -104,6 +104,21 @@ def test_points_carry_their_ratio_savings_and_the_models_error():
     assert math.isnan(rs.error("vs_baseline"))
 
 
+def test_hierarchical_rows_are_no_regime_point():
+    rows = data()
+    hier = regime_row("allgather", "zfp:rate=4", 0.25, 8, 1.0, 1.0)
+    rows.frames["harness"] = pd.concat(
+        [
+            rows.frames["harness"].assign(algorithm="ring"),
+            pd.DataFrame([{**hier, "algorithm": a} for a in ("hierarchical-ring", "leaders-ring")]),
+        ]
+    )
+    points = regime.regime_points(rows)
+    assert len(points) == 3  # the flat rows' points alone
+    ag = next(p for p in points if p.collective == "allgather")
+    assert ag.ratio == pytest.approx(4.0)
+
+
 def test_verdicts_name_the_regime():
     points = regime.regime_points(data())
     # a measured point at the paper's ratio: 30.3% lies in 26-34%

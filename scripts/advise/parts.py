@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ccbench.benchmarks.hierarchy import ALGORITHM_MARKS
 from ccbench.benchmarks.results import read_table
 from ccbench.collectives import compression_model as cm
 from ccbench.collectives.costmodel import node_link_bytes
@@ -162,6 +163,7 @@ def _in_step_rows(tables: Tables, spec: str, variant: str, ranks: int, link_gbps
         and int(np.nan_to_num(_number(r, "ranks"))) >= 2
         and in_step_codec_s(r) > 0
         and not row_is_hierarchical(r)  # the codec's work as the flat model counts it
+        and not row_is_leaders(r)
     ]
     if not rows:
         return []
@@ -307,11 +309,18 @@ def codec_rates(
 # ------------------------------------------------------------------------- overlap
 
 
-HIERARCHICAL = "hierarchical-"  # the algorithm's mark on a `--hierarchy node` row
+HIERARCHICAL = ALGORITHM_MARKS["node"]  # the algorithm's mark on a `--hierarchy node` row
+# through node leaders (`--hierarchy leader`): measured beside the per-local-rank design,
+# not an option the advice ranks, so its rows feed no option's parts
+LEADERS = ALGORITHM_MARKS["leader"]
 
 
 def row_is_hierarchical(row: dict) -> bool:
     return (row.get("algorithm") or "").startswith(HIERARCHICAL)
+
+
+def row_is_leaders(row: dict) -> bool:
+    return (row.get("algorithm") or "").startswith(LEADERS)
 
 
 def _row_variant(row: dict) -> str:
@@ -323,8 +332,15 @@ def _row_variant(row: dict) -> str:
 
 
 def _row_ranks_per_node(row: dict) -> int:
+    """A row's ranks per node: its `ranks_per_node`, else its ranks over its `nodes`
+    (the baseline's hierarchical rows record the layout that way only), else 1."""
     m = _number(row, "ranks_per_node")
-    return int(m) if math.isfinite(m) and m >= 1 else 1
+    if math.isfinite(m) and m >= 1:
+        return int(m)
+    ranks, nodes = _number(row, "ranks"), _number(row, "nodes")
+    if math.isfinite(nodes) and nodes >= 1 and math.isfinite(ranks) and ranks % nodes == 0:
+        return int(ranks // nodes)
+    return 1
 
 
 def intra_rate_from_results(tables: Tables) -> tuple[float, str]:
@@ -436,6 +452,7 @@ def efficiency(
         and r.get("collective") == collective
         and _number(r, "size_bytes") >= MIN_EFFICIENCY_BYTES
         and row_is_hierarchical(r) == model.hierarchical
+        and not row_is_leaders(r)
     ]
     rows = [(p, r) for p, r in same if _number(r, "link_gbps") > 0]
     layout = ranks_per_node if model.hierarchical else 1
