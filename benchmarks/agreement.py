@@ -96,7 +96,21 @@ def _run_main(
         return 1
 
 
+# What a transport raises on a rank whose peer went away (gloo's words, the socket's):
+# that rank saw another fail, whose own line and abort are on their way, so it waits
+# PEER_GONE_GRACE_S for the job to end before saying anything; a peer that went away
+# without ending the job is then reported.
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+PEER_GONE_GRACE_S = 5.0
+
+
+def peer_gone(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError | OSError) and any(w in str(exc) for w in PEER_GONE)
+
+
 def _abort(comm: BaseCommunicator, exc: BaseException) -> None:
+    if peer_gone(exc):
+        time.sleep(PEER_GONE_GRACE_S)
     if isinstance(exc, DataError | UsageError):
         message = str(exc)
         status = 3 if isinstance(exc, DataError) else 2

@@ -58,8 +58,9 @@ COMPRESSED = columns(
     # the intra-node rate
     (SETTING, int, ("ranks_per_node",)),
     (MEASUREMENT, int, ("intra_wire_bytes", "inter_wire_bytes", "node_link_bytes")),
-    (MEASUREMENT, float, ("intra_floor_us", "inter_floor_us", "intra_node_gbps")),
+    (MEASUREMENT, float, ("intra_floor_us", "inter_floor_us")),
     (MEASUREMENT, float, ("intra_us", "inter_us")),  # each level's measured time
+    (MEASUREMENT, float, ("intra_node_gbps",)),
 )
 P2P_COMPRESSED = VariantColumns(
     "p2p_compressed", (*COMPRESSED, *columns((SETTING, int, ("threshold_bytes",))))

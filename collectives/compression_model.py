@@ -84,13 +84,47 @@ class CodecRates:
 
 
 @dataclass(frozen=True)
+class SizedEfficiency:
+    """Efficiencies measured at several OSU sizes (call over floor, rows of one link and
+    rank count): a call takes the one measured at the size nearest its own (on a log
+    scale: a fixed cost per call weighs most on small calls, so an efficiency measured at
+    16 MiB says little of a 1 MiB call); ``median`` where no size is asked."""
+
+    sizes: tuple
+    values: tuple
+    median: float
+
+    @classmethod
+    def of(cls, sizes, values) -> SizedEfficiency:
+        by_size: dict = {}
+        for s, v in zip(sizes, values, strict=True):
+            by_size.setdefault(float(s), []).append(float(v))
+        ordered = sorted(by_size)
+        return cls(
+            tuple(ordered),
+            tuple(float(np.median(by_size[s])) for s in ordered),
+            float(np.median(values)),
+        )
+
+    def at(self, size=None):
+        if size is None:
+            return self.median
+        wanted = np.log(np.maximum(np.asarray(size, dtype=np.float64), 1.0))
+        measured = np.log(np.asarray(self.sizes, dtype=np.float64))
+        nearest = np.abs(wanted[..., None] - measured).argmin(axis=-1)
+        picked = np.asarray(self.values, dtype=np.float64)[nearest]
+        return float(picked) if np.ndim(picked) == 0 else picked
+
+
+@dataclass(frozen=True)
 class Option:
     """One way to run the step's collectives; ``efficiency`` is the measured call time over
-    its floor (1.0: at the floor), one for every collective or one per collective."""
+    its floor (1.0: at the floor), one for every collective or one per collective, each a
+    number or a SizedEfficiency (the one measured nearest a call's size)."""
 
     variant: str
     codec: CodecRates | None = None
-    efficiency: float | dict = 1.0
+    efficiency: float | dict | SizedEfficiency = 1.0
     hierarchical: bool = False
 
     def __post_init__(self):
@@ -106,10 +140,13 @@ class Option:
         flat = self.variant if self.codec is None else f"{self.variant}:{self.codec.spec}"
         return flat + NODE_MARK if self.hierarchical else flat
 
-    def efficiency_for(self, collective: str) -> float:
-        if isinstance(self.efficiency, dict):
-            return self.efficiency.get(collective, 1.0)
-        return self.efficiency
+    def efficiency_for(self, collective: str, size=None):
+        """The efficiency of a call of `collective` (at OSU `size`, a number or an array,
+        where the efficiency was measured per size)."""
+        found = self.efficiency
+        if isinstance(found, dict):
+            found = found.get(collective, 1.0)
+        return found.at(size) if isinstance(found, SizedEfficiency) else found
 
     @property
     def ratio(self) -> float:
@@ -195,7 +232,7 @@ def call_seconds(
         "wire": wire,
         "codec": codec * np.ones_like(size),
         "floor": floor,
-        "time": option.efficiency_for(collective) * floor,
+        "time": option.efficiency_for(collective, size) * floor,
     }
 
 
@@ -239,7 +276,7 @@ def hierarchical_call_seconds(
     shape = np.shape(size)
     out = {k: np.asarray(v, dtype=np.float64).reshape(shape) for k, v in parts.items()}
     out["wire"] = out["intra"] + out["inter"]
-    out["time"] = option.efficiency_for(collective) * out["floor"]
+    out["time"] = option.efficiency_for(collective, size) * out["floor"]
     return out
 
 
@@ -327,7 +364,7 @@ def predict_step(
         size = osu_size(call.collective, call.nbytes, ranks)
         t = call_seconds(option, network, call.collective, size, ranks, codec_share)
         durations.append(float(t["time"]))
-        codec_total += float(t["codec"]) * option.efficiency_for(call.collective)
+        codec_total += float(t["codec"]) * option.efficiency_for(call.collective, size)
         buckets[bucket_of(call.nbytes)] += float(t["time"])
     step_s = step_timeline(step, durations, overlap)
     return StepPrediction(

@@ -56,7 +56,8 @@ def run_label(launch: Launch, show_framework: bool, varied_compress: bool) -> st
         label += " +EF"
     if len(launch.strategies) > 1:
         label += " [strategies rotated]"
-    return f"{framework}: {label}" if show_framework else label
+    # the series first: a legend entry's colour stands for its variant, page-wide
+    return f"{label}, {framework}" if show_framework else label
 
 
 def is_uncompressed(launch: Launch) -> bool:
@@ -78,7 +79,6 @@ def setting_title(model, ranks, link) -> str:
 
 
 LINESTYLES = ("-", ":", "-.", (0, (3, 1, 1, 1, 1, 1)))  # dashed is kept for models
-PALETTE = ("#000000", "#1f66b4", "#e6770b", "#2a9d2a", "#c0392b", "#9a4fc4", "#8c564b", "#17a2b8")
 
 
 def loss_notes(group: list[Launch], labels: list[str]) -> list[str]:
@@ -130,8 +130,11 @@ def training_loss(data, style: Style) -> list[Figure]:
         ref_loss = reference.steps.set_index("step")["loss"] if reference is not None else None
         for i, (launch, name) in enumerate(zip(group, names, strict=True)):
             steps = launch.steps
+            variant, algorithm = launch.key[1:3]
             kw = dict(
-                color=PALETTE[i % len(PALETTE)],
+                # the variant's colour, as on every figure of the page; runs of one
+                # variant apart by line style and marker
+                color=style.color(variant, algorithm),
                 linestyle=LINESTYLES[i % 4],
                 marker="osD^v<>p"[i % 8],
                 markersize=2.6,

@@ -195,7 +195,7 @@ def draw_two_level(data, style: Style) -> list[Figure]:
             handles["measured B/A (interleaved, 95% interval)"] = h
             if math.isfinite(p.expected):
                 (h,) = ax.plot(x, p.expected, "x", color="red", ms=7, zorder=4)
-                handles["expected from the floors"] = h
+                handles["model: the floors' ratio (expected)"] = h
         ax.axhline(1.0, color="0.5", lw=0.8, ls="--", zorder=1)
         ax.set_xticks(range(len(AGAINST)), [TICKS[a] for a in AGAINST])
         ax.set_xlim(-0.5, len(AGAINST) - 0.5)

@@ -256,3 +256,20 @@ def test_a_rows_ranks_per_node(row, expected):
     from ccbench.scripts.advise.parts import _row_ranks_per_node
 
     assert _row_ranks_per_node(row) == expected
+
+
+def test_a_call_takes_the_efficiency_measured_nearest_its_size():
+    m = 1 << 20
+    e = cm.SizedEfficiency.of([m, 4 * m, 16 * m, 16 * m], [2.0, 1.5, 1.25, 1.75])
+    assert e.sizes == (m, 4 * m, 16 * m) and e.values == (2.0, 1.5, 1.5)
+    assert e.median == 1.625  # of the four rows
+    e = cm.SizedEfficiency.of([m, 4 * m, 16 * m, 16 * m], [2.0, 1.5, 1.25, 1.25])
+    # 0.79 MB: 1 MiB is nearest; 3.2 MB: log(4 MiB / 3.2 MB) 0.27 < log(3.2 MB / 1 MiB) 1.1
+    assert e.at(790_000) == 2.0 and e.at(3.2e6) == 1.5 and e.at(64 * m) == 1.25
+    assert e.at(None) == 1.375
+    assert list(e.at([m, 9 * m])) == [2.0, 1.25]  # 9 MiB: 16 MiB nearer than 4 on a log
+    option = cm.Option("ring", efficiency={"allgather": e})
+    one = cm.Network(1e9, 0.0)
+    for size, eff in ((m, 2.0), (4 * m, 1.5)):
+        t = cm.call_seconds(option, one, "allgather", size, 4)
+        assert float(t["time"]) == pytest.approx(eff * float(t["floor"]))

@@ -233,3 +233,35 @@ def test_plot_names_a_file_whose_sidecar_is_malformed_and_draws_the_rest(tmp_pat
     assert status == 1
     assert f"{bad}.json is not valid JSON" in captured.err
     assert (tmp_path / "out" / "seed000_allgather_latency.png").exists()
+
+
+@pytest.mark.parametrize(
+    "exc, waits",
+    [
+        # gloo on a rank whose peer failed first and is taking the job down
+        (RuntimeError("[gloo/transport/tcp/pair.cc:598] Connection closed by peer"), True),
+        (ConnectionResetError(104, "Connection reset by peer"), True),
+        (RuntimeError("injected failure"), False),  # the rank that failed first
+        (ValueError("Connection closed by peer"), False),  # not a transport's error
+    ],
+)
+def test_a_rank_whose_peer_went_away_lets_the_first_failure_end_the_job(
+    monkeypatch, capsys, exc, waits
+):
+    from ccbench.benchmarks import agreement
+
+    events = []
+
+    class Comm:
+        rank = 0
+
+        def abort(self, status):
+            events.append(("abort", status))
+
+    monkeypatch.setattr(agreement.time, "sleep", lambda s: events.append(("sleep", s)))
+    agreement._abort(Comm(), exc)
+    line = capsys.readouterr().err.strip()
+    grace = [e for e in events if e == ("sleep", agreement.PEER_GONE_GRACE_S)]
+    assert bool(grace) == waits
+    # the line still comes (where the job outlived the grace), once, then the abort
+    assert line.count("ccbench: error: rank 0:") == 1 and events[-1] == ("abort", 1)

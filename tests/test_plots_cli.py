@@ -26,6 +26,7 @@ def test_cli_draws_every_figure_with_index(rendered):
     index = (out / "index.html").read_text()
     names = [spec.name for spec in cli.all_figures()]
     # the fixture holds rows of every regime: each figure drawn in the sections of its rows
+    # (the two-level figure in the section of the cluster of nodes)
     assert (
         index.index("bandwidth-limited links")
         < index.index("Shared memory")
@@ -41,7 +42,7 @@ def test_cli_draws_every_figure_with_index(rendered):
             drawn = [
                 p
                 for p in out.glob(f"{stem}_*.png")
-                if p.stem.rsplit("_", 1)[1] in ("links", "shm", "models")
+                if p.stem.rsplit("_", 1)[1] in ("links", "nodes", "shm", "models")
             ]
             assert drawn, stem
             for path in drawn:

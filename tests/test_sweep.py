@@ -557,3 +557,27 @@ variant = "merged_gradient"
 def test_merge_of_nothing_is_a_usage_error(tmp_path, capsys):
     assert merge.main([str(tmp_path), "-o", str(tmp_path / "m.csv")]) == 2
     assert "no CSV files" in capsys.readouterr().err
+
+
+def test_a_file_written_before_a_variant_gained_columns_merges_with_newer_ones(tmp_path, capsys):
+    from ccbench.benchmarks.results import HARNESS
+    from tests.helpers.rows import harness_row
+
+    now = HARNESS.variant_columns("coll_compressed")
+    added = ("intra_us", "inter_us")  # columns coll_compressed gained later
+    before = [c for c in now if c not in added]
+    out = tmp_path / "out"
+    new = harness_row(now, variant="coll_compressed", run_id="new", intra_us="5.0")
+    old = harness_row(before, variant="coll_compressed", run_id="old", size_bytes="8192")
+    write_csv_atomic(out / "new.csv", [new], now)
+    write_csv_atomic(out / "old.csv", [old], before)
+    assert merge.main([str(out), "-o", str(tmp_path / "all.csv")]) == 0
+    header, rows = read_rows(tmp_path / "all.csv")
+    assert header == list(now)  # the variant's columns in its order
+    by_run = {r["run_id"]: r for r in rows}
+    assert by_run["new"]["intra_us"] == "5.0" and by_run["old"]["intra_us"] == ""
+    # a column the variant never declared is still another schema
+    odd = harness_row([*now, "made_up_us"], variant="coll_compressed", run_id="odd")
+    write_csv_atomic(out / "odd.csv", [odd], [*now, "made_up_us"])
+    assert merge.main([str(out), "-o", str(tmp_path / "all2.csv")]) == 2
+    assert "refusing to mix schemas" in capsys.readouterr().err

@@ -23,7 +23,7 @@ from ccbench.benchmarks.options import add_codec_list, codecs_from
 from ccbench.collectives import compression_model as cm
 from ccbench.collectives import trace_files as tracefile
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.advise import parts
+from ccbench.scripts.advise import efficiency, parts
 from ccbench.scripts.advise import table as tables_out
 
 DEFAULT_CODECS = "fp16,bf16,bfp:rate=16,bfp:rate=8,bfp:rate=4"
@@ -299,7 +299,7 @@ def options_of(
 ) -> tuple:
     """(options, their inputs, their efficiencies: (label, collective) -> Efficiency).
     An efficiency not measured here is never better than the worst measured one of its
-    collective (parts.worst_measured). On a network of nodes every option also runs
+    collective (efficiency.worst_measured). On a network of nodes every option also runs
     hierarchical (label `...@node`), with the intra-node rate among its inputs."""
     variants, codecs = variants_and_codecs(opts)
     made, inputs, found = [], [], {}
@@ -319,13 +319,15 @@ def options_of(
                 if hierarchical and intra_input is not None:
                     inputs.append(replace(intra_input, option=label))
                 for c in collectives:
-                    found[label, c] = parts.efficiency(
+                    found[label, c] = efficiency.efficiency(
                         tables, option, c, ranks, link_gbps, declared, share, m
                     )
                 made.append((variant, rates, label, hierarchical))
-    found = parts.worst_measured(found)
+    found = efficiency.worst_measured(found)
     options = [
-        cm.Option(variant, rates, {c: found[label, c].value for c in collectives}, hierarchical)
+        cm.Option(
+            variant, rates, {c: found[label, c].for_model() for c in collectives}, hierarchical
+        )
         for variant, rates, label, hierarchical in made
     ]
     inputs += [e.input for e in found.values()]

@@ -84,15 +84,20 @@ def merge_rows(paths: Iterable[Path]) -> tuple[Schema, list[str], list[dict], di
             )
         variants = {r.get("variant") for r in table.rows}
         # a file of one variant (what a run writes) declares that variant's columns; a
-        # merged file carries the union of several, checked when it was merged
+        # merged file carries the union of several, checked when it was merged. A file
+        # written before a column was added to its variant lacks it: its rows leave it
+        # empty (every column it has is the variant's, in the variant's order)
         if schema.open and len(variants) == 1:
             (variant,) = variants
-            seen = declared.setdefault(variant, (extras, path))
-            if seen[0] != extras:
+            now = tuple(schema.extras(schema.variant_columns(variant)))
+            older = now and extras == tuple(c for c in now if c in set(extras))
+            seen = declared.setdefault(variant, (now if older else extras, path))
+            if seen[0] != (now if older else extras):
                 raise UsageError(
                     f"{path}: variant {variant} has columns {list(extras)} but "
                     f"{seen[1]} has {list(seen[0])}; refusing to mix schemas"
                 )
+            extras = now if older else extras
         columns += [c for c in extras if c not in columns]
         tables.append(table)
         paths_read.append(path)
