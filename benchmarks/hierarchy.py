@@ -16,10 +16,9 @@ from ccbench.collectives.hierarchical import Hierarchical, node_layout
 from ccbench.collectives.hierarchical_leader import LeaderHierarchical
 from ccbench.kernels import switches
 from ccbench.kernels.errors import UsageError
+from ccbench.kernels.vocabulary import HIERARCHY_MARKS
 
 HIERARCHIES = ("flat", "node", "leader")
-# the row's `algorithm` mark of each hierarchical design (flat rows carry none)
-ALGORITHM_MARKS = {"node": "hierarchical-", "leader": "leaders-"}
 HIERARCHY_HELP = (
     "flat: one collective over all ranks (default); node: uncompressed inside each node "
     "(the ring of point-to-point calls over the node's ranks: it takes blocks of unequal "
@@ -62,7 +61,7 @@ def check_hierarchy(opts, ranks: int) -> None:
 
 def hierarchical_algorithm(opts, algorithm: str) -> str:
     """The row's `algorithm`: the inter-node one, marked with its design."""
-    return ALGORITHM_MARKS.get(opts.hierarchy, "") + algorithm
+    return HIERARCHY_MARKS.get(opts.hierarchy, "") + algorithm
 
 
 def is_hierarchical(opts) -> bool:

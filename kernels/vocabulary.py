@@ -11,6 +11,10 @@ BUFFERS = ("numpy", "torch", "cupy", "torch-cuda")
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int8")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
+# What a hierarchical design (`--hierarchy node`, `--hierarchy leader`) puts before a
+# row's `algorithm`; flat rows carry no mark.
+HIERARCHY_MARKS = {"node": "hierarchical-", "leader": "leaders-"}
+
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1}
 
 # The position that travels with every sparse block (an int32).

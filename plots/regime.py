@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ccbench.benchmarks.hierarchy import ALGORITHM_MARKS
 from ccbench.collectives import regime_model as rm
 from ccbench.collectives.compression_model import COLL, P2P
+from ccbench.kernels.vocabulary import HIERARCHY_MARKS
 from ccbench.plots import papers
 from ccbench.plots.base import Figure, FigureSpec, Skip, link_of, rows
 from ccbench.plots.headlines import oriented_ratio
@@ -75,7 +75,7 @@ def flat_rows(frame):
     of the same size and link is another design)."""
     if frame.empty or "algorithm" not in frame.columns:
         return frame
-    marked = frame["algorithm"].astype(str).str.startswith(tuple(ALGORITHM_MARKS.values()))
+    marked = frame["algorithm"].astype(str).str.startswith(tuple(HIERARCHY_MARKS.values()))
     return frame[~marked]
 
 

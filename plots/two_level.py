@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ccbench.collectives import compression_model as cm
+from ccbench.kernels.vocabulary import HIERARCHY_MARKS
 from ccbench.plots.base import Figure, FigureSpec, Skip, rows
 from ccbench.plots.style import COLLECTIVE_LABELS, Style, figure, legend_below
 
@@ -35,8 +36,7 @@ AGAINST_WORDS = {
 TICKS = {"flat": "vs flat compressed", "library": "vs library", "per-rank": "leaders vs\nper rank"}
 NODE = "--hierarchy node"
 LEADER = "--hierarchy leader"
-# each design's mark on its harness rows' `algorithm` (benchmarks/hierarchy.py)
-MARKS = {"node": "hierarchical-", "leader": "leaders-"}
+MARKS = HIERARCHY_MARKS  # each design's mark on its harness rows' `algorithm`
 SWEEP = "sweeps/two-level.toml"
 
 

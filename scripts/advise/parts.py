@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ccbench.benchmarks.hierarchy import ALGORITHM_MARKS
 from ccbench.benchmarks.results import read_table
 from ccbench.collectives import compression_model as cm
 from ccbench.kernels.codecs import parse_codec
+from ccbench.kernels.vocabulary import HIERARCHY_MARKS
 
 # Stand-ins where nothing was measured (each shown as "assumed" with its reason)
 ASSUMED_CODEC_BPS = 1e9  # a single host core on a large buffer, order of magnitude
@@ -308,10 +308,10 @@ def codec_rates(
 # ------------------------------------------------------------------------- overlap
 
 
-HIERARCHICAL = ALGORITHM_MARKS["node"]  # the algorithm's mark on a `--hierarchy node` row
+HIERARCHICAL = HIERARCHY_MARKS["node"]  # the algorithm's mark on a `--hierarchy node` row
 # through node leaders (`--hierarchy leader`): measured beside the per-local-rank design,
 # not an option the advice ranks, so its rows feed no option's parts
-LEADERS = ALGORITHM_MARKS["leader"]
+LEADERS = HIERARCHY_MARKS["leader"]
 
 
 def row_is_hierarchical(row: dict) -> bool:
