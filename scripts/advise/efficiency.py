@@ -89,6 +89,11 @@ class Efficiency:
         return self.value
 
 
+def assumed(option: str, name: str, why: str) -> Efficiency:
+    """The efficiency no row here measured: at the floor, labelled assumed."""
+    return Efficiency(ASSUMED_EFFICIENCY, Input(option, name, ASSUMED_EFFICIENCY, why, True))
+
+
 def efficiency(
     tables: Tables,
     model: cm.Option,
@@ -146,16 +151,7 @@ def efficiency(
                 True,
             )
     if not rows:
-        return Efficiency(
-            ASSUMED_EFFICIENCY,
-            Input(
-                option,
-                name,
-                ASSUMED_EFFICIENCY,
-                "assumed: no harness row on an emulated link",
-                True,
-            ),
-        )
+        return assumed(option, name, "assumed: no harness row on an emulated link")
 
     def layout_of(r: dict) -> int:
         return _row_ranks_per_node(r) if model.hierarchical else 1
@@ -179,16 +175,7 @@ def efficiency(
     measured = [(s, v) for s, v in measured if math.isfinite(v)]
     values = [v for _, v in measured]
     if not values:
-        return Efficiency(
-            ASSUMED_EFFICIENCY,
-            Input(
-                option,
-                name,
-                ASSUMED_EFFICIENCY,
-                "assumed: harness rows lack the call's size or ranks",
-                True,
-            ),
-        )
+        return assumed(option, name, "assumed: harness rows lack the call's size or ranks")
     paths = sorted({p for p, _ in chosen})
     where = "; ".join(_where(p, [r for q, r in chosen if q == p]) for p in paths)
     per_node = f", {at[2]} per node" if model.hierarchical else ""
