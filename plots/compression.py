@@ -145,9 +145,10 @@ def latency_vs_size(data, style: Style, collective: str) -> list[Figure]:
     fig, axes = figure(len(shown), panel_height=2.35 + 0.12 * (len(codecs) + 1))
     keys, modelled, kinds, no_p2p, flagged, clipped = [], False, set(), False, [], False
     claims, rounds_drawn = [], False
+    # one time unit for every panel: the page check refuses a quantity in two units
+    scale, unit = time_unit(np.concatenate([drawn_points(sub)["avg_us"] for _, sub in shown]))
     for ax, ((ranks, link), sub) in zip(axes, shown, strict=True):
         points = drawn_points(sub)
-        scale, unit = time_unit(points["avg_us"])
         for variant, algorithm, codec in series_keys(points):
             series = points[
                 (points["variant"] == variant)

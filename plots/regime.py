@@ -24,7 +24,7 @@ from ccbench.kernels.vocabulary import HIERARCHY_MARKS
 from ccbench.plots import papers
 from ccbench.plots.base import Figure, FigureSpec, Skip, link_of, rows
 from ccbench.plots.headlines import oriented_ratio
-from ccbench.plots.style import COLLECTIVE_LABELS, Style, figure, legend_below
+from ccbench.plots.style import COLLECTIVE_LABELS, Style, figure, legend_below, spread
 
 # The paper's codec-to-wire ratio: GPU ZFP fixed-rate (encode and decode each tens to
 # hundreds of GB/s: a round trip of about 25-250 GB/s per rank, one rank per GPU) over
@@ -276,6 +276,10 @@ def verdict(points: list[Point], collective: str, claim: str, band=PAPER_BAND) -
             for p in inside
         )
         head = "reproduced" if hits else "not reproduced at the paper's ratio"
+        if not hits and all(p.measured[claim][1] > paper for p in inside):
+            head += " (every interval there saves more than the paper)"
+        elif not hits and all(p.measured[claim][2] < paper for p in inside):
+            head += " (every interval there saves less than the paper)"
         return f"{head}: {words}; measured {said}"
     span = model_band(points, collective, claim, band)
     if span is None or not errors:
@@ -373,6 +377,7 @@ def draw_regime(data, style: Style) -> list[Figure]:
             paper = 100 * paper_saving(collective, claim)
             (h,) = ax.plot(PAPER_BAND, [paper, paper], ls="-", color="#b8860b", lw=2, zorder=1)
             handles["paper's number, in the paper's band of ratios"] = h
+            ends = []  # (the line's value at the right edge, its label)
             for r in sorted({round(p.parts.compression, 1) for p in mine}):
                 parts, rate = median_parts([p for p in mine if round(p.parts.compression, 1) == r])
                 line = np.array(
@@ -382,7 +387,12 @@ def draw_regime(data, style: Style) -> list[Figure]:
                 (h,) = ax.plot(AXIS, line, ls="--", color="#555555", lw=0.8, zorder=2)
                 handles["model (call_seconds), one line per compression ratio"] = h
                 if np.isfinite(line[-1]):
-                    ax.annotate(f"r={r:g}", (AXIS[-1], line[-1]), fontsize=6, ha="right")
+                    ends.append((float(line[-1]), f"r={r:g}"))
+            # lines of several ratios end together: their labels fan out, each at least
+            # 5% of the axis apart
+            gap = 0.05 * (105 - (low - 5))
+            for y, (_, label) in zip(spread([e[0] for e in ends], gap), ends, strict=True):
+                ax.annotate(label, (AXIS[-1], y), fontsize=6, ha="right", va="center")
             for p in mine:
                 if claim not in p.measured:
                     continue

@@ -336,6 +336,29 @@ def y_scale_for(ax, values, ratio: float = 20.0) -> None:
         ax.set_ylim(bottom=0)
 
 
+def spread(values, gap: float) -> list[float]:
+    """Positions for labels at `values` (one axis, data units), each at least `gap` from
+    its neighbours and as near its own value as that allows: labels that would touch form
+    a run `gap` apart, centred on their values' mean (runs that then touch merge), so
+    labels of lines that end together fan out around them instead of printing over one
+    another. Same order as `values`."""
+    runs: list[list[int]] = []  # indices into values, each run ascending
+
+    def start(run):
+        return sum(values[i] for i in run) / len(run) - (len(run) - 1) * gap / 2
+
+    for i in sorted(range(len(values)), key=lambda i: values[i]):
+        runs.append([i])
+        while len(runs) > 1 and start(runs[-2]) + len(runs[-2]) * gap > start(runs[-1]):
+            last = runs.pop()
+            runs[-1].extend(last)
+    out = [0.0] * len(values)
+    for run in runs:
+        for k, i in enumerate(run):
+            out[i] = start(run) + k * gap
+    return out
+
+
 def time_unit(values_us) -> tuple[float, str]:
     """Divisor and unit name so the largest value reads between 1 and 1000."""
     values = np.asarray(values_us, dtype=float)
