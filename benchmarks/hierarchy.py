@@ -13,12 +13,11 @@ from __future__ import annotations
 from ccbench.benchmarks.environment import link_bound
 from ccbench.collectives.costmodel import floor_steps, hierarchical_floor
 from ccbench.collectives.hierarchical import Hierarchical, node_layout
-from ccbench.collectives.hierarchical_leader import LeaderHierarchical
+from ccbench.collectives.hierarchies import HIERARCHIES, INTRA_NODE, design
 from ccbench.kernels import switches
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.vocabulary import HIERARCHY_MARKS
 
-HIERARCHIES = ("flat", "node", "leader")
 HIERARCHY_HELP = (
     "flat: one collective over all ranks (default); node: uncompressed inside each node "
     "(the ring of point-to-point calls over the node's ranks: it takes blocks of unequal "
@@ -42,10 +41,22 @@ def add_hierarchy_options(parser) -> None:
         help="with --hierarchy node or leader: M consecutive ranks per node (on one host this "
         "fakes nodes; default: the launch's layout)",
     )
+    group.add_argument(
+        "--intra-node",
+        choices=INTRA_NODE,
+        default="auto",
+        help="with --hierarchy node, the level inside a node: shm (each rank reads its "
+        "peers' segments of the host's shared memory: one copy per block, no rank waits "
+        "for a peer to poll), ring (MPI messages between the node's ranks), auto (shm "
+        "where every node's ranks share memory, else ring; the default)",
+    )
 
 
 def check_hierarchy(opts, ranks: int) -> None:
     """One clear line for a layout that cannot be split (before any rank starts work)."""
+    intra = getattr(opts, "intra_node", "auto")
+    if intra != "auto" and opts.hierarchy != "node":
+        raise UsageError(f"--intra-node {intra} goes with --hierarchy node")
     if opts.hierarchy == "flat":
         if opts.ranks_per_node is not None:
             raise UsageError("--ranks-per-node goes with --hierarchy node or leader")
@@ -70,8 +81,8 @@ def is_hierarchical(opts) -> bool:
 
 def bind_hierarchical(comm, opts, collective: str, send, recv, bind_inter) -> Hierarchical:
     layout = node_layout(comm, opts.ranks_per_node)
-    design = LeaderHierarchical if opts.hierarchy == "leader" else Hierarchical
-    return design(comm, layout, collective, send, recv, bind_inter)
+    chosen = design(opts.hierarchy, getattr(opts, "intra_node", "auto"))
+    return chosen(comm, layout, collective, send, recv, bind_inter)
 
 
 def intra_node_gbps() -> float | None:
@@ -83,6 +94,7 @@ def intra_node_gbps() -> float | None:
 
 LEVEL_COLUMNS = (
     "ranks_per_node",
+    "intra_node",
     "intra_wire_bytes",
     "inter_wire_bytes",
     "node_link_bytes",
@@ -127,6 +139,7 @@ def level_columns(
     call_us = base.get("call_us")
     return {
         "ranks_per_node": layout.ranks_per_node,
+        "intra_node": ",".join(sorted(set(comm.allgather_obj(run.intra_node)))),
         "intra_wire_bytes": intra,
         "inter_wire_bytes": inter,
         "node_link_bytes": link_bytes,

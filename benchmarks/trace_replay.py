@@ -433,6 +433,7 @@ def _run(argv, comm: Communicator) -> int:
         opts.compress,
         opts.hierarchy,
         opts.ranks_per_node,
+        opts.intra_node,
     )
     router = agreed(comm, lambda: Router(comm, spec))
     steps, fit = trace.steps, None

@@ -442,6 +442,9 @@ class Communicator(BaseCommunicator):
     def barrier(self) -> None:
         self.mpi.Barrier()
 
+    def ibarrier(self):
+        return self.mpi.Ibarrier()
+
     # control plane ------------------------------------------------------------------
     def allgather_obj(self, obj) -> list:
         return self.mpi.allgather(obj)

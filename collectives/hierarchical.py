@@ -133,6 +133,10 @@ class YieldingRing:
     def sendrecv(self, sendbuf, dest: int, recvbuf, source: int, tag: int = _TAG_INTRA) -> None:
         self.complete(self.comm.exchange(sendbuf, dest, recvbuf, source, tag))
 
+    def barrier(self) -> None:
+        """The node's barrier, yielding the core while it waits."""
+        self.complete([self.comm.ibarrier()])
+
     def complete(self, requests) -> None:
         """Wait for `requests`, yielding the core between tests."""
         if not self.comm.any_completion:
@@ -149,6 +153,8 @@ class Hierarchical:
     `intra_wire_bytes` and `inter_wire_bytes` are what this rank sent at each level; both
     are added to `comm.wire_bytes`. `raw_bytes` is what it would send uncompressed.
     `levels` holds each call's seconds inside the node and across nodes."""
+
+    intra_node = "ring"  # how the level inside a node moves its bytes
 
     def __init__(self, comm, layout: NodeLayout, collective: str, sendbuf, recvbuf, bind_inter):
         described = spec(collective)

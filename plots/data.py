@@ -383,6 +383,8 @@ def typed_frame(
                 report.notes.append(f"{bad} non-numeric value(s) in {column} ignored")
         elif wanted is bool:
             columns[column] = values.map(lambda v: TRUTH.get(v, v)).astype(object)
+        elif wanted is str and kind.schema.column(column) is not None:
+            columns[column] = values  # declared text: an empty column is not a number
         else:
             columns[column] = values.infer_objects()
     return pd.DataFrame(columns, index=records.index)

@@ -27,14 +27,21 @@ from ccbench.plots.style import COLLECTIVE_LABELS, Style, figure, legend_below
 SIZE = 16 << 20
 RANKS = 4
 COLLECTIVES = ("allgather", "reduce_scatter")
-AGAINST = ("flat", "library", "per-rank")
+AGAINST = ("flat", "library", "per-rank", "ring")
 AGAINST_WORDS = {
     "flat": "the flat compressed ring",
     "library": "the library (MPI)",
     "per-rank": "per local rank",
+    "ring": "MPI's messages inside the node",
 }
-TICKS = {"flat": "vs flat compressed", "library": "vs library", "per-rank": "leaders vs\nper rank"}
+TICKS = {
+    "flat": "vs flat\ncompressed",
+    "library": "vs library",
+    "per-rank": "leaders vs\nper rank",
+    "ring": "shm vs ring\ninside node",
+}
 NODE = "--hierarchy node"
+SHM, RING = "--intra-node shm", "--intra-node ring"
 LEADER = "--hierarchy leader"
 MARKS = HIERARCHY_MARKS  # each design's mark on its harness rows' `algorithm`
 SWEEP = "sweeps/two-level.toml"
@@ -70,7 +77,11 @@ def against_of(a: str, b: str) -> str | None:
     """What a compare row set the hierarchical side (B) against: `flat` (A is the same
     compressed variant and codec without --hierarchy), `library` (A is the baseline's
     MPI collective), `per-rank` (B through node leaders, A per local rank, the same
-    variant and codec); None for any other pair."""
+    variant and codec), `ring` (both per local rank, B inside the node through shared
+    memory, A over MPI's messages); None for any other pair."""
+    if NODE in a and NODE in b and SHM in b and RING in a:
+        same = a.split()[:1] == b.split()[:1] and _codec_of(a) == _codec_of(b)
+        return "ring" if same else None
     if LEADER in b and NODE in a:
         same = a.split()[:1] == b.split()[:1] and _codec_of(a) == _codec_of(b)
         return "per-rank" if same else None
@@ -135,6 +146,8 @@ def two_level_points(data) -> list[Point]:
         elif against == "per-rank":  # B is the leaders' design, A per local rank
             other = hier
             hier, _ = _floor_s(data, collective, codec, "leader")
+        elif against == "ring":  # one floor: it does not say how a node moves its bytes
+            other = hier
         else:
             other = library_floor_s(hier_row, collective) if hier_row else math.nan
         points[collective, against] = Point(
@@ -153,11 +166,12 @@ def two_level_points(data) -> list[Point]:
 
 def note(p: Point) -> str:
     expected = f"{p.expected:.2f}" if math.isfinite(p.expected) else "not known (no harness row)"
-    what = (
-        f"through node leaders over {AGAINST_WORDS[p.against]}, {p.codec}"
-        if p.against == "per-rank"
-        else f"hierarchical {p.codec} over {AGAINST_WORDS[p.against]}"
-    )
+    if p.against == "per-rank":
+        what = f"through node leaders over {AGAINST_WORDS[p.against]}, {p.codec}"
+    elif p.against == "ring":
+        what = f"hierarchical {p.codec}, shared memory inside the node over {AGAINST_WORDS['ring']}"
+    else:
+        what = f"hierarchical {p.codec} over {AGAINST_WORDS[p.against]}"
     return (
         f"{COLLECTIVE_LABELS.get(p.collective, p.collective)}, {what}: expected {expected} "
         "from the floors, measured "
@@ -206,8 +220,10 @@ def draw_two_level(data, style: Style) -> list[Figure]:
         "The two-level cluster (2 nodes x 2 ranks, 1 Gbit/s between nodes, shared memory "
         f"inside a node), 16 MiB, from the separate sweep {SWEEP}: the hierarchical "
         "compressed collective (`--hierarchy node`) over the flat compressed ring and "
-        "over the library's collective, and through node leaders (`--hierarchy leader`) "
-        "over per local rank, as interleaved comparisons (below 1: B is faster), beside "
+        "over the library's collective, through node leaders (`--hierarchy leader`) "
+        "over per local rank, and the level inside a node through shared memory over "
+        "MPI's messages (`--intra-node shm` over `ring`), as interleaved comparisons "
+        "(below 1: B is faster), beside "
         "the ratio the floors predict (red). " + " ".join(note(p) for p in points)
     )
     return [Figure("two_level", fig, caption)]

@@ -120,7 +120,8 @@ def cases(ranks: int, per_node: str) -> dict:
 @pytest.mark.parametrize("ranks, per_node", [(4, "2"), (6, "2 3")])
 def test_every_case_is_right(ranks, per_node):
     results = cases(ranks, per_node)
-    assert len(results) == 2 * 45 * len(per_node.split())  # both designs
+    # every design, and 3 cases of torch tensors through shared memory
+    assert len(results) == (3 * 45 + 3) * len(per_node.split())
     wrong = {k: v["ranks"][0] for k, v in results.items() if not v["ok"]}
     assert not wrong
 
@@ -171,12 +172,13 @@ def test_leader_bytes_per_level_by_hand(collective, variant, item):
 @pytest.mark.mpi
 @pytest.mark.parametrize("collective", ["allgather", "reduce_scatter", "allreduce"])
 @pytest.mark.parametrize("variant, item", [("ring-none", 4), ("coll-fp16", 2), ("p2p-bf16", 2)])
-def test_bytes_per_level_by_hand(collective, variant, item):
+@pytest.mark.parametrize("design", ["", "shm"])  # shared memory: the bytes read, as received
+def test_bytes_per_level_by_hand(collective, variant, item, design):
     results = cases(4, "2")
     for count in {"allgather": (7, 1000), "reduce_scatter": (7, 300), "allreduce": (3, 4099)}[
         collective
     ]:
-        rank0 = results[f"2-{collective}-{variant}-{count}"]["ranks"][0]
+        rank0 = results[f"{design}2-{collective}-{variant}-{count}"]["ranks"][0]
         intra, inter = expected_bytes(collective, count, 2, 2, item)
         assert (rank0["intra"], rank0["inter"]) == (intra, inter)
         assert rank0["total"] == 2 * (intra + inter)  # both levels, two calls
@@ -220,6 +222,7 @@ def test_rows_of_the_hierarchical_variant(tmp_path):
     assert coll["algorithm"] == "hierarchical-ring" and coll["validation"] == "Pass"
     assert base["algorithm"] == "hierarchical-mpi" and base["validation"] == "Pass"
     assert coll["ranks_per_node"] == "2" and coll["compressions"] == "1"
+    assert coll["intra_node"] == "shm"  # auto: the ranks of one host share memory
     # 1024 values per rank: 2 blocks of 4 KiB to the other rank of the node; 1 block in
     # fp16 (2 KiB) across; the node's two ranks share its link: 4 KiB through it
     assert int(coll["intra_wire_bytes"]) == 8192
@@ -232,12 +235,68 @@ def test_rows_of_the_hierarchical_variant(tmp_path):
         assert 0 < float(coll[level]) <= float(coll["max_us"]) * 1.001
 
 
+@pytest.mark.mpi
+def test_rows_say_the_level_inside_a_node_went_through_shared_memory(tmp_path):
+    proc = mpirun(
+        4,
+        [
+            *variant_module("coll_compressed"),
+            *("--codec", "fp16", "--collective", "reduce_scatter", "-m", "4K:4K", "-i", "2"),
+            *("--hierarchy", "node", "--ranks-per-node", "2", "--intra-node", "shm", "-c"),
+            *("--data", "gradient-like", "--csv", tmp_path / "s.csv"),
+        ],
+    )
+    assert proc.returncode == 0, proc.stderr
+    row = next(csv.DictReader((tmp_path / "s.csv").open()))
+    assert row["intra_node"] == "shm" and row["validation"] == "Pass"
+    assert row["algorithm"] == "hierarchical-ring"
+    # 4 KiB reduce-scatter: 1024 values, blocks of 256; rank r reads its block of both
+    # nodes' slabs from the node's other rank (2 x 1 KiB), as the ring would send it
+    assert int(row["intra_wire_bytes"]) == 2048
+
+
+# a host whose shared memory has no room: every reservation of a segment fails
+NO_ROOM = """
+import errno, os, runpy, sys
+def full(fd, offset, length):
+    raise OSError(errno.ENOSPC, "No space left on device")
+os.posix_fallocate = full
+sys.argv = ["coll_compressed", *sys.argv[1:]]
+runpy.run_module("ccbench.benchmarks.coll_compressed", run_name="__main__")
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("intra", ["auto", "shm"])
+def test_no_room_for_the_segments_falls_back_to_the_ring_or_is_one_line(tmp_path, intra):
+    proc = mpirun(
+        4,
+        [
+            *("-c", NO_ROOM, "--codec", "fp16", "--collective", "allgather", "-m", "4K:4K"),
+            *("--hierarchy", "node", "--ranks-per-node", "2", "--intra-node", intra, "-c"),
+            *("--csv", tmp_path / "r.csv"),
+        ],
+    )
+    if intra == "auto":  # the ring inside the node, and the row says so
+        assert proc.returncode == 0, proc.stderr
+        row = next(csv.DictReader((tmp_path / "r.csv").open()))
+        assert row["intra_node"] == "ring" and row["validation"] == "Pass"
+        return
+    assert proc.returncode == 2
+    assert "no room for their segments" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.count("ccbench: error") == 1  # one line, from rank 0
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
         (["--ranks-per-node", "2"], "--ranks-per-node goes with --hierarchy node"),
         (["--hierarchy", "node", "--ranks-per-node", "3"], "do not make whole nodes"),
         (["--hierarchy", "node", "-d", "torch"], "numpy buffers"),
+        (
+            ["--hierarchy", "leader", "--intra-node", "shm"],
+            "--intra-node shm goes with --hierarchy node",
+        ),
     ],
 )
 @pytest.mark.mpi

@@ -54,6 +54,7 @@ class GradientCommSpec:
     # launch's layout)
     hierarchy: str = "flat"
     ranks_per_node: int | None = None
+    intra_node: str = "auto"  # node: the level inside a node (collectives/hierarchies.py)
 
 
 class GradientCommunicator:
@@ -175,10 +176,9 @@ class GradientCommunicator:
         """Across nodes only: the same variant, flat, on each inter-node communicator,
         bound once per pair of buffers (no retargeting: the levels keep scratch of their
         own)."""
-        from ccbench.collectives.hierarchical import Hierarchical
-        from ccbench.collectives.hierarchical_leader import LeaderHierarchical
+        from ccbench.collectives.hierarchies import design as hierarchical_design
 
-        design = LeaderHierarchical if self.spec.hierarchy == "leader" else Hierarchical
+        design = hierarchical_design(self.spec.hierarchy, self.spec.intra_node)
         flat = replace(self.spec, hierarchy="flat")
 
         def bind_inter(inter, s, r):

@@ -100,6 +100,7 @@ class ReplaySpec:
     compress: str = "both"
     hierarchy: str = "flat"  # GradientCommSpec's
     ranks_per_node: int | None = None
+    intra_node: str = "auto"
 
 
 class Router:
@@ -119,6 +120,7 @@ class Router:
                 spec.compress,
                 hierarchy=spec.hierarchy,
                 ranks_per_node=spec.ranks_per_node,
+                intra_node=spec.intra_node,
             ),
         )
         self.dense = (

@@ -1,4 +1,5 @@
-"""Hierarchical collectives, every design (per local rank; node leaders) x collective x
+"""Hierarchical collectives, every design (per local rank, inside a node over MPI messages
+or shared memory; node leaders) x collective x
 inter-node algorithm x count, in one launch.
 
 Run under mpiexec on 4 ranks (2 nodes x 2 ranks, faked on one host by the layout) or 6
@@ -34,7 +35,9 @@ INTER = (
 COUNTS = {"allgather": (1, 7, 1000), "reduce_scatter": (1, 7, 300), "allreduce": (1, 3, 4099)}
 
 
-DESIGNS = {"node": "", "leader": "leader"}  # the case id's prefix
+# the case id's prefix: per local rank (its level inside a node over MPI's messages, or
+# through shared memory), node leaders
+DESIGNS = {"node": "", "shm": "shm", "leader": "leader"}
 
 
 def cases(ranks_per_node: int):
@@ -46,6 +49,12 @@ def cases(ranks_per_node: int):
                         f"{prefix}{ranks_per_node}-{collective}-{variant}-{codec}-{count}",
                         (design, collective, variant, codec, count),
                     )
+    # torch tensors on the host (the training loops' buffers) through shared memory
+    for collective in COLLECTIVES:
+        yield (
+            f"shm-torch{ranks_per_node}-{collective}",
+            ("shm-torch", collective, "ring", "none", 7),
+        )
 
 
 def bound(codec, collective: str, inputs: list, m: int) -> float:
@@ -74,6 +83,7 @@ def run_case(comm, layout, design, collective, variant, codec_spec, count):
     from ccbench.collectives.compressed import bind_compressed
     from ccbench.collectives.hierarchical import Hierarchical
     from ccbench.collectives.hierarchical_leader import LeaderHierarchical
+    from ccbench.collectives.hierarchical_shared import SharedHierarchical
     from ccbench.kernels import inputs as kinds
     from ccbench.kernels.codecs import parse_codec
 
@@ -93,13 +103,23 @@ def run_case(comm, layout, design, collective, variant, codec_spec, count):
     values = [np.asarray(v, np.float32) for v in values]
     send = values[rank].copy()
     recv = np.empty(recv_count, np.float32)
+    host = send, recv  # numpy views of the buffers, for the check
+    if design == "shm-torch":
+        import torch
+
+        send, recv = torch.from_numpy(send), torch.from_numpy(recv)
 
     def bind_inter(inter, s, r):
         if codec_spec == "none":
             return bind_collective(inter, variant, collective, s, r)
         return bind_compressed(inter, variant, collective, codec, s, r)
 
-    bind = LeaderHierarchical if design == "leader" else Hierarchical
+    bind = {
+        "node": Hierarchical,
+        "shm": SharedHierarchical,
+        "shm-torch": SharedHierarchical,
+        "leader": LeaderHierarchical,
+    }[design]
     run = bind(comm, layout, collective, send, recv, bind_inter)
     run()
     run()  # twice: the second call's bytes alone are counted
@@ -110,9 +130,12 @@ def run_case(comm, layout, design, collective, variant, codec_spec, count):
         expected = np.sum(exact, axis=0)
     else:
         expected = np.sum(exact, axis=0)[rank * count : (rank + 1) * count]
+    recv = host[1]
     err = float(np.abs(recv.astype(np.float64) - expected).max()) if expected.size else 0.0
     limit = bound(codec, collective, values, layout.ranks_per_node) if codec.lossy else 0.0
-    return err <= limit, {
+    # the shared designs must have run through shared memory (one host's ranks share it)
+    through = run.intra_node == "shm" if design.startswith("shm") else True
+    return err <= limit and through, {
         "err": err,
         "bound": float(limit),
         "intra": run.intra_wire_bytes,

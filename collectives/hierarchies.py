@@ -1,0 +1,30 @@
+"""The hierarchical designs by name: `--hierarchy node|leader` with `--intra-node
+auto|ring|shm` (docs/hierarchical.md). One table for every caller (the benchmarks,
+trace replay, the training loops' gradient communicator)."""
+
+from __future__ import annotations
+
+from ccbench.collectives.hierarchical import Hierarchical
+from ccbench.collectives.hierarchical_leader import LeaderHierarchical
+from ccbench.collectives.hierarchical_shared import (
+    RequiredSharedHierarchical,
+    SharedHierarchical,
+)
+from ccbench.kernels.errors import UsageError
+
+HIERARCHIES = ("flat", "node", "leader")
+# auto: shared memory where every node's ranks share it, else the ring
+INTRA_NODE = ("auto", "ring", "shm")
+
+
+def design(hierarchy: str, intra_node: str = "auto") -> type[Hierarchical]:
+    """The class that runs `hierarchy` (node or leader) with `intra_node`."""
+    if hierarchy == "leader":
+        if intra_node == "shm":
+            raise UsageError("--intra-node shm goes with --hierarchy node")
+        return LeaderHierarchical
+    if hierarchy != "node":
+        raise UsageError(f"--hierarchy {hierarchy}: no hierarchical design of that name")
+    return {"auto": SharedHierarchical, "shm": RequiredSharedHierarchical}.get(
+        intra_node, Hierarchical
+    )
