@@ -13,7 +13,7 @@ from __future__ import annotations
 from ccbench.benchmarks.environment import link_bound
 from ccbench.collectives.costmodel import floor_steps, hierarchical_floor
 from ccbench.collectives.hierarchical import Hierarchical, node_layout
-from ccbench.collectives.hierarchies import HIERARCHIES, INTRA_NODE, design
+from ccbench.collectives.hierarchies import HIERARCHIES, INTRA_NODE, check_intra_node, design
 from ccbench.kernels import switches
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.vocabulary import HIERARCHY_MARKS
@@ -23,7 +23,8 @@ HIERARCHY_HELP = (
     "(the ring of point-to-point calls over the node's ranks: it takes blocks of unequal "
     "length and counts its bytes, where hierarchical libraries call their own "
     "collective), the variant's collective across nodes among the ranks of each local "
-    "index (every rank's link carries its share), levels in series; leader: the node's "
+    "index (every rank's link carries its share), levels in series (overlapped through "
+    "shared memory with the collective-level ring across); leader: the node's "
     "data gathered to its first rank, the variant's collective among those leaders, the "
     "result sent back inside the node. Nodes: --ranks-per-node, else `ccbench cluster "
     "run`'s or SLURM's layout, else the ranks' host names"
@@ -54,9 +55,7 @@ def add_hierarchy_options(parser) -> None:
 
 def check_hierarchy(opts, ranks: int) -> None:
     """One clear line for a layout that cannot be split (before any rank starts work)."""
-    intra = getattr(opts, "intra_node", "auto")
-    if intra != "auto" and opts.hierarchy != "node":
-        raise UsageError(f"--intra-node {intra} goes with --hierarchy node")
+    check_intra_node(opts.hierarchy, getattr(opts, "intra_node", "auto"))
     if opts.hierarchy == "flat":
         if opts.ranks_per_node is not None:
             raise UsageError("--ranks-per-node goes with --hierarchy node or leader")
@@ -95,6 +94,7 @@ def intra_node_gbps() -> float | None:
 LEVEL_COLUMNS = (
     "ranks_per_node",
     "intra_node",
+    "levels",
     "intra_wire_bytes",
     "inter_wire_bytes",
     "node_link_bytes",
@@ -114,12 +114,14 @@ def level_columns(
     any rank sent across, the most any node's link carried (its ranks' inter-node bytes,
     summed: they share it), the inter-node steps of the collective across N nodes, the
     codec's floor as `base` (compressed_base.breakdown_columns) found it; and each
-    level's time, the slowest rank's mean over the `timed` calls. Collective."""
+    level's time, the slowest rank's mean over the `timed` calls; the levels' floors
+    added, or the larger taken where the levels overlapped (`levels`). Collective."""
     intra_s, inter_s = (comm.allreduce_value(t, op="max") for t in run.level_seconds(*timed))
     intra = comm.allreduce_value(run.intra_wire_bytes, op="max")
     inter = comm.allreduce_value(run.inter_wire_bytes, op="max")
     link_bytes = comm.allreduce_value(run.intra.allreduce_value(run.inter_wire_bytes), op="max")
     layout = run.layout
+    levels = ",".join(sorted(set(comm.allgather_obj(run.levels))))
     rate = base.get("floor_link_gbps")
     intra_rate = intra_node_gbps()
     bound = link_bound()
@@ -135,11 +137,13 @@ def level_columns(
         bound["link_burst_bytes"] or 0.0,
         floor_steps(collective, layout.nodes, "ring" if inter_algorithm == "ring" else "library"),
         (bound["link_step_us"] or 0.0) * 1e-6,
+        overlapped=levels == "overlapped",
     )
     call_us = base.get("call_us")
     return {
         "ranks_per_node": layout.ranks_per_node,
         "intra_node": ",".join(sorted(set(comm.allgather_obj(run.intra_node)))),
+        "levels": levels,
         "intra_wire_bytes": intra,
         "inter_wire_bytes": inter,
         "node_link_bytes": link_bytes,

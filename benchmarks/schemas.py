@@ -55,9 +55,10 @@ COMPRESSED = columns(
     (SETTING, float, ("ranks_per_core", "ranks_per_device")),
     # --hierarchy node or leader only (benchmarks/hierarchy.py): the node layout, the bytes
     # sent at each level and through a node's link, each level's floor and measured time,
-    # the intra-node rate; how the level inside a node moves its bytes (ring, shm)
+    # the intra-node rate; how the level inside a node moves its bytes (ring, shm), and
+    # whether it runs after the level across or beside it (levels: series, overlapped)
     (SETTING, int, ("ranks_per_node",)),
-    (SETTING, str, ("intra_node",)),
+    (SETTING, str, ("intra_node", "levels")),
     (MEASUREMENT, int, ("intra_wire_bytes", "inter_wire_bytes", "node_link_bytes")),
     (MEASUREMENT, float, ("intra_floor_us", "inter_floor_us")),
     (MEASUREMENT, float, ("intra_us", "inter_us")),  # each level's measured time

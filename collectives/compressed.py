@@ -384,6 +384,13 @@ class CollCompressed(_Bound):
         self.piece = piece
         self.breakdown = Breakdown(comm, sendbuf)
         self.engine: Engine | None = None
+        # a caller's hooks (the hierarchical collectives' level inside a node, which
+        # runs beside this call; inline progress only): needs(c0, c1) before sendbuf[c0:c1]
+        # is first read (it may fill it then), delivered(c0, c1) once recvbuf[c0:c1] holds
+        # its final values, and side work where the call would wait (Engine's `side`)
+        self.needs = None
+        self.delivered = None
+        self.side_work = None
 
     def _reduce_slots(self, phase, sizes: dict) -> None:
         """Partial sums: one receive and one send slot per (step, chunk)."""
@@ -437,7 +444,9 @@ class CollCompressed(_Bound):
         return self.recvbuf
 
     def _run(self, build) -> None:
-        self.engine = Engine(self.comm, self.breakdown, self.codec_threads, self.wait)
+        self.engine = Engine(
+            self.comm, self.breakdown, self.codec_threads, self.wait, self.side_work
+        )
         build(self.engine)
         self.engine.run()
 
@@ -526,7 +535,7 @@ class CollCompressed(_Bound):
                     slot[: self._payload_len(slot, c1 - c0)],
                     self._tag(place, step + 1),
                 )
-            engine.local.append(lambda: self._decode(slot, buf[c0:c1]))
+            engine.local.append(lambda: self._decode_result(slot, buf[c0:c1], c0, c1))
 
         if own is None:
             return
@@ -543,7 +552,27 @@ class CollCompressed(_Bound):
         values, the owner included)."""
         payload = self._encode(data, self.slots["ag", self.rank, c])
         engine.send(self._send, payload, self._tag(place, 0))
-        engine.local.append(lambda: self._decode(payload, result))
+        c0, c1 = self.chunks[self.rank][c]
+        engine.local.append(lambda: self._decode_result(payload, result, c0, c1))
+
+    def _decode_result(self, payload, out, c0: int, c1: int) -> None:
+        """out (recvbuf[c0:c1]) = the decoded payload: final values, announced."""
+        self._decode(payload, out)
+        if self.delivered is not None:
+            self.delivered(c0, c1)
+
+    def _input(self, c0: int, c1: int):
+        """sendbuf[c0:c1], once the caller's `needs` hook has seen it asked for."""
+        if self.needs is not None:
+            self.needs(c0, c1)
+        return self.sendbuf[c0:c1]
+
+    def input_order(self, phase) -> list[int]:
+        """The blocks of sendbuf in the order a reduce-scatter phase first reads them: the
+        block it sends first, then each block as a partial sum arrives for it."""
+        schedule = list(phase.schedule(self.rank, self.size))
+        order = [schedule[0][1], *(recv for _, _, recv in schedule)] if schedule else []
+        return list(dict.fromkeys(order))
 
     # reduce-scatter: decompress, reduce, recompress, chunk by chunk
     def _reduce_scatter(
@@ -552,7 +581,6 @@ class CollCompressed(_Bound):
         """out = block `rank` of the sum; out_start is its offset in the buffer. With
         `fuse_into` (the allreduce's result), each reduced chunk starts the next phase."""
         rank, last = self.rank, self.size - 2
-        send = self.sendbuf
         schedule = list(phase.schedule(rank, self.size))
         for step, _, recv_block in schedule:
             for c in range(len(self.chunks[recv_block])):
@@ -568,13 +596,13 @@ class CollCompressed(_Bound):
             incoming = self.slots["rs-in", step, c]
             if step == last:
                 target = out[c0 - out_start : c1 - out_start]
-                self._decode_add(incoming, send[c0:c1], target)
+                self._decode_add(incoming, self._input(c0, c1), target)
                 if fuse_into is not None:
                     self._own_chunk(engine, target, target, c, handed_tag)
                 return
             partial = self.scratch.partial[: c1 - c0]
             payload = self._decode_add(
-                incoming, send[c0:c1], partial, self.slots["rs-out", step + 1, c]
+                incoming, self._input(c0, c1), partial, self.slots["rs-out", step + 1, c]
             )
             engine.send(self._send, payload, self._tag(place, step + 1))
 
@@ -583,7 +611,7 @@ class CollCompressed(_Bound):
             engine.first.append(
                 lambda c=c, c0=c0, c1=c1: engine.send(
                     self._send,
-                    self._encode(send[c0:c1], self.slots["rs-out", 0, c]),
+                    self._encode(self._input(c0, c1), self.slots["rs-out", 0, c]),
                     self._tag(place, 0),
                 )
             )

@@ -26,6 +26,7 @@ import numpy as np
 
 from ccbench.collectives.compressed_error import compressions_on_path
 from ccbench.collectives.costmodel import (
+    OVERLAPPED_LEVELS,
     AlphaBeta,
     call_floor_s,
     floor_steps,
@@ -245,8 +246,11 @@ def hierarchical_call_seconds(
     at the intra-node rate; across nodes the variant's collective on N ranks of the
     inter-node size (allgather: the rank's block; the others: 1/M of the buffer), every
     local index at once, so the node's link carries M times one rank's bytes over the
-    codec's ratio; the codec works on the inter-node collective only. Point-to-point:
-    the levels and the codec in series. Sizes may be a numpy array."""
+    codec's ratio; the codec works on the inter-node collective only. The
+    collective-level ring's allgather and reduce-scatter: the levels overlapped (the
+    design `--intra-node auto` runs where a node's ranks share memory,
+    collectives/hierarchical_shared.py); its allreduce, the levels in series.
+    Point-to-point: the levels and the codec in series. Sizes may be a numpy array."""
     m = network.ranks_per_node
     n = network.nodes(ranks)
     described = spec(collective)
@@ -267,6 +271,7 @@ def hierarchical_call_seconds(
             network.burst_bytes,
             steps,
             network.step_s,
+            overlapped=option.variant == COLL and collective in OVERLAPPED_LEVELS,
         )
         parts["intra"].append(floor["intra"])
         parts["inter"].append(floor["inter"])
@@ -276,6 +281,8 @@ def hierarchical_call_seconds(
     shape = np.shape(size)
     out = {k: np.asarray(v, dtype=np.float64).reshape(shape) for k, v in parts.items()}
     out["wire"] = out["intra"] + out["inter"]
+    if option.variant == COLL and collective in OVERLAPPED_LEVELS:
+        out["wire"] = np.maximum(out["intra"], out["inter"])
     out["time"] = option.efficiency_for(collective, size) * out["floor"]
     return out
 

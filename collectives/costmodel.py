@@ -345,7 +345,13 @@ def pipeline_chunk_bytes(
 # A cluster of N nodes of M ranks: the ranks of a node on fast links (the emulated
 # cluster: shared memory), nodes on a shaped network link, one per node, which its
 # M ranks share. The hierarchical collectives (collectives/hierarchical.py) run an
-# intra-node level, then an inter-node one, in series.
+# intra-node level and an inter-node one in series, or (through shared memory, with the
+# collective-level ring across: collectives/hierarchical_shared.py) one beside the other.
+
+
+# the collectives whose hierarchical design through shared memory, with the
+# collective-level ring across, runs its levels one beside the other
+OVERLAPPED_LEVELS = ("allgather", "reduce_scatter")
 
 
 def node_link_bytes(
@@ -374,14 +380,17 @@ def hierarchical_floor(
     burst_bytes: float = 0.0,
     inter_steps: int = 0,
     step_s: float = 0.0,
+    overlapped: bool = False,
 ) -> dict:
     """One hierarchical call's floor in seconds, its parts by name: intra (the bytes a
     rank sends inside its node at the intra-node rate; 0 where no rate is known), inter
     (wire_floor_s of the bytes through the node's link, all its ranks' inter-node bytes
     as they share it, plus the inter-node steps' fixed cost; None without a link), codec
-    (codec_floor_s: the codec works during the inter-node level only), wire (intra +
-    inter) and floor: intra + the larger of inter and codec (the levels run in series;
-    the inter-node collective may overlap its codec with its transfers)."""
+    (codec_floor_s: the codec works during the inter-node level only), wire and floor.
+    Levels in series: wire = intra + inter, floor = intra + the larger of inter and
+    codec (the inter-node collective may overlap its codec with its transfers).
+    `overlapped` (the level inside the node runs beside the level across): each is the
+    larger of its parts, as no level can finish sooner than its own floor."""
     intra = intra_bytes * 8.0 / intra_rate_bps if intra_rate_bps else 0.0
     inter = (
         float(wire_floor_s(link_bytes, rate_bps, burst_bytes, inter_steps, step_s))
@@ -389,10 +398,11 @@ def hierarchical_floor(
         else None
     )
     codec = codec_floor_s(codec_cpu_s, codec_share)
-    return {
-        "intra": intra,
-        "inter": inter,
-        "codec": codec,
-        "wire": intra + inter if inter is not None else None,
-        "floor": intra + float(call_floor_s(inter, codec)),
-    }
+    across = float(call_floor_s(inter, codec))
+    if overlapped:
+        wire = max(intra, inter) if inter is not None else None
+        floor = max(intra, across)
+    else:
+        wire = intra + inter if inter is not None else None
+        floor = intra + across
+    return {"intra": intra, "inter": inter, "codec": codec, "wire": wire, "floor": floor}

@@ -34,7 +34,9 @@ collectives/ring.py over the node's communicator (a departure from the library
 collectives hierarchical libraries use inside a node: it takes blocks that differ in
 length, works on a slab in place, and counts the bytes it sends; with 2 ranks per node
 it is the one exchange any algorithm makes, per slab). The levels run one after another
-(no overlap between them).
+(`levels` "series"), but for the allgather's own slab, exchanged while the level across
+runs; through shared memory (collectives/hierarchical_shared.py) the level inside a node
+may run beside the level across ("overlapped").
 """
 
 from __future__ import annotations
@@ -152,9 +154,12 @@ class Hierarchical:
     runs one blocking collective from sendbuf into recvbuf. After each call,
     `intra_wire_bytes` and `inter_wire_bytes` are what this rank sent at each level; both
     are added to `comm.wire_bytes`. `raw_bytes` is what it would send uncompressed.
-    `levels` holds each call's seconds inside the node and across nodes."""
+    `level_times` holds each call's seconds inside the node (outside the level across:
+    where the levels overlap, what is left of the level inside after the level across)
+    and across nodes."""
 
     intra_node = "ring"  # how the level inside a node moves its bytes
+    levels = "series"  # the levels one after the other, or "overlapped"
 
     def __init__(self, comm, layout: NodeLayout, collective: str, sendbuf, recvbuf, bind_inter):
         described = spec(collective)
@@ -176,7 +181,7 @@ class Hierarchical:
         self.phases = described.phases
         self.breakdown = Breakdown(comm, sendbuf)
         self.intra_wire_bytes = self.inter_wire_bytes = 0
-        self.levels: list[list[float]] = []  # per call: [inside the node, across], seconds
+        self.level_times: list[list[float]] = []  # per call: [inside the node, across], s
         self.item = itemsize(dtype_name(sendbuf))
         self._bind(described, bind_inter)
 
@@ -222,7 +227,7 @@ class Hierarchical:
     def __call__(self) -> None:
         started = self.breakdown.start()
         intra0, inter0 = self.intra.wire_bytes, self.inter.wire_bytes
-        self.levels.append([0.0, 0.0])
+        self.level_times.append([0.0, 0.0])
         self._run()
         self.intra_wire_bytes = self.intra.wire_bytes - intra0
         self.inter_wire_bytes = self.inter.wire_bytes - inter0
@@ -236,7 +241,7 @@ class Hierarchical:
         fn(self.ring, *args)
         elapsed = time.perf_counter() - t0
         self.breakdown.add(WAIT, elapsed)
-        self.levels[-1][0] += elapsed
+        self.level_times[-1][0] += elapsed
 
     def _across(self) -> None:
         """The inter-node collective; its own time breakdown (codec, wait) joins this
@@ -245,7 +250,7 @@ class Hierarchical:
         t0 = time.perf_counter()
         self.inner()
         elapsed = time.perf_counter() - t0
-        self.levels[-1][1] += elapsed
+        self.level_times[-1][1] += elapsed
         if inner is None:
             self.breakdown.add(WAIT, elapsed)
             return
@@ -261,7 +266,7 @@ class Hierarchical:
     def level_seconds(self, start: int = 0, stop: int | None = None) -> tuple[float, float]:
         """Mean seconds per call inside the node and across nodes over calls
         [start:stop] (0.0 where none)."""
-        calls = self.levels[start:stop]
+        calls = self.level_times[start:stop]
         if not calls:
             return 0.0, 0.0
         return (

@@ -28,8 +28,24 @@ Per local rank, as collectives/hierarchical.py (N nodes of M ranks, block `count
 * allreduce: the same reduce-scatter of M pieces, the inter-node allreduce of this rank's
   piece into its segment, a sync, every piece copied from its owner's segment.
 
-The bytes counted inside a node are those a rank reads from its peers' segments (what
-the ring would have sent it).
+Beside the level across (`levels` "overlapped"): where the collective across nodes is
+the collective-level ring with inline progress (collectives/compressed.py, whose hooks
+ask for each chunk of its input before reading it, announce each chunk of its result
+once decoded, and lend its waits), the allgather and the reduce-scatter run the level
+inside the node chunk by chunk in those waits instead of after or before it:
+
+* allgather: each rank announces every chunk the inter-node allgather decodes into its
+  segment (a message of no bytes to each peer, which also orders the memory written
+  before it) and, while its own inter-node collective waits, copies the announced chunks
+  of its peers, and its own, to their places in the result; the rest after it;
+* reduce-scatter: in its waits each rank copies into its segment its peers' values of
+  each chunk of the node's partial sums and announces them, a chunk of each block in
+  turn, then sums each chunk whose announcements have all arrived; a chunk the
+  inter-node reduce-scatter asks for before then is made at once, its own offers first
+  (every rank offers in one order, so none waits on a peer that waits on it).
+
+The allreduce keeps its levels in series. The bytes counted inside a node are those a
+rank reads from its peers' segments (what the ring would have sent it).
 """
 
 from __future__ import annotations
@@ -37,17 +53,22 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections import deque
+from itertools import zip_longest
 
 import numpy as np
 
+from ccbench.collectives.costmodel import OVERLAPPED_LEVELS
 from ccbench.collectives.hierarchical import Hierarchical
-from ccbench.collectives.pipeline import WAIT
+from ccbench.collectives.pipeline import idle_wait
 from ccbench.collectives.ring import block_bounds
 from ccbench.kernels import arrays
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.reduce import add_into, copy_into
 
 SHARED_FOLDER = "/dev/shm"  # the host's shared memory (tmpfs)
+_TAG_READY = 8000  # + a chunk's index: "this chunk of my segment is final"
+MPI_TAG_FLOOR = 32767  # the least MPI_TAG_UB the standard allows
 _TOKEN = np.dtype(np.int64)
 
 
@@ -173,11 +194,14 @@ class SharedHierarchical(Hierarchical):
             super()._bind(described, bind_inter)
             return
         self.segments, self.intra_node = segments, "shm"
+        self._no_bytes = np.empty(0, np.uint8)
         if described.gathers and not described.reduces:
             count = n_send
             self.gathered = self.segments.mine  # the inter-node result, readable by peers
             self.inner = bind_inter(self.inter, sendbuf, self.gathered)
             self._run = self._allgather_shared
+            if self.collective in OVERLAPPED_LEVELS and self._streams(self.inner, "result"):
+                self._run, self.levels = self._allgather_streamed, "overlapped"
             moved = (m - 1) * n_nodes * count
         elif not described.gathers:
             count = n_recv
@@ -185,6 +209,8 @@ class SharedHierarchical(Hierarchical):
             self.partial = arrays.empty_like(sendbuf, n_nodes * count)
             self.inner = bind_inter(self.inter, self.partial, recvbuf)
             self._run = self._reduce_scatter_shared
+            if self.collective in OVERLAPPED_LEVELS and self._streams(self.inner, "input"):
+                self._run, self.levels = self._reduce_scatter_streamed, "overlapped"
             moved = (m - 1) * n_nodes * count
         else:
             count = n_send
@@ -205,13 +231,8 @@ class SharedHierarchical(Hierarchical):
         self.calls += 1
 
     def _shared(self, fn) -> None:
-        """One stretch of the level inside the node: its wall time counted as waiting on
-        the wire, as the ring's is."""
-        t0 = time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - t0
-        self.breakdown.add(WAIT, elapsed)
-        self.levels[-1][0] += elapsed
+        """One stretch of the level inside the node, timed as the ring's is."""
+        self._intra(lambda ring: fn())
 
     def _sync(self) -> None:
         self.segments.sync(self.ring)
@@ -236,6 +257,210 @@ class SharedHierarchical(Hierarchical):
 
         self._shared(gather)
         self.intra.wire_bytes += self.moved_bytes
+
+    def _streams(self, inner, order: str) -> bool:
+        """Whether the level inside the node can run beside the level across: nodes to
+        cross, an inner collective that asks for each range of its input before it reads
+        it (`needs`), announces each range of its result it finishes (`delivered`) and
+        lends its waits (`side_work`), all from this thread (collectives/compressed.py's
+        collective-level ring with inline progress), and a tag for every chunk. Its
+        chunks are `chunks`: of its result in block order (`order` "result"), or of its
+        input in the order it reads them ("input"). The same answer on every rank (same
+        sizes, same options)."""
+        if self.layout.nodes < 2 or not self.comm.any_completion:
+            return False
+        if not hasattr(inner, "side_work") or getattr(inner, "codec_threads", 1):
+            return False
+        if order == "input":
+            blocks = inner.input_order(inner.phases[0])
+        else:
+            blocks = range(len(inner.chunks))
+        per_block = [[(c0, c1) for c0, c1 in inner.chunks[b] if c1 > c0] for b in blocks]
+        chunks = [chunk for block in per_block for chunk in block]
+        if _TAG_READY + len(chunks) > MPI_TAG_FLOOR:
+            return False
+        self.chunk_index = {c0: j for j, (c0, _) in enumerate(chunks)}
+        self.chunks = chunks
+        # input chunks are offered to the peers a chunk of each block in turn: the
+        # inter-node reduce-scatter encodes its first block's chunks at the codec's pace
+        # but needs the next block's as partial sums arrive, at the link's, and a peer
+        # waits for a chunk's offer as soon as it needs it
+        numbered, j = [], 0
+        for block in per_block:
+            numbered.append(list(range(j, j + len(block))))
+            j += len(block)
+        turns = zip_longest(*numbered)
+        self.offer_order = [j for turn in turns for j in turn if j is not None]
+        self.offer_place = {j: i for i, j in enumerate(self.offer_order)}
+        return True
+
+    def _listen(self) -> None:
+        """Post a receive for every peer's announcement of every chunk."""
+        m, local, n = self.layout.ranks_per_node, self.local, len(self.chunks)
+        peers = [k for k in range(m) if k != local]
+        self._awaited = [
+            self.intra.irecv(self._no_bytes, k, _TAG_READY + j) for k in peers for j in range(n)
+        ]
+        self._awaited_from = [(k, j) for k in peers for j in range(n)]
+        self._unheard = len(self._awaited)
+        self._announced = []
+
+    def _heard(self) -> list[tuple[int, int]]:
+        """The (peer, chunk) announcements that arrived since the last look."""
+        if not self._unheard:
+            return []
+        arrived = [self._awaited_from[i] for i in self.intra.testsome(self._awaited)]
+        self._unheard -= len(arrived)
+        return arrived
+
+    def _tell(self, k: int, j: int) -> None:
+        """Announce chunk j to local rank k (a message of no bytes, which also orders the
+        memory written before it)."""
+        self._announced.append(self.intra.isend(self._no_bytes, k, _TAG_READY + j))
+
+    def _beside(self, hooks: dict, finish) -> None:
+        """The level across with `hooks` set on it, then `finish` (the level inside the
+        node's rest) timed as that level."""
+        for name, hook in hooks.items():
+            setattr(self.inner, name, hook)
+        try:
+            self._across()
+        finally:
+            for name in hooks:
+                setattr(self.inner, name, None)
+        self._shared(finish)
+
+    def _allgather_streamed(self) -> None:
+        """As _allgather_shared, with the copies out of the node's segments made while the
+        level across waits on its link: each rank announces every chunk of its segment as
+        the inter-node collective decodes it there, and copies its peers' announced
+        chunks, and its own, to their places in the result in the waits of its own
+        inter-node collective; what is left after it, as the announcements arrive."""
+        self._shared(self._before_rewrite)
+        self._listen()
+        self._todo = deque()
+
+        def drain() -> None:
+            since = time.perf_counter()
+            while self._todo or self._unheard:
+                if not self._copy_one():
+                    idle_wait(since, self.ring.wait)
+            self.ring.complete(self._announced)
+
+        self._beside({"delivered": self._announce, "side_work": self._copy_one}, drain)
+        self.intra.wire_bytes += self.moved_bytes
+
+    def _announce(self, c0: int, c1: int) -> None:
+        """The inter-node collective has decoded [c0, c1) of this rank's segment: tell the
+        node's other ranks, and copy it to its own place too."""
+        j = self.chunk_index[c0]
+        for k in range(self.layout.ranks_per_node):
+            if k != self.local:
+                self._tell(k, j)
+        self._todo.append((self.local, j))
+
+    def _copy_one(self) -> bool:
+        """One announced chunk (local rank k's chunk j) from its segment to its place in
+        the result; False where none is announced yet."""
+        if not self._todo:
+            self._todo.extend(self._heard())
+        if not self._todo:
+            return False
+        k, j = self._todo.popleft()
+        c0, c1 = self.chunks[j]
+        count, m = self.count, self.layout.ranks_per_node
+        nd, off = divmod(c0, count)
+        at = (nd * m + k) * count + off
+        copy_into(self.recvbuf[at : at + (c1 - c0)], self.segments.of(k)[c0:c1])
+        return True
+
+    def _reduce_scatter_streamed(self) -> None:
+        """As _reduce_scatter_shared, with the level inside the node run chunk by chunk
+        beside the level across, in the order the inter-node reduce-scatter reads its
+        input (the node's partial sums): in its waits, each rank copies the chunks its
+        peers sum into its segment and announces them, then sums the chunks whose
+        announcements have all arrived; a chunk the inter-node collective asks for
+        before then is made at once (its own copies first, so no rank waits on one that
+        waits on it)."""
+        self._shared(self._before_rewrite)
+        self._listen()
+        self._offered = 0  # chunks of the order copied for the peers and announced
+        self._summed = [False] * len(self.chunks)
+        self._heard_from = [0] * len(self.chunks)
+        self._next_sum = 0
+
+        def finish() -> None:  # every chunk was asked for; the announcements' sends
+            for j in range(len(self.chunks)):
+                self._make(j)
+            self.ring.complete(self._announced)
+
+        self._beside({"needs": self._need, "side_work": self._advance}, finish)
+        self.intra.wire_bytes += self.moved_bytes
+
+    def _place(self, j: int, k: int) -> tuple[int, int]:
+        """Where chunk j of the partial sums lies in the input's block of local rank k:
+        (offset, length)."""
+        c0, c1 = self.chunks[j]
+        nd, off = divmod(c0, self.count)
+        return (nd * self.layout.ranks_per_node + k) * self.count + off, c1 - c0
+
+    def _offer(self) -> None:
+        """The next chunk to offer: each peer's values of it into this rank's segment,
+        announced to that peer."""
+        j = self.offer_order[self._offered]
+        for k in range(self.layout.ranks_per_node):
+            if k != self.local:
+                at, n = self._place(j, k)
+                copy_into(self.segments.mine[at : at + n], self.sendbuf[at : at + n])
+                self._tell(k, j)
+        self._offered += 1
+
+    def _sum(self, j: int) -> None:
+        c0, c1 = self.chunks[j]
+        at, n = self._place(j, self.local)
+        self._sum_block(self.partial[c0:c1], at, n)
+        self._summed[j] = True
+
+    def _listened(self) -> None:
+        for _, j in self._heard():
+            self._heard_from[j] += 1
+
+    def _ready(self, j: int) -> bool:
+        return self._heard_from[j] == self.layout.ranks_per_node - 1
+
+    def _advance(self) -> bool:
+        """One piece of the level inside the node: offer the next chunk, else sum the
+        first chunk all peers have offered; False where neither can be done yet."""
+        if self._offered < len(self.chunks):
+            self._offer()
+            return True
+        self._listened()
+        while self._next_sum < len(self.chunks) and self._summed[self._next_sum]:
+            self._next_sum += 1
+        for j in range(self._next_sum, len(self.chunks)):
+            if not self._summed[j] and self._ready(j):
+                self._sum(j)
+                return True
+        return False
+
+    def _make(self, j: int) -> None:
+        """Chunk j summed: this rank's offers through j first, then the sum once every
+        peer's offer of it has arrived."""
+        while self._offered <= self.offer_place[j]:
+            self._offer()
+        since = time.perf_counter()
+        while not self._summed[j]:
+            self._listened()
+            if self._ready(j):
+                self._sum(j)
+            else:
+                idle_wait(since, self.ring.wait)
+
+    def _need(self, c0: int, c1: int) -> None:
+        """The inter-node collective reads partial[c0:c1]: made now where not yet."""
+        j = self.chunk_index[c0]
+        if not self._summed[j]:
+            self._make(j)
 
     def _reduce_scatter_shared(self) -> None:
         count, local, m = self.count, self.local, self.layout.ranks_per_node

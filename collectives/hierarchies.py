@@ -17,11 +17,17 @@ HIERARCHIES = ("flat", "node", "leader")
 INTRA_NODE = ("auto", "ring", "shm")
 
 
+def check_intra_node(hierarchy: str, intra_node: str) -> None:
+    """UsageError where `intra_node` is chosen for a hierarchy without that level's choice
+    (flat, leader)."""
+    if intra_node != "auto" and hierarchy != "node":
+        raise UsageError(f"--intra-node {intra_node} goes with --hierarchy node")
+
+
 def design(hierarchy: str, intra_node: str = "auto") -> type[Hierarchical]:
     """The class that runs `hierarchy` (node or leader) with `intra_node`."""
+    check_intra_node(hierarchy, intra_node)
     if hierarchy == "leader":
-        if intra_node == "shm":
-            raise UsageError("--intra-node shm goes with --hierarchy node")
         return LeaderHierarchical
     if hierarchy != "node":
         raise UsageError(f"--hierarchy {hierarchy}: no hierarchical design of that name")

@@ -257,7 +257,12 @@ class Engine:
     """One call's receives, work queues and sends; `run` drives them to completion."""
 
     def __init__(
-        self, comm, breakdown: Breakdown, codec_threads: int = 0, wait: str = DEFAULT_WAIT
+        self,
+        comm,
+        breakdown: Breakdown,
+        codec_threads: int = 0,
+        wait: str = DEFAULT_WAIT,
+        side=None,
     ):
         self.comm = comm
         self.breakdown = breakdown
@@ -273,6 +278,9 @@ class Engine:
         self.sends: list = []
         self.outbox: deque = deque()  # sends prepared by the codec thread
         self.owner = threading.get_ident()
+        # work of the caller's that runs where this call would wait (inline only): one
+        # piece per call of side(), which says whether it found any
+        self.side = None if codec_threads else side
 
     # set-up ------------------------------------------------------------------------
 
@@ -340,10 +348,15 @@ class Engine:
                 break
             t0 = time.perf_counter()
             while self.left and not self._ready():
-                idle_wait(t0, self.wait)
+                self._idle(t0)
                 self.poll()
             waited += time.perf_counter() - t0
         self.breakdown.add(WAIT, waited)
+
+    def _idle(self, since: float) -> None:
+        """Nothing of this call's to do: the caller's side work, else give the core away."""
+        if self.side is None or not self.side():
+            idle_wait(since, self.wait)
 
     def _run_threaded(self) -> None:
         pool = worker()
@@ -377,7 +390,7 @@ class Engine:
     def _finish_sends(self) -> None:
         t0 = time.perf_counter()
         while self.sends and not self.comm.testall(self.sends):
-            idle_wait(t0, self.wait)
+            self._idle(t0)
         self.breakdown.add(WAIT, time.perf_counter() - t0)
 
 

@@ -49,6 +49,45 @@ def run_script(nranks: int, variant: str, args: list[str], tmp_path, timeout: fl
     return proc, rows
 
 
+class _SlowRequests:
+    """A transport whose one request completes on the 5th look: a call that waits."""
+
+    any_completion = True
+
+    def __init__(self):
+        self.looks = 0
+
+    def testsome(self, requests):
+        self.looks += 1
+        return [0] if self.looks == 5 else []
+
+    def testall(self, requests):
+        return True
+
+
+@pytest.mark.parametrize("codec_threads", [0, 1])
+def test_the_engine_lends_its_waits_to_side_work(codec_threads):
+    """While a call waits on its transfers, its caller's side work runs, one piece per
+    look, until it says it has none; with a codec thread it is never run (the thread's
+    waits are not the caller's)."""
+    from ccbench.collectives.pipeline import Breakdown, Engine
+
+    pieces, arrived = [], []
+
+    def side():
+        pieces.append(len(arrived))  # how many arrivals had been handled by then
+        return len(pieces) <= 2  # two pieces of work, then none
+
+    engine = Engine(_SlowRequests(), Breakdown(), codec_threads, "yield", side)
+    engine.post(object(), lambda: arrived.append(1))
+    engine.run()
+    assert arrived == [1]
+    if codec_threads:
+        assert pieces == []
+    else:  # looks 2, 3, 4 find nothing: side work twice, then none left (one more ask)
+        assert pieces[:3] == [0, 0, 0] and len(pieces) >= 3
+
+
 @pytest.mark.timeout(150)
 def test_coll_reduce_scatter_rows(tmp_path):
     """4 ranks, bfp: every size validates, and the row's numbers agree with each other."""

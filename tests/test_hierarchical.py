@@ -55,6 +55,13 @@ def test_hierarchical_floor_by_hand():
     assert slow["floor"] == pytest.approx(6.7108864e-3 + 0.1)
     # no intra-node rate known: that level counts nothing; no link: the codec's
     assert hierarchical_floor(32 * MIB, None, 0, None, 0.02, 1.0)["floor"] == pytest.approx(0.02)
+    # the levels overlapped: the larger level bounds the call (67.1 ms across), and a
+    # level inside the node slower than the one across (8 GiB at 40 Gbit/s) bounds it
+    beside = hierarchical_floor(32 * MIB, 40e9, 8 * MIB, 1e9, 0.02, 1.0, 125000, 1, 1e-3, True)
+    assert beside["wire"] == pytest.approx(67.108864e-3)
+    assert beside["floor"] == pytest.approx(67.108864e-3)
+    slow_inside = hierarchical_floor(8 * 1024 * MIB, 40e9, 8 * MIB, 1e9, 0.02, 1.0, 0, 0, 0, True)
+    assert slow_inside["floor"] == pytest.approx(1.717986918)
 
 
 def test_hierarchical_error_bound_allgather_is_one_round_trip():
@@ -223,6 +230,8 @@ def test_rows_of_the_hierarchical_variant(tmp_path):
     assert base["algorithm"] == "hierarchical-mpi" and base["validation"] == "Pass"
     assert coll["ranks_per_node"] == "2" and coll["compressions"] == "1"
     assert coll["intra_node"] == "shm"  # auto: the ranks of one host share memory
+    # ... and with the collective-level ring across, the levels run beside each other
+    assert coll["levels"] == "overlapped"
     # 1024 values per rank: 2 blocks of 4 KiB to the other rank of the node; 1 block in
     # fp16 (2 KiB) across; the node's two ranks share its link: 4 KiB through it
     assert int(coll["intra_wire_bytes"]) == 8192
@@ -249,7 +258,7 @@ def test_rows_say_the_level_inside_a_node_went_through_shared_memory(tmp_path):
     assert proc.returncode == 0, proc.stderr
     row = next(csv.DictReader((tmp_path / "s.csv").open()))
     assert row["intra_node"] == "shm" and row["validation"] == "Pass"
-    assert row["algorithm"] == "hierarchical-ring"
+    assert row["algorithm"] == "hierarchical-ring" and row["levels"] == "overlapped"
     # 4 KiB reduce-scatter: 1024 values, blocks of 256; rank r reads its block of both
     # nodes' slabs from the node's other rank (2 x 1 KiB), as the ring would send it
     assert int(row["intra_wire_bytes"]) == 2048
@@ -281,6 +290,7 @@ def test_no_room_for_the_segments_falls_back_to_the_ring_or_is_one_line(tmp_path
         assert proc.returncode == 0, proc.stderr
         row = next(csv.DictReader((tmp_path / "r.csv").open()))
         assert row["intra_node"] == "ring" and row["validation"] == "Pass"
+        assert row["levels"] == "series"  # the ring: after the level across
         return
     assert proc.returncode == 2
     assert "no room for their segments" in proc.stderr and "Traceback" not in proc.stderr
