@@ -237,6 +237,14 @@ def call_seconds(
     }
 
 
+def hierarchical_levels(option: Option, collective: str) -> str:
+    """How a hierarchical option runs its two levels, as its rows' `levels` say:
+    "overlapped" for the collective-level ring's allgather and reduce-scatter (through
+    the node's shared memory, `--intra-node auto` where the node's ranks share it),
+    "series" otherwise."""
+    return "overlapped" if option.variant == COLL and collective in OVERLAPPED_LEVELS else "series"
+
+
 def hierarchical_call_seconds(
     option: Option, network: Network, collective: str, size, ranks: int, codec_share: float = 1.0
 ) -> dict:
@@ -255,6 +263,7 @@ def hierarchical_call_seconds(
     n = network.nodes(ranks)
     described = spec(collective)
     steps = algorithm_steps(option.variant, collective, n) if n > 1 else 0
+    overlapped = hierarchical_levels(option, collective) == "overlapped"
     parts = {"intra": [], "inter": [], "codec": [], "floor": []}
     for s in np.atleast_1d(np.asarray(size, dtype=np.float64)):
         intra_bytes = described.ring_wire_bytes(s, m) * (n if described.ring_block_is_send else 1)
@@ -271,7 +280,7 @@ def hierarchical_call_seconds(
             network.burst_bytes,
             steps,
             network.step_s,
-            overlapped=option.variant == COLL and collective in OVERLAPPED_LEVELS,
+            overlapped=overlapped,
         )
         parts["intra"].append(floor["intra"])
         parts["inter"].append(floor["inter"])
@@ -281,7 +290,7 @@ def hierarchical_call_seconds(
     shape = np.shape(size)
     out = {k: np.asarray(v, dtype=np.float64).reshape(shape) for k, v in parts.items()}
     out["wire"] = out["intra"] + out["inter"]
-    if option.variant == COLL and collective in OVERLAPPED_LEVELS:
+    if overlapped:
         out["wire"] = np.maximum(out["intra"], out["inter"])
     out["time"] = option.efficiency_for(collective, size) * out["floor"]
     return out

@@ -8,8 +8,9 @@ each other (B through node leaders, `--hierarchy leader`, over A per local rank)
 expected figure beside it is the floors' ratio: the hierarchical harness row's two-level
 floor (costmodel.hierarchical_floor, its `floor_us`) over the flat row's `floor_us`, or
 over the library's floor on the same link (compression_model.call_seconds, as `ccbench
-advise` costs it), or the leaders' row's floor over the per-local-rank row's. The notes
-quote what is drawn.
+advise` costs it), or the leaders' row's floor over the per-local-rank row's, or (shared
+memory inside the node over MPI's messages) the row's floor over its floor with the
+levels in series. The notes quote what is drawn.
 """
 
 from __future__ import annotations
@@ -112,6 +113,18 @@ def _floor_s(data, collective: str, codec: str, design: str) -> tuple[float, dic
     return _num(row, "floor_us") * 1e-6, row
 
 
+def series_floor_s(row: dict) -> float:
+    """A hierarchical row's floor with its levels in series (costmodel.hierarchical_floor):
+    the ring inside the node's, where the row ran them overlapped; its own otherwise (one
+    floor counts a node's bytes alike, however the node moves them)."""
+    if str(row.get("levels")) != "overlapped":
+        return _num(row, "floor_us") * 1e-6
+    inter = _num(row, "inter_floor_us")
+    codec = _num(row, "codec_floor_us")
+    across = max(inter, codec) if math.isfinite(codec) else inter
+    return (_num(row, "intra_floor_us") + across) * 1e-6
+
+
 def library_floor_s(row: dict, collective: str) -> float:
     """The library's flat floor on the link a hierarchical row ran on (its payload
     ceiling, step cost and burst): compression_model's call, efficiency 1."""
@@ -146,8 +159,8 @@ def two_level_points(data) -> list[Point]:
         elif against == "per-rank":  # B is the leaders' design, A per local rank
             other = hier
             hier, _ = _floor_s(data, collective, codec, "leader")
-        elif against == "ring":  # one floor: it does not say how a node moves its bytes
-            other = hier
+        elif against == "ring":  # A: MPI's messages inside the node, levels in series
+            other = series_floor_s(hier_row) if hier_row else math.nan
         else:
             other = library_floor_s(hier_row, collective) if hier_row else math.nan
         points[collective, against] = Point(

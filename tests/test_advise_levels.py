@@ -152,8 +152,21 @@ def two_level_parts(folder, intra_gbps):
         decode_us=6.291456,
         reduce_us=0.0,
     )
+    # the same design with its levels in series (the ring inside the node): not the one
+    # the option's model runs, so not its efficiency (read, 10 x would move the median)
+    series = _row(
+        run_id="seriesrun",
+        algorithm="hierarchical-ring",
+        ranks_per_node=2,
+        intra_node_gbps=intra_gbps,
+        compression_ratio=1.2,
+        node_link_bytes=2 * MIB,
+        levels="series",
+        avg_us=15 * 17777.216,
+    )
+    hier["levels"] = "overlapped"
     columns = HARNESS.variant_columns("coll_compressed")
-    write_csv_atomic(folder / "coll.csv", [flat, hier, leaders], columns)
+    write_csv_atomic(folder / "coll.csv", [flat, hier, leaders, series], columns)
 
 
 def one_allgather_trace(path):

@@ -99,7 +99,7 @@ def test_points_and_their_expected_figures(data):
         ("reduce_scatter", "per-rank"),
         ("allgather", "ring"),
     }
-    # one floor for both: it does not say how the node moves its bytes
+    # levels in series on both sides: one floor, however the node moves its bytes
     assert points["allgather", "ring"].expected == 1.0
     assert points["allgather", "flat"].expected == pytest.approx(79100 / 113700)
     assert points["reduce_scatter", "per-rank"].expected == pytest.approx(23650 / 21500)
@@ -108,6 +108,27 @@ def test_points_and_their_expected_figures(data):
     # (402.653184 ms) + log2(4) = 2 steps of 1 ms
     assert points["allgather", "library"].expected == pytest.approx(79.1 / 404.653184)
     assert points["allgather", "library"].ratio == 0.329
+
+
+def test_shared_memory_beside_the_level_across_expects_the_larger_level(data):
+    # the hierarchical allgather row ran its levels overlapped: floor = the larger level,
+    # 68.9 ms across; MPI's messages inside the node run them in series, 4.9 + 68.9 ms
+    harness = data.get("harness").copy()
+    hier = harness["algorithm"] == "hierarchical-ring"
+    newest = hier & (harness["collective"] == "allgather") & (harness["floor_us"] > 1)
+    harness.loc[newest, ["floor_us", "intra_floor_us", "inter_floor_us", "codec_floor_us"]] = (
+        68900.0,
+        4900.0,
+        68900.0,
+        12000.0,
+    )
+    harness.loc[newest, "levels"] = "overlapped"
+    points = {
+        (p.collective, p.against): p
+        for p in two_level.two_level_points(Rows(harness=harness, compare=data.get("compare")))
+    }
+    assert points["allgather", "ring"].expected == pytest.approx(68900 / 73800)
+    assert points["allgather", "flat"].expected == pytest.approx(68900 / 113700)
 
 
 def test_the_notes_quote_the_drawn_points(data):

@@ -39,6 +39,15 @@ def _link_ratio(row: dict) -> float:
     return node_link_bytes(row.get("collective", ""), size, ranks // m, m, True) / sent
 
 
+def _same_levels(row: dict, model, collective: str) -> bool:
+    """Whether a hierarchical row ran its levels as the option's model has them (rows
+    that do not say: yes); a flat row: yes."""
+    recorded = str(row.get("levels") or "")
+    if not model.hierarchical or recorded in ("", "nan"):
+        return True
+    return recorded == cm.hierarchical_levels(model, collective)
+
+
 def _row_efficiency(
     row: dict, option: cm.Option, network: cm.Network | None, codec_share: float
 ) -> float:
@@ -110,8 +119,9 @@ def efficiency(
     its rows without an emulated link against that network's floor. Measured at another
     rate or rank count, or not at all: marked assumed (``worst_measured`` then replaces
     it by the worst efficiency measured of its collective). A hierarchical option's
-    rows are the hierarchical ones (`algorithm` hierarchical-*), measured here only at
-    ``ranks_per_node``; a flat option's, the flat ones."""
+    rows are the hierarchical ones (`algorithm` hierarchical-*) whose `levels`, where
+    recorded, are the ones its model runs, measured here only at ``ranks_per_node``; a
+    flat option's, the flat ones."""
     variant, option = model.variant, model.label
     wanted_codec = "none" if model.codec is None else model.codec.spec
     same = [
@@ -123,6 +133,7 @@ def efficiency(
         and _number(r, "size_bytes") >= MIN_EFFICIENCY_BYTES
         and row_is_hierarchical(r) == model.hierarchical
         and not row_is_leaders(r)
+        and _same_levels(r, model, collective)
     ]
     rows = [(p, r) for p, r in same if _number(r, "link_gbps") > 0]
     layout = ranks_per_node if model.hierarchical else 1
