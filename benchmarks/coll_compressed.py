@@ -41,7 +41,8 @@ from ccbench.benchmarks.compressed_base import (
 )
 from ccbench.benchmarks.harness import run_variant
 from ccbench.benchmarks.options import compression_from
-from ccbench.collectives.compressed import auto_chunk_bytes, bind_compressed
+from ccbench.collectives.chunking import auto_chunk_bytes
+from ccbench.collectives.compressed import bind_compressed
 from ccbench.collectives.compression import AUTO
 from ccbench.collectives.pipeline import (
     DEFAULT_PROGRESS,

@@ -304,7 +304,7 @@ def add_compression(
         help=codec_help + shown,
     )
     if chunk:
-        from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES
+        from ccbench.collectives.chunking import DEFAULT_CHUNK_BYTES
 
         parser.add_argument(
             "--chunk-bytes",

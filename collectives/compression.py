@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES
+from ccbench.collectives.chunking import DEFAULT_CHUNK_BYTES
 from ccbench.kernels.codec_base import Codec
 
 AUTO = "auto"  # --chunk-bytes auto

@@ -45,7 +45,7 @@ MIB = 1 << 20
     ],
 )
 def test_a_block_is_cut_into_the_chunks_worked_by_hand(codec, chunk_bytes, block_elements, chunks):
-    from ccbench.collectives.compressed import chunk_count_for, split_chunks
+    from ccbench.collectives.chunking import chunk_count_for, split_chunks
 
     parsed = compression_of(codec).codec
     per_chunk = chunk_count_for(parsed, "float32", chunk_bytes)
@@ -159,7 +159,7 @@ def test_the_gradient_communicator_binds_the_chunk_it_was_given(
 
 
 def test_auto_chunk_bytes_by_hand():
-    from ccbench.collectives.compressed import DEFAULT_CHUNK_BYTES, auto_chunk_bytes
+    from ccbench.collectives.chunking import DEFAULT_CHUNK_BYTES, auto_chunk_bytes
 
     fp16 = compression_of("fp16").codec  # ratio 2: at 1 Gbit/s the link carries 2.5e8 B/s
     # B = 16 MiB allgather, 4 ranks, c = 1 GB/s, o = 1 ms per chunk and step, share 1:
@@ -193,7 +193,7 @@ def test_auto_never_picks_a_chunk_whose_launches_cost_over_5_percent_of_its_wire
     """By hand: fp16 halves the bytes; at 100 Gbit/s (12.5e9 B/s) two launches of 40 us
     are 5% of 1.6 ms of wire, 20e6 B of payload: 40e6 B of data. Graphed (no host cost)
     the same block is cut as before."""
-    from ccbench.collectives.compressed import auto_chunk_bytes, launch_floor_bytes
+    from ccbench.collectives.chunking import auto_chunk_bytes, launch_floor_bytes
 
     assert launch_floor_bytes(40e-6, 2.0, 12.5e9) == 40_000_000
     assert launch_floor_bytes(0.0, 2.0, 12.5e9) == 0
