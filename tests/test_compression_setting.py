@@ -85,15 +85,16 @@ def test_nothing_below_the_options_layer_parses_a_codec():
 
 
 def test_the_chunk_default_is_written_once():
-    """DEFAULT_CHUNK_BYTES is applied in Compression.chunk only (collectives/compressed.py
-    defines it; auto's fallback is the ring's own)."""
+    """DEFAULT_CHUNK_BYTES is applied in Compression.chunk only (collectives/chunking.py
+    defines it, and auto falls back to it; the ring's own default is it)."""
     users = set()
     for name, tree in _sources():
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id == "DEFAULT_CHUNK_BYTES":
                 users.add(name)
     assert users <= {
-        "collectives/compressed.py",  # defines it, and auto falls back to it
+        "collectives/chunking.py",  # defines it, and auto falls back to it
+        "collectives/compressed.py",  # the collective-level ring's own default
         "collectives/compression.py",  # Compression.chunk: the default applied
         OPTIONS,  # the help text shows it
     }, sorted(users)
