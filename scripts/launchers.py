@@ -180,10 +180,13 @@ def kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
     """Stop a launcher started in a session of its own, and every rank it started: it
     returns once no process of the group, nor any that was below the launcher when
     called, runs (the launcher may exit before its ranks have; Hydra starts its ranks in
-    sessions of their own), with SIGKILL for whatever outlives SIGTERM by `grace_s`."""
+    sessions of their own), with SIGKILL for whatever outlives SIGTERM by `grace_s`. Ranks
+    the launcher starts meanwhile are found and signalled too."""
     below = process_tree.descendants(proc.pid)
 
     def alive() -> bool:
+        if proc.poll() is None:  # still forking ranks, maybe: name those started since
+            below.update(process_tree.descendants(proc.pid))
         return _group_alive(proc.pid) or bool(process_tree.running(below))
 
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -192,12 +195,12 @@ def kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         except ProcessLookupError:
             pass  # the launcher's group is gone; its ranks may still be ending
         process_tree.signal_all(below, sig)
+        signalled = set(below)
         deadline = time.monotonic() + grace_s
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            continue
         while alive() and time.monotonic() < deadline:
+            # once each: a launcher may take a second SIGTERM as "abort now"
+            process_tree.signal_all({p: t for p, t in below.items() if p not in signalled}, sig)
+            signalled.update(below)
             time.sleep(0.02)
         if not alive():
             return
@@ -208,19 +211,22 @@ def run_captured(
 ) -> subprocess.CompletedProcess:
     """Run a launch with its output captured. On a timeout, Ctrl-C or a signal, the launcher
     and its ranks are stopped before the exception goes on: no rank outlives the tool."""
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = None
     try:
+        with process_tree.stops_deferred():
+            proc = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
-        kill_group(proc)
+        if proc is not None:
+            kill_group(proc)
         raise
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
 

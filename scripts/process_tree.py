@@ -15,7 +15,10 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _stat(pid: int) -> tuple[int, str, str] | None:
@@ -27,6 +30,29 @@ def _stat(pid: int) -> tuple[int, str, str] | None:
         return None
     # after the command's ")": state, ppid, ... starttime is the 20th field
     return int(fields[1]), fields[19], fields[0]
+
+
+@contextlib.contextmanager
+def stops_deferred():
+    """Hold SIGINT, SIGTERM and SIGHUP back while a launcher starts, then deliver them.
+
+    A stop that raises inside `subprocess.Popen` (or between it and the caller's `try`)
+    leaves a started launcher that nobody holds, and so nobody stops: its ranks outlive
+    the tool. Inside this block a stop is only noted; on leaving it the handlers are put
+    back and the signal raised again, where the caller already holds the process. Off the
+    main thread, where handlers cannot be set, it defers nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, signal.SIG_DFL if h is None else h)  # None: set outside Python
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
 
 
 def descendants(pid: int) -> dict[int, str]:
@@ -71,15 +97,21 @@ def signal_all(processes: dict[int, str], sig: int) -> None:
 def stop_tree(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
     """Stop a launcher that shares our process group, and every process below it: SIGTERM
     (Hydra passes it on to its ranks), then SIGKILL for whatever still runs after
-    `grace_s`. Returns once none of them runs."""
+    `grace_s`. Ranks the launcher starts meanwhile are found and signalled too. Returns
+    once none of them runs."""
     below = descendants(proc.pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(sig)
         signal_all(below, sig)
+        signalled = set(below)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=0.05)
-            if proc.poll() is not None and not running(below):
+            if proc.poll() is None:  # ranks it started since are below it still
+                below.update(descendants(proc.pid))
+                signal_all({p: t for p, t in below.items() if p not in signalled}, sig)
+                signalled.update(below)
+            elif not running(below):
                 return

@@ -22,7 +22,7 @@ from ccbench.kernels.errors import UsageError
 from ccbench.scripts.cluster.layout import Cluster
 from ccbench.scripts.cluster.netns import enter_command
 from ccbench.scripts.launchers import MPICH, binding_enabled, placement_args
-from ccbench.scripts.process_tree import stop_tree
+from ccbench.scripts.process_tree import stop_tree, stops_deferred
 
 # Checked with the mpich wheel (MPICH 5, ch4:ucx,ofi): without NOLOCAL the ranks, all on
 # one host as far as MPICH knows, talk through shared memory; without the ofi/tcp
@@ -123,7 +123,7 @@ def launch(args: list[str]) -> int:
     this process alone, stop mpiexec and every rank below it (Hydra starts each in a
     session of its own, out of reach of a signal to our group), so no rank is left
     running in the cluster's namespaces."""
-    proc = subprocess.Popen(args)
+    proc = None
     terminated = []
 
     def on_terminate(signum, frame):
@@ -135,8 +135,12 @@ def launch(args: list[str]) -> int:
         {s: signal.signal(s, on_terminate) for s in (signal.SIGTERM, signal.SIGHUP)} if main else {}
     )
     try:
+        with stops_deferred():  # a stop that comes now finds `proc` held
+            proc = subprocess.Popen(args)
         return proc.wait()
     except KeyboardInterrupt:
+        if proc is None:
+            return 128 + terminated[0] if terminated else 130
         if terminated:
             stop_tree(proc)
             return 128 + terminated[0]

@@ -37,6 +37,7 @@ from ccbench.scripts.launchers import (
     refuse_inside_mpi_launch,
     srun_placement_args,
 )
+from ccbench.scripts.process_tree import stops_deferred
 from ccbench.scripts.sweeps.merge import merge_files, schema_groups
 from ccbench.scripts.sweeps.progress_report import (
     Progress,
@@ -172,24 +173,26 @@ def run_task(
             if echo:
                 print(note, flush=True)
         f.flush()
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=dict(os.environ),
-            start_new_session=True,
-        )
         timed_out = threading.Event()
+        proc = timer = None
 
         def on_timeout():
             timed_out.set()
             kill_group(proc)
 
-        timer = threading.Timer(timeout, on_timeout) if timeout else None
-        if timer:
-            timer.start()
         try:
+            with stops_deferred():  # a stop that comes now finds `proc` held
+                proc = subprocess.Popen(
+                    cmd,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    env=dict(os.environ),
+                    start_new_session=True,
+                )
+            timer = threading.Timer(timeout, on_timeout) if timeout else None
+            if timer:
+                timer.start()
             for line in proc.stdout:
                 f.write(line)
                 if echo:
@@ -200,7 +203,8 @@ def run_task(
                     on_row(size)
             status = proc.wait()
         except BaseException:
-            kill_group(proc)  # Ctrl-C or a signal: never leave ranks running
+            if proc is not None:
+                kill_group(proc)  # Ctrl-C or a signal: never leave ranks running
             raise
         finally:
             if timer:
