@@ -214,10 +214,22 @@ def init_default_group(
 
 
 def _destroy() -> None:
+    """At exit, while the interpreter still runs: every group's gloo threads joined. A
+    group that something still holds keeps its threads after destroy_process_group, and
+    a thread that drops a tensor once finalisation has begun aborts the process
+    ("terminate called without an active exception"); so ours are let go first."""
+    import gc
+
     import torch.distributed as dist
 
+    global _CONTROL
+    for comm in _COMMS.values():
+        comm.group = comm.control = None
+    _COMMS.clear()
+    _CONTROL = None
     if dist.is_initialized():
         dist.destroy_process_group()
+    gc.collect()
 
 
 def torch_communicator(

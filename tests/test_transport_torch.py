@@ -257,3 +257,46 @@ def test_a_paired_launch_puts_mpi_beside_torch(tmp_path):
     for point in points:
         assert point["validation"] == {"A": "Pass", "B": "Pass"}
         assert point["timers"] == {"A": "python", "B": "python"}  # like with like
+
+
+_EXIT_THREADS = """
+import atexit, os, socket
+import torch
+import torch.distributed  # noqa: F401
+
+torch.ones(1 << 16).sum()  # the intra-op pool's threads, if any, start now
+
+
+def threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+before = threads()
+# registered before the communicator's own handler: runs after it
+atexit.register(lambda: print("threads left", threads() - before, flush=True))
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+from ccbench.collectives.comm_torch import torch_communicator
+
+comm = torch_communicator("gloo", 0, 1, 0, master=("127.0.0.1", port))
+comm.barrier()
+print("gathered", comm.allgather_obj(7), flush=True)
+"""
+
+
+def test_no_gloo_thread_outlives_the_exit_handler():
+    """A group still held at exit keeps its gloo threads into the interpreter's
+    finalisation, where one that drops a tensor aborts the rank ("terminate called
+    without an active exception"): after the communicator's exit handler, none is left."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _EXIT_THREADS],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gathered [7]" in proc.stdout
+    assert "threads left 0" in proc.stdout, proc.stdout
