@@ -118,6 +118,7 @@ def ratios(stdout: str, name: str = "coll fp16 allgather") -> list[float]:
     ]
 
 
+@pytest.mark.one_mpi  # its verdicts over many rounds; the other tests launch under Open MPI
 @pytest.mark.mpi
 @pytest.mark.timeout(600)  # a hang guard: the run of both benchmarks (9 rounds in all)
 def test_a_committed_slowdown_near_the_threshold_fails_and_one_below_it_passes(

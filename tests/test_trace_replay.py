@@ -231,6 +231,7 @@ def test_check_bad_input_is_one_line(args, message):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.one_mpi  # its verdicts over many rounds; the other tests launch under Open MPI
 @pytest.mark.timeout(600)
 def test_check_runs_its_rounds_and_writes_compare_rows(tmp_path):
     import subprocess

@@ -30,7 +30,8 @@ def results(nranks: int) -> dict:
 
 
 @pytest.mark.timeout(660)
-@pytest.mark.parametrize("nranks", [2, 4])
+# 4 ranks add blocks of uneven sizes to the torch transport, the same under either MPI
+@pytest.mark.parametrize("nranks", [2, pytest.param(4, marks=pytest.mark.one_mpi)])
 @pytest.mark.parametrize("case_id", CASES)
 def test_every_variant_validates_over_torch_gloo(nranks, case_id):
     got = results(nranks).get(case_id)
