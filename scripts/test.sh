@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: set up on a fresh machine, then every check CI runs.
 #   scripts/test.sh             lint, format check, exact-metric gate, timing gate, pytest
-#                               (MPICH), and the multi-rank tests again under Open MPI
+#                               (MPICH), and the multi-rank tests again under Open MPI (not
+#                               the few marked one_mpi)
 #   scripts/test.sh ARGS...     pytest ARGS only (after the set-up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
