@@ -490,7 +490,8 @@ def check_verdict(rows: list[dict], advised: str, goal: float = CHECK_GOAL) -> t
         + (
             " (off by more: "
             + ", ".join(
-                f"{r['option']} {100 * (num(r, 'measured_ms') / num(r, 'predicted_ms') - 1):+.0f}%"
+                # the prediction's error over the measurement, as the check's table has it
+                f"{r['option']} {100 * (num(r, 'predicted_ms') / num(r, 'measured_ms') - 1):+.0f}%"
                 for r in misses
             )
             + ")"
