@@ -33,5 +33,17 @@ def test_every_module_that_launches_ranks_is_marked_mpi():
 
 
 def test_the_open_mpi_leg_selects_the_marked_modules():
+    """The Open MPI leg runs the mpi tests, less those marked one_mpi (declared, with why,
+    in pyproject.toml); a one_mpi mark is only ever on a module that is marked mpi."""
     script = (REPO / "scripts" / "test.sh").read_text()
-    assert re.search(r"\.venv-openmpi/bin/python -m pytest -m mpi\b", script), script
+    assert re.search(
+        r'\.venv-openmpi/bin/python -m pytest -m "mpi and not one_mpi"$', script, re.MULTILINE
+    ), script
+    assert '"one_mpi: ' in (REPO / "pyproject.toml").read_text()
+    marked = []
+    for path in sorted((REPO / "tests").glob("test_*.py")):
+        text = path.read_text()
+        if re.search(r"(@|marks=)pytest\.mark\.one_mpi\b", text):
+            marked.append(path.name)
+            assert re.search(r"^pytestmark = .*pytest\.mark\.mpi\b", text, re.MULTILINE), path
+    assert marked, "no test is marked one_mpi: the leg's selection says more than it does"
