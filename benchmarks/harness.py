@@ -37,7 +37,7 @@ from ccbench.benchmarks.results import (
     point_key,
     write_json_atomic,
 )
-from ccbench.benchmarks.timing import measure, planned_timer
+from ccbench.benchmarks.timing import measure, planned_barrier, planned_timer, requested_barrier
 from ccbench.collectives.communicator import BaseCommunicator
 from ccbench.collectives.launch import communicator_for
 from ccbench.collectives.spec import spec
@@ -436,6 +436,7 @@ def _run_case(variant: Variant, ctx: Context, case: Case):
         buffer=case.buffer,
         capture=graphed.capture if graphed else None,
         replays=opts.cuda_graph or 1,
+        barrier=opts.barrier,
     )
     check_deferred(comm, op)
     iters = timing.pop("iterations")
@@ -482,6 +483,7 @@ def _run(variant: Variant, argv, launch: BaseCommunicator) -> int:
     comm = open_transport(launch, opts)
     cases, skipped = agreed(comm, lambda: plan_cases(variant, opts, comm))
     opts.timer, timer_note = agreed(comm, lambda: planned_timer(variant, opts, comm))
+    opts.barrier, barrier_note = planned_barrier(comm, agreed(comm, requested_barrier))
     if opts.cuda_graph:
         agreed(comm, lambda: graphs.check_run(variant, opts, comm))
     agreed(comm, lambda: variant.prepare(comm, opts))
@@ -503,7 +505,7 @@ def _run(variant: Variant, argv, launch: BaseCommunicator) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        printer.header(skipped, comm.size, timer_note)
+        printer.header(skipped, comm.size, timer_note, barrier_note)
     rows, failures = [], 0
     samples = {}
     for case in cases:

@@ -47,7 +47,9 @@ class Printer:
                 *self.extra,
             ]
 
-    def header(self, skipped: list[int], ranks: int, timer_note: str = "") -> None:
+    def header(
+        self, skipped: list[int], ranks: int, timer_note: str = "", barrier_note: str = ""
+    ) -> None:
         opts, columns = self.opts, self.variant.columns(self.opts)
         lines = [title(opts.collective), f"# Datatype: {MPI_DATATYPES[opts.dtype]}."]
         described = ", ".join(f"{k} {v}" for k, v in columns.items() if v is not None)
@@ -65,6 +67,9 @@ class Printer:
         timer = getattr(opts, "timer", "")
         if timer:
             lines.append(f"# Timer: {timer}, {timer_note}")
+        barrier = getattr(opts, "barrier", "")
+        if barrier:
+            lines.append(f"# Barrier between calls: {barrier}, {barrier_note}")
         if getattr(opts, "data_note", None):
             lines.append(f"# Data: {opts.data_note}")
         lines.append(f"# Convention: {spec(opts.collective).size_convention}")

@@ -115,7 +115,7 @@ VARIANT_TABLES = (P2P_COMPRESSED, COLL_COMPRESSED, SPARSE_STREAMING)
 
 HARNESS = Schema(
     "harness",
-    5,
+    6,
     columns(
         (PROVENANCE, str, (SCHEMA, *RUN)),
         (
@@ -135,7 +135,7 @@ HARNESS = Schema(
         (SETTING, int, ("ranks", "nodes", "size_bytes")),
         (DERIVED, int, ("bytes_per_rank", "total_bytes", "count")),
         (MEASUREMENT, int, ("iterations", "warmup")),
-        (SETTING, str, ("timing", "timer", "hugepages")),
+        (SETTING, str, ("timing", "timer", "barrier", "hugepages")),
         (SETTING, int, ("cuda_graph",)),  # replays per timed iteration; 0: eager calls
         (SETTING, float, ("ci_target_pct", "time_budget_s")),
         (MEASUREMENT, str, ("stopped_by",)),
@@ -187,6 +187,11 @@ HARNESS = Schema(
         4: {
             # before --cuda-graph every call was launched eagerly
             "cuda_graph": 0
+        },
+        5: {
+            # before the yielding barrier every barrier between timed calls was the
+            # transport's own
+            "barrier": "blocking"
         },
     },
     variant_defaults={

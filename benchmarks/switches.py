@@ -31,6 +31,7 @@ VARIABLES: dict[str, str] = {
     "CCBENCH_TORCH_BACKEND": "training/rendezvous.py",
     "CCBENCH_DEBUG": "benchmarks/agreement.py",
     "CCBENCH_TIMER": "benchmarks/timing_c.py",
+    "CCBENCH_BARRIER": "benchmarks/timing.py",
     "CCBENCH_CACHE": "benchmarks/timing_c.py",
     "CCBENCH_INTRA_NODE_GBPS": "benchmarks/hierarchy.py",
     "CCBENCH_LINK_GBPS": "benchmarks/environment.py, benchmarks/compressed_base.py",

@@ -10,10 +10,18 @@ the same loops compiled in C (benchmarks/timing_c.py) where the C loop is availa
 `timer` says which loop ran, and a run decides it once, before its header
 (`planned_timer`). Each region counts the host synchronisations declared inside it
 (`host_syncs`, per call).
+
+The barrier between timed calls (`planned_barrier`, the rows' `barrier` column) is the
+transport's own ("blocking": MPI_Barrier, which polls) unless ranks outnumber a host's
+cores, where it is MPI's nonblocking barrier tested with the core given away between
+tests ("yielding", collectives/pipeline.idle_wait's waits): a rank done with its call
+would otherwise poll in MPI_Barrier on a core that a rank still in the call needs, and
+the call's time would measure the scheduler's time slices.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -22,12 +30,78 @@ from ccbench.benchmarks import timing_c
 from ccbench.benchmarks.agreement import agreed
 from ccbench.benchmarks.statistics import relative_halfwidth, summarize, t_quantile
 from ccbench.collectives.communicator import BaseCommunicator
+from ccbench.collectives.pipeline import idle_wait
 from ccbench.collectives.spec import spec
-from ccbench.kernels import arrays
+from ccbench.kernels import arrays, switches
 from ccbench.kernels.errors import UsageError
 from ccbench.kernels.stopwatch import Stopwatch
 
 BATCH_BLOCKS = 10  # batch timing: blocks of back-to-back calls, for an interval
+BARRIERS = ("auto", "blocking", "yielding")
+
+
+def requested_barrier(given: switches.Switches | None = None) -> str:
+    """CCBENCH_BARRIER: auto (default), blocking or yielding; from `given` switches, else
+    those the options layer installed."""
+    value = (given or switches.current()).barrier.strip().lower() or "auto"
+    if value not in BARRIERS:
+        raise UsageError(f"CCBENCH_BARRIER={value!r}: choose one of {', '.join(BARRIERS)}")
+    return value
+
+
+def _allowed_cpus() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this platform: every core
+        return list(range(os.cpu_count() or 1))
+
+
+def crowded_hosts(comm: BaseCommunicator) -> dict[str, tuple[int, int]]:
+    """{host: (ranks, cores)} for each host where `comm`'s ranks outnumber the cores they
+    may run on (the union of their CPU affinities). Collective; the same on every rank."""
+    hosts: dict[str, tuple[int, set]] = {}
+    for host, cpus in comm.allgather_obj((comm.processor_name(), _allowed_cpus())):
+        ranks, allowed = hosts.get(host, (0, set()))
+        hosts[host] = (ranks + 1, allowed | set(cpus))
+    return {h: (n, len(cpus)) for h, (n, cpus) in hosts.items() if n > len(cpus)}
+
+
+def planned_barrier(comm: BaseCommunicator, asked: str | None = None) -> tuple[str, str]:
+    """(barrier, why): the barrier between timed calls, "blocking" or "yielding" (module
+    docstring), from CCBENCH_BARRIER (`asked`, default the installed switches). Collective
+    under auto; the same on every rank."""
+    asked = asked or requested_barrier()
+    if not comm.any_completion:  # torch.distributed: its barrier is its own
+        if asked == "yielding":
+            raise UsageError(
+                "CCBENCH_BARRIER=yielding tests MPI's nonblocking barrier; the "
+                f"{comm.transport} transport's barrier is its own"
+            )
+        return "blocking", f"the {comm.transport} transport's barrier"
+    if asked != "auto":
+        return asked, f"CCBENCH_BARRIER={asked}"
+    crowded = crowded_hosts(comm)
+    if not crowded:
+        return "blocking", "MPI_Barrier (no host has more ranks than cores)"
+    host, (ranks, cores) = sorted(crowded.items())[0]
+    return "yielding", (
+        f"MPI_Ibarrier, the core given away between tests ({ranks} ranks on the {cores} "
+        f"cores of {host}: a rank polling in MPI_Barrier takes a core from a rank still "
+        "in its call)"
+    )
+
+
+def yielding_barrier(comm: BaseCommunicator):
+    """The barrier that gives the core away while it waits: MPI's nonblocking barrier,
+    tested between idle waits (collectives/pipeline.idle_wait: a short spin of yields,
+    then sleeps)."""
+
+    def barrier() -> None:
+        request, since = comm.ibarrier(), time.perf_counter()
+        while not comm.testall([request]):
+            idle_wait(since)
+
+    return barrier
 
 
 def _warm_up(run, barrier, warmup: int, timing: str, watch: Stopwatch) -> None:
@@ -81,6 +155,7 @@ def measure(
     buffer: str | None = None,
     capture=None,
     replays: int = 1,
+    barrier: str | None = None,
 ) -> dict:
     """Time `run` on every rank; the statistics across ranks (the same on every rank).
 
@@ -97,8 +172,15 @@ def measure(
     `capture` (graph mode, --cuda-graph): called after the eager warm-up with `run`, it
     captures the call into a graph and returns its replay; each timed region is then
     `replays` replays back to back, and a call's time is the region's over `replays`.
+
+    `barrier` between timed calls: "blocking" or "yielding" (default: `planned_barrier`'s
+    choice); the result's `barrier` says which.
     """
-    barrier = comm.barrier
+    if barrier is None:
+        asked = agreed(comm, requested_barrier)
+        barrier, _ = planned_barrier(comm, asked)
+    between = barrier
+    barrier = yielding_barrier(comm) if between == "yielding" else comm.barrier
     watch = Stopwatch(buffer, clock or comm.clock)
     compiled = None
     # the C loop reads MPI_Wtime around MPI's own calls on host buffers only
@@ -108,12 +190,12 @@ def measure(
     if compiled is not None:
 
         def timer_loop(run, barrier, calls, watch):
-            return compiled.timed(calls, timing)
+            return compiled.timed(calls, timing, between)
     else:
         timer_loop = _timed_batch if timing == "batch" else _timed_per_call
-    comm.barrier()
+    barrier()
     if compiled is not None:
-        compiled.warm_up(warmup, timing)
+        compiled.warm_up(warmup, timing, between)
     else:
         _warm_up(run, barrier, warmup, timing, watch)
     if capture is not None:
@@ -158,6 +240,7 @@ def measure(
         iterations=calls,
         stopped_by=stopped_by,
         timer="c" if compiled is not None else "python",
+        barrier=between,
         host_syncs=syncs / calls if watch.on_device else None,
     )
     if timing == "batch":  # no single calls to rank: blocks are not calls

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
+from ccbench.collectives.pipeline import POLL_S, SPIN_S
 from ccbench.collectives.spec import (
     MPI_ARGS_GATHERED,
     MPI_ARGS_REDUCED,
@@ -185,12 +186,29 @@ def load(path: Path) -> ctypes.CDLL:
         raise Unavailable("the C loop links another MPI library than mpi4py's")
     pointer, integer = ctypes.c_void_p, ctypes.c_int
     common = [pointer, integer, pointer, pointer, integer, pointer, pointer]
-    lib.ccbench_warm_up.argtypes = [*common, integer, integer]
-    lib.ccbench_timed_per_call.argtypes = [*common, integer, pointer]
-    lib.ccbench_timed_batch.argtypes = [*common, integer, pointer]
+    how = ctypes.POINTER(BarrierSpec)
+    lib.ccbench_warm_up.argtypes = [*common, integer, integer, how]
+    lib.ccbench_timed_per_call.argtypes = [*common, integer, pointer, how]
+    lib.ccbench_timed_batch.argtypes = [*common, integer, pointer, how]
     for function in (lib.ccbench_warm_up, lib.ccbench_timed_per_call, lib.ccbench_timed_batch):
         function.restype = integer
     return lib
+
+
+class BarrierSpec(ctypes.Structure):
+    """timing_c.c's barrier_t: MPI_Barrier, or the yielding barrier with its timings."""
+
+    _fields_ = [
+        ("yielding", ctypes.c_int),
+        ("spin_s", ctypes.c_double),
+        ("poll_s", ctypes.c_double),
+    ]
+
+
+def barrier_spec(barrier: str) -> BarrierSpec:
+    """The C loop's barrier for the harness's `barrier` ("blocking" or "yielding"), its
+    waits those of the Python loop's (collectives/pipeline.idle_wait)."""
+    return BarrierSpec(int(barrier == "yielding"), SPIN_S, POLL_S)
 
 
 _LIBRARY: dict[int, tuple[ctypes.CDLL | None, str]] = {}
@@ -256,17 +274,21 @@ class CompiledLoop:
         if status != MPI.SUCCESS:
             raise MPI.Exception(status)
 
-    def warm_up(self, warmup: int, timing: str) -> None:
-        self._check(self.lib.ccbench_warm_up(*self._args(), warmup, int(timing != "batch")))
+    def warm_up(self, warmup: int, timing: str, barrier: str = "blocking") -> None:
+        how = ctypes.byref(barrier_spec(barrier))
+        self._check(self.lib.ccbench_warm_up(*self._args(), warmup, int(timing != "batch"), how))
 
-    def timed(self, iterations: int, timing: str) -> np.ndarray:
+    def timed(self, iterations: int, timing: str, barrier: str = "blocking") -> np.ndarray:
+        how = ctypes.byref(barrier_spec(barrier))
         if timing == "batch":
             times = np.empty(min(10, iterations))
-            self._check(self.lib.ccbench_timed_batch(*self._args(), iterations, times.ctypes.data))
+            self._check(
+                self.lib.ccbench_timed_batch(*self._args(), iterations, times.ctypes.data, how)
+            )
         else:
             times = np.empty(iterations)
             self._check(
-                self.lib.ccbench_timed_per_call(*self._args(), iterations, times.ctypes.data)
+                self.lib.ccbench_timed_per_call(*self._args(), iterations, times.ctypes.data, how)
             )
         return times
 

@@ -28,6 +28,7 @@ class Switches:
     torch_backend: str = ""  # CCBENCH_TORCH_BACKEND
     debug: str = ""  # CCBENCH_DEBUG
     timer: str = ""  # CCBENCH_TIMER
+    barrier: str = ""  # CCBENCH_BARRIER
     cache: str = ""  # CCBENCH_CACHE
     intra_node_gbps: str = ""  # CCBENCH_INTRA_NODE_GBPS
     link_gbps: str = ""  # CCBENCH_LINK_GBPS

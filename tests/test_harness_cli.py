@@ -103,7 +103,7 @@ def test_full_validated_sweep_writes_osu_rows_csv_and_json(tmp_path, collective)
         table = list(csv.DictReader(f))
     header = list(table[0])
     assert header[:2] == ["schema", "run_id"] and len(set(header)) == len(header)
-    assert {r["schema"] for r in table} == {"harness/5"}
+    assert {r["schema"] for r in table} == {"harness/6"}
     assert [c for c in DOCUMENTED_COLUMNS if c not in header] == []
     assert len(table) == len(rows)
     big = table[-1]

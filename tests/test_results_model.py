@@ -134,14 +134,15 @@ def test_harness_rows_of_version_1_ran_over_mpi(tmp_path):
     v1 = [
         c
         for c in COMMON_COLUMNS
-        if c not in ("schema", "hugepages", "transport", "backend", "host_syncs", "device")
+        if c
+        not in ("schema", "hugepages", "transport", "backend", "host_syncs", "device", "barrier")
     ]
     path = tmp_path / "old.csv"
     write_csv_atomic(path, [{k: v for k, v in harness_row().items() if k in v1}], v1)
     table = results.read_table(path)
     assert (table.schema, table.version) == (HARNESS, 1)
     (row,) = table.current()
-    assert (row["schema"], row["transport"], row["backend"]) == ("harness/5", "mpi", "mpi")
+    assert (row["schema"], row["transport"], row["backend"]) == ("harness/6", "mpi", "mpi")
     assert HARNESS.role("transport") == HARNESS.role("backend") == "setting"
     assert HARNESS.role("device") == "provenance"
     assert HARNESS.role("host_syncs") == "measurement"
@@ -150,26 +151,26 @@ def test_harness_rows_of_version_1_ran_over_mpi(tmp_path):
 def test_harness_rows_of_version_3_knew_no_step_cost(tmp_path):
     """Version 3 did not record the fixed cost of a ring step: its files read (and merge)
     as they are, upgraded with that cost unknown, never refused as a mixed schema."""
-    v3 = [c for c in COMMON_COLUMNS if c != "link_step_us"]
+    v3 = [c for c in COMMON_COLUMNS if c not in ("link_step_us", "barrier")]
     path = tmp_path / "v3.csv"
     write_csv_atomic(path, [harness_row(schema="harness/3", link_step_us="7")], v3)
     table = results.read_table(path)
     assert (table.schema, table.version) == (HARNESS, 3) and table.missing() == []
     (row,) = table.current()
-    assert (row["schema"], row["link_step_us"]) == ("harness/5", "")
+    assert (row["schema"], row["link_step_us"]) == ("harness/6", "")
     assert HARNESS.role("link_step_us") == "provenance"
 
 
 def test_harness_rows_of_version_4_were_eager_and_never_pair_with_graphed_ones(tmp_path):
     """Version 4 knew no graph mode: its rows read as eager calls (cuda_graph 0), which
     is part of a point's identity, so a graphed row of the same point is another point."""
-    v4 = [c for c in COMMON_COLUMNS if c != "cuda_graph"]
+    v4 = [c for c in COMMON_COLUMNS if c not in ("cuda_graph", "barrier")]
     path = tmp_path / "v4.csv"
     write_csv_atomic(path, [harness_row(schema="harness/4")], v4)
     table = results.read_table(path)
     assert (table.schema, table.version) == (HARNESS, 4) and table.missing() == []
     (eager,) = table.current()
-    assert (eager["schema"], eager["cuda_graph"]) == ("harness/5", 0)
+    assert (eager["schema"], eager["cuda_graph"]) == ("harness/6", 0)
     assert HARNESS.role("cuda_graph") == "setting"
     header = [*COMMON_COLUMNS]
     graphed = {**eager, "cuda_graph": "20"}
@@ -181,12 +182,33 @@ def test_harness_rows_of_version_4_were_eager_and_never_pair_with_graphed_ones(t
     )
 
 
+def test_harness_rows_of_version_5_had_the_blocking_barrier(tmp_path):
+    """Version 5 timed every call behind the transport's own barrier: its rows read as
+    `blocking`, which is part of a point's identity (a row timed behind the yielding
+    barrier is another point)."""
+    v5 = [c for c in COMMON_COLUMNS if c != "barrier"]
+    path = tmp_path / "v5.csv"
+    write_csv_atomic(path, [harness_row(schema="harness/5")], v5)
+    table = results.read_table(path)
+    assert (table.schema, table.version) == (HARNESS, 5) and table.missing() == []
+    (row,) = table.current()
+    assert (row["schema"], row["barrier"]) == ("harness/6", "blocking")
+    assert HARNESS.role("barrier") == "setting"
+    header = [*COMMON_COLUMNS]
+    yielding = {**row, "barrier": "yielding"}
+    assert results.point_identity(row, HARNESS, header) != results.point_identity(
+        yielding, HARNESS, header
+    )
+
+
 def test_harness_rows_of_version_2_ran_over_mpi_and_keep_their_own_settings(tmp_path):
     """Version 2 recorded the paging and the sparse-streaming settings but not the
     transport: upgraded, its rows ran over MPI, and nothing they recorded is replaced
     (not their paging, not a sparse-streaming setting they gave, none added to a ring)."""
     v2 = [
-        c for c in COMMON_COLUMNS if c not in ("transport", "backend", "host_syncs", "device")
+        c
+        for c in COMMON_COLUMNS
+        if c not in ("transport", "backend", "host_syncs", "device", "barrier")
     ] + ["block_size"]
     ring = harness_row(schema="harness/2", hugepages="off")
     sparse = harness_row(
@@ -204,7 +226,7 @@ def test_harness_rows_of_version_2_ran_over_mpi_and_keep_their_own_settings(tmp_
     ring_now, sparse_now = table.current()
     for row in (ring_now, sparse_now):
         assert (row["schema"], row["transport"], row["backend"], row["hugepages"]) == (
-            "harness/5",
+            "harness/6",
             "mpi",
             "mpi",
             "off",

@@ -50,6 +50,7 @@ def row(**changes) -> dict:
         iterations="100",
         timing="per-call",
         timer="python",
+        barrier="blocking",
         data="gradient",
         hugepages="madvise",
         transport="mpi",
@@ -64,10 +65,19 @@ def row(**changes) -> dict:
 
 def older(version: int, rows: list[dict]) -> tuple[list[str], list[dict]]:
     """Rows as a file of `version` writes them: version 1 had no schema, paging or
-    transport columns, version 2 no transport; neither had graph mode."""
+    transport columns, version 2 no transport; neither had graph mode or a barrier column."""
     gone = {
-        1: ("schema", "hugepages", "transport", "backend", "host_syncs", "device", "cuda_graph"),
-        2: ("transport", "backend", "host_syncs", "device", "cuda_graph"),
+        1: (
+            "schema",
+            "hugepages",
+            "transport",
+            "backend",
+            "host_syncs",
+            "device",
+            "cuda_graph",
+            "barrier",
+        ),
+        2: ("transport", "backend", "host_syncs", "device", "cuda_graph", "barrier"),
     }[version]
     columns = [c for c in COMMON_COLUMNS if c not in gone]
     tag = {"schema": f"harness/{version}"} if version > 1 else {}
@@ -104,13 +114,13 @@ def test_a_merge_of_three_versions_upgrades_before_it_keeps_the_newest(tmp_path)
         2,
     )
     merged = results.read_table(out)
-    assert merged.version == 5
+    assert merged.version == 6
     by_size = {r["size_bytes"]: r for r in merged.rows}
     assert sorted(by_size) == ["4096", "8192"]
     assert float(by_size["4096"]["avg_us"]) == 30.0 and by_size["4096"]["run_id"] == "r3"
     assert float(by_size["8192"]["avg_us"]) == 11.0
     assert {(r["schema"], r["transport"], r["backend"], r["hugepages"]) for r in merged.rows} == {
-        ("harness/5", "mpi", "mpi", "madvise")
+        ("harness/6", "mpi", "mpi", "madvise")
     }
     assert list(json.loads(out.with_name("merged.csv.json").read_text())["runs"]) == [
         "r1",
