@@ -95,9 +95,10 @@ def opposite(first: float, second: float) -> bool:
 
 def differs_text(separate: tuple[float, float, float]) -> str:
     """The line a note adds when the separate launches drawn point the other way from the
-    interleaved comparison it quotes: why the two differ."""
+    interleaved comparison it quotes: why the two differ. Three short lines: one long
+    line widens the figure until its panel has no room (the note sits under a panel)."""
     return (
-        f"  the separate launches drawn: {change_text(*separate)}, the other way: "
-        "launched apart under the host's load, where the interleaved rounds alternate "
-        "A and B (the measurement to trust)"
+        f"  the separate launches drawn: {change_text(*separate)}, the other way:\n"
+        "    launched apart under the host's load; the interleaved rounds\n"
+        "    alternate A and B (the measurement to trust)"
     )

@@ -289,3 +289,15 @@ def test_the_fsdp_step_note_and_its_interleaved_rounds_on_the_bars(tmp_path, sty
     from ccbench.plots.figure_check import check_figure
 
     assert check_figure(figure.fig) == []
+
+
+def test_the_note_on_launches_that_differ_is_short_lines():
+    """The note's explanation of separate launches pointing the other way: lines short
+    enough for a note under one panel (a 150-character line widened a 3.5-inch figure
+    until its panel collapsed), the drawn ratio in its first line."""
+    from ccbench.plots.claims import differs_text
+
+    text = "fp16 vs MPI:" + differs_text((0.79, 0.72, 0.86))
+    lines = text.split("\n")
+    assert len(lines) == 3 and max(len(line) for line in lines) <= 80, lines
+    assert "-21% [-28, -14]" in lines[0]
