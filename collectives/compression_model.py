@@ -87,33 +87,54 @@ class CodecRates:
 @dataclass(frozen=True)
 class SizedEfficiency:
     """Efficiencies measured at several OSU sizes (call over floor, rows of one link and
-    rank count): a call takes the one measured at the size nearest its own (on a log
-    scale: a fixed cost per call weighs most on small calls, so an efficiency measured at
-    16 MiB says little of a 1 MiB call); ``median`` where no size is asked."""
+    rank count), with the floors they were measured against. A call's time is its floor
+    plus an excess (per-call costs that do not scale with its bytes, overlap lost that
+    does), so the ratio measured at 1 MiB says little of a 0.8 MB call. Between two
+    measured sizes a call takes the excess interpolated linearly in size between theirs;
+    below the smallest, the line through the two smallest sizes' excesses (never below
+    zero where they are not); above the largest, the largest's efficiency. With one
+    size, no floors, or no floor for the call: the efficiency measured nearest its size
+    (on a log scale). ``median`` where no size is asked."""
 
     sizes: tuple
     values: tuple
     median: float
+    floors: tuple = ()  # seconds, one per size: the model's floor of the measured call
 
     @classmethod
-    def of(cls, sizes, values) -> SizedEfficiency:
+    def of(cls, sizes, values, floors=None) -> SizedEfficiency:
         by_size: dict = {}
-        for s, v in zip(sizes, values, strict=True):
+        floor_at: dict = {}
+        for i, (s, v) in enumerate(zip(sizes, values, strict=True)):
             by_size.setdefault(float(s), []).append(float(v))
+            if floors is not None:
+                floor_at.setdefault(float(s), float(floors[i]))
         ordered = sorted(by_size)
         return cls(
             tuple(ordered),
             tuple(float(np.median(by_size[s])) for s in ordered),
             float(np.median(values)),
+            tuple(floor_at[s] for s in ordered) if floors is not None else (),
         )
 
-    def at(self, size=None):
+    def at(self, size=None, floor=None):
         if size is None:
             return self.median
-        wanted = np.log(np.maximum(np.asarray(size, dtype=np.float64), 1.0))
-        measured = np.log(np.asarray(self.sizes, dtype=np.float64))
-        nearest = np.abs(wanted[..., None] - measured).argmin(axis=-1)
-        picked = np.asarray(self.values, dtype=np.float64)[nearest]
+        size = np.asarray(size, dtype=np.float64)
+        values = np.asarray(self.values, dtype=np.float64)
+        if floor is None or len(self.floors) < 2:
+            wanted = np.log(np.maximum(size, 1.0))
+            measured = np.log(np.asarray(self.sizes, dtype=np.float64))
+            picked = values[np.abs(wanted[..., None] - measured).argmin(axis=-1)]
+            return float(picked) if np.ndim(picked) == 0 else picked
+        floor = np.broadcast_to(np.asarray(floor, dtype=np.float64), size.shape)
+        sizes = np.asarray(self.sizes, dtype=np.float64)
+        excess = (values - 1.0) * np.asarray(self.floors, dtype=np.float64)
+        slope = (excess[1] - excess[0]) / (sizes[1] - sizes[0])
+        below = np.maximum(excess[0] + slope * (size - sizes[0]), min(excess[0], 0.0))
+        extra = np.where(size < sizes[0], below, np.interp(size, sizes, excess))
+        between = 1.0 + extra / np.where(floor > 0, floor, np.inf)
+        picked = np.where(size > sizes[-1], values[-1], between)
         return float(picked) if np.ndim(picked) == 0 else picked
 
 
@@ -141,13 +162,13 @@ class Option:
         flat = self.variant if self.codec is None else f"{self.variant}:{self.codec.spec}"
         return flat + NODE_MARK if self.hierarchical else flat
 
-    def efficiency_for(self, collective: str, size=None):
+    def efficiency_for(self, collective: str, size=None, floor=None):
         """The efficiency of a call of `collective` (at OSU `size`, a number or an array,
-        where the efficiency was measured per size)."""
+        whose floor is `floor` seconds, where the efficiency was measured per size)."""
         found = self.efficiency
         if isinstance(found, dict):
             found = found.get(collective, 1.0)
-        return found.at(size) if isinstance(found, SizedEfficiency) else found
+        return found.at(size, floor) if isinstance(found, SizedEfficiency) else found
 
     @property
     def ratio(self) -> float:
@@ -233,7 +254,7 @@ def call_seconds(
         "wire": wire,
         "codec": codec * np.ones_like(size),
         "floor": floor,
-        "time": option.efficiency_for(collective, size) * floor,
+        "time": option.efficiency_for(collective, size, floor) * floor,
     }
 
 
@@ -292,7 +313,7 @@ def hierarchical_call_seconds(
     out["wire"] = out["intra"] + out["inter"]
     if overlapped:
         out["wire"] = np.maximum(out["intra"], out["inter"])
-    out["time"] = option.efficiency_for(collective, size) * out["floor"]
+    out["time"] = option.efficiency_for(collective, size, out["floor"]) * out["floor"]
     return out
 
 
@@ -380,7 +401,7 @@ def predict_step(
         size = osu_size(call.collective, call.nbytes, ranks)
         t = call_seconds(option, network, call.collective, size, ranks, codec_share)
         durations.append(float(t["time"]))
-        codec_total += float(t["codec"]) * option.efficiency_for(call.collective, size)
+        codec_total += float(t["codec"]) * option.efficiency_for(call.collective, size, t["floor"])
         buckets[bucket_of(call.nbytes)] += float(t["time"])
     step_s = step_timeline(step, durations, overlap)
     return StepPrediction(

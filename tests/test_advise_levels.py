@@ -273,6 +273,44 @@ def test_a_rows_ranks_per_node(row, expected):
     assert _row_ranks_per_node(row) == expected
 
 
+def test_a_call_between_measured_sizes_takes_their_excess_over_the_floor_interpolated():
+    m, ms = 1 << 20, 1e-3
+    # measured at 1, 2 and 4 MiB against floors of 1, 2 and 4 ms: excesses 1, 1 and 2 ms
+    e = cm.SizedEfficiency.of([m, 2 * m, 4 * m], [2.0, 1.5, 1.5], [1 * ms, 2 * ms, 4 * ms])
+    assert e.at(3 * m, 3 * ms) == pytest.approx(1 + 1.5 / 3)  # excess 1.5 ms, halfway
+    assert e.at(2 * m, 2 * ms) == pytest.approx(1.5)  # a measured size: its own
+    assert e.at(m // 2, 0.5 * ms) == pytest.approx(3.0)  # below: the line, flat here: 1 ms
+    assert e.at(8 * m, 8 * ms) == 1.5  # above the largest: its efficiency
+    assert e.at(3 * m) == 1.5  # no floor given: the nearest size's (4 MiB on a log)
+    assert list(e.at([3 * m, 8 * m], [3 * ms, 8 * ms])) == pytest.approx([1.5, 1.5])
+    # below the smallest, the line through the two smallest: 2 ms at 1 MiB, 1 at 2 MiB
+    falling = cm.SizedEfficiency.of([m, 2 * m], [3.0, 1.5], [1 * ms, 2 * ms])
+    assert falling.at(m // 2, 0.5 * ms) == pytest.approx(1 + 2.5 / 0.5)
+    # 0.5 ms at 1 MiB, 2 ms at 2 MiB: the line reaches -0.625 ms at 256 KiB; held at 0
+    rising = cm.SizedEfficiency.of([m, 2 * m], [1.5, 2.0], [1 * ms, 2 * ms])
+    assert rising.at(m // 4, 0.25 * ms) == pytest.approx(1.0)
+    # one size, or no floors: the nearest size's efficiency
+    assert cm.SizedEfficiency.of([m], [2.0], [1 * ms]).at(m // 2, 0.5 * ms) == 2.0
+    assert cm.SizedEfficiency.of([m, 4 * m], [2.0, 1.5]).at(3 * m, 3 * ms) == 1.5
+
+
+def test_a_calls_time_is_its_floor_plus_the_interpolated_excess():
+    m = 1 << 20
+    one = cm.Network(1e9, 0.0)
+    # a ring allgather on 4 ranks at 1 Gbit/s: 3 x size bytes, 25.165824 ms a MiB
+    floor = [3 * s * 8 / 1e9 for s in (m, 2 * m)]
+    assert float(cm.call_seconds(cm.Option("ring"), one, "allgather", m, 4)["floor"]) == (
+        pytest.approx(floor[0])
+    )
+    measured = [floor[0] + 2e-3, floor[1] + 4e-3]  # excess 2 ms at 1 MiB, 4 ms at 2 MiB
+    e = cm.SizedEfficiency.of(
+        [m, 2 * m], [t / f for t, f in zip(measured, floor, strict=True)], floor
+    )
+    option = cm.Option("ring", efficiency={"allgather": e})
+    t = cm.call_seconds(option, one, "allgather", 1.5 * m, 4)
+    assert float(t["time"]) == pytest.approx(3 * 1.5 * m * 8 / 1e9 + 3e-3)
+
+
 def test_a_call_takes_the_efficiency_measured_nearest_its_size():
     m = 1 << 20
     e = cm.SizedEfficiency.of([m, 4 * m, 16 * m, 16 * m], [2.0, 1.5, 1.25, 1.75])
@@ -288,3 +326,31 @@ def test_a_call_takes_the_efficiency_measured_nearest_its_size():
     for size, eff in ((m, 2.0), (4 * m, 1.5)):
         t = cm.call_seconds(option, one, "allgather", size, 4)
         assert float(t["time"]) == pytest.approx(eff * float(t["floor"]))
+
+
+def test_rows_timed_back_to_back_are_the_efficiency_where_there_are_any(tmp_path):
+    two_level_parts(tmp_path / "parts", intra_gbps=8)
+    # the flat option's call at 2 MiB timed back to back (as a step issues its calls), at
+    # 1.6 x its floor, beside the per-call row at 1.25 x: the step reads 1.6
+    back_to_back = _row(
+        run_id="batchrun",
+        algorithm="ring",
+        timing="batch",
+        avg_us=1.6 * 28165.824,
+        encode_us=2.097152,
+        decode_us=6.291456,
+        reduce_us=0.0,
+    )
+    path = tmp_path / "parts" / "batch.csv"
+    write_csv_atomic(path, [back_to_back], HARNESS.variant_columns("coll_compressed"))
+    rows, inputs = run_advise(tmp_path, "--intra-link", "8gbit")
+    assert float(rows["coll_compressed:fp16"]["step_ms"]) == pytest.approx(1.6 * 28.165824)
+    found = [
+        i
+        for i in inputs
+        if (i["option"], i["input"]) == ("coll_compressed:fp16", "efficiency allgather")
+    ]
+    assert float(found[0]["value"]) == pytest.approx(1.6)
+    assert "timed back to back" in found[0]["source"] and "batchrun" in found[0]["source"]
+    # the hierarchical option had no row timed so: its per-call row, as before
+    assert float(rows["coll_compressed:fp16@node"]["step_ms"]) == pytest.approx(1.5 * 17.777216)

@@ -55,6 +55,14 @@ def _row_efficiency(
     rates of the prediction (as a step runs them) and the ranks sharing a core the row
     recorded (else the prediction's): what the floor leaves out (overlap lost, per-call
     costs) is in this ratio, once."""
+    floor = _row_floor(row, option, network, codec_share)
+    return _number(row, "avg_us") * 1e-6 / floor if floor > 0 else math.nan
+
+
+def _row_floor(
+    row: dict, option: cm.Option, network: cm.Network | None, codec_share: float
+) -> float:
+    """The model's floor of a harness row's call, seconds (nan where it has none)."""
     ranks, size = int(_number(row, "ranks")), _number(row, "size_bytes")
     if network is None or ranks < 2 or not math.isfinite(size):
         return math.nan
@@ -70,31 +78,33 @@ def _row_efficiency(
         _number(row, "ranks_per_core") > 0 or _number(row, "ranks_per_device") > 0
     ):
         codec_share = _row_share(row)  # the sharing the row ran with, as its codec time had
-    floor = float(
+    return float(
         cm.call_seconds(option, network, row.get("collective", ""), size, ranks, codec_share)[
             "floor"
         ]
     )
-    return _number(row, "avg_us") * 1e-6 / floor if floor > 0 else math.nan
 
 
 @dataclass(frozen=True)
 class Efficiency:
     """An option's overlap efficiency on one collective: the median of ``values`` (one
-    per harness row, its call over its floor, at the OSU ``sizes``), ``here`` when they
-    were measured at the link rate and rank count asked."""
+    per harness row, its call over its floor ``floors``, at the OSU ``sizes``; the median
+    of the rows of 1 MiB and up where there are any), ``here`` when they were measured at
+    the link rate and rank count asked."""
 
     value: float
     input: Input
     values: tuple = ()
     here: bool = False
     sizes: tuple = ()
+    floors: tuple = ()
 
     def for_model(self):
-        """What the model takes: measured here at several sizes, the one nearest each
-        call's size (cm.SizedEfficiency); else the one number."""
+        """What the model takes: measured here at several sizes, each call's time over
+        its floor interpolated between the sizes measured around it
+        (cm.SizedEfficiency); else the one number."""
         if self.here and self.sizes:
-            return cm.SizedEfficiency.of(self.sizes, self.values)
+            return cm.SizedEfficiency.of(self.sizes, self.values, self.floors or None)
         return self.value
 
 
@@ -130,7 +140,6 @@ def efficiency(
         if _row_variant(r) == variant
         and (r.get("codec") or "none") == wanted_codec
         and r.get("collective") == collective
-        and _number(r, "size_bytes") >= MIN_EFFICIENCY_BYTES
         and row_is_hierarchical(r) == model.hierarchical
         and not row_is_leaders(r)
         and _same_levels(r, model, collective)
@@ -146,7 +155,7 @@ def efficiency(
     if declared is not None and real:
         values = [
             v
-            for v in (_row_efficiency(r, model, declared, codec_share) for _, r in real)
+            for v in (_row_efficiency(r, model, declared, codec_share) for _, r in large(real))
             if math.isfinite(v)
         ]
         if values:
@@ -179,28 +188,39 @@ def efficiency(
     chosen = [
         (p, r) for p, r in rows if (_number(r, "link_gbps"), r.get("ranks"), layout_of(r)) == at
     ]
+    # a step issues its calls back to back: rows timed so, where there are any
+    back_to_back = [(p, r) for p, r in chosen if r.get("timing") == "batch"]
+    chosen = back_to_back or chosen
     measured = [
-        (_number(r, "size_bytes"), _row_efficiency(r, model, row_network(r), codec_share))
+        (_number(r, "size_bytes"), _row_floor(r, model, row_network(r), codec_share), r)
         for _, r in chosen
     ]
-    measured = [(s, v) for s, v in measured if math.isfinite(v)]
-    values = [v for _, v in measured]
-    if not values:
+    measured = [(s, f, _number(r, "avg_us") * 1e-6 / f) for s, f, r in measured if f > 0]
+    if not measured:
         return assumed(option, name, "assumed: harness rows lack the call's size or ranks")
+    values = [v for s, _, v in measured if s >= MIN_EFFICIENCY_BYTES] or [v for _, _, v in measured]
     paths = sorted({p for p, _ in chosen})
     where = "; ".join(_where(p, [r for q, r in chosen if q == p]) for p in paths)
     per_node = f", {at[2]} per node" if model.hierarchical else ""
-    note = f" ({len(values)} sizes at {at[0]:g} Gbit/s, {at[1]} ranks{per_node})"
+    timed = ", timed back to back" if back_to_back else ""
+    note = f" ({len(measured)} rows at {at[0]:g} Gbit/s, {at[1]} ranks{per_node}{timed})"
     # another rate, rank count or layout than asked: measured, but not here
     off = abs(at[0] - link_gbps) > 0.05 * link_gbps or str(at[1]) != str(ranks) or at[2] != layout
     value = float(np.median(values))
     return Efficiency(
         value,
         Input(option, name, value, where + note + (" [other link]" if off else ""), off),
-        tuple(values),
+        tuple(v for _, _, v in measured),
         not off,
-        tuple(s for s, _ in measured),
+        tuple(s for s, _, _ in measured),
+        tuple(f for _, f, _ in measured),
     )
+
+
+def large(rows: list) -> list:
+    """The (path, row) pairs of 1 MiB and up, where there are any; else all of them."""
+    big = [(p, r) for p, r in rows if _number(r, "size_bytes") >= MIN_EFFICIENCY_BYTES]
+    return big or rows
 
 
 def worst_measured(found: dict) -> dict:
