@@ -289,10 +289,13 @@ def test_measure_fills_in_what_was_not_measured_here_then_ranks(tmp_path, monkey
         "network_of",
         lambda opts, tables: (cm.Network(1e9, 100e-6), [], 1.0, "fake", 1.0),
     )
-    launched = []
+    launched, asked = [], set()
 
     def fake_run(command, what):  # the harness launch: rows at 1.1 (ring), 1.2 (library)
         launched.append(what)
+        harness = command[command.index("--") :]  # after `cluster run`'s own options
+        sizes = harness[harness.index("--collective") :]  # after python's own -m
+        asked.add((sizes[sizes.index("-m") + 1], sizes[sizes.index("--timing") + 1]))
         csv_path = command[command.index("--csv") + 1]
         algorithm = command[command.index("--algorithm") + 1]
         factor = 1.1 if algorithm == "ring" else 1.2
@@ -305,6 +308,9 @@ def test_measure_fills_in_what_was_not_measured_here_then_ranks(tmp_path, monkey
         tmp_path, "--codecs", "fp16", "--variants", "library,ring,coll_compressed", "--measure"
     )
     assert sorted(launched) == ["library allgather", "ring allgather"]
+    # at the step's own call (a 4 MiB gathered buffer on 4 ranks: 1 MiB a rank), its calls
+    # timed back to back as the step issues them
+    assert asked == {("1048576", "batch")}
     # all measured now: fp16 1.5 x 12.882912, the ring 1.1 x 25.465824, the library
     # 1.2 x (3 MiB at 1 Gbit/s + 2 x 100 us)
     assert [(r["rank"], r["option"]) for r in rows] == [

@@ -409,7 +409,7 @@ def step_ranges(options, found: dict, network, step, ranks, share) -> dict:
     return ranges
 
 
-def measure_then_run(opts, cluster, ranks, apart, lacking, collectives, unknown_error) -> int:
+def measure_then_run(opts, cluster, ranks, apart, lacking, step, unknown_error) -> int:
     """--measure: codec_throughput for the codecs without an error first (that may bring
     their options into the table), then the harness rows of the options not measured
     here; then the advice again, from the parts with these added."""
@@ -424,7 +424,11 @@ def measure_then_run(opts, cluster, ranks, apart, lacking, collectives, unknown_
         opts.codecs_measured = True
         return run(opts)
     measure.measure_harness(
-        cluster, ranks, {label: lacking[label] for label in apart}, collectives, folder
+        cluster,
+        ranks,
+        {label: lacking[label] for label in apart},
+        measure.step_sizes(step, ranks),
+        folder,
     )
     opts.measure = False
     return run(opts)
@@ -500,7 +504,7 @@ def run(opts) -> int:
         {o.codec.spec for o in options if o.codec is not None and math.isnan(errors[o.label])}
     )
     if opts.measure and (apart or unknown_error):
-        return measure_then_run(opts, cluster, ranks, apart, lacking, collectives, unknown_error)
+        return measure_then_run(opts, cluster, ranks, apart, lacking, step, unknown_error)
     if not measured + apart:
         raise UsageError(
             "every option is over the error budget; allow more error (--max-error) or add "

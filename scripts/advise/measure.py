@@ -1,8 +1,9 @@
 """`ccbench advise --measure`: the parts of the options not measured here, measured on
 the emulated cluster at the rank count asked before they are ranked: the harness rows
 (the library's collective, the ring, the compressed variants with each codec) of the
-step's collectives at 4-32 MiB, and `codec_throughput` for a codec without a row
-(docs/advise.md, "Measuring the parts")."""
+step's collectives at the step's own call sizes, timed back to back as a step issues
+them, and `codec_throughput` for a codec without a row (docs/advise.md, "Measuring the
+parts")."""
 
 from __future__ import annotations
 
@@ -15,12 +16,26 @@ from ccbench.kernels.errors import UsageError
 from ccbench.scripts.advise.check import load_average
 from ccbench.scripts.launchers import refuse_inside_mpi_launch
 
-SIZES = "4M:32M"  # the sizes the efficiencies are read from (1 MiB and up)
-ITERATIONS, WARMUP = "5", "1"
+ITERATIONS, WARMUP = "10", "2"
+CODEC_ITERATIONS = "5"
+ALIGN = 64  # bytes: every size a whole number of elements for any rank count up to 16
 
 
-def harness_args(label: str, collective: str, csv_path: Path) -> list[str]:
-    """The harness command measuring one option on one collective."""
+def step_sizes(step, ranks: int) -> dict:
+    """Collective -> the OSU sizes of the step's calls of it, as `-m` takes them (each
+    rounded down to whole elements of every rank's block)."""
+    sizes: dict = {}
+    for call in step.calls:
+        size = int(cm.osu_size(call.collective, call.nbytes, ranks))
+        size -= size % (ALIGN * ranks)
+        if size > 0:
+            sizes.setdefault(call.collective, set()).add(size)
+    return {c: ",".join(str(s) for s in sorted(v)) for c, v in sizes.items()}
+
+
+def harness_args(label: str, collective: str, sizes: str, csv_path: Path) -> list[str]:
+    """The harness command measuring one option on one collective at ``sizes`` (`-m`),
+    its calls timed back to back (`--timing batch`)."""
     variant, codec, hierarchical = cm.split_label(label)
     if variant in cm.UNCOMPRESSED:
         module = "baseline"
@@ -37,7 +52,9 @@ def harness_args(label: str, collective: str, csv_path: Path) -> list[str]:
         collective,
         *extra,
         "-m",
-        SIZES,
+        sizes,
+        "--timing",
+        "batch",
         "-i",
         ITERATIONS,
         "-x",
@@ -62,17 +79,17 @@ def measure_codecs(codecs: list[str], folder) -> Path:
     command = [sys.executable, "-m", "ccbench.benchmarks.codec_throughput"]
     for spec in codecs:
         command += ["--codec", spec]
-    command += ["-m", "4M:4M", "-i", ITERATIONS, "--data", "gradient"]
+    command += ["-m", "4M:4M", "-i", CODEC_ITERATIONS, "--data", "gradient"]
     _run([*command, "--csv", str(folder / "codecs.csv")], "codec_throughput")
     return folder
 
 
-def measure_harness(
-    cluster: str, ranks: int, lacking: dict, collectives: list[str], folder
-) -> Path:
+def measure_harness(cluster: str, ranks: int, lacking: dict, sizes: dict, folder) -> Path:
     """Measure, into ``folder``, the harness rows of every option in ``lacking`` (label ->
     the inputs it lacks) on each collective it lacks an efficiency on (every collective
-    where it lacks in-step codec rates), on the emulated ``cluster`` with ``ranks``."""
+    where it lacks in-step codec rates), at ``sizes`` (collective -> `-m`, the step's:
+    `step_sizes`), on the emulated ``cluster`` with ``ranks``."""
+    collectives = sorted(sizes)
     refuse_inside_mpi_launch("ccbench advise --measure")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -83,8 +100,8 @@ def measure_harness(
             wanted = set(collectives)
         jobs += [(label, c) for c in sorted(wanted)]
     print(
-        f"# measure: {len(jobs)} harness runs on cluster {cluster} ({ranks} ranks, "
-        f"{SIZES}); load average {load_average()}",
+        f"# measure: {len(jobs)} harness runs on cluster {cluster} ({ranks} ranks, the "
+        f"step's sizes, timed back to back); load average {load_average()}",
         flush=True,
     )
     for label, collective in jobs:
@@ -102,7 +119,7 @@ def measure_harness(
             "-n",
             str(ranks),
             "--",
-            *harness_args(label, collective, folder / f"{name}.csv"),
+            *harness_args(label, collective, sizes[collective], folder / f"{name}.csv"),
         ]
         _run(command, f"{label} {collective}")
         print(f"#   measured {label} {collective}", flush=True)
