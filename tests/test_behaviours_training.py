@@ -12,6 +12,7 @@ comm hook, MG-WFBP's merged allreduces) hands every gradient element to it once 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from ccbench.benchmarks.options import compression_of
@@ -204,3 +205,19 @@ def test_sparse_streaming_carries_gradients_through_omnireduce(monkeypatch):
     gradient_comm.allreduce(buf)
     assert len(engines) == 1
     assert buf[300:310].tolist() == [1.5] * 10 and float(buf.abs().sum()) == 15.0
+
+
+def test_host_tensors_reach_ccbenchs_collectives_as_numpy_views_of_their_memory():
+    from ccbench.training.gradient_comm import host_view
+
+    t = torch.arange(8, dtype=torch.float32)
+    view = host_view(t)
+    assert isinstance(view, np.ndarray) and view.dtype == np.float32
+    view[3] = 42.0  # the same memory: a write lands in the tensor
+    assert t[3].item() == 42.0
+    needs_grad = torch.ones(4, requires_grad=True)
+    assert host_view(needs_grad).ctypes.data == needs_grad.data_ptr()
+    half = torch.zeros(4, dtype=torch.float16)
+    assert host_view(half).dtype == np.float16
+    brain = torch.zeros(4, dtype=torch.bfloat16)  # numpy has no bfloat16: as it is
+    assert host_view(brain) is brain
