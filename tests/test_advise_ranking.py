@@ -310,7 +310,7 @@ def test_measure_fills_in_what_was_not_measured_here_then_ranks(tmp_path, monkey
     assert sorted(launched) == ["library allgather", "ring allgather"]
     # at the step's own call (a 4 MiB gathered buffer on 4 ranks: 1 MiB a rank), its calls
     # timed back to back as the step issues them
-    assert asked == {("1048576", "batch")}
+    assert asked == {("1048576:1048576", "batch")}  # `-m 1048576` alone: up to 1 MiB
     # all measured now: fp16 1.5 x 12.882912, the ring 1.1 x 25.465824, the library
     # 1.2 x (3 MiB at 1 Gbit/s + 2 x 100 us)
     assert [(r["rank"], r["option"]) for r in rows] == [
@@ -321,3 +321,23 @@ def test_measure_fills_in_what_was_not_measured_here_then_ranks(tmp_path, monkey
     assert [float(r["step_ms"]) for r in rows] == pytest.approx(
         [19.324368, 28.0124064, 30.4389888], rel=1e-9
     )
+
+
+def test_the_parts_are_measured_at_each_of_the_steps_call_sizes():
+    from ccbench.benchmarks.options import size_list
+    from ccbench.scripts.advise.measure import step_sizes
+
+    # 4 ranks: all-gathers of 4 MiB and 1 MiB gathered (OSU 1 MiB and 256 KiB a rank), a
+    # reduce-scatter of 3 MiB (its OSU size: the whole input) twice
+    calls = [("allgather", MIB), ("allgather", MIB // 4), ("reduce_scatter", 3 * MIB // 4)]
+    calls.append(calls[-1])
+    events = [
+        Event("call", 0.0, id=i, collective=c, count=n, blocking=True)
+        for i, (c, n) in enumerate(calls)
+    ]
+    sizes = step_sizes(Step(events=events, number=1), 4)
+    # -m as the harness reads it: 256 KiB doubled twice is 1 MiB, so a list; one size alone
+    # as MIN:MAX (`-m N` is every power of two up to N)
+    assert sizes == {"allgather": "262144,1048576", "reduce_scatter": "3145728:3145728"}
+    assert size_list(sizes["allgather"]) == [MIB // 4, MIB]
+    assert size_list(sizes["reduce_scatter"]) == [3 * MIB]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ccbench.benchmarks.options import format_sizes
 from ccbench.collectives import compression_model as cm
 from ccbench.kernels.errors import UsageError
 from ccbench.scripts.advise.check import load_average
@@ -30,7 +31,7 @@ def step_sizes(step, ranks: int) -> dict:
         size -= size % (ALIGN * ranks)
         if size > 0:
             sizes.setdefault(call.collective, set()).add(size)
-    return {c: ",".join(str(s) for s in sorted(v)) for c, v in sizes.items()}
+    return {c: format_sizes(sorted(v)) for c, v in sizes.items()}
 
 
 def harness_args(label: str, collective: str, sizes: str, csv_path: Path) -> list[str]:
