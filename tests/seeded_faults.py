@@ -72,6 +72,7 @@ DEVICE_KERNELS = "tests/test_codec_device.py -k emulated"
 STAGING = "tests/test_staging.py"
 LIBRARY = "tests/test_collective_spec.py -k library"
 ADVISE_INPUTS = "tests/test_advise_reading.py"
+ADVISE_SIZES = "tests/test_advise_levels.py tests/test_advise_ranking.py"
 SPEC_WORK = "tests/test_collective_spec.py -k codec_work"
 TYPED_ROWS = "tests/test_schemas.py -k older"
 FEEDBACK_BLOCKS = "tests/test_behaviours_training.py -k per_rank_block"
@@ -401,6 +402,22 @@ FAULTS = [
     Fault("advise-inputs", "scripts/advise/table.py",
           "volume[c.collective] = volume.get(c.collective, 0) + c.nbytes",
           "volume[c.collective] = c.nbytes", ADVISE_INPUTS),
+    # advise's per-call costs: the excess over the floor interpolated between sizes, the
+    # rows timed back to back first, the parts at the step's sizes
+    Fault("advise-sizes", "collectives/compression_model.py",
+          "extra = np.where(size < sizes[0], below, np.interp(size, sizes, excess))",
+          "extra = np.where(size < sizes[0], below, excess[-1])", ADVISE_SIZES),
+    Fault("advise-sizes", "collectives/compression_model.py",
+          "below = np.maximum(excess[0] + slope * (size - sizes[0]), min(excess[0], 0.0))",
+          "below = excess[0] + slope * (size - sizes[0])", ADVISE_SIZES),
+    Fault("advise-sizes", "scripts/advise/efficiency.py", "chosen = back_to_back or chosen",
+          "chosen = chosen", ADVISE_SIZES),
+    Fault("advise-sizes", "scripts/advise/measure.py",
+          "size -= size % (ALIGN * ranks)", "size -= size % (ALIGN * ranks) + ALIGN",
+          ADVISE_SIZES),
+    # host tensors reach the compressed collectives as views of their memory, not copies
+    Fault("host-views", "training/gradient_comm.py", "    return t.detach().numpy()\n",
+          "    return t.detach().numpy().copy()\n", FEEDBACK + " -k numpy_views"),
     # the collective-level allreduce's codec work per rank, in blocks
     Fault("collective-specs", "collectives/spec.py", "coll_codec_blocks=lambda n: (2, n, n - 2),",
           "coll_codec_blocks=lambda n: (2, n - 1, n - 2),", SPEC_WORK),

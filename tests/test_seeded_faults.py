@@ -46,6 +46,8 @@ def test_every_behaviour_class_has_faults():
         "mpi-staging",
         "library-accounting",
         "advise-inputs",
+        "advise-sizes",
+        "host-views",
         "collective-specs",
         "typed-rows",
         "feedback-blocks",
