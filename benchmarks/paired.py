@@ -155,7 +155,7 @@ def run_pairs(argv: list[str], comm) -> int:
             prepare_case(s.variant, s.ctx, c) for s, c in zip(sides, (case_a, case_b), strict=True)
         ]
         kept = {s.label: {k: [] for k in KEPT} for s in sides}
-        iterations, timers, checks = {}, {}, {}
+        iterations, timers, barriers, checks = {}, {}, {}, {}
         timer = agreed(comm, functools.partial(common_timer, asked, prepared))
         start = 0 if opts.first == "A" else 1
         for k in range(opts.turns):
@@ -174,6 +174,7 @@ def run_pairs(argv: list[str], comm) -> int:
                 check_deferred(side.comm, p.op)
                 iterations[side.label] = timing["iterations"]
                 timers[side.label] = timing["timer"]
+                barriers[side.label] = timing["barrier"]
                 for key in KEPT:
                     kept[side.label][key].append(timing[key])
         for side, p, case in zip(sides, prepared, (case_a, case_b), strict=True):
@@ -196,6 +197,7 @@ def run_pairs(argv: list[str], comm) -> int:
             "times": kept,
             "iterations": iterations,
             "timers": timers,
+            "barriers": barriers,
             "validation": checks,
         }
         del prepared

@@ -210,7 +210,7 @@ HARNESS = Schema(
 
 COMPARE = Schema(
     "compare",
-    2,
+    3,
     columns(
         (PROVENANCE, str, (SCHEMA, "compare_id", "sweep_id", "timestamp")),
         (SETTING, str, ("a", "b", "a_rev", "b_rev", "collective")),
@@ -229,10 +229,15 @@ COMPARE = Schema(
         (SETTING, float, ("ci_target_pct",)),
         (SETTING, str, ("timer",)),
         (MEASUREMENT, str, ("validation",)),
+        (SETTING, str, ("barrier",)),
         defaults={"statistic": "avg"},
     ),
     signature=("compare_id", "ratio", "ratio_low", "ratio_high"),
-    defaults={1: {"statistic": "avg", "timer": "", "validation": ""}},
+    defaults={
+        1: {"statistic": "avg", "timer": "", "validation": ""},
+        # before the rows said which barrier ran between timed calls: not known
+        2: {"barrier": ""},
+    },
 )
 
 CODEC = Schema(

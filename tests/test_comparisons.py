@@ -65,6 +65,37 @@ def test_a_round_is_the_geometric_mean_of_its_turns_and_the_interval_spans_round
     assert r.rounds == 2  # the interval's degrees of freedom come from launches, not turns
 
 
+def test_a_compare_row_says_which_barrier_each_side_timed_behind():
+    from ccbench.scripts.comparisons.rounds import IN_LAUNCH, Comparison, Side, result_rows
+
+    def sides():
+        return Side("A", ["baseline"]), Side("B", ["baseline"])
+
+    same = Comparison(*sides(), "avg", 0.03, IN_LAUNCH)
+    for _ in range(2):
+        behind = record([100], [50])
+        behind["points"]["4096|"]["barriers"] = {"A": "yielding", "B": "yielding"}
+        same.add_paired(behind)
+    (point,) = same.points()
+    assert same.barrier(point) == "yielding"
+    # separate launches of two revisions, one from before the yielding barrier
+    apart = Comparison(*sides(), "avg", 0.03)
+    for a, b in (("blocking", "yielding"), ("blocking", "yielding")):
+        apart.add(
+            apart.a, [{"size_bytes": "4096", "avg_us": "100", "iterations": "5", "barrier": a}]
+        )
+        apart.add(
+            apart.b, [{"size_bytes": "4096", "avg_us": "90", "iterations": "5", "barrier": b}]
+        )
+    (point,) = apart.points()
+    assert apart.barrier(point) == "A: blocking, B: yielding"
+    unsaid = Comparison(*sides(), "avg", 0.03, IN_LAUNCH)
+    unsaid.add_paired(record([100], [50]))  # a record from before barriers were kept
+    assert unsaid.barrier(unsaid.points()[0]) == ""
+    rows = result_rows(apart, 2, {})
+    assert [r["barrier"] for r in rows] == ["A: blocking, B: yielding"]
+
+
 def test_widest_interval_is_the_largest_half_width_in_log_terms():
     from ccbench.scripts.comparisons.rounds import IN_LAUNCH, Comparison, Side
 
@@ -208,6 +239,7 @@ def test_turns_inside_a_launch_alternate_and_keep_each_sides_times(tmp_path, mon
             "fastest_us": n,
             "p50_us": n,
             "timer": "python",
+            "barrier": "yielding",
         }
 
     monkeypatch.setattr(paired, "prepare_case", prepare)
@@ -238,6 +270,7 @@ def test_turns_inside_a_launch_alternate_and_keep_each_sides_times(tmp_path, mon
     assert status == 0
     assert log == ALTERNATING * 2  # the 4 KiB point's turns, then the 8 KiB point's
     points = json.loads(out.read_text())["points"]
+    assert {p["barriers"]["A"] + p["barriers"]["B"] for p in points.values()} == {"yielding" * 2}
     # calls 1-8 time the first point, 9-16 the second: A was timed in calls 1, 4, 5, 8
     for size, first in ((4096, 0), (8192, 8)):
         (point,) = [p for p in points.values() if p["size_bytes"] == size]
@@ -287,6 +320,7 @@ def test_a_paired_launch_started_by_b_times_b_first(tmp_path, monkeypatch):
             "fastest_us": 1.0,
             "p50_us": 1.0,
             "timer": "python",
+            "barrier": "blocking",
         }
 
     monkeypatch.setattr(paired, "prepare_case", prepare)

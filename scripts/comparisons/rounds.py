@@ -136,6 +136,7 @@ class Comparison:
     iterations: dict = field(default_factory=dict)  # point -> {"A": n, "B": n}
     info: dict = field(default_factory=dict)  # collective, ranks, link_gbps from rows
     timers: dict = field(default_factory=dict)  # point -> {"A": "c"|"python", "B": ...}
+    barriers: dict = field(default_factory=dict)  # point -> {"A": "blocking"|"yielding", ...}
     failed: dict = field(default_factory=dict)  # point -> sides that failed validation (-c)
     validated: bool = False  # some side ran its -c pass
 
@@ -148,10 +149,10 @@ class Comparison:
                     measured, filter(UNSIZED[side.variant][0], rows), strict=True
                 )
             }
-            timers = dict.fromkeys(checks, "")
+            timers = barriers = dict.fromkeys(checks, "")
         elif side.variant in RATED:
             measured = rated_points(side.variant, rows)
-            checks = timers = {}
+            checks = timers = barriers = {}
         else:
             columns = config_columns(rows)
             column = STATISTICS[self.statistic]
@@ -165,10 +166,12 @@ class Comparison:
             ]
             checks = {point_of(row, columns): row.get("validation", "") for row in rows}
             timers = {point_of(row, columns): row.get("timer", "") for row in rows}
+            barriers = {point_of(row, columns): row.get("barrier", "") for row in rows}
         for point, value, iterations in measured:
             self.times.setdefault(point, {"A": [], "B": []})[side.label].append(value)
             self.iterations.setdefault(point, {})[side.label] = iterations
             self._check_timer(point, side.label, timers.get(point, ""))
+            self._record_barrier(point, side.label, barriers.get(point, ""))
             self._record_check(point, side.label, checks.get(point, ""))
         first = rows[0]
         self.info = {
@@ -195,6 +198,7 @@ class Comparison:
                     else math.nan
                 )
                 self._check_timer(key, s, point.get("timers", {}).get(s, ""))
+                self._record_barrier(key, s, point.get("barriers", {}).get(s, ""))
                 self._record_check(key, s, point.get("validation", {}).get(s) or "")
             self.iterations[key] = dict(point["iterations"])
         self.info = {
@@ -217,6 +221,20 @@ class Comparison:
                 f"{seen.get('B')} loop: not like with like; add --timer python to time both "
                 "sides by the Python loop"
             )
+
+    def _record_barrier(self, point, label: str, barrier: str) -> None:
+        """The barrier between a side's timed calls (a comparison of the two barriers,
+        across revisions, has sides that differ: recorded, not refused)."""
+        if barrier:
+            self.barriers.setdefault(point, {}).setdefault(label, barrier)
+
+    def barrier(self, point) -> str:
+        """The barrier both sides timed behind, 'A: x, B: y' where they differ, '' where
+        the rows do not say."""
+        seen = self.barriers.get(point, {})
+        if len(set(seen.values())) == 1 and len(seen) == 2:
+            return next(iter(seen.values()))
+        return ", ".join(f"{s}: {seen.get(s) or '?'}" for s in ("A", "B")) if seen else ""
 
     def _record_check(self, point, label: str, validation: str) -> None:
         if validation:
@@ -248,6 +266,7 @@ class Comparison:
             "iterations": keyed(self.iterations),
             "info": self.info,
             "timers": keyed(self.timers),
+            "barriers": keyed(self.barriers),
             "failed": keyed(self.failed),
             "validated": self.validated,
         }
@@ -259,6 +278,7 @@ class Comparison:
         self.times, self.turns = unkeyed(state["times"]), unkeyed(state["turns"])
         self.iterations, self.timers = unkeyed(state["iterations"]), unkeyed(state["timers"])
         self.failed, self.info = unkeyed(state["failed"]), dict(state["info"])
+        self.barriers = unkeyed(state.get("barriers", []))  # a checkpoint from before: none
         self.validated = bool(state["validated"])
 
     def rounds_done(self) -> int:
@@ -359,6 +379,7 @@ def result_rows(comparison: Comparison, rounds: int, meta: dict, turns: int = 1)
                 "ci_target_pct": meta.get("ci_target_pct"),
                 "timer": comparison.timer(point),
                 "validation": comparison.validation(point),
+                "barrier": comparison.barrier(point),
             }
         )
     return rows
