@@ -86,11 +86,24 @@ def node_layout_of_run(hosts: int, ranks: int) -> dict:
     return {"nodes": n, "ranks_per_node": m}
 
 
-def _cpus_allowed() -> list[int]:
+def allowed_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity; every core where there is none)."""
     try:
         return sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         return list(range(os.cpu_count() or 1))
+
+
+def crowded(ranks) -> dict[str, tuple[int, int]]:
+    """{host: (ranks, cores)} for each host whose ranks outnumber the cores they may run
+    on (the union of their CPU affinities); ``ranks``: (host, cpus) of every rank. The one
+    definition of ranks sharing cores: the sidecar's `oversubscribed`, its warning, and
+    the barrier between timed calls (benchmarks/timing.py)."""
+    hosts: dict[str, tuple[int, set]] = {}
+    for host, cpus in ranks:
+        count, allowed = hosts.get(host, (0, set()))
+        hosts[host] = (count + 1, allowed | set(cpus))
+    return {h: (n, len(cpus)) for h, (n, cpus) in hosts.items() if n > len(cpus)}
 
 
 def placement(comm, buffer: str | None = None) -> dict:
@@ -99,7 +112,7 @@ def placement(comm, buffer: str | None = None) -> dict:
     device = arrays.backend(buffer).describe() if buffer else {"device": "cpu"}
     mine = {
         "host": comm.processor_name(),
-        "affinity": _cpus_allowed(),
+        "affinity": allowed_cpus(),
         "cores": os.cpu_count() or 1,
         "load_average": list(os.getloadavg()),
         "local_rank": comm.local_rank,
@@ -112,7 +125,9 @@ def placement(comm, buffer: str | None = None) -> dict:
             r["host"], {"cores": r["cores"], "ranks": 0, "load_average": r["load_average"]}
         )
         host["ranks"] += 1
-    oversubscribed = sorted(h for h, v in hosts.items() if v["ranks"] > v["cores"])
+    shared_cores = crowded((r["host"], r["affinity"]) for r in ranks)
+    for host, (_, cores) in shared_cores.items():
+        hosts[host]["shared_by"] = cores  # the cores its ranks may run on
     shared = len({tuple(r["affinity"]) for r in ranks if len(r["affinity"]) == 1}) < len(
         [r for r in ranks if len(r["affinity"]) == 1]
     )
@@ -125,7 +140,7 @@ def placement(comm, buffer: str | None = None) -> dict:
         "device": ",".join(r["device"] for r in ranks),
         "bound": all(len(r["affinity"]) == 1 for r in ranks),
         "hosts": hosts,
-        "oversubscribed": bool(oversubscribed),
+        "oversubscribed": bool(shared_cores),
         "cores_shared": bool(shared),
     }
 
@@ -158,10 +173,11 @@ def run_info(comm, variant: str, buffer: str | None = None) -> dict:
             "device": where["device"],
             "transport_info": comm.describe(),
         }
-        for host in (h for h, v in where["hosts"].items() if v["ranks"] > v["cores"]):
-            v = where["hosts"][host]
+        for host, v in where["hosts"].items():
+            if "shared_by" not in v:
+                continue
             print(
-                f"ccbench: warning: {v['ranks']} ranks on the {v['cores']} cores of {host}: "
+                f"ccbench: warning: {v['ranks']} ranks on {v['shared_by']} cores of {host}: "
                 "ranks share cores, so timings measure the sharing too",
                 file=sys.stderr,
                 flush=True,

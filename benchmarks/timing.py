@@ -21,13 +21,13 @@ the call's time would measure the scheduler's time slices.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
 from ccbench.benchmarks import timing_c
 from ccbench.benchmarks.agreement import agreed
+from ccbench.benchmarks.environment import allowed_cpus, crowded
 from ccbench.benchmarks.statistics import relative_halfwidth, summarize, t_quantile
 from ccbench.collectives.communicator import BaseCommunicator
 from ccbench.collectives.pipeline import idle_wait
@@ -49,21 +49,10 @@ def requested_barrier(given: switches.Switches | None = None) -> str:
     return value
 
 
-def _allowed_cpus() -> list[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on this platform: every core
-        return list(range(os.cpu_count() or 1))
-
-
 def crowded_hosts(comm: BaseCommunicator) -> dict[str, tuple[int, int]]:
     """{host: (ranks, cores)} for each host where `comm`'s ranks outnumber the cores they
-    may run on (the union of their CPU affinities). Collective; the same on every rank."""
-    hosts: dict[str, tuple[int, set]] = {}
-    for host, cpus in comm.allgather_obj((comm.processor_name(), _allowed_cpus())):
-        ranks, allowed = hosts.get(host, (0, set()))
-        hosts[host] = (ranks + 1, allowed | set(cpus))
-    return {h: (n, len(cpus)) for h, (n, cpus) in hosts.items() if n > len(cpus)}
+    may run on (environment.crowded). Collective; the same on every rank."""
+    return crowded(comm.allgather_obj((comm.processor_name(), allowed_cpus())))
 
 
 def planned_barrier(comm: BaseCommunicator, asked: str | None = None) -> tuple[str, str]:
@@ -80,10 +69,10 @@ def planned_barrier(comm: BaseCommunicator, asked: str | None = None) -> tuple[s
         return "blocking", f"the {comm.transport} transport's barrier"
     if asked != "auto":
         return asked, f"CCBENCH_BARRIER={asked}"
-    crowded = crowded_hosts(comm)
-    if not crowded:
+    sharing = crowded_hosts(comm)
+    if not sharing:
         return "blocking", "MPI_Barrier (no host has more ranks than cores)"
-    host, (ranks, cores) = sorted(crowded.items())[0]
+    host, (ranks, cores) = sorted(sharing.items())[0]
     return "yielding", (
         f"MPI_Ibarrier, the core given away between tests ({ranks} ranks on the {cores} "
         f"cores of {host}: a rank polling in MPI_Barrier takes a core from a rank still "
