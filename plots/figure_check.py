@@ -1,13 +1,15 @@
 """Checks of the drawn figures themselves (matplotlib Figure objects), one per kind of
 defect a reader meets: a panel with nothing in it, a legend entry describing a marker no
 series draws, a series hidden under another that coincides with it, one quantity in two
-units within a figure, a series drawn off its axis, and, across a page, one colour
-meaning two things. Each returns the problems it finds as lines of text; `ccbench plot`
-runs them on every figure it draws and the tests on every figure the fixtures draw."""
+units within a figure, a series drawn off its axis, a panel squeezed by the text beside
+it, and, across a page, one colour meaning two things. Each returns the problems it finds
+as lines of text; `ccbench plot` runs them on every figure it draws and the tests on
+every figure the fixtures draw."""
 
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 from matplotlib.colors import to_hex, to_rgb, to_rgba
@@ -194,6 +196,49 @@ def off_axis(fig) -> list[str]:
     return found
 
 
+MIN_PANEL_INCHES = 0.6  # a panel narrower or shorter than this shows no reading
+PAST_EDGE = 0.05  # of the figure's width or height: text this far out widens the image
+
+
+def squeezed_panels(fig) -> list[str]:
+    """Panels a legend or note beside them squeezed: the layout engine gave the text the
+    room it asked and the panel what was left (under MIN_PANEL_INCHES), or, where even
+    that was not enough, gave up and left the text past the figure's edge, which the
+    saved image's tight box then widens to hold, shrinking every panel in it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "constrained_layout not applied"
+        fig.draw_without_rendering()  # the layout engine places the axes at draw time
+    width, height = fig.get_size_inches()
+    found = []
+    for i, ax in enumerate(_data_axes(fig)):
+        box = ax.get_position()
+        w, h = box.width * width, box.height * height
+        if min(w, h) < MIN_PANEL_INCHES:
+            found.append(
+                f"panel {ax.get_title() or i!r} is {w:.2f} x {h:.2f} in: squeezed by the "
+                "text beside it"
+            )
+    edge = fig.bbox
+    renderer = fig.canvas.get_renderer()
+    for ax in [None, *fig.axes]:
+        legends = fig.legends if ax is None else [ax.get_legend()]
+        for legend in (lg for lg in legends if lg is not None and lg.get_visible()):
+            box = legend.get_window_extent(renderer)
+            past = max(
+                (edge.x0 - box.x0) / edge.width,
+                (box.x1 - edge.x1) / edge.width,
+                (edge.y0 - box.y0) / edge.height,
+                (box.y1 - edge.y1) / edge.height,
+            )
+            if past > PAST_EDGE:
+                where = f"panel {ax.get_title()!r}" if ax is not None else "the figure"
+                found.append(
+                    f"{where}: a legend or note runs {past:.0%} of the figure past its "
+                    "edge (the saved image widens to hold it and its panels shrink)"
+                )
+    return found
+
+
 def check_figure(fig) -> list[str]:
     """Every check of one figure."""
     return (
@@ -202,6 +247,7 @@ def check_figure(fig) -> list[str]:
         + hidden_series(fig)
         + mixed_units(fig)
         + off_axis(fig)
+        + squeezed_panels(fig)
     )
 
 

@@ -23,6 +23,7 @@ from ccbench.plots.figure_check import (  # noqa: E402
     legend_not_drawn,
     mixed_units,
     off_axis,
+    squeezed_panels,
 )
 
 pytestmark = pytest.mark.usefixtures("close_figures")
@@ -100,6 +101,26 @@ def test_a_series_off_its_axis_is_found():
     assert off_axis(fig) == ["panel '4 ranks': 1 point(s) of 'floor' off the axis"]
     ax.set_ylim(0.4, 100)
     assert off_axis(fig) == []
+
+
+def test_a_panel_squeezed_by_the_text_beside_it_is_found():
+    # two panels in 10 inches; a note of one 150-character line beside the second, in a
+    # constrained layout, takes the width the panels needed (the main job's page had one)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3), layout="constrained")
+    for ax, title in zip(axes, ("allgather", "reduce-scatter"), strict=True):
+        ax.plot([1, 2], [1, 2])
+        ax.set_title(title)
+    assert squeezed_panels(fig) == []
+    note = "separate launches that point the other way: " + "x" * 106
+    (handle,) = axes[1].plot([1], [1], label=note)
+    axes[1].legend(handles=[handle], loc="center left", bbox_to_anchor=(1, 0.5))
+    found = squeezed_panels(fig)
+    assert len(found) == 1 and "panel 'reduce-scatter': a legend or note runs" in found[0]
+    # the same note in three short lines leaves the panels their width
+    axes[1].get_legend().remove()
+    handle.set_label("\n".join([note[:50], note[50:100], note[100:]]))
+    axes[1].legend(handles=[handle], loc="center left", bbox_to_anchor=(1, 0.5))
+    assert squeezed_panels(fig) == []
 
 
 def test_one_colour_meaning_two_things_across_a_page_is_found():
