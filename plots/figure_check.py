@@ -219,11 +219,10 @@ def squeezed_panels(fig) -> list[str]:
                 "text beside it"
             )
     edge = fig.bbox
-    renderer = fig.canvas.get_renderer()
     for ax in [None, *fig.axes]:
         legends = fig.legends if ax is None else [ax.get_legend()]
         for legend in (lg for lg in legends if lg is not None and lg.get_visible()):
-            box = legend.get_window_extent(renderer)
+            box = legend.get_window_extent()  # the figure's own renderer
             past = max(
                 (edge.x0 - box.x0) / edge.width,
                 (box.x1 - edge.x1) / edge.width,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -520,9 +521,41 @@ def close_all() -> None:
     plt.close("all")
 
 
+MIN_PANEL_HEIGHT = 1.2  # inches a panel keeps beside its legends and notes
+MIN_PANEL_WIDTH = 1.2
+
+
+def keep_panel_sizes(fig) -> None:
+    """Grow the figure until every panel keeps MIN_PANEL_HEIGHT and MIN_PANEL_WIDTH: the
+    constrained layout gives a figure legend, a note or a long label beside the panels
+    the room it asks and the panels what is left, which may be nothing."""
+    panels = [
+        ax
+        for ax in fig.axes
+        if ax.get_visible() and ax.get_navigate() and ax.get_label() != "<colorbar>"
+    ]
+    if not panels:
+        return
+    rows = len({round(ax.get_subplotspec().rowspan.start) for ax in panels if ax.get_subplotspec()})
+    cols = len({round(ax.get_subplotspec().colspan.start) for ax in panels if ax.get_subplotspec()})
+    for _ in range(4):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "constrained_layout not applied"
+            fig.draw_without_rendering()
+        width, height = fig.get_size_inches()
+        short = min(ax.get_position().height for ax in panels) * height
+        narrow = min(ax.get_position().width for ax in panels) * width
+        if short >= MIN_PANEL_HEIGHT - 0.01 and narrow >= MIN_PANEL_WIDTH - 0.01:
+            return
+        grow_h = max(0.0, MIN_PANEL_HEIGHT - max(short, 0.0)) * max(rows, 1)
+        grow_w = max(0.0, MIN_PANEL_WIDTH - max(narrow, 0.0)) * max(cols, 1)
+        fig.set_size_inches(width + grow_w, height + grow_h)
+
+
 def save(fig, outdir: Path, name: str, formats=("png", "pdf"), dpi: int = PNG_DPI) -> list[Path]:
     """Write NAME.png and/or NAME.pdf with no timestamps: reruns give identical bytes."""
     outdir.mkdir(parents=True, exist_ok=True)
+    keep_panel_sizes(fig)
     place_notes(fig)
     written = []
     # the saved image holds every label and note, however long (nothing clipped)
