@@ -101,6 +101,16 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value >= 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number, 0 or more")
+    return value
+
+
 class RankAwareParser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of exiting, and prints help from one rank."""
 

@@ -21,8 +21,6 @@ from ccbench.benchmarks import request_thread_level
 request_thread_level("multiple")  # the communication thread calls MPI beside the main one
 
 import argparse
-import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +40,7 @@ from ccbench.benchmarks.options import (
     add_seed,
     add_validate,
     compression_from,
+    non_negative_float,
     non_negative_int,
     parse_size,
     positive_float,
@@ -51,6 +50,7 @@ from ccbench.benchmarks.progress import progress_bar
 from ccbench.benchmarks.results import REPLAY, append_rows, build_row, check_header
 from ccbench.benchmarks.statistics import mean_interval
 from ccbench.collectives.communicator import BaseCommunicator as Communicator
+from ccbench.collectives.trace_files import trace_id
 from ccbench.kernels import variants
 from ccbench.kernels.errors import UsageError
 
@@ -137,9 +137,10 @@ def build_parser(quiet: bool) -> RankAwareParser:
     )
     parser.add_argument(
         "--compute-scale",
-        type=positive_float,
+        type=non_negative_float,
         default=1.0,
-        help="multiply every compute gap (0.5: compute twice as fast)",
+        help="multiply every compute gap (0.5: compute twice as fast; 0: the calls "
+        "alone, issued and waited as the trace does)",
     )
     parser.add_argument(
         "--steps",
@@ -196,13 +197,6 @@ def load_trace(spec: str, ranks: int):
 
         return build_named(spec[len("model:") :], ranks), spec
     return read(spec), Path(spec).stem
-
-
-def trace_id(trace) -> str:
-    from ccbench.collectives.trace_files import to_json
-
-    text = json.dumps(to_json(trace), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def compute_mode(choice: str, trace) -> str:

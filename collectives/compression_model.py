@@ -148,6 +148,13 @@ class Option:
     codec: CodecRates | None = None
     efficiency: float | dict | SizedEfficiency = 1.0
     hierarchical: bool = False
+    # collective -> its call through training's path (the gradient communicator on the
+    # communication thread) over the harness's call the efficiency measured
+    path: dict = field(default_factory=dict)
+    # collective -> a call's time after a call of another collective over its time after
+    # one of its own (the calls of a step in turn; 1.0 where absent)
+    in_turn: dict = field(default_factory=dict)
+    handoff_s: float = 0.0  # a round trip between the training and stream threads
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -164,11 +171,13 @@ class Option:
 
     def efficiency_for(self, collective: str, size=None, floor=None):
         """The efficiency of a call of `collective` (at OSU `size`, a number or an array,
-        whose floor is `floor` seconds, where the efficiency was measured per size)."""
+        whose floor is `floor` seconds, where the efficiency was measured per size), times
+        its factor through training's path (`path`)."""
         found = self.efficiency
         if isinstance(found, dict):
             found = found.get(collective, 1.0)
-        return found.at(size, floor) if isinstance(found, SizedEfficiency) else found
+        found = found.at(size, floor) if isinstance(found, SizedEfficiency) else found
+        return found * self.path.get(collective, 1.0)
 
     @property
     def ratio(self) -> float:
@@ -366,23 +375,30 @@ def osu_size(collective: str, total_bytes: float, ranks: int) -> float:
     return spec(collective).osu_size_of_output(total_bytes, ranks)
 
 
-def step_timeline(step: Step, durations_s: list[float], overlap: bool = True) -> float:
+def step_timeline(
+    step: Step, durations_s: list[float], overlap: bool = True, handoff_s: float = 0.0
+) -> float:
     """The step's time when call k takes durations_s[k]: the training thread runs the
     compute gaps, issues calls onto one communication stream (a call starts when it is
-    issued and the previous one has ended) and waits where the trace waits."""
+    issued and the previous one has ended) and waits where the trace waits.
+    ``handoff_s`` is a round trip between the threads: half of it where a call finds the
+    stream idle (its thread wakes), half where a wait finds its call still running (the
+    training thread wakes)."""
+    half = handoff_s / 2
     now, stream_free, ends, k = 0.0, 0.0, {}, 0
     for event in step.events:
         now += event.gap_us * 1e-6
         if event.op == "call":
-            start = max(now, stream_free)
+            start = max(now, stream_free) + (half if now >= stream_free else 0.0)
             stream_free = ends[event.id] = start + durations_s[k]
             k += 1
             if event.blocking or not overlap:
-                now = stream_free
+                now = stream_free + half
         elif event.op == "wait":
-            now = max(now, ends[event.id])
-        else:  # drain
-            now = max(now, stream_free)
+            if ends[event.id] > now:
+                now = ends[event.id] + half
+        elif stream_free > now:  # drain
+            now = stream_free + half
     return now + step.tail_us * 1e-6
 
 
@@ -394,16 +410,23 @@ def predict_step(
     codec_share: float = 1.0,
     overlap: bool = True,
 ) -> StepPrediction:
-    """One step of a trace, every call run the option's way."""
+    """One step of a trace, every call run the option's way; a call that follows one of
+    another collective on the stream (the step's last call before its first: steps run
+    back to back) takes the option's ``in_turn`` factor of its collective."""
     durations, codec_total = [], 0.0
     buckets = dict.fromkeys(BUCKET_NAMES, 0.0)
-    for call in step.calls:
+    calls = step.calls
+    for k, call in enumerate(calls):
         size = osu_size(call.collective, call.nbytes, ranks)
         t = call_seconds(option, network, call.collective, size, ranks, codec_share)
-        durations.append(float(t["time"]))
-        codec_total += float(t["codec"]) * option.efficiency_for(call.collective, size, t["floor"])
-        buckets[bucket_of(call.nbytes)] += float(t["time"])
-    step_s = step_timeline(step, durations, overlap)
+        after_other = calls[k - 1].collective != call.collective
+        turn = option.in_turn.get(call.collective, 1.0) if after_other else 1.0
+        durations.append(float(t["time"]) * turn)
+        codec_total += (
+            float(t["codec"]) * option.efficiency_for(call.collective, size, t["floor"]) * turn
+        )
+        buckets[bucket_of(call.nbytes)] += float(t["time"]) * turn
+    step_s = step_timeline(step, durations, overlap, option.handoff_s)
     return StepPrediction(
         step_s, step.compute_us * 1e-6, float(sum(durations)), codec_total, buckets
     )

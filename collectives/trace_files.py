@@ -11,6 +11,7 @@ returned.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -169,6 +170,13 @@ def from_json(document, where: str) -> Trace:
         overlap=bool(document.get("overlap", True)),
     )
     return check(trace, where)
+
+
+def trace_id(trace: Trace) -> str:
+    """The trace's identity in result rows: a hash of its document (the same steps, the
+    same id)."""
+    text = json.dumps(to_json(trace), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def read(path) -> Trace:

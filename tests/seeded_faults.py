@@ -72,6 +72,7 @@ DEVICE_KERNELS = "tests/test_codec_device.py -k emulated"
 STAGING = "tests/test_staging.py"
 LIBRARY = "tests/test_collective_spec.py -k library"
 ADVISE_INPUTS = "tests/test_advise_reading.py"
+ADVISE_TURNS = "tests/test_advise_turns.py"
 ADVISE_SIZES = "tests/test_advise_levels.py tests/test_advise_ranking.py"
 SPEC_WORK = "tests/test_collective_spec.py -k codec_work"
 TYPED_ROWS = "tests/test_schemas.py -k older"
@@ -415,6 +416,22 @@ FAULTS = [
     Fault("advise-sizes", "scripts/advise/measure.py",
           "size -= size % (ALIGN * ranks)", "size -= size % (ALIGN * ranks) + ALIGN",
           ADVISE_SIZES),
+    # advise's calls in a step: in turn after another collective only, the diluted
+    # factor solved, a hand-off only where a thread wakes, part replays with no compute
+    Fault("advise-turns", "collectives/compression_model.py",
+          "after_other = calls[k - 1].collective != call.collective",
+          "after_other = True", ADVISE_TURNS),
+    Fault("advise-turns", "scripts/advise/turns.py",
+          "return (calls - 1) * measured / (calls - measured)", "return measured",
+          ADVISE_TURNS),
+    Fault("advise-turns", "collectives/compression_model.py",
+          "start = max(now, stream_free) + (half if now >= stream_free else 0.0)",
+          "start = max(now, stream_free) + half", ADVISE_TURNS),
+    Fault("advise-turns", "scripts/advise/turns.py",
+          'and _number(r, "compute_scale") == 0', 'and _number(r, "compute_scale") >= 0',
+          ADVISE_TURNS),
+    Fault("advise-turns", "scripts/advise/measure.py", '"--compute-scale",\n            "0",',
+          '"--compute-scale",\n            "1",', ADVISE_TURNS),
     # host tensors reach the compressed collectives as views of their memory, not copies
     Fault("host-views", "training/gradient_comm.py", "    return t.detach().numpy()\n",
           "    return t.detach().numpy().copy()\n", FEEDBACK + " -k numpy_views"),

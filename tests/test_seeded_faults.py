@@ -47,6 +47,7 @@ def test_every_behaviour_class_has_faults():
         "library-accounting",
         "advise-inputs",
         "advise-sizes",
+        "advise-turns",
         "host-views",
         "collective-specs",
         "typed-rows",

@@ -38,26 +38,24 @@ def load_average() -> str:
         return "?"
 
 
+def on_cluster(cluster: str, ranks: int, command: list[str]) -> list[str]:
+    """``command`` launched on ``ranks`` ranks of the emulated ``cluster``."""
+    cli = [sys.executable, "-m", "ccbench.scripts.cli", "cluster", "run"]
+    return [*cli, "--name", cluster, "-n", str(ranks), "--", *command]
+
+
+def replay_command(trace_path: Path, label: str) -> list[str]:
+    """trace_replay of ``trace_path`` run the option ``label``'s way."""
+    replay = [sys.executable, "-m", "ccbench.benchmarks.trace_replay", str(trace_path)]
+    return [*replay, *replay_args(label)]
+
+
 def replay_once(
     cluster: str, ranks: int, trace_path: Path, label: str, steps: int, csv_path: Path
 ) -> dict:
     """One launch of the replay: its summary row's mean step and codec times, seconds."""
     command = [
-        sys.executable,
-        "-m",
-        "ccbench.scripts.cli",
-        "cluster",
-        "run",
-        "--name",
-        cluster,
-        "-n",
-        str(ranks),
-        "--",
-        sys.executable,
-        "-m",
-        "ccbench.benchmarks.trace_replay",
-        str(trace_path),
-        *replay_args(label),
+        *on_cluster(cluster, ranks, replay_command(trace_path, label)),
         "--steps",
         str(steps),
         "--warmup",

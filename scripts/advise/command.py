@@ -23,7 +23,7 @@ from ccbench.benchmarks.options import add_codec_list, codecs_from
 from ccbench.collectives import compression_model as cm
 from ccbench.collectives import trace_files as tracefile
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.advise import efficiency, parts
+from ccbench.scripts.advise import efficiency, parts, turns
 from ccbench.scripts.advise import table as tables_out
 
 DEFAULT_CODECS = "fp16,bf16,bfp:rate=16,bfp:rate=8,bfp:rate=4"
@@ -409,10 +409,11 @@ def step_ranges(options, found: dict, network, step, ranks, share) -> dict:
     return ranges
 
 
-def measure_then_run(opts, cluster, ranks, apart, lacking, step, unknown_error) -> int:
+def measure_then_run(opts, cluster, ranks, apart, lacking, step, unknown_error, unturned=()) -> int:
     """--measure: codec_throughput for the codecs without an error first (that may bring
     their options into the table), then the harness rows of the options not measured
-    here; then the advice again, from the parts with these added."""
+    here and the step's collectives in turn of the options without them; then the advice
+    again, from the parts with these added."""
     from ccbench.scripts.advise import measure
 
     out = Path(opts.csv)
@@ -430,6 +431,7 @@ def measure_then_run(opts, cluster, ranks, apart, lacking, step, unknown_error) 
         measure.step_sizes(step, ranks),
         folder,
     )
+    measure.measure_turns(cluster, ranks, list(unturned), step, folder)
     opts.measure = False
     return run(opts)
 
@@ -496,6 +498,11 @@ def run(opts) -> int:
         intra_input,
     )
     inputs += found
+    in_step, turn_inputs, unturned = turns.step_factors(
+        tables, options, step, ranks, link_gbps, network, share
+    )
+    options = [replace(o, **in_step.get(o.label, {})) for o in options]
+    inputs += turn_inputs
     predictions, errors = advise(options, network, step, ranks, share)
     excluded = over_budget(options, errors, opts.max_error)
     lacking = lacking_by_option(inputs)
@@ -503,8 +510,9 @@ def run(opts) -> int:
     unknown_error = sorted(
         {o.codec.spec for o in options if o.codec is not None and math.isnan(errors[o.label])}
     )
-    if opts.measure and (apart or unknown_error):
-        return measure_then_run(opts, cluster, ranks, apart, lacking, step, unknown_error)
+    unturned = [label for label in unturned if label not in excluded]
+    if opts.measure and (apart or unknown_error or unturned):
+        return measure_then_run(opts, cluster, ranks, apart, lacking, step, unknown_error, unturned)
     if not measured + apart:
         raise UsageError(
             "every option is over the error budget; allow more error (--max-error) or add "

@@ -13,11 +13,14 @@ from pathlib import Path
 
 from ccbench.benchmarks.options import format_sizes
 from ccbench.collectives import compression_model as cm
+from ccbench.collectives import trace_files
 from ccbench.kernels.errors import UsageError
-from ccbench.scripts.advise.check import load_average
+from ccbench.scripts.advise.check import load_average, on_cluster, replay_command
+from ccbench.scripts.advise.turns import turn_trace
 from ccbench.scripts.launchers import refuse_inside_mpi_launch
 
-ITERATIONS, WARMUP = "10", "2"
+ITERATIONS, WARMUP = "50", "2"  # batch timing: 10 blocks of 5 calls back to back
+TURN_ROUNDS = 5  # timed passes over the part trace of calls in turn, after one untimed
 CODEC_ITERATIONS = "5"
 ALIGN = 64  # bytes: every size a whole number of elements for any rank count up to 16
 
@@ -109,19 +112,44 @@ def measure_harness(cluster: str, ranks: int, lacking: dict, sizes: dict, folder
         variant, _, hierarchical = cm.split_label(label)
         name = "baseline" if variant in cm.UNCOMPRESSED else variant
         name += "-node" if hierarchical else ""
-        command = [
-            sys.executable,
-            "-m",
-            "ccbench.scripts.cli",
-            "cluster",
-            "run",
-            "--name",
-            cluster,
-            "-n",
-            str(ranks),
-            "--",
-            *harness_args(label, collective, sizes[collective], folder / f"{name}.csv"),
-        ]
+        harness = harness_args(label, collective, sizes[collective], folder / f"{name}.csv")
+        command = on_cluster(cluster, ranks, harness)
         _run(command, f"{label} {collective}")
         print(f"#   measured {label} {collective}", flush=True)
+    return folder
+
+
+def measure_turns(cluster: str, ranks: int, labels: list[str], step, folder) -> Path:
+    """Replay, into ``folder``, the part trace of ``step``'s collectives in turn
+    (turns.turn_trace) with no compute, once for each option in ``labels``, on the
+    emulated ``cluster`` with ``ranks``; nothing for a step of one collective."""
+    folder = Path(folder)
+    trace = turn_trace(step, ranks)
+    if trace is None or not labels:
+        return folder
+    refuse_inside_mpi_launch("ccbench advise --measure")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "turns-trace.json"
+    trace_files.write(trace, path)
+    passes = len(trace.steps)
+    print(
+        f"# measure: {len(labels)} replays of the step's collectives in turn on cluster "
+        f"{cluster} (no compute); load average {load_average()}",
+        flush=True,
+    )
+    for label in labels:
+        replay = [
+            *replay_command(path, label),
+            "--compute-scale",
+            "0",
+            "--steps",
+            str(TURN_ROUNDS * passes),
+            "--warmup",
+            str(passes),
+            "--csv",
+            str(folder / "turns.csv"),
+        ]
+        command = on_cluster(cluster, ranks, replay)
+        _run(command, f"{label} in turn")
+        print(f"#   measured {label} in turn", flush=True)
     return folder
