@@ -511,7 +511,9 @@ def check_verdict(rows: list[dict], advised: str, goal: float = CHECK_GOAL) -> t
     """Words for an `advise --check`: how far the advised option's measured step was from
     its prediction, where it stands against the measured fastest's 95% interval, and how
     many predictions were within ``goal``. ``rows``: the check's rows (option,
-    predicted_ms, measured_ms, low_ms, high_ms). (passed, the words)."""
+    predicted_ms, measured_ms, low_ms, high_ms, and `measured_here`: a row marked "no"
+    predicted an option whose inputs were assumed; its error is named, not counted).
+    (passed, the words)."""
 
     def num(row, key):
         try:
@@ -523,23 +525,24 @@ def check_verdict(rows: list[dict], advised: str, goal: float = CHECK_GOAL) -> t
     if not timed:
         return False, "check failed: no replay was measured"
     fastest = min(timed, key=lambda r: num(r, "measured_ms"))
+
+    def error(r) -> str:  # the prediction's error over the measurement, as the table's
+        return f"{r['option']} {100 * (num(r, 'predicted_ms') / num(r, 'measured_ms') - 1):+.0f}%"
+
+    counted = [r for r in timed if (r.get("measured_here") or "yes") == "yes"]
+    assumed = [r for r in timed if r not in counted]
     misses = [
         r
-        for r in timed
+        for r in counted
         if not abs(num(r, "measured_ms") - num(r, "predicted_ms")) <= goal * num(r, "measured_ms")
     ]
     within = (
-        f"{len(timed) - len(misses)} of {len(timed)} predictions within {goal:.0%} of "
+        f"{len(counted) - len(misses)} of {len(counted)} predictions within {goal:.0%} of "
         "their measurement"
+        + (" (off by more: " + ", ".join(map(error, misses)) + ")" if misses else "")
         + (
-            " (off by more: "
-            + ", ".join(
-                # the prediction's error over the measurement, as the check's table has it
-                f"{r['option']} {100 * (num(r, 'predicted_ms') / num(r, 'measured_ms') - 1):+.0f}%"
-                for r in misses
-            )
-            + ")"
-            if misses
+            "; not counted (not measured here, inputs assumed): " + ", ".join(map(error, assumed))
+            if assumed
             else ""
         )
     )

@@ -432,6 +432,10 @@ FAULTS = [
           ADVISE_TURNS),
     Fault("advise-turns", "scripts/advise/measure.py", '"--compute-scale",\n            "0",',
           '"--compute-scale",\n            "1",', ADVISE_TURNS),
+    # the check's verdict counts the predictions of options measured here
+    Fault("advise-verdict", "collectives/compression_model.py",
+          'counted = [r for r in timed if (r.get("measured_here") or "yes") == "yes"]',
+          "counted = timed", "tests/test_advise.py -k assumed_inputs"),
     # host tensors reach the compressed collectives as views of their memory, not copies
     Fault("host-views", "training/gradient_comm.py", "    return t.detach().numpy()\n",
           "    return t.detach().numpy().copy()\n", FEEDBACK + " -k numpy_views"),

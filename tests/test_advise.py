@@ -259,6 +259,34 @@ def test_the_verdict_says_a_failed_check_in_words():
     assert "10% slower than predicted" in words and "is the measured fastest" in words
 
 
+def test_a_prediction_from_assumed_inputs_is_named_not_counted():
+    # the ring not measured here (its efficiency assumed the worst measured): 2000 ms
+    # predicted against 1500 measured, +33%, named beside the verdict but not counted
+    rows = [
+        check_row("a", 1000, 1050, 1000, 1100),
+        check_row("b", 1200, 1300, 1250, 1350),
+        {**check_row("ring", 2000, 1500, 1450, 1550), "measured_here": "no"},
+    ]
+    passed, words = cm.check_verdict(rows, "a")
+    assert passed
+    assert words.endswith(
+        "2 of 2 predictions within 15% of their measurement; not counted (not measured "
+        "here, inputs assumed): ring +33%"
+    )
+    # measured here, the same miss fails the check
+    rows[2]["measured_here"] = "yes"
+    passed, words = cm.check_verdict(rows, "a")
+    assert not passed and "(off by more: ring +33%)" in words
+    # the check's rows mark the options listed apart
+    from ccbench.collectives.compression_model import StepPrediction
+
+    predictions = {"a": StepPrediction(1.0, 0, 1, 0), "ring": StepPrediction(2.0, 0, 1, 0)}
+    marked = advise_check.check_rows(
+        ["a", "ring"], predictions, {"a": [1.0, 1.0], "ring": [1.5, 1.5]}, apart={"ring"}
+    )
+    assert [r["measured_here"] for r in marked] == ["yes", "no"]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -48,6 +48,7 @@ def test_every_behaviour_class_has_faults():
         "advise-inputs",
         "advise-sizes",
         "advise-turns",
+        "advise-verdict",
         "host-views",
         "collective-specs",
         "typed-rows",

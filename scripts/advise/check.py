@@ -84,7 +84,10 @@ def suspect_input(error: float, codec_predicted: float, codec_measured: float) -
     return "codec rates" if codec_measured > 2 * codec_predicted else "efficiency"
 
 
-def check_rows(labels, predictions, samples, codec_samples=None) -> list[dict]:
+def check_rows(labels, predictions, samples, codec_samples=None, apart=()) -> list[dict]:
+    """One row per replayed option; ``apart``: the options not measured here (their
+    inputs assumed), whose rows say so (`measured_here` no) and which the verdict shows
+    but does not count."""
     rows = []
     for label in labels:
         mean, low, high = mean_interval(samples[label])
@@ -106,6 +109,7 @@ def check_rows(labels, predictions, samples, codec_samples=None) -> list[dict]:
                 "predicted_codec_ms": predictions[label].codec_s * 1e3,
                 "measured_codec_ms": codec * 1e3,
                 "suspect_input": suspect_input(error, predictions[label].codec_s, codec),
+                "measured_here": "no" if label in apart else "yes",
             }
         )
     return rows
@@ -120,9 +124,11 @@ def run_check(
     advised: str,
     predictions: dict,
     out: Path,
+    apart=(),
 ) -> str:
     """Replay the top options (measured ones first) and the ring; write the check's rows
-    and return its verdict in words (compression_model.check_verdict)."""
+    and return its verdict in words (compression_model.check_verdict). ``apart``: the
+    options not measured here."""
     refuse_inside_mpi_launch("ccbench advise --check")
     labels = list(order[: opts.top])
     if cm.RING in predictions and cm.RING not in labels:
@@ -145,7 +151,7 @@ def run_check(
             samples[label].append(got["step"])
             codec_samples[label].append(got["codec"])
             print(f"#   round {r + 1} {label}: {samples[label][-1] * 1e3:.0f} ms", flush=True)
-    rows = check_rows(labels, predictions, samples, codec_samples)
+    rows = check_rows(labels, predictions, samples, codec_samples, apart)
     load_end = load_average()
     print(
         f"{'option':<28} {'predicted ms':>12} {'measured ms':>12} {'95% interval':>21} "
@@ -153,6 +159,7 @@ def run_check(
     )
     for row in rows:
         miss = f"  (over 15%: {row['suspect_input']})" if not row["within_goal"] else ""
+        miss += "  (not measured here: its inputs assumed)" if row["measured_here"] == "no" else ""
         print(
             f"{row['option']:<28} {row['predicted_ms']:>12.0f} {row['measured_ms']:>12.0f} "
             f"{row['low_ms']:>10.0f}..{row['high_ms']:<10.0f} {row['error_pct']:>+6.1f}% "

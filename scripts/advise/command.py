@@ -575,6 +575,8 @@ def run(opts) -> int:
     from ccbench.scripts.advise.check import run_check
 
     advised = measured[0] if measured else ""
-    verdict = run_check(opts, cluster, trace, ranks, measured + apart, advised, predictions, out)
+    verdict = run_check(
+        opts, cluster, trace, ranks, measured + apart, advised, predictions, out, set(apart)
+    )
     print(f"# {tables_out.advice_line(rows, verdict)}")
     return 0
