@@ -88,6 +88,43 @@ def test_the_check_puts_each_prediction_beside_its_measurement(tmp_path):
     assert "Not checked" not in page
 
 
+def test_an_option_not_measured_here_is_shown_in_the_check_but_not_counted(tmp_path):
+    write_advice(tmp_path / "advice")
+    common = {"rounds": "3", "suspect_input": "", "load_start": "3.0", "load_end": "3.5"}
+    check = [
+        {
+            "option": ROWS[0]["option"],  # the advised option
+            "predicted_ms": "2344",
+            "measured_ms": "2439",
+            "low_ms": "2357",
+            "high_ms": "2522",
+            "error_pct": "-3.9",
+            "measured_here": "yes",
+            **common,
+        },
+        {
+            "option": "ring",
+            "predicted_ms": "11515",
+            "measured_ms": "8608",
+            "low_ms": "8587",
+            "high_ms": "8628",
+            "error_pct": "33.8",
+            "measured_here": "no",
+            **common,
+            "suspect_input": "efficiency",
+        },
+    ]
+    with (tmp_path / "advice" / "advise-check.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(check[0]))
+        writer.writeheader()
+        writer.writerows(check)
+    page = "\n".join(advice_html(read_advice(tmp_path / "advice", tmp_path / "out")))
+    assert "<td>not measured here (inputs assumed; not counted), efficiency</td>" in page
+    # 11515 / 8608 - 1 = +33.8%, named after the verdict, which passes on the one counted
+    assert "Check passed" in page
+    assert "not counted (not measured here, inputs assumed): ring +34%" in page
+
+
 def test_plot_refuses_an_advice_folder_without_its_table(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert (
