@@ -1,15 +1,16 @@
-"""The step's collectives in turn: what a call costs after a call of another collective,
-over what it costs after one of its own (docs/advise.md, "Calls in turn").
+"""A step's calls as the step runs them (docs/advise.md, "Calls in a step"): through
+training's path, in turn with the step's other collectives, handed between threads.
 
-A step of FSDP runs its all-gathers back to back in the forward pass and alternates
-all-gathers with reduce-scatters in the backward pass; a part timed one collective at a
-time leaves out what the alternation costs (the other collective's buffers and
-shared-memory slots evicted, its ranks' skew). `turn_trace` is the part that measures
-it: one trace step per collective (its main call of the step, `TURN_CALLS` times, each
-waited), then one step of the collectives in turn (`TURN_CALLS` rounds), replayed with no
-compute (`trace_replay --compute-scale 0`) through the path training takes (the gradient
-communicator, on the communication thread). `turn_factors` reads those replays: per
-collective, its mean call in turn over its mean call alone.
+A harness row times one collective, repeated, on buffers bound once. A step of FSDP runs
+its calls through the gradient communicator on the communication thread, its
+all-gathers back to back in the forward pass and in turn with reduce-scatters in the
+backward pass. `turn_trace` is the part that measures the difference: one trace step per
+collective (its main call of the step, `TURN_CALLS` times, each waited), then one step
+of the collectives in turn (`TURN_CALLS` rounds), replayed with no compute
+(`trace_replay --compute-scale 0`). `step_factors` reads those replays: per collective,
+its call alone over the harness parts' call (path) and its call in turn over its call
+alone (in turn); per option, the time outside the calls per call (the stream's round
+trip).
 """
 
 from __future__ import annotations
